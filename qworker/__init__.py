@@ -1,0 +1,40 @@
+"""qworker: reward computation for RL training on a pool of worker processes.
+
+    from qworker import Producer, reward
+
+    @reward("my_reward")
+    def my_reward(payload: dict) -> float: ...
+
+    with Producer(local_workers=4) as p:
+        futs = p.submit_batch("my_reward", payloads)   # returns at once
+        results = p.gather(futs, timeout=300)          # list[Result], in order
+"""
+
+from ._exceptions import (
+    ConfigError,
+    GatherTimeout,
+    PoolStartError,
+    ProducerClosed,
+    QworkerError,
+    RewardError,
+    WireError,
+)
+from ._producer import Producer
+from ._registry import reward
+from ._result import Result, ResultFuture
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "GatherTimeout",
+    "PoolStartError",
+    "Producer",
+    "ProducerClosed",
+    "QworkerError",
+    "Result",
+    "ResultFuture",
+    "RewardError",
+    "WireError",
+    "reward",
+]

@@ -1,0 +1,63 @@
+"""Exceptions raised by qworker.
+
+Hierarchy::
+
+    QworkerError
+    ├── ConfigError          a config file, dict or argument is invalid
+    ├── WireError            a frame failed to decode or failed its schema check
+    ├── RewardError          a reward could not be registered or resolved
+    ├── ProducerClosed       the producer was used after close()
+    ├── PoolStartError       local workers did not come up (their stderr is attached)
+    └── GatherTimeout        gather() passed its deadline (also a TimeoutError)
+
+A failed *task* never raises: it resolves to a ``Result`` whose ``error`` names
+what happened.  These exceptions are for misuse and for broken set-ups.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "GatherTimeout",
+    "PoolStartError",
+    "ProducerClosed",
+    "QworkerError",
+    "RewardError",
+    "WireError",
+]
+
+
+class QworkerError(Exception):
+    """Base class of every exception qworker raises."""
+
+
+class ConfigError(QworkerError, ValueError):
+    """A configuration value is missing, unknown or of the wrong type."""
+
+
+class WireError(QworkerError, ValueError):
+    """A frame is not a valid qworker message."""
+
+
+class RewardError(QworkerError, LookupError):
+    """A reward name or ``module:function`` path cannot be resolved."""
+
+
+class ProducerClosed(QworkerError, RuntimeError):
+    """The producer has been closed."""
+
+
+class PoolStartError(QworkerError, RuntimeError):
+    """Local workers failed to report READY in time."""
+
+
+class GatherTimeout(QworkerError, TimeoutError):
+    """``Producer.gather`` passed its timeout before every future resolved.
+
+    The unfinished futures stay pending and may still resolve later.
+    """
+
+    def __init__(self, message: str, *, done: int, pending: int) -> None:
+        super().__init__(message)
+        self.done = done
+        self.pending = pending

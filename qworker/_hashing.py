@@ -1,0 +1,72 @@
+"""Task identity: a blake2b-128 hash of a canonical encoding.
+
+``task_key(reward, params, payload)`` hashes ``(reward, params, payload)`` with
+every map's keys sorted, so two payloads that compare equal as JSON-like values
+get the same key whatever their key order.  Tuples encode as lists.  The reward's
+parameters are part of the key: changing a judge prompt or a weight never
+returns a stale cached score.
+
+``encode_payload`` returns the canonical msgpack bytes of the payload, which are
+both hashed and sent to the worker, so a payload is packed once.
+"""
+
+from __future__ import annotations
+
+from hashlib import blake2b
+from typing import Any, Optional
+
+import msgpack
+
+_packer_options = {"use_bin_type": True}
+
+
+_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def canonical(obj: Any) -> Any:
+    """``obj`` with every dict rebuilt with sorted keys (recursively)."""
+    t = type(obj)
+    if t is dict:
+        try:
+            keys = sorted(obj)
+        except TypeError:  # mixed key types: order by the repr of the key
+            keys = sorted(obj, key=repr)
+        return {k: (v if type(v) in _SCALARS else canonical(v)) for k in keys for v in (obj[k],)}
+    if t is list or t is tuple:
+        return [v if type(v) in _SCALARS else canonical(v) for v in obj]
+    return obj
+
+
+def encode_payload(payload: Any, packer: Optional[msgpack.Packer] = None) -> bytes:
+    """Canonical msgpack bytes of ``payload``; ``TypeError`` if it cannot be encoded.
+
+    Pass a ``packer`` from ``new_packer()`` to reuse it across calls (one per thread).
+    """
+    if packer is None:
+        return msgpack.packb(canonical(payload), **_packer_options)
+    try:
+        return packer.pack(canonical(payload))
+    except BaseException:
+        packer.reset()  # a failed pack leaves partial bytes in the packer's buffer
+        raise
+
+
+def new_packer() -> msgpack.Packer:
+    return msgpack.Packer(**_packer_options)
+
+
+def params_fingerprint(params: dict) -> bytes:
+    """Canonical bytes of a reward's parameters (empty params encode as ``b""``)."""
+    return msgpack.packb(canonical(params), **_packer_options) if params else b""
+
+
+def key_prefix(reward: str, fingerprint: bytes) -> bytes:
+    """The bytes hashed before every payload of one (reward, params) pair."""
+    r = reward.encode()
+    # Length prefixes keep (reward, fingerprint, payload) boundaries unambiguous.
+    return len(r).to_bytes(4, "little") + r + len(fingerprint).to_bytes(4, "little") + fingerprint
+
+
+def task_key(reward: str, fingerprint: bytes, payload_bytes: bytes) -> bytes:
+    """The 16-byte identity of a task."""
+    return blake2b(key_prefix(reward, fingerprint) + payload_bytes, digest_size=16).digest()

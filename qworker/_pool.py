@@ -1,0 +1,257 @@
+"""The pool supervisor behind ``qworker-pool`` and ``Producer(local_workers=N)``.
+
+It spawns N worker processes that connect to a producer, and it owns their
+liveness: it reports them to the producer every ``heartbeat_s`` and at once when
+one is lost, so the producer redelivers that worker's tasks without waiting.
+It enforces hard timeouts from each worker's shared-memory slot (SIGKILL past the
+deadline: a hung reward may hold the GIL, so nothing inside the worker can),
+respawns crashed workers (backing off 0.5 s -> 32 s when they crash-loop),
+recycles a worker over ``max_rss_mb`` (SIGTERM: it hands back queued tasks), and
+on SIGTERM or SIGINT drains: workers finish their running task, hand back the
+rest, and leave; stragglers are killed after ``drain_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import psutil
+import zmq
+
+from . import _wire as wire
+from ._slot import TaskSlot
+from ._sockets import make_socket, runtime_dir
+
+log = logging.getLogger("qworker.pool")
+
+WATCHDOG_TICK_S = 0.1
+FAST_CRASH_S = 2.0  # a worker that dies younger than this counts toward crash-loop backoff
+
+
+@dataclass
+class _Child:
+    index: int
+    slot: TaskSlot
+    generation: int = 0
+    restarts: int = 0
+    proc: Optional[subprocess.Popen] = None
+    pidfd: Optional[int] = None
+    worker_id: str = ""
+    started: float = 0.0
+    kill_reason: Optional[str] = None  # set when we killed it on purpose
+    killed_task: Optional[bytes] = None
+    fast_crashes: int = 0
+    respawn_at: Optional[float] = None
+    rss_mb: float = 0.0
+    extra_args: list[str] = field(default_factory=list)
+
+
+class Pool:
+    def __init__(
+        self,
+        *,
+        connect: str,
+        workers: int,
+        rewards: tuple[str, ...] = (),
+        pool_id: Optional[str] = None,
+        max_rss_mb: Optional[float] = None,
+        task_timeout_s: float = 60.0,
+        heartbeat_s: float = 1.0,
+        drain_timeout_s: float = 30.0,
+        max_hold: int = 512,
+        io_threads: int = 32,
+        parent_pid: Optional[int] = None,
+        log_level: str = "WARNING",
+    ) -> None:
+        if workers < 1:
+            raise ValueError("a pool needs at least one worker")
+        self.connect = connect
+        self.n_workers = workers
+        self.rewards = rewards
+        self.host = socket.gethostname()
+        self.pool_id = pool_id or f"{self.host}-{os.getpid()}"
+        self.max_rss_mb = max_rss_mb
+        self.task_timeout_s = task_timeout_s
+        self.heartbeat_s = heartbeat_s
+        self.drain_timeout_s = drain_timeout_s
+        self.max_hold = max_hold
+        self.io_threads = io_threads
+        self.parent_pid = parent_pid
+        self.log_level = log_level
+        self.state = "running"
+        self.lost: list[wire.Lost] = []
+        self._stop_requested = False
+
+    # lifecycle --------------------------------------------------------------
+    def request_stop(self, *_: object) -> None:
+        self._stop_requested = True
+
+    def run(self) -> int:
+        self.ctx = zmq.Context(io_threads=1)
+        self.sock = make_socket(
+            self.ctx, zmq.DEALER, connect=self.connect, identity=f"pool:{self.pool_id}".encode(), linger_ms=2000
+        )
+        slot_dir = runtime_dir()
+        tag = secrets.token_hex(3)
+        self.children = [
+            _Child(i, TaskSlot(os.path.join(slot_dir, f"slot-{os.getpid()}-{tag}-{i}"), create=True))
+            for i in range(self.n_workers)
+        ]
+        for child in self.children:
+            self._spawn(child)
+        log.info("pool %s: %d workers connecting to %s", self.pool_id, self.n_workers, self.connect)
+        try:
+            self._supervise()
+            self._drain()
+        finally:
+            for child in self.children:
+                if child.proc is not None and child.proc.poll() is None:
+                    child.proc.kill()
+                child.slot.close()
+                child.slot.unlink()
+            self.sock.close(linger=2000)
+            self.ctx.term()
+        return 0
+
+    def _spawn(self, child: _Child) -> None:
+        child.generation += 1
+        child.worker_id = f"{self.pool_id}/w{child.index}.{child.generation}"
+        cmd = [
+            sys.executable, "-m", "qworker._worker", "--connect", self.connect, "--id", child.worker_id,
+            "--pool", self.pool_id, "--slot", child.slot.path, "--rewards", ",".join(self.rewards),
+            "--timeout", repr(self.task_timeout_s), "--heartbeat", repr(self.heartbeat_s),
+            "--max-hold", str(self.max_hold), "--io-threads", str(self.io_threads),
+            "--parent-pid", str(os.getpid()), "--log-level", self.log_level,
+        ]
+        child.slot.end()
+        child.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        child.pidfd = os.pidfd_open(child.proc.pid)
+        child.started = time.monotonic()
+        child.kill_reason = None
+        child.killed_task = None
+        child.respawn_at = None
+        log.info("pool %s: started %s (pid %d)", self.pool_id, child.worker_id, child.proc.pid)
+
+    def _report(self) -> None:
+        now = time.monotonic()
+        workers = []
+        for c in self.children:
+            alive = c.proc is not None and c.proc.poll() is None
+            running = c.slot.read() if alive else None
+            workers.append(wire.WorkerReport(
+                c.worker_id, c.proc.pid if c.proc else 0, alive,
+                max(0.0, now - running[1]) if running else 0.0, c.restarts, c.rss_mb,
+            ))
+        msg = wire.PoolReport(self.pool_id, self.host, os.getpid(), self.state, workers, self.lost)
+        self.sock.send_multipart(wire.encode(msg))
+        self.lost = []
+
+    # supervision ------------------------------------------------------------
+    def _supervise(self) -> None:
+        poller = zmq.Poller()
+        for c in self.children:
+            poller.register(c.pidfd, zmq.POLLIN)
+        next_report = 0.0
+        while not self._stop_requested:
+            events = poller.poll(int(WATCHDOG_TICK_S * 1000))
+            now = time.monotonic()
+            for fd, _ in events:
+                child = next((c for c in self.children if c.pidfd == fd), None)
+                if child is not None:
+                    poller.unregister(fd)
+                    self._reap(child)
+            self._watchdog(now)
+            for c in self.children:
+                if c.proc is None and c.respawn_at is not None and now >= c.respawn_at:
+                    self._spawn(c)
+                    poller.register(c.pidfd, zmq.POLLIN)
+            if now >= next_report:
+                self._check_memory()
+                next_report = now + self.heartbeat_s
+                self._report()
+            elif self.lost:
+                self._report()
+            if self.parent_pid is not None and not psutil.pid_exists(self.parent_pid):
+                log.warning("pool %s: parent %d is gone; stopping", self.pool_id, self.parent_pid)
+                self._stop_requested = True
+
+    def _reap(self, child: _Child) -> None:
+        assert child.proc is not None and child.pidfd is not None
+        code = child.proc.wait()
+        os.close(child.pidfd)
+        lived = time.monotonic() - child.started
+        reason = child.kill_reason or f"crashed: exit code {code}"
+        task = child.killed_task
+        if task is None:
+            running = child.slot.read()
+            task = running[0] if running else None
+        log.warning("pool %s: %s (pid %d) ended after %.1f s: %s", self.pool_id, child.worker_id, child.proc.pid, lived, reason)
+        self.lost.append(wire.Lost(child.worker_id, reason, task))
+        child.proc, child.pidfd = None, None
+        child.restarts += 1
+        child.fast_crashes = child.fast_crashes + 1 if (lived < FAST_CRASH_S and child.kill_reason is None) else 0
+        delay = 0.0 if child.fast_crashes <= 1 else min(32.0, 0.5 * 2 ** (child.fast_crashes - 2))
+        if delay:
+            log.warning("pool %s: worker slot %d is crash-looping; respawning in %.1f s", self.pool_id, child.index, delay)
+        child.respawn_at = time.monotonic() + delay
+
+    def _watchdog(self, now: float) -> None:
+        for c in self.children:
+            if c.proc is None or c.kill_reason is not None:
+                continue
+            running = c.slot.read()
+            if running is not None and now >= running[2]:
+                key, started, deadline = running
+                c.kill_reason = f"{wire.TIMEOUT_ERROR}: reward ran past its {deadline - started:.3g} s hard limit"
+                c.killed_task = key
+                log.warning("pool %s: killing %s: task %s passed its %.3g s limit", self.pool_id, c.worker_id, key.hex(), deadline - started)
+                c.proc.kill()
+
+    def _check_memory(self) -> None:
+        for c in self.children:
+            if c.proc is None:
+                continue
+            try:
+                c.rss_mb = psutil.Process(c.proc.pid).memory_info().rss / 2**20
+            except psutil.Error:
+                continue
+            if self.max_rss_mb is not None and c.rss_mb > self.max_rss_mb and c.kill_reason is None:
+                c.kill_reason = f"recycled: rss {c.rss_mb:.0f} MB over the {self.max_rss_mb:.0f} MB limit"
+                log.warning("pool %s: recycling %s: %s", self.pool_id, c.worker_id, c.kill_reason)
+                c.proc.terminate()  # graceful: it hands back its queued tasks
+
+    def _drain(self) -> None:
+        self.state = "draining"
+        log.info("pool %s: draining %d workers", self.pool_id, sum(c.proc is not None for c in self.children))
+        for c in self.children:
+            c.respawn_at = None
+            if c.proc is not None and c.proc.poll() is None:
+                c.kill_reason = c.kill_reason or "drained"
+                c.proc.terminate()
+        self._report()
+        deadline = time.monotonic() + self.drain_timeout_s
+        for c in self.children:
+            if c.proc is None:
+                continue
+            try:
+                c.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("pool %s: %s did not drain in %.0f s; killing it", self.pool_id, c.worker_id, self.drain_timeout_s)
+                c.proc.kill()
+                c.proc.wait()
+                self.lost.append(wire.Lost(c.worker_id, "drain timeout", None))
+            if c.pidfd is not None:
+                os.close(c.pidfd)
+                c.pidfd = None
+            c.proc = None
+        self.state = "stopped"
+        self._report()
+        log.info("pool %s: stopped", self.pool_id)

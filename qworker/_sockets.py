@@ -1,0 +1,83 @@
+"""The one place qworker creates ZeroMQ sockets.
+
+Options are set before bind/connect.  ``tcp://*`` and ``tcp://0.0.0.0`` are only
+ever used when a caller passes them explicitly: the default endpoint is an
+``ipc://`` path in a private directory, and ``default_tcp`` is loopback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import tempfile
+from typing import Optional
+
+import zmq
+
+log = logging.getLogger("qworker")
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def runtime_dir() -> str:
+    """A per-user directory (mode 0700) for ipc sockets and the producer registry."""
+    base = os.environ.get("QWORKER_RUNTIME_DIR") or os.path.join(
+        os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(), f"qworker-{os.getuid()}"
+    )
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    return base
+
+
+def new_ipc_endpoint() -> str:
+    """A fresh ``ipc://`` endpoint that no other process uses."""
+    return f"ipc://{runtime_dir()}/p{os.getpid()}-{secrets.token_hex(4)}.sock"
+
+
+def listens_on_all_interfaces(endpoint: str) -> bool:
+    return endpoint.startswith(("tcp://*", "tcp://0.0.0.0", "tcp://[::]"))
+
+
+def make_socket(
+    ctx: zmq.Context,
+    kind: int,
+    *,
+    bind: Optional[str] = None,
+    connect: Optional[str] = None,
+    identity: Optional[bytes] = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    linger_ms: int = 0,
+) -> zmq.Socket:
+    """Create a socket of ``kind`` and bind or connect it.
+
+    ``max_message_bytes`` becomes ``MAXMSGSIZE``: a peer sending a larger message
+    is disconnected by libzmq before the message reaches Python.
+    """
+    if (bind is None) == (connect is None):
+        raise ValueError("give exactly one of bind= or connect=")
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, linger_ms)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.SNDHWM, 0)  # credit bounds what is queued, not the HWM
+    if identity is not None:
+        sock.setsockopt(zmq.ROUTING_ID, identity)
+    if kind == zmq.ROUTER:
+        # An unroutable send raises EHOSTUNREACH instead of vanishing.
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    if connect is not None:
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
+        sock.connect(connect)
+    else:
+        assert bind is not None
+        if listens_on_all_interfaces(bind):
+            log.warning("binding %s: listening on every interface without authentication", bind)
+        sock.bind(bind)
+    return sock
+
+
+def bound_endpoint(sock: zmq.Socket) -> str:
+    """The endpoint a socket actually bound (resolves ``tcp://127.0.0.1:0``)."""
+    ep = sock.getsockopt(zmq.LAST_ENDPOINT)
+    return ep.decode() if isinstance(ep, bytes) else str(ep)

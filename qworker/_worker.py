@@ -1,0 +1,365 @@
+"""A worker process: receives task batches, runs rewards, returns results.
+
+One thread owns the socket and runs CPU rewards, so SIGALRM-based timeouts in
+reward libraries work; ``kind="io"`` rewards run on a thread pool.  The worker
+grants credit so that it holds about ``target_hold_s`` of work (by its measured
+service time), never more than ``max_hold`` tasks: a slow worker holds few tasks
+and cannot hoard a batch others could run.
+
+Contract: a task may run more than once (it is redelivered if its worker is
+lost); the producer keeps the first result for each task key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import logging
+import math
+import os
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from typing import Any, Optional
+
+import msgpack
+import zmq
+
+from . import _wire as wire
+from ._exceptions import RewardError
+from ._registry import load_modules, registered, resolve
+from ._slot import TaskSlot
+from ._sockets import DEFAULT_MAX_MESSAGE_BYTES, make_socket
+
+log = logging.getLogger("qworker.worker")
+
+MAX_ERROR_CHARS = 2000
+FLUSH_RESULTS = 256  # results per RESULTS message, at most
+FLUSH_AFTER_S = 0.005  # a finished result waits at most this long for company
+
+
+def _error(kind: str, detail: str) -> str:
+    return f"{kind}: {detail}"[:MAX_ERROR_CHARS]
+
+
+def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[str]]:
+    """Normalise a reward's return value to ``(score, extra, error)``."""
+    extra = None
+    if isinstance(out, dict):
+        if "score" not in out:
+            return None, None, _error("bad_result", f"reward returned a dict without 'score' (keys: {sorted(out)[:10]})")
+        extra = {k: v for k, v in out.items() if k != "score"} or None
+        out = out["score"]
+    if isinstance(out, (str, bytes)) or out is None:
+        return None, None, _error("bad_result", f"reward returned {type(out).__name__}, not a number")
+    try:
+        score = float(out)
+    except (TypeError, ValueError):
+        return None, None, _error("bad_result", f"reward returned {type(out).__name__}, not a number")
+    if not math.isfinite(score):
+        return None, None, _error("bad_result", f"reward returned a non-finite score ({score})")
+    if extra is not None:
+        try:
+            msgpack.packb(extra, use_bin_type=True)
+        except Exception as exc:
+            return None, None, _error("bad_result", f"reward's extra cannot be encoded: {exc}")
+    return score, extra, None
+
+
+def call_reward(spec: Any, payload_bytes: bytes, params: dict) -> tuple[Optional[float], Optional[dict], Optional[str]]:
+    try:
+        payload = msgpack.unpackb(payload_bytes, raw=False, strict_map_key=False)
+        out = spec.fn(payload, **params) if params else spec.fn(payload)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # math_verify's TimeoutException derives from BaseException
+        return None, None, _error("reward_error", f"{type(exc).__name__}: {exc}")
+    return to_score(out)
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        connect: str,
+        worker_id: str,
+        pool_id: str = "",
+        slot_path: Optional[str] = None,
+        rewards: tuple[str, ...] = (),
+        default_timeout_s: float = 60.0,
+        heartbeat_s: float = 1.0,
+        target_hold_s: float = 0.05,
+        max_hold: int = 512,
+        io_threads: int = 32,
+        parent_pid: Optional[int] = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        self.connect = connect
+        self.worker_id = worker_id
+        self.pool_id = pool_id
+        self.slot = TaskSlot(slot_path) if slot_path else None
+        self.rewards = rewards
+        self.default_timeout_s = default_timeout_s
+        self.heartbeat_s = heartbeat_s
+        self.target_hold_s = target_hold_s
+        self.max_hold = max_hold
+        self.io_threads = io_threads
+        self.parent_pid = parent_pid
+        self.max_message_bytes = max_message_bytes
+        self.stopping = False
+        self.granted = 0
+        self.received = 0
+        self.finished = 0  # completed or given back
+        self.service_s = 0.0  # EWMA of a CPU task's time in the reward; 0 = unknown
+        self.inbox: deque[wire.Task] = deque()
+        self.results: list[wire.TaskResult] = []
+        self.first_unflushed = 0.0
+        self._io_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._io_running: dict[bytes, tuple[float, float]] = {}  # key -> (started, deadline)
+        self._io_done: deque[wire.TaskResult] = deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    # credit -----------------------------------------------------------------
+    def _hold_target(self) -> int:
+        if self.service_s <= 0.0:
+            want = 8
+        else:
+            want = max(2, min(self.max_hold, math.ceil(self.target_hold_s / self.service_s)))
+        if self._io_running:
+            want = max(want, 2 * self.io_threads)
+        return want
+
+    def _top_up(self) -> None:
+        held = self.received - self.finished
+        outstanding = self.granted - self.received
+        room = self._hold_target() - held - outstanding
+        if room > 0 and not self.stopping:
+            self.granted += room
+
+    # messages ---------------------------------------------------------------
+    def _send(self, msg: wire.Message) -> None:
+        self.sock.send_multipart(wire.encode(msg), copy=True)
+
+    def _ready(self) -> None:
+        self._top_up()
+        self._send(wire.Ready(
+            self.worker_id, self.pool_id, os.getpid(), socket.gethostname(),
+            self.granted, self.received, self.finished, sorted(registered()), self.import_errors,
+        ))
+
+    def _flush(self) -> None:
+        if not self.results:
+            return
+        self._top_up()
+        self._send(wire.Results(self.granted, self.received, self.results))
+        self.results = []
+
+    def _drain_socket(self) -> None:
+        while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            frames = self.sock.recv_multipart(copy=True)
+            if len(frames) != 2:
+                log.warning("%s: dropped a frame set of %d parts", self.worker_id, len(frames))
+                continue
+            try:
+                msg = wire.decode(frames[0], frames[1], max_bytes=self.max_message_bytes)
+            except wire.WireError as exc:
+                log.warning("%s: dropped a bad frame: %s", self.worker_id, exc)
+                continue
+            if isinstance(msg, wire.Tasks):
+                self.received += len(msg.tasks)
+                self.inbox.extend(msg.tasks)
+
+    # running ----------------------------------------------------------------
+    def _finish(self, result: wire.TaskResult) -> None:
+        if not self.results:
+            self.first_unflushed = time.monotonic()
+        self.results.append(result)
+        self.finished += 1
+
+    def _run(self, task: wire.Task) -> None:
+        key, name, params, payload_bytes, timeout_s, _attempt = task
+        try:
+            spec = resolve(name)
+        except RewardError as exc:
+            detail = str(exc)
+            if self.import_errors:
+                detail += "; " + "; ".join(self.import_errors)
+            self._finish((key, None, None, _error("unknown_reward", detail), 0.0))
+            return
+        limit = timeout_s or spec.timeout_s or self.default_timeout_s
+        if spec.kind == "io":
+            self._start_io(key, spec, payload_bytes, params, limit)
+            return
+        t0 = time.monotonic()
+        if self.slot is not None:
+            self.slot.begin(key, t0, t0 + limit)
+        try:
+            score, extra, error = call_reward(spec, payload_bytes, params)
+        finally:
+            if self.slot is not None:
+                self.slot.end()
+        dt = time.monotonic() - t0
+        self.service_s = dt if self.service_s == 0.0 else 0.8 * self.service_s + 0.2 * dt
+        self._finish((key, score, extra, error, dt))
+
+    def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, limit: float) -> None:
+        if self._io_pool is None:
+            self._io_pool = concurrent.futures.ThreadPoolExecutor(self.io_threads, thread_name_prefix="qworker-io")
+        t0 = time.monotonic()
+        self._io_running[key] = (t0, t0 + limit)
+
+        def done(fut: concurrent.futures.Future) -> None:
+            score, extra, error = fut.result()
+            self._io_done.append((key, score, extra, error, time.monotonic() - t0))
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:
+                pass  # the pipe is full: the main loop is awake anyway
+
+        self._io_pool.submit(call_reward, spec, payload_bytes, params).add_done_callback(done)
+
+    def _collect_io(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        now = time.monotonic()
+        kept: deque[wire.TaskResult] = deque()
+        while self._io_done:
+            r = self._io_done.popleft()
+            if self._io_running.pop(r[0], None) is not None:  # not already timed out
+                kept.append(r)
+                self.finished += 1
+        for key, (started, deadline) in list(self._io_running.items()):
+            if now >= deadline:
+                del self._io_running[key]
+                kept.append((key, None, None, _error(wire.TIMEOUT_ERROR, f"io reward passed its {deadline - started:.3g} s limit"), now - started))
+                self.finished += 1
+        if kept and not self.results:
+            self.first_unflushed = now
+        self.results.extend(kept)
+
+    def _next_io_deadline(self) -> Optional[float]:
+        return min((d for _, d in self._io_running.values()), default=None)
+
+    # main loop --------------------------------------------------------------
+    def run(self) -> int:
+        self.import_errors = load_modules(list(self.rewards))
+        for e in self.import_errors:
+            log.error("%s: %s", self.worker_id, e)
+        self.ctx = zmq.Context(io_threads=1)
+        self.sock = make_socket(
+            self.ctx, zmq.DEALER, connect=self.connect, identity=self.worker_id.encode(),
+            max_message_bytes=self.max_message_bytes, linger_ms=5000,
+        )
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        self._ready()
+        last_sent = last_drain = time.monotonic()
+        while not self.stopping:
+            if not self.inbox:
+                self._collect_io()
+                if self.results:
+                    self._flush()
+                    last_sent = time.monotonic()
+                wait_s = self.heartbeat_s
+                io_deadline = self._next_io_deadline()
+                if io_deadline is not None:
+                    wait_s = max(0.0, min(wait_s, io_deadline - time.monotonic()))
+                events = dict(poller.poll(int(wait_s * 1000) + 1))
+                if not events:
+                    now = time.monotonic()
+                    if now - last_sent >= self.heartbeat_s:
+                        self._ready()  # heartbeat; lets a restarted producer learn our credit
+                        last_sent = now
+                    if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                        log.error("%s: pool process %d is gone; exiting", self.worker_id, self.parent_pid)
+                        return 1
+                    continue
+                self._drain_socket()
+                last_drain = time.monotonic()
+                continue
+            now = time.monotonic()
+            if now - last_drain > 0.002:
+                self._drain_socket()
+                if self._io_running or self._io_done:
+                    self._collect_io()
+                last_drain = now
+            self._run(self.inbox.popleft())
+            if len(self.results) >= FLUSH_RESULTS or not self.inbox or (
+                self.results and time.monotonic() - self.first_unflushed > FLUSH_AFTER_S
+            ):
+                self._flush()
+                last_sent = time.monotonic()
+        return self._drain_and_leave()
+
+    def _drain_and_leave(self) -> int:
+        """SIGTERM: finish running io tasks, hand queued tasks back, say BYE."""
+        self._drain_socket()
+        keys = [t[0] for t in self.inbox]
+        self.finished += len(keys)
+        self.inbox.clear()
+        if self._io_pool is not None:
+            self._io_pool.shutdown(wait=True)
+            self._collect_io()
+        self._flush()
+        if keys:
+            self._send(wire.Giveback(self.granted, self.received, keys))
+        self._send(wire.Bye("draining"))
+        self.sock.close(linger=5000)
+        self.ctx.term()
+        return 0
+
+    def request_stop(self, *_: object) -> None:
+        self.stopping = True
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL us when the pool dies, so no worker outlives its pool."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the idle-loop parent check still applies
+    if os.getppid() != parent_pid:
+        sys.exit(1)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qworker._worker", description="one qworker worker process")
+    ap.add_argument("--connect", required=True)
+    ap.add_argument("--id", required=True)
+    ap.add_argument("--pool", default="")
+    ap.add_argument("--slot")
+    ap.add_argument("--rewards", default="")
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--heartbeat", type=float, default=1.0)
+    ap.add_argument("--max-hold", type=int, default=512)
+    ap.add_argument("--io-threads", type=int, default=32)
+    ap.add_argument("--parent-pid", type=int)
+    ap.add_argument("--log-level", default="WARNING")
+    args = ap.parse_args(argv)
+    if args.parent_pid is not None:
+        _die_with_parent(args.parent_pid)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    os.environ["QWORKER_WORKER_ID"] = args.id  # rewards may read it (e.g. to pick a device)
+    worker = Worker(
+        connect=args.connect, worker_id=args.id, pool_id=args.pool, slot_path=args.slot,
+        rewards=tuple(m for m in args.rewards.split(",") if m), default_timeout_s=args.timeout,
+        heartbeat_s=args.heartbeat, max_hold=args.max_hold, io_threads=args.io_threads, parent_pid=args.parent_pid,
+    )
+    signal.signal(signal.SIGTERM, worker.request_stop)
+    signal.set_wakeup_fd(worker._wake_w)  # SIGTERM wakes the poll at once, so draining starts now
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the pool, which drains us
+    return worker.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
