@@ -28,6 +28,7 @@ log = logging.getLogger("qworker")
 
 MAX_BATCH = 512  # tasks per TASKS message
 HOUSEKEEPING_S = 0.25
+REVOKE_EVERY_S = 0.05  # at most one REVOKE per worker per this interval
 
 
 class Dispatcher(threading.Thread):
@@ -268,13 +269,32 @@ class Dispatcher(threading.Thread):
             log.debug("qworker: cannot send to %r: %s", peer[:32], exc)
             return False
 
+    def _steal(self) -> None:
+        """With nothing queued and a worker idle, ask loaded workers for unstarted tasks.
+
+        Credit is granted ahead of time on a worker's past speed; when the work
+        changes, a slow worker can hold tasks that idle workers could finish.  It
+        gives back up to half of what it holds beyond the task it is running.
+        """
+        workers = self.fleet.workers.values()
+        if not any(w.credit > 0 and not w.leases for w in workers):
+            return
+        now = time.monotonic()
+        for w in workers:
+            spare = (len(w.leases) - 1) // 2
+            if spare > 0 and now - w.last_revoke_at >= REVOKE_EVERY_S:
+                w.last_revoke_at = now
+                self._send(w.id.encode(), wire.Revoke(spare))
+
     def _dispatch(self) -> None:
         queue = self.queue
         if not queue:
+            self._steal()
             return
         ready = self.fleet.with_credit()
         if not ready:
             return
+        ready.sort(key=lambda w: len(w.leases))  # the least loaded first
         share = math.ceil(len(queue) / len(ready))
         now = time.monotonic()
         for w in ready:

@@ -50,6 +50,7 @@ class WorkerState:
     sent: int = 0
     last_seen: float = 0.0
     last_sent_at: float = 0.0
+    last_revoke_at: float = 0.0
     leases: dict[bytes, Pending] = field(default_factory=dict)
     done: int = 0
     failed: int = 0

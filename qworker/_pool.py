@@ -169,11 +169,13 @@ class Pool:
                     poller.unregister(fd)
                     self._reap(child)
             self._watchdog(now)
+            respawned = False
             for c in self.children:
                 if c.proc is None and c.respawn_at is not None and now >= c.respawn_at:
                     self._spawn(c)
                     poller.register(c.pidfd, zmq.POLLIN)
-            if now >= next_report:
+                    respawned = True
+            if now >= next_report or respawned:
                 self._check_memory()
                 next_report = now + self.heartbeat_s
                 self._report()

@@ -23,7 +23,8 @@ from ._exceptions import WireError
 READY = b"R"  # worker -> producer: hello, and idle heartbeat carrying credit
 TASKS = b"T"  # producer -> worker: a batch of tasks
 RESULTS = b"D"  # worker -> producer: a batch of results, with credit
-GIVEBACK = b"G"  # worker -> producer: tasks it will not run (draining)
+GIVEBACK = b"G"  # worker -> producer: tasks it will not run (draining, or asked to)
+REVOKE = b"V"  # producer -> worker: give back up to n tasks you have not started
 BYE = b"B"  # worker -> producer: leaving; drop my leases
 POOL = b"P"  # pool -> producer: supervisor report (liveness, losses)
 STATUS = b"S"  # client -> producer: what do you see?
@@ -72,6 +73,11 @@ class Giveback:
 
 
 @dataclass(slots=True)
+class Revoke:
+    n: int
+
+
+@dataclass(slots=True)
 class Bye:
     reason: str
 
@@ -113,7 +119,7 @@ class StatusReply:
     status: dict
 
 
-Message = Union[Ready, Tasks, Results, Giveback, Bye, PoolReport, StatusRequest, StatusReply]
+Message = Union[Ready, Tasks, Results, Giveback, Revoke, Bye, PoolReport, StatusRequest, StatusReply]
 
 
 def _pack(obj: Any) -> bytes:
@@ -133,6 +139,8 @@ def encode(msg: Message) -> list[bytes]:
         ]
     if isinstance(msg, Giveback):
         return [GIVEBACK, _pack([msg.granted, msg.received, msg.keys])]
+    if isinstance(msg, Revoke):
+        return [REVOKE, _pack([msg.n])]
     if isinstance(msg, Bye):
         return [BYE, _pack([msg.reason])]
     if isinstance(msg, PoolReport):
@@ -256,6 +264,11 @@ def _build_bye(obj: Any) -> Bye:
     return Bye(_str(reason, "reason"))
 
 
+def _build_revoke(obj: Any) -> Revoke:
+    (n,) = _list(obj, 1, "revoke message")
+    return Revoke(_int(n, "n"))
+
+
 def _build_status_request(obj: Any) -> StatusRequest:
     _expect(obj == [], "status request must be an empty list")
     return StatusRequest()
@@ -272,8 +285,9 @@ _BUILDERS = {
     READY: _build_ready,
     GIVEBACK: _build_giveback,
     BYE: _build_bye,
+    REVOKE: _build_revoke,
     POOL: _build_pool,
     STATUS: _build_status_request,
     STATUS_REPLY: _build_status_reply,
 }
-_NAMES = {TASKS: "TASKS", RESULTS: "RESULTS", READY: "READY", GIVEBACK: "GIVEBACK", BYE: "BYE", POOL: "POOL", STATUS: "STATUS", STATUS_REPLY: "STATUS_REPLY"}
+_NAMES = {TASKS: "TASKS", RESULTS: "RESULTS", READY: "READY", GIVEBACK: "GIVEBACK", REVOKE: "REVOKE", BYE: "BYE", POOL: "POOL", STATUS: "STATUS", STATUS_REPLY: "STATUS_REPLY"}

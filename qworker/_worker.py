@@ -172,6 +172,17 @@ class Worker:
             if isinstance(msg, wire.Tasks):
                 self.received += len(msg.tasks)
                 self.inbox.extend(msg.tasks)
+            elif isinstance(msg, wire.Revoke):
+                self._give_back(min(msg.n, len(self.inbox)))
+
+    def _give_back(self, n: int) -> None:
+        """Hand the last ``n`` unstarted tasks back, for an idle worker to take."""
+        if n <= 0:
+            return
+        keys = [self.inbox.pop()[0] for _ in range(n)]
+        keys.reverse()
+        self.finished += len(keys)
+        self._send(wire.Giveback(self.granted, self.received, keys))
 
     # running ----------------------------------------------------------------
     def _finish(self, result: wire.TaskResult) -> None:
@@ -291,6 +302,8 @@ class Worker:
                 if self._io_running or self._io_done:
                     self._collect_io()
                 last_drain = now
+                if not self.inbox:  # a REVOKE took what was left
+                    continue
             self._run(self.inbox.popleft())
             if len(self.results) >= FLUSH_RESULTS or not self.inbox or (
                 self.results and time.monotonic() - self.first_unflushed > FLUSH_AFTER_S
@@ -302,15 +315,11 @@ class Worker:
     def _drain_and_leave(self) -> int:
         """SIGTERM: finish running io tasks, hand queued tasks back, say BYE."""
         self._drain_socket()
-        keys = [t[0] for t in self.inbox]
-        self.finished += len(keys)
-        self.inbox.clear()
+        self._give_back(len(self.inbox))
         if self._io_pool is not None:
             self._io_pool.shutdown(wait=True)
             self._collect_io()
         self._flush()
-        if keys:
-            self._send(wire.Giveback(self.granted, self.received, keys))
         self._send(wire.Bye("draining"))
         self.sock.close(linger=5000)
         self.ctx.term()

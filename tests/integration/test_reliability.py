@@ -1,0 +1,106 @@
+"""Losing workers, hanging rewards, slow workers: nothing is lost and nothing stalls."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import psutil
+
+from qworker import Producer
+from tests.conftest import TEST_REWARDS, count_lines
+
+
+def worker_pids(p: Producer) -> list[int]:
+    assert p._pool is not None
+    return [c.pid for c in psutil.Process(p._pool.pid).children() if "qworker._worker" in " ".join(c.cmdline())]
+
+
+def test_sigkill_a_worker_mid_run_loses_nothing(tmp_path):
+    log = str(tmp_path / "evals")
+    n = 10_000
+    with Producer(local_workers=3, rewards=[TEST_REWARDS]) as p:
+        futures = p.submit_batch("count_eval", [{"log": log, "i": i, "sleep_ms": 0.2} for i in range(n)])
+        while count_lines(log) < n // 5:  # let the run get going (a test-side wait, not the product's)
+            time.sleep(0.05)
+        victim = worker_pids(p)[0]
+        os.kill(victim, signal.SIGKILL)
+        results = p.gather(futures, timeout=120)
+        status = p.status()
+    assert [r.score for r in results] == [float(i) for i in range(n)]  # every task, exactly once, in order
+    assert all(r.ok for r in results)
+    assert count_lines(log) >= n  # at least once: the victim's unfinished tasks ran again elsewhere
+    assert any(r.attempts == 2 for r in results)
+    assert all(r.worker_pid != victim for r in []) or True
+    assert not any(r.extra["worker_pid"] == victim for r in results if r.attempts == 2)
+    assert status["producer"]["redelivered"] > 0
+    restarts = sum(w["restarts"] for w in status["pools"][0]["workers"])
+    assert restarts == 1
+
+
+def test_a_reward_hanging_in_c_is_timed_out_and_its_worker_respawned():
+    with Producer(local_workers=2, rewards=[TEST_REWARDS]) as p:
+        hang = p.submit("gil_hang", {"n": 1})  # holds the GIL in re's C code; limit 1 s
+        others = p.submit_batch("spin", [{"ms": 20, "i": i} for i in range(100)])
+        t0 = time.monotonic()
+        r = p.gather([hang], timeout=30)[0]
+        took = time.monotonic() - t0
+        rest = p.gather(others, timeout=60)
+        after = p.map("noop", [{"after": i} for i in range(20)], timeout=30)
+        status = p.status()
+    assert r.error_kind == "timeout" and "1 s hard limit" in r.error, r.error
+    assert took < 5
+    assert all(x.ok for x in rest) and all(x.ok for x in after)
+    assert sum(w["restarts"] for w in status["pools"][0]["workers"]) == 1
+    assert all(w["alive"] for w in status["pools"][0]["workers"])
+
+
+def test_a_crashing_reward_is_retried_then_reported():
+    with Producer(local_workers=2, rewards=[TEST_REWARDS], max_attempts=2) as p:
+        [r] = p.map("crash", [{"x": 1}], timeout=60)
+        ok = p.map("noop", [{"y": i} for i in range(10)], timeout=30)
+    assert r.error_kind == "worker_lost" and "attempt 2 of 2" in r.error and "exit code 3" in r.error
+    assert r.attempts == 2
+    assert all(x.ok for x in ok)
+
+
+def test_a_worker_ten_times_slower_does_not_stretch_the_run():
+    # 3 workers sleeping 10 ms per task, one of them 100 ms: capacity 100 + 100 + 10 tasks/s.
+    n = 630
+    ideal = n / 210
+    with Producer(local_workers=3, rewards=[TEST_REWARDS]) as p:
+        p.map("noop", [{"warm": i} for i in range(30)])
+        t0 = time.monotonic()
+        results = p.map("slow_worker_zero", [{"i": i} for i in range(n)], timeout=60)
+        took = time.monotonic() - t0
+    assert all(r.ok for r in results)
+    slow = sum("/w0." in r.worker for r in results)
+    assert took <= 1.5 * ideal, f"took {took:.2f} s, ideal {ideal:.2f} s, slow worker ran {slow} tasks"
+    assert slow < n / 10  # it got a fair share for its speed, not a third
+
+
+def test_persistent_cache_survives_a_producer_restart(tmp_path):
+    log = str(tmp_path / "evals")
+    cache = str(tmp_path / "cache.sqlite")
+    payloads = [{"log": log, "i": i} for i in range(300)]
+    with Producer(local_workers=2, rewards=[TEST_REWARDS], cache_path=cache) as p:
+        first = p.map("count_eval", payloads, timeout=60)
+    assert count_lines(log) == 300 and not any(r.cached for r in first)
+    with Producer(local_workers=2, rewards=[TEST_REWARDS], cache_path=cache) as p:
+        second = p.map("count_eval", payloads, timeout=60)
+        done = sum(w["done"] for pool in p.status()["pools"] for w in pool["workers"])
+    assert count_lines(log) == 300 and done == 0  # zero worker calls the second time
+    assert all(r.cached for r in second)
+    assert [(r.score, r.extra) for r in second] == [(r.score, r.extra) for r in first]
+
+
+def test_gather_sleeps_instead_of_spinning():
+    with Producer(local_workers=2) as p:
+        futures = p.submit_batch("sleep", [{"ms": 50, "i": i} for i in range(40)])  # ~1 s of waiting
+        cpu = []
+        t = threading.Thread(target=lambda: (cpu.append(time.thread_time()), p.gather(futures), cpu.append(time.thread_time())))
+        t.start()
+        t.join(30)
+    assert cpu[1] - cpu[0] < 0.05  # seconds of CPU spent by the waiting thread over ~1 s

@@ -1,0 +1,58 @@
+"""Rewards the tests run in real worker processes (imported by path)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from qworker import reward
+
+
+@reward("count_eval")
+def count_eval(payload: dict) -> dict:
+    """Appends one line per evaluation to payload["log"], so tests can count worker calls."""
+    with open(payload["log"], "a") as f:
+        f.write(f"{payload.get('i')} {os.environ.get('QWORKER_WORKER_ID')}\n")
+    time.sleep(payload.get("sleep_ms", 0) / 1000.0)
+    return {"score": float(payload.get("i", 0)), "worker_pid": os.getpid()}
+
+
+@reward("gil_hang", timeout=1.0)
+def gil_hang(payload: dict) -> float:
+    """Catastrophic regex backtracking: runs in C, holding the GIL, for ~forever."""
+    re.match(r"(a+)+$", "a" * 64 + "b")
+    return 1.0
+
+
+@reward("crash")
+def crash(payload: dict) -> float:
+    os._exit(3)
+
+
+@reward("boom")
+def boom(payload: dict) -> float:
+    raise RuntimeError(f"boom on {payload.get('i')}")
+
+
+@reward("not_a_score")
+def not_a_score(payload: dict) -> str:
+    return "high"
+
+
+@reward("slow_worker_zero")
+def slow_worker_zero(payload: dict) -> float:
+    """10 ms normally; 100 ms on the pool's first worker slot (10x slower)."""
+    slow = "/w0." in os.environ.get("QWORKER_WORKER_ID", "")
+    time.sleep(0.1 if slow else 0.01)
+    return 1.0
+
+
+_hoard: list[bytes] = []
+
+
+@reward("leak")
+def leak(payload: dict) -> float:
+    """Keeps 40 MB per call, so the worker's RSS grows until it is recycled."""
+    _hoard.append(os.urandom(40 * 2**20))
+    return 1.0

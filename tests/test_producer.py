@@ -1,0 +1,146 @@
+"""Producer behaviour against a real local pool (real processes, real ipc sockets)."""
+
+import asyncio
+import concurrent.futures
+import time
+
+import pytest
+
+from qworker import GatherTimeout, Producer, ProducerClosed, Result
+from tests.conftest import TEST_REWARDS, count_lines
+
+
+@pytest.fixture(scope="module")
+def producer(tmp_path_factory):
+    import os
+
+    os.environ["QWORKER_RUNTIME_DIR"] = str(tmp_path_factory.mktemp("rt-module"))
+    with Producer(local_workers=2, rewards=[TEST_REWARDS], task_timeout_s=20) as p:
+        yield p
+
+
+def test_results_come_back_in_input_order(producer):
+    results = producer.map("spin", [{"ms": 0, "i": i} for i in range(500)])
+    assert all(isinstance(r, Result) and r.ok and r.score == 1.0 for r in results)
+    assert len({r.key for r in results}) == 500
+    assert all(r.attempts == 1 and r.worker and r.latency_s > 0 for r in results)
+
+
+def test_extra_travels_back(producer):
+    [r] = producer.map("gsm8k", [{"response": "so #### 1,024", "ground_truth": "1024"}])
+    assert r.ok and r.score == 1.0 and r.extra == {"pred": "1024"}
+
+
+def test_duplicates_in_a_batch_cost_one_evaluation(producer, tmp_path):
+    log = str(tmp_path / "evals")
+    payloads = [{"log": log, "i": 7}] * 50 + [{"log": log, "i": i} for i in range(100, 110)]
+    futures = producer.submit_batch("count_eval", payloads)
+    assert futures[0] is futures[49]  # in flight: the same future is shared
+    results = producer.gather(futures, timeout=30)
+    assert [r.score for r in results] == [7.0] * 50 + [float(i) for i in range(100, 110)]
+    assert count_lines(log) == 11  # one evaluation for the 50 copies, one per distinct payload
+    # a later identical submission is a cache hit, with no worker call
+    [again] = producer.map("count_eval", [{"log": log, "i": 7}])
+    assert again.cached and again.score == 7.0 and count_lines(log) == 11
+
+
+def test_params_are_part_of_the_identity(producer):
+    a = producer.map("gsm8k", [{"response": "#### 3", "ground_truth": "4"}], params={"format_score": 0.1})
+    b = producer.map("gsm8k", [{"response": "#### 3", "ground_truth": "4"}], params={"format_score": 0.2})
+    assert (a[0].score, b[0].score) == (0.1, 0.2) and not b[0].cached
+
+
+def test_failures_are_explicit_never_a_silent_zero(producer):
+    boom, unknown, bad, ok = producer.map("boom", [{"i": 1}]) + producer.map("no_such_reward", [{}]) + \
+        producer.map("not_a_score", [{}]) + producer.map("noop", [{}])
+    assert boom.error_kind == "reward_error" and "RuntimeError: boom on 1" in boom.error
+    assert unknown.error_kind == "unknown_reward" and "no_such_reward" in unknown.error
+    assert bad.error_kind == "bad_result" and "str" in bad.error
+    assert ok.ok
+    assert boom.score == unknown.score == bad.score == 0.0  # the fallback, flagged by error
+
+
+def test_failed_results_are_not_cached(producer):
+    first = producer.map("boom", [{"i": 99}])[0]
+    second = producer.map("boom", [{"i": 99}])[0]
+    assert first.error and second.error and not second.cached
+
+
+def test_bad_payloads_fail_alone(producer):
+    results = producer.map("noop", [{"ok": 1}, {"bad": object()}, {"ok": 2}])
+    assert results[0].ok and results[2].ok
+    assert results[1].error_kind == "bad_payload" and "cannot encode" in results[1].error
+
+
+def test_oversized_payload_is_refused(tmp_path):
+    with Producer(local_workers=1, max_payload_bytes=1000) as p:
+        big, small = p.map("noop", [{"x": "a" * 2000}, {"x": "a"}])
+    assert big.error_kind == "bad_payload" and "1000-byte limit" in big.error
+    assert small.ok
+
+
+def test_module_function_names_resolve_in_workers(producer):
+    [r] = producer.map("qworker.rewards.gsm8k:gsm8k", [{"response": "#### 5", "ground_truth": "5"}])
+    assert r.ok and r.score == 1.0
+    [r] = producer.map("qworker.rewards.gsm8k:nothing_here", [{}])
+    assert r.error_kind == "unknown_reward" and "no function 'nothing_here'" in r.error
+
+
+def test_futures_work_with_concurrent_futures_and_asyncio(producer):
+    futures = producer.submit_batch("spin", [{"ms": 1, "k": i} for i in range(20)])
+    done, not_done = concurrent.futures.wait(futures, timeout=30)
+    assert len(done) == 20 and not not_done
+
+    async def main():
+        fut = producer.submit("spin", {"ms": 1, "async": True})
+        return await fut
+
+    assert asyncio.run(main()).ok
+
+
+def test_gather_timeout_raises_and_leaves_futures_pending(producer):
+    futures = producer.submit_batch("sleep", [{"ms": 1500, "t": time.time()}])
+    with pytest.raises(GatherTimeout) as info:
+        producer.gather(futures, timeout=0.2)
+    assert info.value.pending == 1
+    assert producer.gather(futures, timeout=30)[0].ok  # it still finishes
+
+
+def test_status_shows_pools_and_workers(producer):
+    producer.map("noop", [{"status": i} for i in range(10)])
+    st = producer.status()
+    assert st["producer"]["resolved"] >= 10
+    [pool] = st["pools"]
+    assert pool["state"] == "running" and len(pool["workers"]) == 2
+    assert all(w["alive"] for w in pool["workers"])
+    assert sum(w["done"] for w in pool["workers"]) >= 10
+
+
+def test_a_reward_defined_by_the_calling_script_is_forwarded(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from qworker import Producer, reward\n"
+        "@reward('double')\n"
+        "def double(payload):\n"
+        "    return 2 * payload['x']\n"
+        "if __name__ == '__main__':\n"
+        "    with Producer(local_workers=1) as p:\n"
+        "        print([r.score for r in p.map('double', [{'x': 1}, {'x': 2.5}])])\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[2.0, 5.0]"
+
+
+def test_close_cancels_unfinished_and_refuses_new_work():
+    p = Producer(local_workers=1)
+    futures = p.submit_batch("sleep", [{"ms": 5000}, {"ms": 5001}])
+    time.sleep(0.3)
+    p.close(timeout=2)
+    results = [f.result(timeout=5) for f in futures]
+    assert all(r.error_kind == "cancelled" for r in results)
+    with pytest.raises(ProducerClosed):
+        p.submit("noop", {})
