@@ -183,6 +183,7 @@ def score_main(args: argparse.Namespace) -> int:
         results = producer.gather(futures)
         progress.close()
         elapsed = time.monotonic() - started
+        counts = producer.status()["producer"]
         with open(args.out, "w", encoding="utf-8") as out:
             for row, r in zip(rows, results, strict=False):
                 out.write(json.dumps({"input": row, **r.to_dict()}) + "\n")
@@ -193,7 +194,8 @@ def score_main(args: argparse.Namespace) -> int:
     print(
         f"scored {n} tasks with '{args.reward}' in {elapsed:.2f} s ({n / max(elapsed, 1e-9):,.0f} tasks/s; "
         f"{time.monotonic() - t0:.2f} s with start-up)\n"
-        f"  cache hits {hits}  failed {len(failed)}  mean score {mean:.4f}  -> {args.out}",
+        f"  evaluated {counts['resolved']}  duplicates {counts['deduplicated']}  cache hits {hits}  failed {len(failed)}"
+        f"  mean score {mean:.4f}  -> {args.out}",
         file=sys.stderr,
     )
     kinds: dict[str, int] = {}

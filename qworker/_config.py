@@ -44,6 +44,7 @@ POOL_KEYS: dict[str, tuple[type, ...]] = {
     "log_level": (str,),
 }
 SECTIONS = {"producer": PRODUCER_KEYS, "pool": POOL_KEYS}
+SIGNED = {"fallback_score"}  # every other number must be >= 0
 
 
 def load(source: Union[str, os.PathLike, Mapping[str, Any], None]) -> dict[str, dict[str, Any]]:
@@ -87,7 +88,7 @@ def check_section(section: Mapping[str, Any], keys: Mapping[str, tuple[type, ...
         if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
             names = " or ".join(t.__name__ for t in types)
             raise ConfigError(f"{where}.{key}: expected {names}, got {type(value).__name__} {value!r}")
-        if isinstance(value, (int, float)) and value < 0:
+        if isinstance(value, (int, float)) and value < 0 and key not in SIGNED:
             raise ConfigError(f"{where}.{key}: must not be negative, got {value!r}")
         out[key] = value
     return out

@@ -133,6 +133,7 @@ class Producer:
             sys.executable, "-m", "qworker", "pool", "--connect", self.endpoint, "--workers", str(n),
             "--id", f"local-{os.getpid()}", "--parent-pid", str(os.getpid()),
             "--timeout", repr(float(self.task_timeout_s)), "--heartbeat", repr(heartbeat_s),
+            "--log-level", logging.getLevelName(log.getEffectiveLevel()),  # the trainer's logging decides
         ]
         if modules:
             cmd += ["--rewards", ",".join(modules)]

@@ -1,0 +1,49 @@
+import pytest
+
+from qworker import ConfigError, Producer
+from qworker._config import load, merge
+
+
+def test_yaml_sections_load(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("producer:\n  max_attempts: 5\n  cache_ttl_s: 3600\npool:\n  workers: 4\n  max_rss_mb: 2048\n")
+    cfg = load(str(path))
+    assert cfg["producer"] == {"max_attempts": 5, "cache_ttl_s": 3600}
+    assert cfg["pool"] == {"workers": 4, "max_rss_mb": 2048}
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("producer:\n  max_atempts: 5\n", "unknown key 'max_atempts'"),
+        ("producer:\n  max_attempts: five\n", r"max_attempts: expected int, got str"),
+        ("producer:\n  heartbeat_s: -1\n", "must not be negative"),
+        ("producer:\n  max_attempts: true\n", "expected int, got bool"),
+        ("worker:\n  x: 1\n", r"unknown section\(s\) \['worker'\]"),
+        ("- a\n- b\n", "top level must be a mapping"),
+        ("producer: [1, 2\n", "not valid YAML"),
+    ],
+)
+def test_broken_configs_name_file_section_and_key(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match) as info:
+        load(str(path))
+    assert str(path) in str(info.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load(str(tmp_path / "nope.yaml"))
+
+
+def test_explicit_beats_file_beats_default():
+    assert merge({"a": 1, "b": None}, {"b": 2, "c": 3}, {"a": 0, "b": 0, "c": 0, "d": 4}) == {"a": 1, "b": 2, "c": 3, "d": 4}
+
+
+def test_producer_takes_a_config_dict():
+    with Producer(config={"producer": {"local_workers": 1, "fallback_score": -1.0}}) as p:
+        [r] = p.map("no_such_reward_z", [{}])
+    assert r.error and r.score == -1.0
+    with pytest.raises(ConfigError):
+        Producer(config={"producer": {"local_wrokers": 1}})

@@ -1,0 +1,82 @@
+"""The worker's normalisation of reward outputs, and a worker process driven by a real socket."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import zmq
+
+from qworker import _wire as wire
+from qworker._hashing import encode_payload
+from qworker._sockets import make_socket
+from qworker._worker import to_score
+
+
+def test_numbers_and_dicts_become_scores():
+    assert to_score(1) == (1.0, None, None)
+    assert to_score(True) == (1.0, None, None)
+    assert to_score({"score": 0.5, "pred": "4"}) == (0.5, {"pred": "4"}, None)
+    assert to_score({"score": 0.5}) == (0.5, None, None)
+
+
+def test_bad_outputs_are_named():
+    assert "without 'score'" in to_score({"value": 1})[2]
+    assert "str, not a number" in to_score("0.5")[2]
+    assert "NoneType" in to_score(None)[2]
+    assert "non-finite" in to_score(math.nan)[2]
+    assert "cannot be encoded" in to_score({"score": 1, "obj": object()})[2]
+
+
+def recv(sock, timeout=10.0):
+    assert sock.poll(int(timeout * 1000)), "no message from the worker"
+    peer, kind, body = sock.recv_multipart()
+    return peer, wire.decode(kind, body, max_bytes=1 << 20)
+
+
+def test_worker_process_speaks_the_protocol(tmp_path):
+    ctx = zmq.Context.instance()
+    router = make_socket(ctx, zmq.ROUTER, bind=f"ipc://{tmp_path}/w.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "qworker._worker", "--connect", f"ipc://{tmp_path}/w.sock", "--id", "t/w0.1", "--heartbeat", "0.2"])
+    try:
+        peer, ready = recv(router)
+        assert peer == b"t/w0.1" and isinstance(ready, wire.Ready)
+        assert ready.granted > 0 and ready.received == 0 and "gsm8k" in ready.rewards
+        tasks = [(bytes([i]) * 16, "gsm8k", {}, encode_payload({"response": f"#### {i}", "ground_truth": "3"}), None, 1) for i in range(5)]
+        router.send_multipart([peer, *wire.encode(wire.Tasks(tasks))])
+        got = {}
+        while len(got) < 5:
+            _, msg = recv(router)
+            if isinstance(msg, wire.Results):
+                got.update({r[0]: r for r in msg.results})
+                assert msg.received == 5
+        assert got[bytes([3]) * 16][1] == 1.0 and got[bytes([2]) * 16][1] == 0.0
+        assert got[bytes([3]) * 16][2] == {"pred": "3"}
+        # garbage does not kill it
+        router.send_multipart([peer, b"T", b"\xc1"])
+        router.send_multipart([peer, b"nonsense"])
+        # idle: it sends READY heartbeats carrying its totals
+        deadline = time.monotonic() + 5
+        while True:
+            _, msg = recv(router)
+            if isinstance(msg, wire.Ready):
+                assert (msg.received, msg.finished) == (5, 5)
+                break
+            assert time.monotonic() < deadline
+        # SIGTERM: it hands back what it has not started and says BYE
+        slow = [(bytes([50 + i]) * 16, "sleep", {"ms": 300}, encode_payload({}), None, 1) for i in range(4)]
+        router.send_multipart([peer, *wire.encode(wire.Tasks(slow))])
+        time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGTERM)
+        seen = []
+        while not any(isinstance(m, wire.Bye) for m in seen):
+            seen.append(recv(router)[1])
+        back = [k for m in seen if isinstance(m, wire.Giveback) for k in m.keys]
+        done = [r[0] for m in seen if isinstance(m, wire.Results) for r in m.results]
+        assert sorted(back + done) == sorted(t[0] for t in slow) and back
+        assert proc.wait(10) == 0
+    finally:
+        proc.kill()
+        router.close()
