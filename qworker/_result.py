@@ -66,5 +66,12 @@ class ResultFuture(concurrent.futures.Future):
     thread: keep them short.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        # A pending future has 0 or 1 waiters; the Condition's default deque of
+        # waiters costs 768 bytes, a list 56.  Condition uses only append,
+        # remove, [0], len and truthiness on it, which a list supports.
+        self._condition._waiters = []  # type: ignore[attr-defined]
+
     def __await__(self) -> Generator[Any, None, Result]:
         return asyncio.wrap_future(self).__await__()

@@ -1,0 +1,26 @@
+"""Shared helpers for the benchmark scripts: timing, medians, table printing."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def median_rate(n: int, fn: Callable[[], object], repeats: int) -> tuple[float, list[float]]:
+    """Median tasks/s of ``repeats`` runs of ``fn`` (each runs ``n`` tasks)."""
+    rates = [n / timed(fn) for _ in range(repeats)]
+    return statistics.median(rates), rates
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    cells = [[str(c) for c in r] for r in [headers, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths), *(line(r) for r in cells[1:])])

@@ -1,0 +1,205 @@
+"""Transport benchmark: qworker against the usual ways of farming out rewards.
+
+The same workload (N no-op rewards, then N rewards that burn 1 ms of CPU) runs,
+in one process on one machine, through:
+
+  qworker          Producer(local_workers=W): submit_batch + gather
+  mp.Pool.map      multiprocessing.Pool(W).map with its default chunking
+  Manager dict     the seed design: W processes fed by a multiprocessing.Queue,
+                   results written to a Manager().dict() that the caller polls
+                   with sleep(0.1)
+  Ray tasks        one @ray.remote task per reward, ray.get on all (Ray kept on
+                   127.0.0.1; skipped with a note if Ray is not installed)
+
+It prints tasks/s (median of --repeats runs for the no-op workload, one run for
+the 1 ms one) and qworker's ratio to each, then qworker's single-task round
+trip on an idle pool, the CPU the caller's thread spends waiting in gather, and
+the producer's memory per pending task.
+
+    python bench/transport.py                    # the full run: 100k tasks each
+    python bench/transport.py --tasks 20000      # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import median_rate, table, timed  # noqa: E402
+
+from qworker import Producer  # noqa: E402
+from qworker.rewards.diagnostic import noop, spin  # noqa: E402
+
+REWARDS = {"noop": noop, "spin": spin}
+
+
+# -- the alternatives ---------------------------------------------------------
+def run_qworker(p: Producer, reward: str, payloads: list) -> None:
+    results = p.gather(p.submit_batch(reward, payloads))
+    assert all(r.ok for r in results), next(r.error for r in results if not r.ok)
+
+
+def run_pool_map(pool, reward: str, payloads: list) -> None:
+    out = pool.map(REWARDS[reward], payloads)
+    assert len(out) == len(payloads)
+
+
+def _manager_worker(tasks, results, reward: str) -> None:
+    fn = REWARDS[reward]
+    while True:
+        item = tasks.get()
+        if item is None:
+            return
+        i, payload = item
+        results[i] = fn(payload)
+
+
+def run_manager_dict(workers: int, reward: str, payloads: list) -> None:
+    with mp.Manager() as manager:
+        results = manager.dict()
+        tasks = mp.Queue()
+        procs = [mp.Process(target=_manager_worker, args=(tasks, results, reward)) for _ in range(workers)]
+        for p in procs:
+            p.start()
+        for item in enumerate(payloads):
+            tasks.put(item)
+        while len(results) < len(payloads):
+            time.sleep(0.1)
+        for _ in procs:
+            tasks.put(None)
+        for p in procs:
+            p.join()
+
+
+def start_ray(workers: int):
+    try:
+        import ray
+    except ImportError:
+        return None
+    os.environ.update({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"})
+    ray.init(
+        num_cpus=workers, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+        _temp_dir=tempfile.mkdtemp(prefix="ray-"), configure_logging=False,
+    )
+
+    @ray.remote
+    def ray_reward(reward: str, payload):
+        return REWARDS[reward](payload)
+
+    return ray, ray_reward
+
+
+def run_ray(ray_pair, reward: str, payloads: list) -> None:
+    ray, fn = ray_pair
+    out = ray.get([fn.remote(reward, p) for p in payloads])
+    assert len(out) == len(payloads)
+
+
+# -- qworker's own figures ----------------------------------------------------
+def round_trip_ms(p: Producer, n: int = 2000) -> list[float]:
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        p.submit("noop", {"rtt": i}).result()
+        times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+def gather_cpu_share(p: Producer, payloads: list) -> tuple[float, float]:
+    """(caller-thread CPU seconds in gather, wall seconds in gather)."""
+    futures = p.submit_batch("spin", payloads)
+    c0, t0 = time.thread_time(), time.perf_counter()
+    p.gather(futures)
+    return time.thread_time() - c0, time.perf_counter() - t0
+
+
+def pending_task_bytes(n: int) -> tuple[float, int]:
+    """Producer memory per pending task, with no worker to take them; and the payload size."""
+    payloads = [{"prompt": f"Question {i}: " + "x" * 120, "response": "y" * 200 + f" #### {i}", "ground_truth": str(i)} for i in range(n)]
+    with Producer(local_workers=0) as p:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        futures = p.submit_batch("gsm8k", payloads)
+        time.sleep(0.5)  # let the dispatcher queue them
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        size = len(__import__("msgpack").packb(payloads[0]))
+        del futures
+    return (after - before) / n, size
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=100_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="runs of the no-op workload per system (median reported)")
+    ap.add_argument("--skip", action="append", default=[], help="skip a system: pool, manager, ray")
+    args = ap.parse_args()
+    n, w = args.tasks, args.workers
+    print(f"transport benchmark: {n} tasks per workload, {w} workers, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+
+    workloads = {"no-op": ("noop", [{"i": i} for i in range(n)], args.repeats), "1 ms CPU": ("spin", [{"i": i, "ms": 1} for i in range(n)], 1)}
+    rates: dict[str, dict[str, float]] = {}
+    spread: dict[str, dict[str, list[float]]] = {}
+
+    def record(system: str, workload: str, rate: float, runs: list[float]) -> None:
+        rates.setdefault(system, {})[workload] = rate
+        spread.setdefault(system, {})[workload] = runs
+        print(f"  {system:<14} {workload:<9} {rate:>10,.0f} tasks/s   runs: {', '.join(f'{r:,.0f}' for r in runs)}", flush=True)
+
+    with Producer(local_workers=w) as p:
+        for name, (reward, payloads, repeats) in workloads.items():
+            # fresh payloads per repeat, so no run is answered from the cache
+            batches = iter([[dict(x, rep=r) for x in payloads] for r in range(repeats)])
+            rate, runs = median_rate(n, lambda: run_qworker(p, reward, next(batches)), repeats)
+            record("qworker", name, rate, runs)
+        rtt = round_trip_ms(p)
+        cpu_s, wall_s = gather_cpu_share(p, [{"i": i, "ms": 1, "cpu": 1} for i in range(min(n, 20_000))])
+        status = p.status()["producer"]
+
+    if "pool" not in args.skip:
+        with mp.Pool(w) as pool:
+            for name, (reward, payloads, repeats) in workloads.items():
+                record("mp.Pool.map", name, *median_rate(n, lambda: run_pool_map(pool, reward, payloads), repeats))
+    if "manager" not in args.skip:
+        for name, (reward, payloads, repeats) in workloads.items():
+            record("Manager dict", name, *median_rate(n, lambda: run_manager_dict(w, reward, payloads), repeats))
+    ray_pair = None if "ray" in args.skip else start_ray(w)
+    if ray_pair is not None:
+        run_ray(ray_pair, "noop", [{"warm": i} for i in range(1000)])
+        for name, (reward, payloads, _) in workloads.items():
+            record("Ray tasks", name, *median_rate(n, lambda: run_ray(ray_pair, reward, payloads), 1))
+        ray_pair[0].shutdown()
+    elif "ray" not in args.skip:
+        print("  Ray tasks: skipped, ray is not installed (pip install ray)")
+
+    per_task, payload_size = pending_task_bytes(min(n, 100_000))
+
+    print("\nthroughput, tasks/s (median), and qworker's ratio to each")
+    headers = ["system"] + [f"{k} tasks/s" for k in workloads] + [f"qworker / it, {k}" for k in workloads]
+    rows = []
+    for system, by in rates.items():
+        rows.append([system] + [f"{by[k]:,.0f}" for k in workloads] + [f"{rates['qworker'][k] / by[k]:.2f}x" for k in workloads])
+    print(table(headers, rows))
+
+    print("\nqworker on an idle pool and while waiting")
+    print(table(["measure", "value"], [
+        ["single-task round trip p50", f"{statistics.median(rtt):.3f} ms"],
+        ["single-task round trip p99", f"{statistics.quantiles(rtt, n=100)[98]:.3f} ms"],
+        ["caller thread CPU in gather", f"{100 * cpu_s / wall_s:.2f}% ({cpu_s * 1000:.1f} ms CPU over {wall_s:.2f} s)"],
+        ["producer memory per pending task", f"{per_task:,.0f} bytes (payload itself: {payload_size} bytes msgpack)"],
+        ["duplicate results dropped", str(status["duplicate_results"])],
+    ]))
+
+
+if __name__ == "__main__":
+    main()
