@@ -10,6 +10,7 @@ call paid for once is not paid again.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -43,6 +44,8 @@ class DiskCache:
         self._local = threading.local()
         self._queue: queue.Queue = queue.Queue()
         self.hits = 0
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
         conn = self._conn()  # creates the schema, and fails here on a bad path
         conn.executescript(_SCHEMA)
         self._writer = threading.Thread(target=self._write_loop, name="qworker-diskcache", daemon=True)

@@ -9,6 +9,7 @@ in the caller's thread polls or sleeps in a loop.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import json
 import logging
 import os
@@ -173,13 +174,22 @@ class Producer:
         prefix = key_prefix(reward, params_fingerprint(params))
         futures: list[ResultFuture] = []
         chunk: list[Any] = []
-        for payload in payloads:
-            chunk.append(payload)
-            if len(chunk) == _CHUNK:
+        # Building ~6 GC-tracked objects per task makes a large batch trigger full
+        # collections that rescan every pending task (40% of the time at 100k);
+        # nothing made here is cyclic garbage, so the collector waits until we return.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            for payload in payloads:
+                chunk.append(payload)
+                if len(chunk) == _CHUNK:
+                    futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s))
+                    chunk = []
+            if chunk:
                 futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s))
-                chunk = []
-        if chunk:
-            futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s))
+        finally:
+            if paused:
+                gc.enable()
         return futures
 
     def _submit_chunk(self, reward: str, params: dict, prefix: bytes, payloads: list[Any], timeout_s: Optional[float]) -> list[ResultFuture]:

@@ -47,3 +47,10 @@ def test_producer_takes_a_config_dict():
     assert r.error and r.score == -1.0
     with pytest.raises(ConfigError):
         Producer(config={"producer": {"local_wrokers": 1}})
+
+
+def test_the_shipped_config_is_valid():
+    from tests.conftest import REPO
+
+    cfg = load(str(REPO / "configs" / "qworker.yaml"))
+    assert cfg["producer"]["max_attempts"] == 3 and cfg["pool"]["workers"] == 8

@@ -12,7 +12,7 @@ def _writer(path: str, start: int) -> None:
 
 
 def test_roundtrip_and_survives_reopening(tmp_path):
-    path = str(tmp_path / "c.sqlite")
+    path = str(tmp_path / "new" / "dir" / "c.sqlite")  # parent directories are created
     c = DiskCache(path)
     c.put(b"k" * 16, 0.5, {"pred": "4", "nested": {"a": [1, 2]}})
     c.close()

@@ -32,6 +32,42 @@ def test_result_future_wakes_waiters_and_times_out():
     assert fut._condition._waiters == []  # every waiter removed itself
 
 
+def test_result_future_has_the_attributes_future_has():
+    # ResultFuture.__init__ re-creates Future.__init__'s state with a lighter
+    # Condition; this fails if a Python release changes what Future keeps.
+    assert set(vars(ResultFuture())) == set(vars(concurrent.futures.Future()))
+
+
+def test_many_threads_resolving_and_waiting_never_lose_a_wakeup():
+    futs = [ResultFuture() for _ in range(2000)]
+    got = []
+
+    def waiter(chunk):
+        got.extend(f.result(timeout=10).score for f in chunk)
+
+    ws = [threading.Thread(target=waiter, args=(futs[i::4],)) for i in range(4)]
+    for t in ws:
+        t.start()
+    for i, f in enumerate(futs):
+        f.set_result(Result(float(i)))
+    for t in ws:
+        t.join(20)
+    assert sorted(got) == [float(i) for i in range(2000)]
+
+
+def test_callbacks_and_cancel_behave_as_futures_do():
+    seen = []
+    f = ResultFuture()
+    f.add_done_callback(lambda fut: seen.append(fut.result().score))
+    f.set_result(Result(3.0))
+    f.add_done_callback(lambda fut: seen.append("late"))
+    assert seen == [3.0, "late"]
+    g = ResultFuture()
+    assert g.cancel() and g.cancelled()
+    with pytest.raises(concurrent.futures.CancelledError):
+        g.result()
+
+
 def test_result_future_works_with_wait_as_completed_and_await():
     futs = [ResultFuture() for _ in range(3)]
     threading.Timer(0.05, lambda: [f.set_result(Result(float(i))) for i, f in enumerate(futs)]).start()

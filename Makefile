@@ -1,0 +1,41 @@
+# make demo  - set up .venv and score the bundled example rollouts on a local pool
+# make test  - set up .venv and run the linter and the test suite
+# make bench - the transport benchmark (installs Ray into .venv first)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): setup.py setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	@mkdir -p out
+	@rm -f out/demo-cache.sqlite*
+	@echo "== scoring examples/gsm8k_rollouts.jsonl with the gsm8k reward on 2 local workers"
+	$(BIN)/qworker score examples/gsm8k_rollouts.jsonl --reward gsm8k --workers 2 \
+		--cache out/demo-cache.sqlite --out out/demo-scores.jsonl
+	@echo "== the same file again: every score now comes from the persistent cache"
+	$(BIN)/qworker score examples/gsm8k_rollouts.jsonl --reward gsm8k --workers 2 \
+		--cache out/demo-cache.sqlite --out out/demo-scores.jsonl
+	@echo "== first scored row:"
+	@head -n 1 out/demo-scores.jsonl
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/transport.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info
