@@ -22,7 +22,6 @@ class MemoryCache:
         self.ttl_s = ttl_s
         self._data: OrderedDict[bytes, tuple[float, dict, float]] = OrderedDict()
         self._lock = threading.Lock()
-        self.hits = 0
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -38,7 +37,6 @@ class MemoryCache:
                 del self._data[key]
                 return None
             self._data.move_to_end(key)
-            self.hits += 1
             return score, extra
 
     def put(self, key: bytes, score: float, extra: dict) -> None:

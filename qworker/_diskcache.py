@@ -43,7 +43,6 @@ class DiskCache:
         self.ttl_s = ttl_s
         self._local = threading.local()
         self._queue: queue.Queue = queue.Queue()
-        self.hits = 0
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
         conn = self._conn()  # creates the schema, and fails here on a bad path
@@ -74,7 +73,6 @@ class DiskCache:
             )
             for key, score, extra in rows:
                 found[bytes(key)] = (score, msgpack.unpackb(extra, raw=False, strict_map_key=False))
-        self.hits += len(found)
         return found
 
     def put(self, key: bytes, score: float, extra: dict) -> None:

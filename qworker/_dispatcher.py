@@ -37,6 +37,7 @@ class Dispatcher(threading.Thread):
         *,
         sock: zmq.Socket,
         resolve: Callable[[list[Resolution]], None],
+        pending_lookup: Callable[[bytes], Optional[Pending]],
         max_attempts: int,
         heartbeat_timeout_s: float,
         max_message_bytes: int,
@@ -45,6 +46,7 @@ class Dispatcher(threading.Thread):
         super().__init__(name="qworker-dispatcher", daemon=True)
         self.sock = sock
         self._resolve = resolve
+        self._pending_lookup = pending_lookup  # unresolved tasks by key, across all workers
         self.max_attempts = max_attempts
         self.max_message_bytes = max_message_bytes
         self.status_extra = status_extra
@@ -52,7 +54,7 @@ class Dispatcher(threading.Thread):
         self.inbox: deque[Pending] = deque()  # appended by the caller's thread
         self.calls: deque[tuple[Callable[[], object], object]] = deque()
         self.queue: deque[Pending] = deque()  # waiting for credit; retries go first
-        self.stats = {"dropped_frames": 0, "duplicate_results": 0, "redelivered": 0, "stale_results": 0}
+        self.stats = {"dropped_frames": 0, "duplicate_results": 0, "redelivered": 0}
         self.workers_seen = threading.Condition()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -200,7 +202,7 @@ class Dispatcher(threading.Thread):
 
     def _on_results(self, w: Optional[WorkerState], peer: bytes, results: list[wire.TaskResult]) -> None:
         worker_id = w.id if w is not None else peer.decode(errors="replace")
-        pending_of = self.pending_lookup
+        pending_of = self._pending_lookup
         done: list[Resolution] = []
         for key, score, extra, error, compute_s in results:
             p = w.leases.pop(key, None) if w is not None else None
@@ -219,8 +221,6 @@ class Dispatcher(threading.Thread):
                     w.failed += 1
             done.append((p, score, extra, error, worker_id, compute_s))
         self._resolve(done)
-
-    pending_lookup: Callable[[bytes], Optional[Pending]]  # set by the producer
 
     def _on_lost(self, lost: wire.Lost) -> None:
         w = self.fleet.workers.get(lost.worker)

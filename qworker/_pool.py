@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import psutil
@@ -51,7 +51,6 @@ class _Child:
     fast_crashes: int = 0
     respawn_at: Optional[float] = None
     rss_mb: float = 0.0
-    extra_args: list[str] = field(default_factory=list)
 
 
 class Pool:

@@ -116,11 +116,10 @@ class Producer:
         self.endpoint = bound_endpoint(sock)
         heartbeat_s = float(cfg["heartbeat_s"])
         self._dispatcher = Dispatcher(
-            sock=sock, resolve=self._resolve, max_attempts=int(cfg["max_attempts"]),
+            sock=sock, resolve=self._resolve, pending_lookup=self._pending.get, max_attempts=int(cfg["max_attempts"]),
             heartbeat_timeout_s=3 * heartbeat_s, max_message_bytes=max_message_bytes,
             status_extra=self._producer_status,
         )
-        self._dispatcher.pending_lookup = self._pending.get
         self._dispatcher.start()
         self._registry_file = self._register()
         self._pool: Optional[subprocess.Popen] = None

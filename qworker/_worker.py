@@ -316,9 +316,12 @@ class Worker:
         """SIGTERM: finish running io tasks, hand queued tasks back, say BYE."""
         self._drain_socket()
         self._give_back(len(self.inbox))
-        if self._io_pool is not None:
-            self._io_pool.shutdown(wait=True)
+        while self._io_running:  # each ends by its own deadline at the latest
+            wait_s = max(0.0, (self._next_io_deadline() or 0.0) - time.monotonic())
+            zmq.select([self._wake_r], [], [], wait_s + 0.001)
             self._collect_io()
+        if self._io_pool is not None:
+            self._io_pool.shutdown(wait=False, cancel_futures=True)
         self._flush()
         self._send(wire.Bye("draining"))
         self.sock.close(linger=5000)
@@ -367,7 +370,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     signal.signal(signal.SIGTERM, worker.request_stop)
     signal.set_wakeup_fd(worker._wake_w)  # SIGTERM wakes the poll at once, so draining starts now
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the pool, which drains us
-    return worker.run()
+    rc = worker.run()  # the socket is flushed and closed when this returns
+    # Exit now: an io reward thread past its deadline must not hold the process
+    # open (the interpreter would join the thread pool at exit).
+    logging.shutdown()
+    os._exit(rc)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 
 from qworker import reward
@@ -55,4 +56,17 @@ _hoard: list[bytes] = []
 def leak(payload: dict) -> float:
     """Keeps 40 MB per call, so the worker's RSS grows until it is recycled."""
     _hoard.append(os.urandom(40 * 2**20))
+    return 1.0
+
+
+@reward("io_wait", kind="io")
+def io_wait(payload: dict) -> dict:
+    """Waits like an HTTP call would; io rewards run on the worker's thread pool."""
+    time.sleep(payload["ms"] / 1000.0)
+    return {"score": 1.0, "thread": threading.current_thread().name}
+
+
+@reward("io_hang", kind="io", timeout=0.5)
+def io_hang(payload: dict) -> float:
+    time.sleep(60)
     return 1.0

@@ -144,3 +144,23 @@ def test_close_cancels_unfinished_and_refuses_new_work():
     assert all(r.error_kind == "cancelled" for r in results)
     with pytest.raises(ProducerClosed):
         p.submit("noop", {})
+
+
+def test_io_rewards_overlap_on_the_worker_thread_pool():
+    with Producer(local_workers=1, rewards=[TEST_REWARDS]) as p:
+        t0 = time.monotonic()
+        results = p.map("io_wait", [{"ms": 300, "i": i} for i in range(64)], timeout=60)
+        took = time.monotonic() - t0
+    assert all(r.ok for r in results)
+    assert all(r.extra["thread"].startswith("qworker-io") for r in results)
+    assert took < 64 * 0.3 / 4  # one worker, 64 waits of 0.3 s: they ran side by side
+
+
+def test_a_hung_io_reward_times_out_without_killing_its_worker_or_blocking_close():
+    t0 = time.monotonic()
+    with Producer(local_workers=1, rewards=[TEST_REWARDS]) as p:
+        hung, ok = p.map("io_hang", [{}], timeout=30) + p.map("io_wait", [{"ms": 1}], timeout=30)
+        restarts = p.status()["pools"][0]["workers"][0]["restarts"]
+    assert hung.error_kind == "timeout" and "0.5 s limit" in hung.error
+    assert ok.ok and restarts == 0
+    assert time.monotonic() - t0 < 20  # closing did not wait for the 60 s sleep

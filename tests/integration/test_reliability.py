@@ -33,7 +33,6 @@ def test_sigkill_a_worker_mid_run_loses_nothing(tmp_path):
     assert all(r.ok for r in results)
     assert count_lines(log) >= n  # at least once: the victim's unfinished tasks ran again elsewhere
     assert any(r.attempts == 2 for r in results)
-    assert all(r.worker_pid != victim for r in []) or True
     assert not any(r.extra["worker_pid"] == victim for r in results if r.attempts == 2)
     assert status["producer"]["redelivered"] > 0
     restarts = sum(w["restarts"] for w in status["pools"][0]["workers"])
