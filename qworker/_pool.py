@@ -96,7 +96,7 @@ class Pool:
     def run(self) -> int:
         self.ctx = zmq.Context(io_threads=1)
         self.sock = make_socket(
-            self.ctx, zmq.DEALER, connect=self.connect, identity=f"pool:{self.pool_id}".encode(), linger_ms=2000
+            self.ctx, zmq.DEALER, connect=self.connect, identity=f"pool:{self.pool_id}".encode(), linger_ms=1000
         )
         slot_dir = runtime_dir()
         tag = secrets.token_hex(3)
@@ -116,7 +116,7 @@ class Pool:
                     child.proc.kill()
                 child.slot.close()
                 child.slot.unlink()
-            self.sock.close(linger=2000)
+            self.sock.close(linger=1000)
             self.ctx.term()
         return 0
 

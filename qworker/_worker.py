@@ -266,7 +266,7 @@ class Worker:
         self.ctx = zmq.Context(io_threads=1)
         self.sock = make_socket(
             self.ctx, zmq.DEALER, connect=self.connect, identity=self.worker_id.encode(),
-            max_message_bytes=self.max_message_bytes, linger_ms=5000,
+            max_message_bytes=self.max_message_bytes, linger_ms=1000,
         )
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
@@ -324,7 +324,7 @@ class Worker:
             self._io_pool.shutdown(wait=False, cancel_futures=True)
         self._flush()
         self._send(wire.Bye("draining"))
-        self.sock.close(linger=5000)
+        self.sock.close(linger=1000)  # a reachable producer takes it at once
         self.ctx.term()
         return 0
 

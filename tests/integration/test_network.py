@@ -148,3 +148,28 @@ def test_a_worker_over_its_memory_limit_is_recycled_without_losing_tasks():
     assert all(r.ok for r in results)
     assert status["pools"][0]["workers"][0]["restarts"] >= 1
     assert "recycling" in err and "MB limit" in err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_pools_started_first_serve_a_producer_and_its_restart():
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    pool = start_pool(endpoint, "--workers", "2", "--id", "early")  # nothing listens yet
+    try:
+        time.sleep(0.5)
+        with Producer(bind=endpoint, local_workers=0) as p:
+            p.wait_for_workers(2, timeout=30)
+            first = p.map("noop", [{"run": 1, "i": i} for i in range(300)], timeout=30)
+        # the trainer restarts at the same address; the pool's workers re-register
+        with Producer(bind=endpoint, local_workers=0) as p:
+            p.wait_for_workers(2, timeout=30)
+            second = p.map("noop", [{"run": 2, "i": i} for i in range(300)], timeout=30)
+    finally:
+        pool.send_signal(signal.SIGTERM)
+        pool.communicate(timeout=30)
+    assert all(r.ok for r in first + second)
+    assert {r.worker.split("/")[0] for r in second} == {"early"}
