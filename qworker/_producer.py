@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import gc
+import itertools
 import json
 import logging
 import os
@@ -55,6 +56,7 @@ _DEFAULTS: dict[str, Any] = {
     "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
 }
 _CHUNK = 1024  # tasks hashed before the dispatcher is woken
+_local_pool_numbers = itertools.count(1)  # local pool ids stay distinct within a process
 
 
 class Producer:
@@ -131,7 +133,7 @@ class Producer:
         modules = [*rewards, *(m for m in modules_to_forward() if m not in rewards)]
         cmd = [
             sys.executable, "-m", "qworker", "pool", "--connect", self.endpoint, "--workers", str(n),
-            "--id", f"local-{os.getpid()}", "--parent-pid", str(os.getpid()),
+            "--id", f"local-{os.getpid()}-{next(_local_pool_numbers)}", "--parent-pid", str(os.getpid()),
             "--timeout", repr(float(self.task_timeout_s)), "--heartbeat", repr(heartbeat_s),
             "--log-level", logging.getLevelName(log.getEffectiveLevel()),  # the trainer's logging decides
         ]
