@@ -44,6 +44,7 @@ def _pool_parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--heartbeat", dest="heartbeat_s", type=float, help="report interval, seconds (1)")
     ap.add_argument("--drain-timeout", dest="drain_timeout_s", type=float, help="seconds to drain on SIGTERM (30)")
     ap.add_argument("--log-level", help="DEBUG, INFO (default), WARNING")
+    ap.add_argument("--max-message-bytes", type=int, help="frame size cap; must match the producer's (64 MiB)")
     ap.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     return ap
 

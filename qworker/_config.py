@@ -42,6 +42,7 @@ POOL_KEYS: dict[str, tuple[type, ...]] = {
     "max_hold": (int,),
     "io_threads": (int,),
     "log_level": (str,),
+    "max_message_bytes": (int,),
 }
 SECTIONS = {"producer": PRODUCER_KEYS, "pool": POOL_KEYS}
 SIGNED = {"fallback_score"}  # every other number must be >= 0

@@ -97,12 +97,12 @@ class Dispatcher(threading.Thread):
         next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         while not self._stopping:
             poller.poll(int(HOUSEKEEPING_S * 1000))
-            self._wake_flag = False
-            try:
+            try:  # drain first, then clear: a wake() in between then writes a fresh byte
                 while os.read(self._wake_r, 4096):
                     pass
             except BlockingIOError:
                 pass
+            self._wake_flag = False
             try:
                 self._take_inbox()
                 self._receive()
@@ -168,13 +168,16 @@ class Dispatcher(threading.Thread):
                 if e not in self._import_errors_logged:
                     self._import_errors_logged.add(e)
                     log.error("qworker: worker %s: %s", w.id, e)
-            if msg.finished == msg.received == w.sent and w.leases and now - w.last_sent_at > fleet.heartbeat_timeout_s:
-                # Idle, everything we sent arrived and was answered, yet leases remain:
-                # their results were lost in transit (e.g. a reconnect).  Send them again.
-                self._requeue(w, list(w.leases.values()), "its results never arrived")
-                for p in list(w.leases.values()):
-                    p.holder = None
+            if msg.finished == msg.received and w.leases and now - w.last_sent_at > fleet.heartbeat_timeout_s:
+                # Idle and holding nothing, long after our last send, yet leases remain:
+                # tasks or results were lost in transit (e.g. a TCP reconnect).  Resync
+                # its credit and send them again.
+                w.sent = msg.received
+                orphans = list(w.leases.values())
                 w.leases.clear()
+                for p in orphans:
+                    p.holder = None
+                self._requeue(w, orphans, "lost in transit")
         elif isinstance(msg, wire.PoolReport):
             fleet.on_pool_report(msg, now)
             for lost in msg.lost:
@@ -301,8 +304,10 @@ class Dispatcher(threading.Thread):
             batch: list[wire.Task] = []
             leased: list[Pending] = []
             limit = min(w.credit, share, MAX_BATCH)
-            while queue and len(batch) < limit:
+            room = self.max_message_bytes // 2  # a batch stays well under the frame cap
+            while queue and len(batch) < limit and (not batch or len(queue[0].payload) < room):
                 p = queue.popleft()
+                room -= len(p.payload) + 64
                 if p.resolved:  # resolved meanwhile (a late result of an earlier delivery)
                     continue
                 p.attempts += 1

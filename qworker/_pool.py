@@ -28,7 +28,7 @@ import zmq
 
 from . import _wire as wire
 from ._slot import TaskSlot
-from ._sockets import make_socket, runtime_dir
+from ._sockets import DEFAULT_MAX_MESSAGE_BYTES, make_socket, runtime_dir
 
 log = logging.getLogger("qworker.pool")
 
@@ -69,6 +69,7 @@ class Pool:
         io_threads: int = 32,
         parent_pid: Optional[int] = None,
         log_level: str = "WARNING",
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         if workers < 1:
             raise ValueError("a pool needs at least one worker")
@@ -85,6 +86,7 @@ class Pool:
         self.io_threads = io_threads
         self.parent_pid = parent_pid
         self.log_level = log_level
+        self.max_message_bytes = max_message_bytes  # must match the producer's
         self.state = "running"
         self.lost: list[wire.Lost] = []
         self._stop_requested = False
@@ -129,6 +131,7 @@ class Pool:
             "--timeout", repr(self.task_timeout_s), "--heartbeat", repr(self.heartbeat_s),
             "--max-hold", str(self.max_hold), "--io-threads", str(self.io_threads),
             "--parent-pid", str(os.getpid()), "--log-level", self.log_level,
+            "--max-message-bytes", str(self.max_message_bytes),
         ]
         child.slot.end()
         child.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
@@ -206,8 +209,8 @@ class Pool:
 
     def _watchdog(self, now: float) -> None:
         for c in self.children:
-            if c.proc is None or c.kill_reason is not None:
-                continue
+            if c.proc is None or c.killed_task is not None:
+                continue  # gone, or already SIGKILLed; a worker being recycled still has its deadline enforced
             running = c.slot.read()
             if running is not None and now >= running[2]:
                 key, started, deadline = running

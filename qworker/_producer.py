@@ -136,6 +136,7 @@ class Producer:
             "--id", f"local-{os.getpid()}-{next(_local_pool_numbers)}", "--parent-pid", str(os.getpid()),
             "--timeout", repr(float(self.task_timeout_s)), "--heartbeat", repr(heartbeat_s),
             "--log-level", logging.getLevelName(log.getEffectiveLevel()),  # the trainer's logging decides
+            "--max-message-bytes", str(self.config["max_message_bytes"]),
         ]
         if modules:
             cmd += ["--rewards", ",".join(modules)]
@@ -255,8 +256,9 @@ class Producer:
                 hits = [p for p in batch if p.key in found]
                 batch = [p for p in batch if p.key not in found]
                 with self._lock:
+                    hits = [p for p in hits if self._pending.get(p.key) is p]  # not resolved meanwhile
                     for p in hits:
-                        self._pending.pop(p.key, None)
+                        del self._pending[p.key]
                         p.resolved = True
                 for p in hits:
                     score, extra = found[p.key]
@@ -271,10 +273,12 @@ class Producer:
         now = time.monotonic()
         fresh = []
         with self._lock:
-            pop = self._pending.pop
+            pending = self._pending
             for d in done:
-                if pop(d[0].key, None) is not None:
-                    d[0].resolved = True
+                p = d[0]
+                if pending.get(p.key) is p:  # the first result for this task wins
+                    del pending[p.key]
+                    p.resolved = True
                     fresh.append(d)
         to_cache = []
         failed = 0

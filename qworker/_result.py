@@ -110,5 +110,10 @@ class ResultFuture(concurrent.futures.Future):
         self._waiters: list = []
         self._done_callbacks: list = []
 
+    def cancel(self) -> bool:
+        """Always False: a task is shared by every duplicate submission, so it
+        runs to its result (asyncio's ``wait_for`` timing out leaves it running)."""
+        return False
+
     def __await__(self) -> Generator[Any, None, Result]:
         return asyncio.wrap_future(self).__await__()

@@ -315,6 +315,7 @@ class Worker:
     def _drain_and_leave(self) -> int:
         """SIGTERM: finish running io tasks, hand queued tasks back, say BYE."""
         self._drain_socket()
+        self.granted = self.received  # withdraw unused credit, so nothing more is sent our way
         self._give_back(len(self.inbox))
         while self._io_running:  # each ends by its own deadline at the latest
             wait_s = max(0.0, (self._next_io_deadline() or 0.0) - time.monotonic())
@@ -356,6 +357,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--max-hold", type=int, default=512)
     ap.add_argument("--io-threads", type=int, default=32)
     ap.add_argument("--parent-pid", type=int)
+    ap.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args(argv)
     if args.parent_pid is not None:
@@ -366,6 +368,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         connect=args.connect, worker_id=args.id, pool_id=args.pool, slot_path=args.slot,
         rewards=tuple(m for m in args.rewards.split(",") if m), default_timeout_s=args.timeout,
         heartbeat_s=args.heartbeat, max_hold=args.max_hold, io_threads=args.io_threads, parent_pid=args.parent_pid,
+        max_message_bytes=args.max_message_bytes,
     )
     signal.signal(signal.SIGTERM, worker.request_stop)
     signal.set_wakeup_fd(worker._wake_w)  # SIGTERM wakes the poll at once, so draining starts now

@@ -164,3 +164,11 @@ def test_a_hung_io_reward_times_out_without_killing_its_worker_or_blocking_close
     assert hung.error_kind == "timeout" and "0.5 s limit" in hung.error
     assert ok.ok and restarts == 0
     assert time.monotonic() - t0 < 20  # closing did not wait for the 60 s sleep
+
+
+def test_batches_stay_under_the_frame_limit():
+    # 8 x 200 kB would be a 1.6 MB frame, over the 1 MB cap that producer and
+    # workers share: batches are cut by bytes as well as by count.
+    with Producer(local_workers=1, max_message_bytes=1 << 20, max_payload_bytes=300_000) as p:
+        results = p.map("noop", [{"blob": "x" * 200_000, "i": i} for i in range(24)], timeout=30)
+    assert all(r.ok for r in results)

@@ -63,9 +63,21 @@ def test_callbacks_and_cancel_behave_as_futures_do():
     f.add_done_callback(lambda fut: seen.append("late"))
     assert seen == [3.0, "late"]
     g = ResultFuture()
-    assert g.cancel() and g.cancelled()
-    with pytest.raises(concurrent.futures.CancelledError):
-        g.result()
+    assert not g.cancel() and not g.cancelled()  # shared work is never cancelled
+    g.set_result(Result(1.0))
+    assert g.result().score == 1.0
+
+
+def test_an_asyncio_timeout_does_not_cancel_the_task():
+    f = ResultFuture()
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.wrap_future(f), 0.01)
+
+    asyncio.run(main())
+    f.set_result(Result(4.0))  # resolving later still works
+    assert f.result().score == 4.0
 
 
 def test_result_future_works_with_wait_as_completed_and_await():
