@@ -77,7 +77,13 @@ class DiskCache:
 
     def put(self, key: bytes, score: float, extra: dict) -> None:
         """Queue a write; it is committed within ~50 ms (``flush`` waits for it)."""
-        self._queue.put((key, score, msgpack.packb(extra, use_bin_type=True), time.time()))
+        self.put_many([(key, score, extra)])
+
+    def put_many(self, items: list[tuple[bytes, float, dict]]) -> None:
+        """Queue several writes as one item (the dispatcher calls this once per result batch)."""
+        if items:
+            now = time.time()
+            self._queue.put([(key, score, msgpack.packb(extra, use_bin_type=True), now) for key, score, extra in items])
 
     def flush(self, timeout: float = 30.0) -> None:
         done = threading.Event()
@@ -100,7 +106,7 @@ class DiskCache:
                 elif isinstance(item, threading.Event):
                     waiters.append(item)
                 else:
-                    batch.append(item)
+                    batch.extend(item)
                 try:
                     item = self._queue.get(timeout=0.05) if len(batch) < 10_000 else self._queue.get_nowait()
                 except queue.Empty:

@@ -82,6 +82,10 @@ class Dispatcher(threading.Thread):
             raise TimeoutError("the dispatcher did not answer")
         return box[0]
 
+    def status(self) -> dict:
+        """This producer, its pools and their workers.  Dispatcher thread only (see ``call``)."""
+        return {"producer": self.status_extra(), "pools": self.fleet.snapshot()}
+
     def stop(self) -> None:
         self._stopping = True
         self.wake()
@@ -173,11 +177,7 @@ class Dispatcher(threading.Thread):
                 # tasks or results were lost in transit (e.g. a TCP reconnect).  Resync
                 # its credit and send them again.
                 w.sent = msg.received
-                orphans = list(w.leases.values())
-                w.leases.clear()
-                for p in orphans:
-                    p.holder = None
-                self._requeue(w, orphans, "lost in transit")
+                self._requeue(w, fleet.release(w), "lost in transit")
         elif isinstance(msg, wire.PoolReport):
             fleet.on_pool_report(msg, now)
             for lost in msg.lost:
@@ -198,8 +198,7 @@ class Dispatcher(threading.Thread):
                 log.info("qworker: worker %s left (%s)", w.id, msg.reason)
                 self._lose(w, f"left ({msg.reason})")
         elif isinstance(msg, wire.StatusRequest):
-            status = {"producer": self.status_extra(), "pools": fleet.snapshot()}
-            self._send(peer, wire.StatusReply(status))
+            self._send(peer, wire.StatusReply(self.status()))
         else:
             self._drop(peer, f"{type(msg).__name__} is not a message a producer accepts")
 

@@ -118,6 +118,11 @@ class Fleet:
         """Forget a worker; returns the tasks it held."""
         self.workers.pop(worker.id, None)
         self.retired.add(worker.id)
+        return self.release(worker)
+
+    @staticmethod
+    def release(worker: WorkerState) -> list[Pending]:
+        """End every lease ``worker`` holds; returns their tasks."""
         held = list(worker.leases.values())
         worker.leases.clear()
         for p in held:

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from hashlib import blake2b
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 import zmq
 
@@ -56,6 +56,7 @@ _DEFAULTS: dict[str, Any] = {
     "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
 }
 _CHUNK = 1024  # tasks hashed before the dispatcher is woken
+_T = TypeVar("_T")
 _local_pool_numbers = itertools.count(1)  # local pool ids stay distinct within a process
 
 
@@ -253,33 +254,37 @@ class Producer:
             found = self.disk_cache.get_many(p.key for p in batch)
             if found:
                 self._counts["cache_hits"] += len(found)
-                hits = [p for p in batch if p.key in found]
+                hits = self._claim([p for p in batch if p.key in found])
                 batch = [p for p in batch if p.key not in found]
-                with self._lock:
-                    hits = [p for p in hits if self._pending.get(p.key) is p]  # not resolved meanwhile
-                    for p in hits:
-                        del self._pending[p.key]
-                        p.resolved = True
+                self.memory_cache.put_many([(p.key, *found[p.key]) for p in hits])
                 for p in hits:
                     score, extra = found[p.key]
-                    self.memory_cache.put(p.key, score, extra)
                     p.future.set_result(Result(score, extra, cached=True, key=p.key.hex()))  # type: ignore[attr-defined]
         self._dispatcher.inbox.extend(batch)
         self._dispatcher.wake()
 
-    # resolving (dispatcher thread) -------------------------------------------
-    def _resolve(self, done: list[Resolution]) -> None:
-        """Resolve tasks: ``(pending, score, extra, error, worker, compute_s)`` each."""
-        now = time.monotonic()
-        fresh = []
+    # resolving ---------------------------------------------------------------
+    def _claim(self, items: list[_T], task: Callable[[_T], Pending] = lambda p: p) -> list[_T]:  # type: ignore[assignment,return-value]
+        """Take the right to resolve the task of each item; returns the items whose
+        task was still unresolved, each task once.
+
+        Whoever claims a task resolves its future: the first result wins.
+        """
+        claimed = []
         with self._lock:
             pending = self._pending
-            for d in done:
-                p = d[0]
-                if pending.get(p.key) is p:  # the first result for this task wins
+            for item in items:
+                p = task(item)
+                if pending.get(p.key) is p:
                     del pending[p.key]
                     p.resolved = True
-                    fresh.append(d)
+                    claimed.append(item)
+        return claimed
+
+    def _resolve(self, done: list[Resolution]) -> None:
+        """Resolve tasks (dispatcher thread): ``(pending, score, extra, error, worker, compute_s)`` each."""
+        now = time.monotonic()
+        fresh = self._claim(done, lambda d: d[0])
         to_cache = []
         failed = 0
         fallback = self.fallback_score
@@ -295,8 +300,7 @@ class Producer:
             ))
         self.memory_cache.put_many(to_cache)
         if self.disk_cache is not None:
-            for item in to_cache:
-                self.disk_cache.put(*item)
+            self.disk_cache.put_many(to_cache)
         self._counts["failed"] += failed
         self._counts["resolved"] += len(fresh)
 
@@ -342,8 +346,7 @@ class Producer:
         """What ``qworker status`` shows: this producer, its pools and their workers."""
         if self._closed:
             raise ProducerClosed("status() on a closed Producer")
-        d = self._dispatcher
-        return d.call(lambda: {"producer": self._producer_status(), "pools": d.fleet.snapshot()})  # type: ignore[return-value]
+        return self._dispatcher.call(self._dispatcher.status)  # type: ignore[return-value]
 
     def _register(self) -> str:
         """Leave a note in the runtime dir so ``qworker status`` can find us."""
@@ -369,9 +372,7 @@ class Producer:
         self._dispatcher.stop()
         with self._lock:
             left = list(self._pending.values())
-            self._pending.clear()
-        for p in left:
-            p.resolved = True
+        for p in self._claim(left):
             p.future.set_result(Result(self.fallback_score, error="cancelled: the producer closed", attempts=p.attempts, key=p.key.hex()))  # type: ignore[attr-defined]
         self._dispatcher.sock.close(linger=0)
         self._ctx.term()

@@ -108,6 +108,8 @@ class Worker:
         self.io_threads = io_threads
         self.parent_pid = parent_pid
         self.max_message_bytes = max_message_bytes
+        self.host = socket.gethostname()
+        self.import_errors: list[str] = []  # set by run(), reported in every READY
         self.stopping = False
         self.granted = 0
         self.received = 0
@@ -147,7 +149,7 @@ class Worker:
     def _ready(self) -> None:
         self._top_up()
         self._send(wire.Ready(
-            self.worker_id, self.pool_id, os.getpid(), socket.gethostname(),
+            self.worker_id, self.pool_id, os.getpid(), self.host,
             self.granted, self.received, self.finished, sorted(registered()), self.import_errors,
         ))
 
@@ -239,21 +241,15 @@ class Worker:
                 pass
         except BlockingIOError:
             pass
-        now = time.monotonic()
-        kept: deque[wire.TaskResult] = deque()
         while self._io_done:
             r = self._io_done.popleft()
             if self._io_running.pop(r[0], None) is not None:  # not already timed out
-                kept.append(r)
-                self.finished += 1
+                self._finish(r)
+        now = time.monotonic()
         for key, (started, deadline) in list(self._io_running.items()):
             if now >= deadline:
                 del self._io_running[key]
-                kept.append((key, None, None, _error(wire.TIMEOUT_ERROR, f"io reward passed its {deadline - started:.3g} s limit"), now - started))
-                self.finished += 1
-        if kept and not self.results:
-            self.first_unflushed = now
-        self.results.extend(kept)
+                self._finish((key, None, None, _error(wire.TIMEOUT_ERROR, f"io reward passed its {deadline - started:.3g} s limit"), now - started))
 
     def _next_io_deadline(self) -> Optional[float]:
         return min((d for _, d in self._io_running.values()), default=None)

@@ -72,7 +72,7 @@ def test_bad_payloads_fail_alone(producer):
     assert results[1].error_kind == "bad_payload" and "cannot encode" in results[1].error
 
 
-def test_oversized_payload_is_refused(tmp_path):
+def test_oversized_payload_is_refused():
     with Producer(local_workers=1, max_payload_bytes=1000) as p:
         big, small = p.map("noop", [{"x": "a" * 2000}, {"x": "a"}])
     assert big.error_kind == "bad_payload" and "1000-byte limit" in big.error
@@ -172,3 +172,14 @@ def test_batches_stay_under_the_frame_limit():
     with Producer(local_workers=1, max_message_bytes=1 << 20, max_payload_bytes=300_000) as p:
         results = p.map("noop", [{"blob": "x" * 200_000, "i": i} for i in range(24)], timeout=30)
     assert all(r.ok for r in results)
+
+
+def test_a_task_is_resolved_once_even_if_a_batch_repeats_it():
+    # A results batch can name a task twice (it reached the worker twice through a
+    # redelivery): the first entry resolves it and the second is dropped, not re-set.
+    with Producer(local_workers=0) as p:  # no workers: nothing else resolves it
+        [fut] = p.submit_batch("noop", [{"once": 1}])
+        [pending] = p._pending.values()
+        p._resolve([(pending, 1.0, None, None, "w", 0.0), (pending, 2.0, None, None, "w", 0.0)])
+        assert fut.result(timeout=1).score == 1.0
+        assert p.status()["producer"]["resolved"] == 1
