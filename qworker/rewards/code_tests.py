@@ -1,0 +1,163 @@
+"""``code_tests``: run generated Python against test cases, in a sandbox.
+
+The program is the last fenced code block of the response (```` ```python ````
+or a bare ```` ``` ````), or the whole response when it has none.  It never
+runs in the worker: see ``_sandbox`` for the child process, its limits, and
+what it does not protect against.
+
+``ground_truth`` (or a JSON string of it) holds the tests, in either form:
+
+* ``{"inputs": [str, ...], "outputs": [str, ...]}``: stdin/stdout pairs
+  (APPS/TACO style); one run per pair; a case passes when the run exits 0 and
+  its output equals the expected one, line by line, trailing whitespace ignored;
+* ``{"asserts": [str, ...]}`` or a plain list of strings: assert snippets
+  (MBPP style) run after the program in one interpreter; each that completes
+  counts, and a harness records passes with a per-run nonce, so a program that
+  exits early (``sys.exit(0)``, ``os._exit``) passes nothing.
+
+Score: ``passed / total`` (``all_or_nothing=True``: 1.0 only when all pass).
+Limits per run: ``timeout_s`` wall, ``cpu_s`` CPU, ``memory_mb`` address space;
+``max_total_s`` bounds the whole task (cases left when it runs out fail), so the
+reward returns before the pool's hard limit.  ``extra``: ``passed``, ``total``,
+``code_found`` and ``first_failure``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from typing import Any
+
+from .._registry import reward
+from . import _payload
+from ._sandbox import Limits, run_python, sandbox_dir
+
+__all__ = ["code_tests", "extract_code", "load_tests"]
+
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+_HARNESS = r'''
+import sys
+_nonce, _n = sys.argv[1], int(sys.argv[2])
+_asserts = [open(f".assert{_i}.py", encoding="utf-8").read() for _i in range(_n)]
+_out = open(".results", "a", encoding="utf-8")
+_ns = {"__name__": "__main__"}
+try:
+    exec(compile(open("solution.py", encoding="utf-8").read(), "solution.py", "exec"), _ns)
+except BaseException as _e:
+    print(f"program: {type(_e).__name__}: {_e}", file=sys.stderr)
+else:
+    for _i, _a in enumerate(_asserts):
+        try:
+            exec(compile(_a, f"assert{_i}", "exec"), _ns)
+        except BaseException as _e:
+            print(f"assert {_i}: {type(_e).__name__}: {_e}", file=sys.stderr)
+        else:
+            _out.write(f"{_nonce} {_i}\n")
+            _out.flush()
+'''
+
+
+def extract_code(response: str) -> tuple[str, bool]:
+    """The last fenced code block, or the whole response; and whether a block was found."""
+    blocks = _FENCE.findall(response)
+    return (blocks[-1], True) if blocks else (response, False)
+
+
+def load_tests(gt: Any) -> tuple[str, list]:
+    """``("io", [(input, output), ...])`` or ``("asserts", [snippet, ...])``."""
+    if isinstance(gt, str):
+        try:
+            gt = json.loads(gt)
+        except json.JSONDecodeError:
+            raise ValueError("code_tests: ground_truth is a string but not JSON") from None
+    if isinstance(gt, list):
+        gt = {"asserts": gt}
+    if not isinstance(gt, dict):
+        raise ValueError(f"code_tests: ground_truth must be an object or a list, got {type(gt).__name__}")
+    if "asserts" in gt:
+        asserts = gt["asserts"]
+        if not isinstance(asserts, list) or not asserts or not all(isinstance(a, str) for a in asserts):
+            raise ValueError("code_tests: 'asserts' must be a non-empty list of strings")
+        return "asserts", asserts
+    inputs, outputs = gt.get("inputs"), gt.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs) or not inputs:
+        raise ValueError("code_tests: ground_truth needs 'asserts', or 'inputs' and 'outputs' lists of the same non-zero length")
+    return "io", [(str(i), str(o)) for i, o in zip(inputs, outputs, strict=True)]
+
+
+def _same_output(got: str, want: str) -> bool:
+    lines = lambda s: [line.rstrip() for line in s.rstrip().splitlines()]  # noqa: E731
+    return lines(got) == lines(want)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _run_io(workdir: str, cases: list, limits: Limits, deadline: float) -> tuple[int, str | None]:
+    passed, first = 0, None
+    for n, (stdin, want) in enumerate(cases):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return passed, first or f"case {n}: out of time (max_total_s)"
+        run = run_python(workdir, "solution.py", stdin=stdin, limits=_with_wall(limits, left))
+        if run.failure is None and _same_output(run.stdout, want):
+            passed += 1
+        elif first is None:
+            first = f"case {n}: {run.failure or 'wrong output ' + repr(run.stdout[:100])}"
+    return passed, first
+
+
+def _run_asserts(workdir: str, asserts: list, limits: Limits, deadline: float) -> tuple[int, str | None]:
+    for n, snippet in enumerate(asserts):
+        _write(os.path.join(workdir, f".assert{n}.py"), snippet)
+    _write(os.path.join(workdir, ".harness.py"), _HARNESS)
+    nonce = secrets.token_hex(16)
+    left = max(0.0, deadline - time.monotonic())
+    run = run_python(workdir, ".harness.py", limits=_with_wall(limits, left), args=(nonce, str(len(asserts))))
+    done: set[int] = set()
+    results = os.path.join(workdir, ".results")
+    if os.path.exists(results):
+        with open(results, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                tag, _, idx = line.strip().partition(" ")
+                if tag == nonce and idx.isdigit():
+                    done.add(int(idx))
+    passed = len(done & set(range(len(asserts))))
+    first = None
+    if passed < len(asserts):
+        lines = run.stderr.strip().splitlines()
+        first = next((ln for ln in lines if ln.startswith(("assert ", "program: "))), None) or run.failure or "no result recorded"
+    return passed, first[:300] if first else None
+
+
+def _with_wall(limits: Limits, left: float) -> Limits:
+    return Limits(**{**{f: getattr(limits, f) for f in Limits.__slots__}, "wall_s": min(limits.wall_s, left)})
+
+
+@reward("code_tests", timeout=120)
+def code_tests(
+    payload: dict,
+    timeout_s: float = 5.0,
+    cpu_s: int = 5,
+    memory_mb: int = 1024,
+    max_total_s: float = 60.0,
+    all_or_nothing: bool = False,
+) -> dict:
+    response = _payload.response(payload, "code_tests")
+    kind, tests = load_tests(_payload.ground_truth(payload, "code_tests"))
+    code, found = extract_code(response)
+    limits = Limits(wall_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb)
+    deadline = time.monotonic() + max_total_s
+    with sandbox_dir() as workdir:
+        _write(os.path.join(workdir, "solution.py"), code)
+        run = _run_io if kind == "io" else _run_asserts
+        passed, first = run(workdir, tests, limits, deadline)
+    total = len(tests)
+    score = float(passed == total) if all_or_nothing else passed / total
+    return {"score": score, "passed": passed, "total": total, "code_found": found, "first_failure": first}
