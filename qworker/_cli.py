@@ -177,7 +177,11 @@ def score_main(args: argparse.Namespace) -> int:
         if args.bind:
             print(f"qworker score: waiting for pools on {producer.endpoint}", file=sys.stderr)
         started = time.monotonic()
-        futures = producer.submit_batch(args.reward, rows, params=params)
+        try:
+            futures = producer.submit_batch(args.reward, rows, params=params)
+        except QworkerError as exc:
+            print(f"qworker score: {exc}", file=sys.stderr)
+            return 2
         progress = Progress(len(futures), enabled=not args.quiet)
         for f in futures:
             f.add_done_callback(progress.advance)
@@ -219,13 +223,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     sc = sub.add_parser("score", help="score a JSONL file of rollouts")
     sc.add_argument("input", help="JSONL file, one payload object per line")
-    sc.add_argument("--reward", required=True, help="reward name, or package.module:function")
+    sc.add_argument("--reward", required=True, help="reward name, package.module:function, or a name from the config's rewards: section")
     sc.add_argument("--out", required=True, help="JSONL output: each input with its result")
     sc.add_argument("--workers", type=int, help="local worker processes (default: CPU count; 0 with --bind)")
     sc.add_argument("--bind", help="also accept remote pools on this endpoint, e.g. tcp://127.0.0.1:5555")
     sc.add_argument("--rewards", action="append", help="reward modules for the workers to import; repeatable")
     sc.add_argument("--params", help="reward parameters as a JSON object")
-    sc.add_argument("--config", help="YAML config ('producer:' section)")
+    sc.add_argument("--config", help="YAML config ('producer:' and 'rewards:' sections)")
     sc.add_argument("--cache", help="persistent result cache (SQLite file)")
     sc.add_argument("--timeout", type=float, help="hard limit per task, seconds")
     sc.add_argument("--strict", action="store_true", help="exit 1 if any task failed")

@@ -48,10 +48,13 @@ SECTIONS = {"producer": PRODUCER_KEYS, "pool": POOL_KEYS}
 SIGNED = {"fallback_score"}  # every other number must be >= 0
 
 
-def load(source: Union[str, os.PathLike, Mapping[str, Any], None]) -> dict[str, dict[str, Any]]:
-    """Read and check a config; returns ``{"producer": {...}, "pool": {...}}``."""
+def load(source: Union[str, os.PathLike, Mapping[str, Any], None]) -> dict[str, Any]:
+    """Read and check a config; returns ``{"producer": {...}, "pool": {...}, "rewards": {...}, "where": str}``.
+
+    The ``rewards:`` section is checked by ``_catalog.Catalog``.
+    """
     if source is None:
-        return {name: {} for name in SECTIONS}
+        return {**{name: {} for name in SECTIONS}, "rewards": {}, "where": "config"}
     where = "config"
     if isinstance(source, Mapping):
         data: Any = dict(source)
@@ -68,10 +71,13 @@ def load(source: Union[str, os.PathLike, Mapping[str, Any], None]) -> dict[str, 
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: the top level must be a mapping, not {type(data).__name__}")
-    unknown = set(data) - set(SECTIONS) - {"rewards"}  # rewards: parameters, read by later features
+    unknown = set(data) - set(SECTIONS) - {"rewards"}
     if unknown:
-        raise ConfigError(f"{where}: unknown section(s) {sorted(unknown)}; expected {sorted(SECTIONS)}")
-    out = {}
+        raise ConfigError(f"{where}: unknown section(s) {sorted(unknown)}; expected {sorted([*SECTIONS, 'rewards'])}")
+    rewards = data.get("rewards") or {}
+    if not isinstance(rewards, dict):
+        raise ConfigError(f"{where}: section 'rewards' must be a mapping")
+    out: dict[str, Any] = {"rewards": rewards, "where": where}
     for name, keys in SECTIONS.items():
         section = data.get(name) or {}
         if not isinstance(section, dict):

@@ -25,8 +25,9 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import zmq
 
-from . import _config
+from . import _composite, _config
 from ._cache import MemoryCache
+from ._catalog import Catalog, Composite
 from ._diskcache import DiskCache
 from ._dispatcher import Dispatcher
 from ._exceptions import GatherTimeout, PoolStartError, ProducerClosed
@@ -96,8 +97,10 @@ class Producer:
         max_message_bytes: Optional[int] = None,
     ) -> None:
         explicit = {k: v for k, v in locals().items() if k in _DEFAULTS}
-        cfg = _config.merge(explicit, _config.load(config)["producer"], _DEFAULTS)
+        loaded = _config.load(config)
+        cfg = _config.merge(explicit, loaded["producer"], _DEFAULTS)
         self.config = cfg
+        self.catalog = Catalog(loaded["rewards"], loaded["where"])
         if cfg["local_workers"] is None:
             cfg["local_workers"] = (os.cpu_count() or 1) if cfg["bind"] is None else 0
         self.fallback_score = float(cfg["fallback_score"])
@@ -168,12 +171,21 @@ class Producer:
     ) -> list[ResultFuture]:
         """Submit one task per payload and return their futures at once, in order.
 
+        ``reward`` is a reward name, ``package.module:function``, or a name from
+        the config's ``rewards:`` section (defaults, an alias, or a composite).
         ``params`` are keyword arguments for the reward and part of each task's
         hash.  ``timeout_s`` overrides the hard limit for these tasks.
         """
         if self._closed:
             raise ProducerClosed("submit_batch() on a closed Producer")
-        params = dict(params or {})
+        target = self.catalog.resolve(reward, params)
+        if isinstance(target, Composite):
+            return _composite.submit(
+                lambda name, batch, p: self._submit_plain(name, batch, p, timeout_s), target, list(payloads), self.fallback_score
+            )
+        return self._submit_plain(target.reward, payloads, target.params, timeout_s)
+
+    def _submit_plain(self, reward: str, payloads: Iterable[Any], params: dict, timeout_s: Optional[float]) -> list[ResultFuture]:
         prefix = key_prefix(reward, params_fingerprint(params))
         futures: list[ResultFuture] = []
         chunk: list[Any] = []

@@ -1,0 +1,160 @@
+"""Named rewards from the config's ``rewards:`` section.
+
+Each entry under ``rewards:`` takes one of three forms::
+
+    rewards:
+      math:                      # defaults: params merged into every "math" task
+        format_bonus: 0.1
+      math_strict:               # an alias: a new name for a reward with fixed params
+        reward: math
+        params: {strict: true}
+      gsm8k_shaped:              # a composite: weighted sum of component rewards
+        on_error: fail           # a failed component fails the whole reward (default),
+        components:              # or "fallback": it counts as its fallback value
+          - {reward: math, weight: 1.0}
+          - {reward: format, weight: 0.1, on_error: fallback, fallback: 0.0}
+          - {name: overlong, reward: length_penalty, params: {buffer_len: 64}}
+
+An entry with ``components`` is a composite, one with ``reward`` an alias, and
+any other mapping holds default params for the reward of that name.  Params
+given at submission win over the alias's, which win over the defaults.  The
+params a task finally carries are part of its hash, so changing a config value
+never returns a stale cached score.  Composites are combined by the producer
+(``_composite``); their components cannot be composites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Union
+
+from ._exceptions import ConfigError, RewardError
+
+__all__ = ["Plain", "Component", "Composite", "Catalog"]
+
+ON_ERROR = ("fail", "fallback")
+_COMPONENT_KEYS = {"name", "reward", "weight", "params", "on_error", "fallback"}
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    """A reward the workers run, with the params its tasks carry."""
+
+    reward: str
+    params: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    name: str
+    task: Plain
+    weight: float
+    on_error: str  # "fail" | "fallback"
+    fallback: float
+
+
+@dataclass(frozen=True, slots=True)
+class Composite:
+    name: str
+    components: tuple[Component, ...]
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+class Catalog:
+    """Resolves reward names given to ``submit_batch`` into what workers run."""
+
+    def __init__(self, section: Optional[Mapping[str, Any]] = None, where: str = "config") -> None:
+        self._where = f"{where}: rewards"
+        self._entries = {}
+        for name, entry in _mapping(section, self._where).items():
+            if not isinstance(name, str):
+                raise ConfigError(f"{self._where}: reward names must be strings, got {name!r}")
+            self._entries[name] = _mapping(entry, f"{self._where}.{name}")
+        for name, entry in self._entries.items():  # check every entry now: a typo fails at start-up
+            if "components" in entry:
+                self._composite(name, entry)
+            else:
+                self._plain(name, {}, ())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def resolve(self, name: str, params: Optional[Mapping[str, Any]] = None) -> Union[Plain, Composite]:
+        entry = self._entries.get(name)
+        if entry is not None and "components" in entry:
+            if params:
+                raise RewardError(f"reward {name!r} is a composite: give params to its components in the config, not at submission")
+            return self._composite(name, entry)
+        return self._plain(name, dict(params or {}), ())
+
+    def _plain(self, name: str, params: dict, seen: tuple[str, ...]) -> Plain:
+        if name in seen:
+            raise ConfigError(f"{self._where}: aliases loop: {' -> '.join((*seen, name))}")
+        entry = self._entries.get(name)
+        if entry is None:
+            return Plain(name, params)
+        where = f"{self._where}.{name}"
+        if "components" in entry:
+            raise ConfigError(f"{where}: a composite cannot be used inside another reward ({' -> '.join(seen)})")
+        if "reward" not in entry:
+            return Plain(name, {**entry, **params})  # defaults
+        unknown = set(entry) - {"reward", "params"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} in an alias; expected 'reward' and 'params'")
+        target = entry["reward"]
+        if not isinstance(target, str) or not target:
+            raise ConfigError(f"{where}.reward: expected a reward name, got {target!r}")
+        merged = {**_mapping(entry.get("params"), f"{where}.params"), **params}
+        return self._plain(target, merged, (*seen, name))
+
+    def _composite(self, name: str, entry: dict) -> Composite:
+        where = f"{self._where}.{name}"
+        unknown = set(entry) - {"components", "on_error"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} in a composite; expected 'components' and 'on_error'")
+        default_policy = entry.get("on_error", "fail")
+        if default_policy not in ON_ERROR:
+            raise ConfigError(f"{where}.on_error: expected one of {ON_ERROR}, got {default_policy!r}")
+        items = entry["components"]
+        if not isinstance(items, list) or not items:
+            raise ConfigError(f"{where}.components: expected a non-empty list")
+        out: list[Component] = []
+        for i, item in enumerate(items):
+            at = f"{where}.components[{i}]"
+            item = _mapping(item, at)
+            unknown = set(item) - _COMPONENT_KEYS
+            if unknown:
+                raise ConfigError(f"{at}: unknown key(s) {sorted(unknown)}; known: {sorted(_COMPONENT_KEYS)}")
+            reward = item.get("reward")
+            if not isinstance(reward, str) or not reward:
+                raise ConfigError(f"{at}.reward: expected a reward name, got {reward!r}")
+            cname = item.get("name", reward)
+            if not isinstance(cname, str) or cname == "components" or any(c.name == cname for c in out):
+                raise ConfigError(f"{at}.name: {cname!r} must be a unique string (and not 'components'); name repeated rewards")
+            policy = item.get("on_error", default_policy)
+            if policy not in ON_ERROR:
+                raise ConfigError(f"{at}.on_error: expected one of {ON_ERROR}, got {policy!r}")
+            if policy == "fallback" and "fallback" not in item:
+                raise ConfigError(f"{at}: on_error 'fallback' needs a 'fallback' value")
+            task = self._plain(reward, _mapping(item.get("params"), f"{at}.params"), (name,))
+            out.append(Component(
+                cname, task, _number(item.get("weight", 1.0), f"{at}.weight"), policy,
+                _number(item.get("fallback", 0.0), f"{at}.fallback"),
+            ))
+        return Composite(name, tuple(out))
