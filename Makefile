@@ -1,4 +1,4 @@
-# make demo  - set up .venv and score the bundled example rollouts on a local pool
+# make demo  - set up .venv and score the bundled example rollouts on a local pool (gsm8k, then a composite)
 # make test  - set up .venv and run the linter and the test suite
 # make bench - the transport benchmark (installs Ray into .venv first)
 
@@ -26,6 +26,11 @@ demo: $(STAMP)
 		--cache out/demo-cache.sqlite --out out/demo-scores.jsonl
 	@echo "== first scored row:"
 	@head -n 1 out/demo-scores.jsonl
+	@echo "== a composite reward (configs/rewards.yaml: math + 0.1*format + overlong penalty) on reasoning-style rollouts"
+	$(BIN)/qworker score examples/math_rollouts.jsonl --reward math_shaped --config configs/rewards.yaml --workers 2 \
+		--cache out/demo-cache.sqlite --out out/demo-shaped.jsonl --strict
+	@$(BIN)/python -c "import json; r = json.loads(open('out/demo-shaped.jsonl').readline()); \
+		print('first row: score', r['score'], ' components', {k: v for k, v in r['extra'].items() if k != 'components'})"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
