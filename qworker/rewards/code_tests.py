@@ -17,8 +17,9 @@ what it does not protect against.
 
 Score: ``passed / total`` (``all_or_nothing=True``: 1.0 only when all pass).
 Limits per run: ``timeout_s`` wall, ``cpu_s`` CPU, ``memory_mb`` address space;
-``max_total_s`` bounds the whole task (cases left when it runs out fail), so the
-reward returns before the pool's hard limit.  ``extra``: ``passed``, ``total``,
+``max_total_s`` (45) bounds the whole task (cases left when it runs out fail):
+keep it below the pool's hard limit (``task_timeout_s``, 60 by default), so
+the reward returns a score rather than being killed.  ``extra``: ``passed``, ``total``,
 ``code_found`` and ``first_failure``.
 """
 
@@ -140,13 +141,13 @@ def _with_wall(limits: Limits, left: float) -> Limits:
     return Limits(**{**{f: getattr(limits, f) for f in Limits.__slots__}, "wall_s": min(limits.wall_s, left)})
 
 
-@reward("code_tests", timeout=120)
+@reward("code_tests")
 def code_tests(
     payload: dict,
     timeout_s: float = 5.0,
     cpu_s: int = 5,
     memory_mb: int = 1024,
-    max_total_s: float = 60.0,
+    max_total_s: float = 45.0,
     all_or_nothing: bool = False,
 ) -> dict:
     response = _payload.response(payload, "code_tests")

@@ -36,14 +36,14 @@ def _compile(pattern: str) -> re.Pattern:
         raise ValueError(f"format: invalid pattern {pattern!r}: {exc}") from None
 
 
-@reward("format", timeout=10)
+@reward("format")
 def format_match(payload: dict, pattern: str = THINK_ANSWER, score: float = 1.0) -> dict:
     text = _payload.response(payload, "format")
     matched = _compile(pattern).fullmatch(text) is not None
     return {"score": score if matched else 0.0, "matched": matched}
 
 
-@reward("tag_count", timeout=10)
+@reward("tag_count")
 def tag_count(payload: dict, tags: Sequence[str] = TAGS, ordered: bool = True) -> dict:
     text = _payload.response(payload, "tag_count")
     if not tags:

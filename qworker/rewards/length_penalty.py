@@ -49,7 +49,7 @@ def peaked(length: int, max_len: int, peak_ratio: float, outer_ratio: float, max
     return -penalty_scale * max_penalty * min(1.0, distance / outer_ratio) or 0.0
 
 
-@reward("length_penalty", timeout=10)
+@reward("length_penalty")
 def length_penalty(
     payload: dict,
     mode: str = "overlong",

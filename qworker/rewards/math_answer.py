@@ -16,8 +16,9 @@ dataset row is never a silent 0.
 math-verify times itself out with SIGALRM after ``timeout_s`` (per parse and per
 comparison); that works only on a process's main thread, where qworker runs CPU
 rewards.  A timeout is an error (``TimeoutError``), not a 0.  Off the main
-thread (calling the function inline from a thread) there is no such timeout,
-and the pool's hard limit (``@reward(timeout=...)``) is what stops a hang.
+thread (calling the function inline from a thread) there is no such timeout.
+What still hangs is stopped by the pool's hard limit (the producer's
+``task_timeout_s``, 60 s by default): keep ``3 * timeout_s`` below it.
 
 ``extra``: ``pred`` (the extracted answer, at most 200 characters), ``source``
 (``boxed``, ``answer_tag``, ``hash``, ``fallback`` or None) and ``format_ok``.
@@ -25,6 +26,7 @@ and the pool's hard limit (``@reward(timeout=...)``) is what stops a hang.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Optional
 
@@ -34,7 +36,6 @@ from ._extract import final_answer
 
 __all__ = ["score_math"]
 
-HARD_LIMIT_S = 60.0  # the pool kills a worker stuck longer than this in one task
 MAX_PRED_CHARS = 200  # of the prediction echoed in extra
 
 
@@ -74,7 +75,12 @@ def _gold_texts(gold: Any) -> list[str]:
     return out
 
 
-def _parse_gold(text: str, timeout_s: float) -> list:
+@functools.lru_cache(maxsize=4096)  # a GRPO group's samples share one ground truth: parse it once
+def _parse_gold(text: str, timeout_s: float) -> tuple:
+    return tuple(_parse_gold_uncached(text, timeout_s))  # a tuple: cached values must not be mutable
+
+
+def _parse_gold_uncached(text: str, timeout_s: float) -> list:
     # no_fallback: a gold that sympy cannot read is unparsable, not compared as a raw string
     if "$" in text or "\\boxed" in text or "\\(" in text or "\\[" in text:
         return _parse(text, timeout_s, "ground truth", "no_fallback")
@@ -89,7 +95,7 @@ def _parse_pred(text: str, source: str, timeout_s: float) -> list:
     return _parse(text, timeout_s, "prediction")  # an <answer> body or the response's tail: math-verify finds the answer
 
 
-@reward("math", timeout=HARD_LIMIT_S)
+@reward("math")
 def score_math(
     payload: dict,
     strict: bool = False,
@@ -109,7 +115,7 @@ def score_math(
     else:
         pred_text, source, bonus = answer.text, answer.source, format_bonus
 
-    parsed_golds = [p for g in golds for p in _parse_gold(g, timeout_s)]
+    parsed_golds = [p for g in golds for p in _parse_gold(g, float(timeout_s))]
     if not parsed_golds:
         if bad_gold_score is None:
             raise ValueError(f"math: math-verify cannot parse the ground truth {golds[0][:80]!r}; fix the data or set bad_gold_score")
