@@ -10,7 +10,9 @@ Each entry under ``rewards:`` takes one of three forms::
         params: {strict: true}
       gsm8k_shaped:              # a composite: weighted sum of component rewards
         on_error: fail           # a failed component fails the whole reward (default),
-        components:              # or "fallback": it counts as its fallback value
+                                 # or "fallback": it counts as its fallback value
+        fallback: 0.0            # the components' default fallback value
+        components:
           - {reward: math, weight: 1.0}
           - {reward: format, weight: 0.1, on_error: fallback, fallback: 0.0}
           - {name: overlong, reward: length_penalty, params: {buffer_len: 64}}
@@ -125,9 +127,10 @@ class Catalog:
 
     def _composite(self, name: str, entry: dict) -> Composite:
         where = f"{self._where}.{name}"
-        unknown = set(entry) - {"components", "on_error"}
+        unknown = set(entry) - {"components", "on_error", "fallback"}
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} in a composite; expected 'components' and 'on_error'")
+            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} in a composite; expected 'components', 'on_error', 'fallback'")
+        default_fallback = _number(entry.get("fallback", 0.0), f"{where}.fallback")
         default_policy = entry.get("on_error", "fail")
         if default_policy not in ON_ERROR:
             raise ConfigError(f"{where}.on_error: expected one of {ON_ERROR}, got {default_policy!r}")
@@ -150,11 +153,11 @@ class Catalog:
             policy = item.get("on_error", default_policy)
             if policy not in ON_ERROR:
                 raise ConfigError(f"{at}.on_error: expected one of {ON_ERROR}, got {policy!r}")
-            if policy == "fallback" and "fallback" not in item:
+            if item.get("on_error") == "fallback" and "fallback" not in item:
                 raise ConfigError(f"{at}: on_error 'fallback' needs a 'fallback' value")
             task = self._plain(reward, _mapping(item.get("params"), f"{at}.params"), (name,))
             out.append(Component(
                 cname, task, _number(item.get("weight", 1.0), f"{at}.weight"), policy,
-                _number(item.get("fallback", 0.0), f"{at}.fallback"),
+                _number(item.get("fallback", default_fallback), f"{at}.fallback"),
             ))
         return Composite(name, tuple(out))
