@@ -115,12 +115,21 @@ def _children() -> set[int]:
 
 
 def _sweep(before: set[int]) -> None:
-    """Kill and reap children that appeared during the run (escaped grandchildren)."""
-    for pid in _children() - before:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+    """Kill and reap children that appeared during the run (escaped grandchildren).
+
+    Killing one reparents its own children to us, so sweep again until a pass
+    finds none (bounded: a process can fork only so fast once its parent is gone).
+    """
+    for _ in range(64):
+        new = _children() - before
+        if not new:
+            return
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in new:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 def _read(path: str, cap: int) -> str:

@@ -8,6 +8,7 @@ import time
 
 from qworker import Producer
 from tests.conftest import REPO, TEST_REWARDS, console_script, count_lines
+from tests.rewards.test_code_tests import sandbox_processes
 
 EXAMPLE = REPO / "examples" / "math_rollouts.jsonl"
 CONFIG = REPO / "configs" / "rewards.yaml"
@@ -42,6 +43,7 @@ def test_pathological_inputs_resolve_within_their_limits_and_the_pool_goes_on():
         for name in ("fork", "alloc", "loop"):
             assert r[name].ok and r[name].score == 0.0 and r[name].extra["first_failure"], (name, r[name])
         assert "MemoryError" in r["alloc"].extra["first_failure"]
+        assert sandbox_processes() == []  # the fork test's 256 processes are gone
         assert elapsed < 30
         after = p.map("math", [{"response": rf"\boxed{{{i}}}", "ground_truth": i} for i in range(20)], timeout=60)
         assert all(x.ok and x.score == 1.0 for x in after)

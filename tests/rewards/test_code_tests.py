@@ -19,10 +19,14 @@ def score(code: str, tests, **params):
 
 
 def sandbox_processes() -> list[psutil.Process]:
+    """Processes whose working directory is (or was) a sandbox's temporary directory."""
     out = []
-    for p in psutil.process_iter(["cmdline"]):
-        if any("qworker-code-" in part for part in p.info["cmdline"] or []):
-            out.append(p)
+    for p in psutil.process_iter():
+        try:
+            if "qworker-code-" in p.cwd():
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
     return out
 
 
