@@ -54,6 +54,7 @@ class Dispatcher(threading.Thread):
         self.inbox: deque[Pending] = deque()  # appended by the caller's thread
         self.calls: deque[tuple[Callable[[], object], object]] = deque()
         self.queue: deque[Pending] = deque()  # waiting for credit; retries go first
+        self.gates: list = []  # _gate.Gate objects: tasks waiting for an endpoint's capacity
         self.stats = {"dropped_frames": 0, "duplicate_results": 0, "redelivered": 0}
         self.workers_seen = threading.Condition()
         self._wake_r, self._wake_w = os.pipe()
@@ -84,7 +85,8 @@ class Dispatcher(threading.Thread):
 
     def status(self) -> dict:
         """This producer, its pools and their workers.  Dispatcher thread only (see ``call``)."""
-        return {"producer": self.status_extra(), "pools": self.fleet.snapshot()}
+        now = time.monotonic()
+        return {"producer": self.status_extra(), "pools": self.fleet.snapshot(), "judges": [g.snapshot(now) for g in self.gates]}
 
     def stop(self) -> None:
         self._stopping = True
@@ -100,7 +102,8 @@ class Dispatcher(threading.Thread):
         poller.register(self._wake_r, zmq.POLLIN)
         next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         while not self._stopping:
-            poller.poll(int(HOUSEKEEPING_S * 1000))
+            timer = self.next_timer(time.monotonic()) if self.gates else None
+            poller.poll(int(1000 * (HOUSEKEEPING_S if timer is None else min(timer, HOUSEKEEPING_S))) + 1)
             try:  # drain first, then clear: a wake() in between then writes a fresh byte
                 while os.read(self._wake_r, 4096):
                     pass
@@ -125,7 +128,24 @@ class Dispatcher(threading.Thread):
     def _take_inbox(self) -> None:
         inbox, queue = self.inbox, self.queue
         while inbox:
-            queue.append(inbox.popleft())
+            p = inbox.popleft()
+            if p.gate is None:
+                queue.append(p)
+            else:
+                if p.gate not in self.gates:
+                    self.gates.append(p.gate)
+                p.gate.queue.append(p)
+
+    def _back_to_queue(self, tasks: list[Pending]) -> None:
+        """Unsent or unanswered tasks go back to the front of their queue (a gate's, or the main one)."""
+        plain = []
+        for p in tasks:
+            if p.gate is None:
+                plain.append(p)
+            else:
+                p.gate.forget(p)
+                p.gate.queue.appendleft(p)
+        self.queue.extendleft(reversed(plain))
 
     def _receive(self) -> None:
         sock = self.sock
@@ -191,7 +211,7 @@ class Dispatcher(threading.Thread):
             for p in back:
                 p.holder = None
                 p.attempts -= 1  # it never ran
-            self.queue.extendleft(reversed(back))
+            self._back_to_queue(back)
         elif isinstance(msg, wire.Bye):
             w = fleet.workers.get(peer.decode(errors="replace"))
             if w is not None:
@@ -205,6 +225,7 @@ class Dispatcher(threading.Thread):
     def _on_results(self, w: Optional[WorkerState], peer: bytes, results: list[wire.TaskResult]) -> None:
         worker_id = w.id if w is not None else peer.decode(errors="replace")
         pending_of = self._pending_lookup
+        now = time.monotonic()
         done: list[Resolution] = []
         for key, score, extra, error, compute_s in results:
             p = w.leases.pop(key, None) if w is not None else None
@@ -216,6 +237,14 @@ class Dispatcher(threading.Thread):
                 if p.holder is not None:
                     p.holder.leases.pop(key, None)
             p.holder = None
+            if p.gate is not None:
+                outcome = extra.pop(wire.OUTCOME_KEY, None) if extra else None
+                if p.gate.settle(p, outcome, error, now):
+                    p.attempts -= 1  # the delivery worked; the endpoint call is what is retried
+                    p.gate.queue.appendleft(p)
+                    continue
+                if error is not None and (p.tries or p.throttled):
+                    error = f"{error} (after {p.tries + p.throttled + 1} calls)"
             if w is not None:
                 if error is None:
                     w.done += 1
@@ -232,6 +261,8 @@ class Dispatcher(threading.Thread):
             p = w.leases.pop(lost.task, None)
             if p is not None:
                 p.holder = None
+                if p.gate is not None:
+                    p.gate.forget(p)
                 w.failed += 1
                 self._resolve([(p, None, None, f"{lost.reason} (worker {w.id} was killed and respawned)", w.id, 0.0)])
         self._lose(w, lost.reason)
@@ -248,6 +279,8 @@ class Dispatcher(threading.Thread):
             if p.resolved:
                 continue
             if p.attempts >= self.max_attempts:
+                if p.gate is not None:
+                    p.gate.forget(p)
                 error = f"{wire.WORKER_LOST_ERROR}: attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})"
                 failed.append((p, None, None, error, w.id, 0.0))
             else:
@@ -255,7 +288,7 @@ class Dispatcher(threading.Thread):
         if failed:
             self._resolve(failed)
         self.stats["redelivered"] += len(retry)
-        self.queue.extendleft(reversed(retry))
+        self._back_to_queue(retry)
 
     def _housekeeping(self, now: float) -> None:
         for w in self.fleet.silent_workers(now):
@@ -288,7 +321,28 @@ class Dispatcher(threading.Thread):
                 w.last_revoke_at = now
                 self._send(w.id.encode(), wire.Revoke(spare))
 
+    def _admit(self) -> None:
+        """Move tasks whose endpoint has room from the gates to the front of the queue."""
+        budget = sum(w.credit for w in self.fleet.workers.values()) - len(self.queue)
+        if budget <= 0:
+            return
+        now = time.monotonic()
+        for gate in self.gates:
+            sent, failed = gate.admit(now, budget)
+            if failed:
+                self._resolve([(p, None, None, "judge_error: every endpoint refused our credentials (401/403); see the log", "", 0.0) for p in failed])
+            if sent:
+                budget -= len(sent)
+                self.queue.extendleft(reversed(sent))
+
+    def next_timer(self, now: float) -> Optional[float]:
+        """Seconds until a gate may admit a waiting task, if that is sooner than housekeeping."""
+        wakes = [t for g in self.gates if (t := g.next_wake(now)) is not None]
+        return max(0.0, min(wakes) - now) if wakes else None
+
     def _dispatch(self) -> None:
+        if self.gates:
+            self._admit()
         queue = self.queue
         if not queue:
             self._steal()
@@ -308,6 +362,8 @@ class Dispatcher(threading.Thread):
                 p = queue.popleft()
                 room -= len(p.payload) + 64
                 if p.resolved:  # resolved meanwhile (a late result of an earlier delivery)
+                    if p.gate is not None:
+                        p.gate.forget(p)
                     continue
                 p.attempts += 1
                 p.holder = w

@@ -8,7 +8,8 @@ Hierarchy::
     ├── RewardError          a reward could not be registered or resolved
     ├── ProducerClosed       the producer was used after close()
     ├── PoolStartError       local workers did not come up (their stderr is attached)
-    └── GatherTimeout        gather() passed its deadline (also a TimeoutError)
+    ├── GatherTimeout        gather() passed its deadline (also a TimeoutError)
+    └── CallFailed           a reward's HTTP call failed (inside a worker; carries the outcome)
 
 A failed *task* never raises: it resolves to a ``Result`` whose ``error`` names
 what happened.  These exceptions are for misuse and for broken set-ups.
@@ -17,6 +18,7 @@ what happened.  These exceptions are for misuse and for broken set-ups.
 from __future__ import annotations
 
 __all__ = [
+    "CallFailed",
     "ConfigError",
     "GatherTimeout",
     "PoolStartError",
@@ -61,3 +63,17 @@ class GatherTimeout(QworkerError, TimeoutError):
         super().__init__(message)
         self.done = done
         self.pending = pending
+
+
+class CallFailed(QworkerError):
+    """A reward's call to an endpoint failed; raised inside a worker.
+
+    ``outcome`` tells the producer's gate what happened (endpoint, status,
+    latency, Retry-After) so it can adapt the endpoint's limit and decide
+    whether the task is retried; ``kind`` is the error kind if it is not.
+    """
+
+    def __init__(self, message: str, *, outcome: dict, kind: str = "judge_error") -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.kind = kind

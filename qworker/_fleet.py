@@ -31,9 +31,14 @@ class Pending:
     attempts: int = 0
     holder: Optional[WorkerState] = None
     resolved: bool = False  # set under the producer's lock when the future is resolved
+    gate: object = None  # a _gate.Gate when the task calls a rate-limited endpoint
+    route: int = -1  # the endpoint the gate chose for this delivery
+    tries: int = 0  # endpoint calls retried by the gate after errors
+    throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
 
     def as_task(self) -> wire.Task:
-        return (self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts)
+        params = self.params if self.route < 0 else {**self.params, "_endpoint": self.route}
+        return (self.key, self.reward, params, self.payload, self.timeout_s, self.attempts)
 
 
 # (pending, score, extra, error, worker id, compute_s)

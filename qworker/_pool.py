@@ -66,7 +66,7 @@ class Pool:
         heartbeat_s: float = 1.0,
         drain_timeout_s: float = 30.0,
         max_hold: int = 512,
-        io_threads: int = 32,
+        io_threads: int = 128,
         parent_pid: Optional[int] = None,
         log_level: str = "WARNING",
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,

@@ -30,8 +30,9 @@ from ._cache import MemoryCache
 from ._catalog import Catalog, Composite
 from ._diskcache import DiskCache
 from ._dispatcher import Dispatcher
-from ._exceptions import GatherTimeout, PoolStartError, ProducerClosed
+from ._exceptions import ConfigError, GatherTimeout, PoolStartError, ProducerClosed
 from ._fleet import Pending, Resolution
+from ._gate import JUDGE_REWARD, Gate, hash_params, identity
 from ._hashing import encode_payload, key_prefix, new_packer, params_fingerprint
 from ._registry import modules_to_forward
 from ._result import Result, ResultFuture
@@ -101,6 +102,7 @@ class Producer:
         cfg = _config.merge(explicit, loaded["producer"], _DEFAULTS)
         self.config = cfg
         self.catalog = Catalog(loaded["rewards"], loaded["where"])
+        self._gates: dict[str, Gate] = {}
         if cfg["local_workers"] is None:
             cfg["local_workers"] = (os.cpu_count() or 1) if cfg["bind"] is None else 0
         self.fallback_score = float(cfg["fallback_score"])
@@ -186,7 +188,14 @@ class Producer:
         return self._submit_plain(target.reward, payloads, target.params, timeout_s)
 
     def _submit_plain(self, reward: str, payloads: Iterable[Any], params: dict, timeout_s: Optional[float]) -> list[ResultFuture]:
-        prefix = key_prefix(reward, params_fingerprint(params))
+        gate = None
+        hashed = params
+        if reward == JUDGE_REWARD:  # endpoint calls wait in a gate for capacity; routing is not part of the hash
+            gate = self._gate_for(params)
+            hashed = hash_params(params)
+            if timeout_s is None:  # the hard limit sits past the request's own deadline
+                timeout_s = float(params.get("timeout_s", 60.0)) + 5.0
+        prefix = key_prefix(reward, params_fingerprint(hashed))
         futures: list[ResultFuture] = []
         chunk: list[Any] = []
         # Building ~6 GC-tracked objects per task makes a large batch trigger full
@@ -198,16 +207,28 @@ class Producer:
             for payload in payloads:
                 chunk.append(payload)
                 if len(chunk) == _CHUNK:
-                    futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s))
+                    futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s, gate))
                     chunk = []
             if chunk:
-                futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s))
+                futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s, gate))
         finally:
             if paused:
                 gc.enable()
         return futures
 
-    def _submit_chunk(self, reward: str, params: dict, prefix: bytes, payloads: list[Any], timeout_s: Optional[float]) -> list[ResultFuture]:
+    def _gate_for(self, params: dict) -> Gate:
+        ident = identity(params)
+        gate = self._gates.get(ident)
+        if gate is None:
+            try:
+                gate = self._gates[ident] = Gate(params)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise ConfigError(f"llm_judge: {exc}") from None
+        return gate
+
+    def _submit_chunk(
+        self, reward: str, params: dict, prefix: bytes, payloads: list[Any], timeout_s: Optional[float], gate: Optional[Gate] = None
+    ) -> list[ResultFuture]:
         now = time.monotonic()
         futures: list[Optional[ResultFuture]] = []
         misses: list[tuple[int, bytes, bytes]] = []  # (index, key, payload bytes)
@@ -239,7 +260,7 @@ class Producer:
             for i, key, payload_bytes in misses:
                 p = pending.get(key)
                 if p is None:
-                    p = pending[key] = Pending(key, reward, params, payload_bytes, timeout_s, ResultFuture(), now)
+                    p = pending[key] = Pending(key, reward, params, payload_bytes, timeout_s, ResultFuture(), now, gate=gate)
                     new.append(p)
                 else:
                     deduplicated += 1

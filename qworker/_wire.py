@@ -33,6 +33,7 @@ STATUS_REPLY = b"s"  # producer -> client
 KEY_BYTES = 16  # blake2b-128 task keys
 TIMEOUT_ERROR = "timeout"
 WORKER_LOST_ERROR = "worker_lost"
+OUTCOME_KEY = "_outcome"  # in a result's extra: how an endpoint call went (read and removed by the producer)
 
 # (key, reward, params, payload, timeout_s or None, attempt)
 Task = tuple[bytes, str, dict, bytes, Union[float, None], int]

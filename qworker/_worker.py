@@ -28,10 +28,11 @@ import msgpack
 import zmq
 
 from . import _wire as wire
-from ._exceptions import RewardError
+from ._exceptions import CallFailed, RewardError
 from ._registry import load_modules, registered, resolve
 from ._slot import TaskSlot
 from ._sockets import DEFAULT_MAX_MESSAGE_BYTES, make_socket
+from ._wire import OUTCOME_KEY
 
 log = logging.getLogger("qworker.worker")
 
@@ -74,6 +75,8 @@ def call_reward(spec: Any, payload_bytes: bytes, params: dict) -> tuple[Optional
         out = spec.fn(payload, **params) if params else spec.fn(payload)
     except KeyboardInterrupt:
         raise
+    except CallFailed as exc:  # the outcome travels to the producer's gate, in extra
+        return None, {OUTCOME_KEY: exc.outcome}, _error(exc.kind, str(exc))
     except BaseException as exc:  # math_verify's TimeoutException derives from BaseException
         return None, None, _error("reward_error", f"{type(exc).__name__}: {exc}")
     return to_score(out)
@@ -92,7 +95,7 @@ class Worker:
         heartbeat_s: float = 1.0,
         target_hold_s: float = 0.05,
         max_hold: int = 512,
-        io_threads: int = 32,
+        io_threads: int = 128,
         parent_pid: Optional[int] = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
@@ -351,7 +354,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--heartbeat", type=float, default=1.0)
     ap.add_argument("--max-hold", type=int, default=512)
-    ap.add_argument("--io-threads", type=int, default=32)
+    ap.add_argument("--io-threads", type=int, default=128)
     ap.add_argument("--parent-pid", type=int)
     ap.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
     ap.add_argument("--log-level", default="WARNING")

@@ -10,10 +10,11 @@ Every built-in reads the payload convention of ``_payload``: ``response``,
 ``format``, ``tag_count`` ``<think>/<answer>`` layout: regex match, partial credit
 ``length_penalty``        DAPO overlong buffer, or a peaked length penalty
 ``code_tests``            generated Python against tests, in a sandboxed child
+``llm_judge``             an OpenAI-compatible judge over pooled HTTP (kind="io")
 ``noop``, ``spin``, ...   diagnostics for measuring a pool
 ========================  ====================================================
 """
 
-from . import code_tests, diagnostic, format, gsm8k, length_penalty, math_answer
+from . import code_tests, diagnostic, format, gsm8k, length_penalty, llm_judge, math_answer
 
-__all__ = ["code_tests", "diagnostic", "format", "gsm8k", "length_penalty", "math_answer"]
+__all__ = ["code_tests", "diagnostic", "format", "gsm8k", "length_penalty", "llm_judge", "math_answer"]

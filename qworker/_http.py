@@ -1,0 +1,121 @@
+"""One pooled HTTP client per worker process, with wall-clock deadlines.
+
+``urllib3.PoolManager(maxsize=N, block=True)``: keep-alive connections, at
+most N per host (a thread that would need an N+1th waits for one to be
+returned, rather than opening and throwing away extra connections).  urllib3
+retries only connection set-up (``connect=1``); every HTTP status comes back
+to the caller, so every 429 and every latency sample reaches the limiter.
+
+urllib3's read timeout bounds each socket read, not the request: a server that
+drips a byte a second never trips it.  ``post`` enforces a deadline on the
+whole exchange by shrinking the socket timeout to what is left before each
+read, and raises ``Deadline`` when it passes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import urllib3
+from urllib3.exceptions import HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
+
+__all__ = ["Reply", "Deadline", "ConnectFailed", "client", "post"]
+
+CHUNK = 64 * 1024
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class Deadline(Exception):
+    """The request did not complete before its wall-clock deadline."""
+
+
+class ConnectFailed(Exception):
+    """No connection (refused, unreachable, reset before an answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    headers: dict  # lower-case names
+    body: bytes
+    latency_s: float
+
+
+_client: Optional[urllib3.PoolManager] = None
+_client_lock = threading.Lock()
+
+
+def client(pool_size: int = 128) -> urllib3.PoolManager:
+    """This process's pool manager (created on first use with ``pool_size`` connections per host)."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            _client = urllib3.PoolManager(
+                num_pools=64, maxsize=pool_size, block=True,
+                retries=urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0),
+            )
+        return _client
+
+
+def _shrink_timeout(resp: urllib3.BaseHTTPResponse, left: float) -> None:
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(max(0.001, left))
+
+
+def _discard(resp: urllib3.BaseHTTPResponse) -> None:
+    """Close a half-read connection and give its slot back (with block=True a lost slot is lost for good)."""
+    resp.close()
+    resp.release_conn()
+
+
+def post(url: str, body: bytes, headers: dict, *, deadline: float, pool_size: int = 128) -> Reply:
+    """POST ``body``; raises ``Deadline`` past ``deadline`` (monotonic seconds) and ``ConnectFailed``."""
+    t0 = time.monotonic()
+    left = deadline - t0
+    if left <= 0:
+        raise Deadline("no time left to send the request")
+    timeout = urllib3.Timeout(connect=min(10.0, left), read=left)
+    try:
+        resp = client(pool_size).request(
+            "POST", url, body=body, headers=headers, timeout=timeout, preload_content=False, redirect=False,
+        )
+    except (urllib3.exceptions.MaxRetryError, NewConnectionError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, ReadTimeoutError):
+            raise Deadline(f"no answer within {left:.3g} s") from None
+        raise ConnectFailed(f"{type(reason).__name__}: {reason}") from None
+    except ReadTimeoutError:
+        raise Deadline(f"no answer within {left:.3g} s") from None
+    except (ProtocolError, HTTPError, OSError) as exc:
+        raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Deadline("the answer did not complete before the deadline")
+            _shrink_timeout(resp, left)
+            chunk = resp.read(CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ConnectFailed(f"answer larger than {MAX_BODY_BYTES} bytes")
+            chunks.append(chunk)
+    except Deadline:
+        _discard(resp)
+        raise
+    except ReadTimeoutError:
+        _discard(resp)
+        raise Deadline("the answer did not complete before the deadline") from None
+    except (ProtocolError, HTTPError, OSError) as exc:
+        _discard(resp)
+        raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
+    resp.release_conn()
+    headers_out = {k.lower(): v for k, v in resp.headers.items()}
+    return Reply(resp.status, headers_out, b"".join(chunks), time.monotonic() - t0)

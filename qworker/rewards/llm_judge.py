@@ -1,0 +1,160 @@
+"""``llm_judge``: score a response with an OpenAI-compatible chat-completions judge.
+
+One call to one endpoint per task.  The producer's gate (``_gate``) chose the
+endpoint (``_endpoint``, an index into ``endpoints``) under that endpoint's
+adaptive limit, and it decides what happens after a failure: every outcome
+(status, latency, Retry-After) goes back to it, so the limit is one limit for
+all workers on all hosts.  Nothing here retries or sleeps.
+
+Params (from the config's ``rewards: llm_judge:`` section, see ``configs/judge.yaml``):
+
+* ``model``, ``endpoints`` (``[{url, api_key_env, weight, max_concurrency, rpm, tpm}]``);
+* ``prompt_template`` with ``{prompt}``, ``{response}``, ``{ground_truth}``,
+  ``{rubric}`` (other braces are left alone), optional ``system_prompt``, ``rubric``;
+* ``request``: more body fields, passed through (``temperature``,
+  ``max_tokens``, ``response_format``, ...);
+* ``score_pattern`` (a regex whose group 1 is the score; the last match wins) or
+  ``score_json_field`` (the reply is JSON; a dotted path); ``score_max``:
+  the score is ``parsed / score_max``, and must land in [0, 1];
+* ``timeout_s``: wall clock per request.
+
+A reply with no parsable score fails the task (``bad_result: ...``, the reply
+in the message), it is never a 0.  API keys are read from the environment
+variables named by ``api_key_env`` in the worker, sent only in the
+``Authorization`` header, and removed from every error message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from typing import Any, Optional
+
+from .. import _http
+from .._exceptions import CallFailed
+from .._registry import reward
+from .._wire import OUTCOME_KEY
+
+__all__ = ["llm_judge", "render", "parse_score", "DEFAULT_TEMPLATE"]
+
+DEFAULT_TEMPLATE = (
+    "You are grading a model's answer.\n\nQuestion:\n{prompt}\n\nReference answer:\n{ground_truth}\n\n"
+    "Model's answer:\n{response}\n\n{rubric}\nReply with a short justification, then a last line 'Score: N' "
+    "with N from 0 to 10."
+)
+DEFAULT_PATTERN = r"Score:\s*([-+]?\d+(?:\.\d+)?)"
+_PLACEHOLDER = re.compile(r"\{(prompt|response|ground_truth|rubric)\}")
+MAX_SHOWN = 300
+
+
+def render(template: str, payload: dict, rubric: str) -> str:
+    """The template with its four placeholders filled from the payload (other braces untouched)."""
+    values = {
+        "prompt": payload.get("prompt", ""), "response": payload.get("response", ""),
+        "ground_truth": payload.get("ground_truth", ""), "rubric": rubric,
+    }
+
+    def fill(m: re.Match) -> str:
+        v = values[m.group(1)]
+        return v if isinstance(v, str) else json.dumps(v)
+
+    return _PLACEHOLDER.sub(fill, template)
+
+
+def parse_score(reply: str, *, pattern: Optional[str], json_field: Optional[str], score_max: float) -> float:
+    """The normalised score in ``reply``; raises ``ValueError`` naming what was missing."""
+    if json_field:
+        try:
+            value: Any = json.loads(reply)
+            for part in json_field.split("."):
+                value = value[part]
+            raw = float(value)
+        except (ValueError, KeyError, TypeError, IndexError):
+            raise ValueError(f"judge reply has no number at JSON field {json_field!r}: {reply[:MAX_SHOWN]!r}") from None
+    else:
+        found = re.findall(pattern or DEFAULT_PATTERN, reply)
+        if not found:
+            raise ValueError(f"judge reply has no score matching {pattern or DEFAULT_PATTERN!r}: {reply[:MAX_SHOWN]!r}")
+        last = found[-1]
+        raw = float(last[0] if isinstance(last, tuple) else last)
+    score = raw / score_max
+    if not 0.0 <= score <= 1.0:
+        raise ValueError(f"judge score {raw} is outside [0, {score_max}]: {reply[:MAX_SHOWN]!r}")
+    return score
+
+
+def _retry_after(headers: dict) -> Optional[float]:
+    ms = headers.get("retry-after-ms")
+    try:
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0)
+        s = headers.get("retry-after")
+        return max(0.0, float(s)) if s is not None else None
+    except ValueError:
+        return None  # an HTTP date: treated as unknown
+
+
+def _redact(text: str, secret: Optional[str]) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+@reward("llm_judge", kind="io")
+def llm_judge(
+    payload: dict,
+    *,
+    model: str,
+    endpoints: list,
+    _endpoint: int = 0,
+    prompt_template: str = DEFAULT_TEMPLATE,
+    system_prompt: Optional[str] = None,
+    rubric: str = "",
+    request: Optional[dict] = None,
+    score_pattern: Optional[str] = None,
+    score_json_field: Optional[str] = None,
+    score_max: float = 10.0,
+    timeout_s: float = 60.0,
+    pool_size: int = 128,
+    **_routing: Any,  # max_attempts, ceiling, ...: the gate's, not the call's
+) -> dict:
+    if not isinstance(payload, dict):
+        raise ValueError(f"llm_judge needs a payload object, got {type(payload).__name__}")
+    ep = endpoints[_endpoint]
+    url = ep["url"]
+    secret = None
+    headers = {"Content-Type": "application/json"}
+    env = ep.get("api_key_env")
+    if env:
+        secret = os.environ.get(env)
+        if not secret:
+            raise CallFailed(
+                f"endpoint {_endpoint} ({url}): environment variable {env} is not set in this worker",
+                outcome={"endpoint": _endpoint, "status": 401, "failure": "", "latency_s": 0.0, "retry_after_s": None},
+            )
+        headers["Authorization"] = f"Bearer {secret}"
+    messages = [{"role": "user", "content": render(prompt_template, payload, rubric)}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    body = json.dumps({**(request or {}), "model": model, "messages": messages}).encode()
+    outcome: dict = {"endpoint": _endpoint, "status": 0, "failure": "", "latency_s": 0.0, "retry_after_s": None}
+    t0 = time.monotonic()
+    try:
+        reply = _http.post(url, body, headers, deadline=t0 + timeout_s, pool_size=pool_size)
+    except _http.Deadline as exc:
+        outcome.update(failure="timeout", latency_s=time.monotonic() - t0)
+        raise CallFailed(f"endpoint {_endpoint} ({url}): {exc} (timeout_s={timeout_s})", outcome=outcome) from None
+    except _http.ConnectFailed as exc:
+        outcome.update(failure="connect", latency_s=time.monotonic() - t0)
+        raise CallFailed(_redact(f"endpoint {_endpoint} ({url}): {exc}", secret), outcome=outcome) from None
+    outcome.update(status=reply.status, latency_s=reply.latency_s, retry_after_s=_retry_after(reply.headers))
+    text = reply.body.decode("utf-8", "replace")
+    if reply.status != 200:
+        raise CallFailed(_redact(f"endpoint {_endpoint} ({url}): HTTP {reply.status}: {text[:MAX_SHOWN]}", secret), outcome=outcome)
+    try:
+        content = json.loads(text)["choices"][0]["message"]["content"]
+        score = parse_score(content or "", pattern=score_pattern, json_field=score_json_field, score_max=score_max)
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        detail = str(exc) if isinstance(exc, ValueError) else f"not a chat completion ({type(exc).__name__}): {text[:MAX_SHOWN]!r}"
+        raise CallFailed(_redact(f"endpoint {_endpoint}: {detail}", secret), outcome=outcome, kind="bad_result") from None
+    return {"score": score, "reply": content, OUTCOME_KEY: outcome}
