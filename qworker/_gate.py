@@ -101,8 +101,8 @@ class Endpoint:
 
     def free(self, now: float, tokens: float) -> float:
         """Room for one more request now (0 when none)."""
-        if self.down_reason:
-            return 1.0 if (now >= self.down_until and not self.probing) else 0.0
+        if self.down_reason:  # one probe, before anything else, once the down time is over
+            return math.inf if (now >= self.down_until and not self.probing) else 0.0
         if now < self.cool_until:
             return 0.0
         if self.rpm is not None and self.rpm.level(now) < 1.0:

@@ -6,7 +6,8 @@ The algorithm only; ``_gate`` enforces it.  Units: seconds, requests.
   request per success: x1.5 every round trip, from ``initial`` up to the ceiling.
 * **Additive increase.**  Afterwards it climbs back quickly (one per success)
   to just under the level where the last drop happened, then probes above it
-  slowly (``probe/limit`` per success: ``probe`` requests per round trip).  It
+  slowly: ``probe`` per success, one more slot per 250 answers, so a probe that
+  ends in a rejection costs well under 1% of the requests at any capacity.  It
   grows only while the limit is in use (in flight within an eighth of it):
   headroom that was never tested (the workers were busy, the queue was short)
   would turn into a burst of rejections the moment it is used.
@@ -41,7 +42,7 @@ class AdaptiveLimit:
     floor: float = 1.0
     ceiling: float = 512.0
     backoff: float = 0.9
-    probe: float = 0.25
+    probe: float = 0.004  # per success above the last drop level: one slot per 250 answers
     slow_start_step: float = 0.5  # per success: x1.5 per round trip, so an overshoot is at most half the limit
     tolerance: float = 2.0
     window_s: float = 30.0
@@ -77,13 +78,14 @@ class AdaptiveLimit:
             self._cut(max(0.5, gradient) * self.limit, now)
             return
         if in_flight >= self.limit - max(2.0, self.limit / 8):  # grow only a limit that is in use
+            below = 0.96 * self.last_drop_level  # just under where the last drop happened
             if self.slow_start:
-                step = self.slow_start_step
-            elif self.limit < 0.96 * self.last_drop_level:
-                step = 1.0
+                grown = self.limit + self.slow_start_step
+            elif self.limit < below:
+                grown = min(self.limit + 1.0, below)
             else:
-                step = self.probe / self.limit
-            self.limit = min(self.ceiling, self.limit + step)
+                grown = self.limit + self.probe
+            self.limit = min(self.ceiling, grown)
 
     def on_drop(self, in_flight: int, now: float) -> None:
         """The endpoint refused a request (429/503) or it timed out, with ``in_flight`` outstanding."""

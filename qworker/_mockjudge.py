@@ -24,8 +24,10 @@ connections opened.  It speaks HTTP/1.1 with keep-alive.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
+import socket
 import threading
 import time
 from hashlib import blake2b
@@ -62,6 +64,7 @@ class MockJudge(ThreadingHTTPServer):
         self.refilled = time.monotonic()
         self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "max_in_flight": 0, "connections": 0}
         self._thread: Optional[threading.Thread] = None
+        self.open_sockets: list[socket.socket] = []
 
     @property
     def url(self) -> str:
@@ -71,6 +74,7 @@ class MockJudge(ThreadingHTTPServer):
         conn = super().get_request()
         with self.lock:
             self.stats["connections"] += 1
+            self.open_sockets.append(conn[0])
         return conn
 
     def admit(self) -> tuple[int, Optional[float]]:
@@ -87,7 +91,7 @@ class MockJudge(ThreadingHTTPServer):
                     return 429, (1.0 - self.tokens) / rate
             if len(self.ends) >= self.capacity:
                 self.stats["status_429"] += 1
-                return 429, max(0.001, min(self.ends) - now)
+                return 429, max(0.001, (min(self.ends) if self.ends else now + self.latency_s) - now)
             if self.rpm:
                 self.tokens -= 1.0
             self.ends.append(now + self.latency_s)
@@ -105,8 +109,16 @@ class MockJudge(ThreadingHTTPServer):
         return self
 
     def stop(self) -> None:
+        """Stop as a dying server does: the port refuses, and open connections are reset."""
         self.shutdown()
         self.server_close()
+        with self.lock:
+            sockets, self.open_sockets = self.open_sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -1,0 +1,105 @@
+"""``llm_judge`` making real HTTP calls to the mock judge (the provider is the only mock)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from qworker._exceptions import CallFailed
+from qworker._mockjudge import MockJudge, expected_score
+from qworker.rewards.llm_judge import llm_judge, parse_score, render
+
+ROW = {"prompt": "What is 2+2?", "response": "4", "ground_truth": "4"}
+
+
+@pytest.fixture
+def judge():
+    m = MockJudge(capacity=16, latency_s=0.01).start()
+    yield m
+    m.stop()
+
+
+def call(m: MockJudge, **params):
+    return llm_judge(ROW, model="m", endpoints=[{"url": m.url, **params.pop("endpoint", {})}], **params)
+
+
+def test_scores_and_keeps_the_reply(judge):
+    out = call(judge, prompt_template="Q: {prompt} A: {response} Ref: {ground_truth} {{not a placeholder}}")
+    assert out["score"] == expected_score("Q: What is 2+2? A: 4 Ref: 4 {{not a placeholder}}") / 10
+    assert "Score:" in out["reply"] and out["_outcome"]["status"] == 200
+
+
+def test_keep_alive_reuses_one_connection(judge):
+    for _ in range(20):
+        call(judge)
+    assert judge.stats["connections"] == 1 and judge.stats["served"] == 20
+
+
+def test_a_hung_server_hits_the_wall_clock_deadline(judge):
+    judge.fault = "hang"
+    t0 = time.monotonic()
+    with pytest.raises(CallFailed, match="deadline|no answer") as e:
+        call(judge, timeout_s=1.0)
+    assert 0.9 < time.monotonic() - t0 < 3.0
+    assert e.value.outcome["failure"] == "timeout"
+
+
+def test_401_fails_with_the_servers_message_and_never_the_key(judge, monkeypatch):
+    judge.api_key = "sk-right"
+    monkeypatch.setenv("JUDGE_KEY_FOR_TEST", "sk-wrong-secret-7781")
+    with pytest.raises(CallFailed) as e:
+        call(judge, endpoint={"api_key_env": "JUDGE_KEY_FOR_TEST"})
+    msg = str(e.value)
+    assert "HTTP 401" in msg and "Incorrect API key" in msg
+    assert "sk-wrong-secret-7781" not in msg and "***" in msg  # the server echoed it; we removed it
+    assert e.value.outcome["status"] == 401
+
+
+def test_the_right_key_is_sent(judge, monkeypatch):
+    judge.api_key = "sk-right"
+    monkeypatch.setenv("JUDGE_KEY_FOR_TEST", "sk-right")
+    assert call(judge, endpoint={"api_key_env": "JUDGE_KEY_FOR_TEST"})["_outcome"]["status"] == 200
+
+
+def test_a_missing_key_variable_is_named(judge, monkeypatch):
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    with pytest.raises(CallFailed, match="NO_SUCH_KEY_VAR is not set"):
+        call(judge, endpoint={"api_key_env": "NO_SUCH_KEY_VAR"})
+
+
+def test_connection_refused_is_a_connect_failure():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(CallFailed) as e:
+        llm_judge(ROW, model="m", endpoints=[{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}])
+    assert e.value.outcome["failure"] == "connect"
+
+
+def test_429_carries_retry_after(judge):
+    judge.capacity = 0
+    with pytest.raises(CallFailed, match="HTTP 429") as e:
+        call(judge)
+    assert e.value.outcome["status"] == 429 and e.value.outcome["retry_after_s"] is not None
+
+
+def test_an_unparsable_reply_is_an_error_not_a_zero(judge):
+    with pytest.raises(CallFailed, match="no score matching") as e:
+        call(judge, score_pattern=r"Grade=(\d)")
+    assert e.value.kind == "bad_result"
+
+
+def test_parse_score():
+    assert parse_score("ok\nScore: 7", pattern=None, json_field=None, score_max=10) == 0.7
+    assert parse_score("Score: 2 ... Score: 9", pattern=None, json_field=None, score_max=10) == 0.9  # the last wins
+    assert parse_score('{"r": {"s": 3}}', pattern=None, json_field="r.s", score_max=5) == 0.6
+    with pytest.raises(ValueError, match="outside"):
+        parse_score("Score: 11", pattern=None, json_field=None, score_max=10)
+    with pytest.raises(ValueError, match="JSON field"):
+        parse_score("not json", pattern=None, json_field="s", score_max=10)
+
+
+def test_render_leaves_other_braces_alone():
+    assert render('{"x": {response}} {rubric} {other}', {"response": "r"}, "be strict") == '{"x": r} be strict {other}'

@@ -1,0 +1,131 @@
+"""The gate's decisions: routing, retries per status, cooldowns, failover."""
+
+from __future__ import annotations
+
+import pytest
+
+from qworker._fleet import Pending
+from qworker._gate import Gate, hash_params
+
+
+def gate(*eps: dict, **params) -> Gate:
+    return Gate({"model": "m", "endpoints": list(eps) or [{"url": "http://a"}], **params})
+
+
+def task(i: int = 0) -> Pending:
+    return Pending(bytes([i]) * 16, "llm_judge", {}, b"x" * 40, None, None, 0.0)
+
+
+def outcome(status: int = 200, failure: str = "", latency: float = 0.2, retry_after=None, endpoint: int = 0) -> dict:
+    return {"endpoint": endpoint, "status": status, "failure": failure, "latency_s": latency, "retry_after_s": retry_after}
+
+
+def send_one(g: Gate, now: float = 0.0) -> Pending:
+    g.queue.append(task())
+    sent, failed = g.admit(now, 10)
+    assert len(sent) == 1 and not failed
+    return sent[0]
+
+
+@pytest.mark.parametrize(
+    ("status", "failure", "retried"),
+    [
+        (200, "", False), (429, "", True), (503, "", True), (500, "", True), (502, "", True), (408, "", True),
+        (409, "", True), (400, "", False), (404, "", False), (422, "", False), (0, "timeout", True), (0, "connect", True),
+    ],
+)
+def test_retry_classification(status, failure, retried):
+    g = gate()
+    p = send_one(g)
+    assert g.settle(p, outcome(status, failure), None, 1.0) is retried
+    assert g.endpoints[0].in_flight == 0
+
+
+def test_401_fails_at_once_with_one_endpoint_and_fails_what_waits():
+    g = gate()
+    p = send_one(g)
+    assert g.settle(p, outcome(401), "judge_error: HTTP 401", 1.0) is False
+    assert g.endpoints[0].state(1.0) == "down (auth)"
+    g.queue.extend([task(1), task(2)])
+    sent, failed = g.admit(1.1, 10)
+    assert sent == [] and len(failed) == 2
+
+
+def test_401_on_one_endpoint_fails_over_to_another():
+    g = gate({"url": "http://a"}, {"url": "http://b"})
+    p = send_one(g)
+    first = p.route
+    assert g.settle(p, outcome(401, endpoint=first), None, 1.0) is True
+    g.queue.append(p)
+    sent, _ = g.admit(1.1, 10)
+    assert sent[0].route == 1 - first
+
+
+def test_retry_after_cools_the_endpoint_down():
+    g = gate()
+    p = send_one(g)
+    g.settle(p, outcome(429, retry_after=2.0), None, 1.0)
+    g.queue.append(task(1))
+    assert g.admit(1.5, 10)[0] == []
+    assert g.next_wake(1.5) == pytest.approx(3.0)
+    assert len(g.admit(3.01, 10)[0]) == 1
+
+
+def test_routes_to_the_most_free_capacity_times_weight():
+    g = gate({"url": "http://a", "max_concurrency": 4}, {"url": "http://b", "max_concurrency": 4, "weight": 3})
+    g.queue.extend(task(i) for i in range(8))
+    sent, _ = g.admit(0.0, 8)
+    assert len(sent) == 8  # 4 + 4: both full
+    assert [p.route for p in sent[:3]] == [1, 1, 1]  # b first while its free room x 3 is larger
+    g.queue.append(task(9))
+    assert g.admit(0.0, 8)[0] == []  # static caps hold
+
+
+def test_connection_failure_takes_the_endpoint_down_then_a_probe_brings_it_back():
+    g = gate({"url": "http://a"}, {"url": "http://b"})
+    g.queue.extend(task(i) for i in range(2))
+    a = next(p for p in g.admit(0.0, 2)[0] if p.route == 0)
+    assert g.settle(a, outcome(0, "connect"), None, 0.1) is True
+    assert g.endpoints[0].state(0.2).startswith("down")
+    g.queue.extend(task(i) for i in range(10, 20))
+    assert all(p.route == 1 for p in g.admit(0.2, 10)[0])  # everything to the survivor
+    g.queue.append(task(30))
+    probe = g.admit(0.7, 10)[0]  # after 0.5 s, exactly one probe
+    assert [p.route for p in probe] == [0]
+    assert g.endpoints[0].state(0.7) == "probing"
+    g.settle(probe[0], outcome(200, endpoint=0), None, 0.9)
+    assert g.endpoints[0].state(1.0) == "up"
+
+
+def test_error_streak_takes_an_endpoint_down():
+    g = gate()
+    for i in range(5):
+        p = send_one(g, now=i)
+        g.settle(p, outcome(500), None, i + 0.1)
+    assert g.endpoints[0].state(5.0).startswith("down (5 errors")
+
+
+def test_retry_budgets():
+    g = gate(max_attempts=2)
+    p = send_one(g)
+    assert g.settle(p, outcome(500), None, 1.0) is True  # error 1 of 2
+    g.queue.append(p)
+    p = g.admit(1.0, 1)[0][0]
+    assert g.settle(p, outcome(500), None, 1.1) is False  # the budget is spent
+    q = send_one(g, now=2.0)
+    results = []
+    for i in range(12):  # 429s have a budget of 5 x max_attempts
+        results.append(g.settle(q, outcome(429), None, 3.0 + i))
+        q.route = 0
+        g.endpoints[0].in_flight += 1
+    assert results.count(True) == 9 and results[9] is False
+
+
+def test_routing_params_are_not_hashed():
+    params = {"model": "m", "endpoints": [{"url": "http://a"}], "timeout_s": 5, "max_attempts": 3, "prompt_template": "t"}
+    assert hash_params(params) == {"model": "m", "prompt_template": "t"}
+
+
+def test_bad_endpoints_are_refused():
+    with pytest.raises(ValueError, match="endpoints"):
+        Gate({"model": "m", "endpoints": []})
