@@ -1,13 +1,15 @@
 # make demo  - set up .venv and score the bundled example rollouts on a local pool (gsm8k, then a composite)
 # make test  - set up .venv and run the linter and the test suite
 # make bench - the transport benchmark (installs Ray into .venv first)
+# make bench-rewards - math scoring inline, on 1 and 2 workers, and mp.Pool
+# make bench-judge   - the judge benchmark against the mock judge (installs aiohttp and qreward)
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench bench-rewards bench-judge lint clean
 
 $(STAMP): setup.py setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +33,13 @@ demo: $(STAMP)
 		--cache out/demo-cache.sqlite --out out/demo-shaped.jsonl --strict
 	@$(BIN)/python -c "import json; r = json.loads(open('out/demo-shaped.jsonl').readline()); \
 		print('first row: score', r['score'], ' components', {k: v for k, v in r['extra'].items() if k != 'components'})"
+	@echo "== math + an LLM judge (configs/demo-judge.yaml) against the bundled mock judge: capacity 32, 50 ms per answer"
+	@$(BIN)/qworker mock-judge --port 18600 --capacity 32 --latency 0.05 > out/mock-judge.log 2>&1 & echo $$! > out/mock-judge.pid; \
+	sleep 1; \
+	$(BIN)/qworker score examples/math_rollouts.jsonl --reward math_and_judge --config configs/demo-judge.yaml --workers 2 \
+		--out out/demo-judged.jsonl --strict; rc=$$?; \
+	$(BIN)/python -c "import urllib.request; print('   mock judge saw:', urllib.request.urlopen('http://127.0.0.1:18600/stats').read().decode())"; \
+	kill `cat out/mock-judge.pid`; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -41,6 +50,13 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/transport.py
+
+bench-rewards: $(STAMP)
+	$(BIN)/python bench/rewards.py
+
+bench-judge: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]' qreward
+	$(BIN)/python bench/judge.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info

@@ -119,6 +119,15 @@ def format_status(status: dict) -> str:
                 f"    {w['worker']:<28} {w['pid']:>7} {'yes' if w['alive'] else 'no':>5} {w['in_flight']:>9} "
                 f"{w['done']:>9} {w['failed']:>7} {w['restarts']:>8} {w['rss_mb']:>7.0f}"
             )
+    for judge in status.get("judges", []):
+        lines.append(f"  judge {judge['model']} ({judge['queued']} waiting for capacity)")
+        lines.append(f"    {'endpoint':<44} {'state':<20} {'in flight':>9} {'limit':>6} {'ok':>8} {'429s':>6} {'errors':>6} {'p50 s':>6} {'p99 s':>6}")
+        for e in judge["endpoints"]:
+            errors = e["timeouts"] + e["connect_errors"] + e["other_errors"]
+            lines.append(
+                f"    {e['url'][:44]:<44} {e['state'][:20]:<20} {e['in_flight']:>9} {e['limit']:>6.1f} {e['ok']:>8} "
+                f"{e['status_429']:>6} {errors:>6} {e['latency_p50_s']:>6.3f} {e['latency_p99_s']:>6.3f}"
+            )
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ PRODUCER_KEYS: dict[str, tuple[type, ...]] = {
     "ready_timeout_s": (int, float),
     "max_payload_bytes": (int,),
     "max_message_bytes": (int,),
+    "metrics_port": (int,),
 }
 POOL_KEYS: dict[str, tuple[type, ...]] = {
     "connect": (str,),

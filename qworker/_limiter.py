@@ -17,6 +17,9 @@ The algorithm only; ``_gate`` enforces it.  Units: seconds, requests.
   once; and every drop caps the limit at what was in flight minus the refused
   request.  Nothing more is sent until enough requests finish: a retried task
   waits for measured free capacity, and rejections cannot feed a retry loop.
+* **No growth for a round trip after a drop**: the answers still arriving were
+  sent before it, and say nothing about more room (with a rate limit, a burst
+  that overshot is still draining).
 * **Latency gradient.**  A server that queues instead of rejecting shows it in
   latency.  With ``rtt`` a moving average and ``min_rtt`` the lowest round
   trip of the last ``window_s``, ``gradient = tolerance * min_rtt / rtt``; below
@@ -52,6 +55,7 @@ class AdaptiveLimit:
     drops: int = field(init=False, default=0)
     last_drop_level: float = field(init=False, default=math.inf)  # in flight at the last drop
     _last_cut: float = field(init=False, default=-math.inf)
+    _last_drop: float = field(init=False, default=-math.inf)
     _mins: deque = field(init=False, default_factory=deque)  # (time, rtt): monotone, for the window's minimum
 
     def __post_init__(self) -> None:
@@ -77,6 +81,8 @@ class AdaptiveLimit:
         if gradient < 1.0:
             self._cut(max(0.5, gradient) * self.limit, now)
             return
+        if now - self._last_drop < self._round_trip():
+            return  # answers to requests sent before the last drop say nothing about more room
         if in_flight >= self.limit - max(2.0, self.limit / 8):  # grow only a limit that is in use
             below = 0.96 * self.last_drop_level  # just under where the last drop happened
             if self.slow_start:
@@ -90,6 +96,7 @@ class AdaptiveLimit:
     def on_drop(self, in_flight: int, now: float) -> None:
         """The endpoint refused a request (429/503) or it timed out, with ``in_flight`` outstanding."""
         self.drops += 1
+        self._last_drop = now
         level = max(1, min(in_flight, self.limit))
         if self._cut(self.backoff * level, now):
             self.last_drop_level = level
@@ -111,5 +118,5 @@ class AdaptiveLimit:
         """Back to slow start from ``initial`` (an endpoint that came back after being down)."""
         self.limit = max(self.floor, min(self.ceiling, self.initial))
         self.slow_start = True
-        self._last_cut = -math.inf
+        self._last_cut = self._last_drop = -math.inf
         self.last_drop_level = math.inf

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import zmq
 
-from . import _composite, _config
+from . import _composite, _config, _metrics
 from ._cache import MemoryCache
 from ._catalog import Catalog, Composite
 from ._diskcache import DiskCache
@@ -56,6 +56,7 @@ _DEFAULTS: dict[str, Any] = {
     "ready_timeout_s": 60.0,
     "max_payload_bytes": 8 * 1024 * 1024,
     "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
+    "metrics_port": None,
 }
 _CHUNK = 1024  # tasks hashed before the dispatcher is woken
 _T = TypeVar("_T")
@@ -96,6 +97,7 @@ class Producer:
         ready_timeout_s: Optional[float] = None,
         max_payload_bytes: Optional[int] = None,
         max_message_bytes: Optional[int] = None,
+        metrics_port: Optional[int] = None,
     ) -> None:
         explicit = {k: v for k, v in locals().items() if k in _DEFAULTS}
         loaded = _config.load(config)
@@ -130,6 +132,9 @@ class Producer:
         )
         self._dispatcher.start()
         self._registry_file = self._register()
+        self._metrics = None
+        if cfg["metrics_port"] is not None:  # Prometheus, on loopback
+            self._metrics = _metrics.serve(self.status, int(cfg["metrics_port"]))
         self._pool: Optional[subprocess.Popen] = None
         if cfg["local_workers"]:
             self._start_local_pool(int(cfg["local_workers"]), list(cfg["rewards"] or []), heartbeat_s)
@@ -402,6 +407,8 @@ class Producer:
                 log.warning("qworker: local pool did not stop in %.0f s; killing it", timeout)
                 self._pool.kill()
                 self._pool.wait()
+        if self._metrics is not None:
+            self._metrics.shutdown()  # type: ignore[attr-defined]
         self._dispatcher.stop()
         with self._lock:
             left = list(self._pending.values())

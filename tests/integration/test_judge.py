@@ -124,3 +124,24 @@ def test_a_hung_endpoint_times_out_and_the_task_moves_on():
     finally:
         threading.Thread(target=a.stop, daemon=True).start()  # its handler threads sleep; do not wait
         b.stop()
+
+
+def test_prometheus_metrics_and_status_show_the_endpoint():
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    m = MockJudge(capacity=8, latency_s=0.01).start()
+    try:
+        with Producer(local_workers=1, config=judge_config(m.url), metrics_port=port) as p:
+            p.map("llm_judge", rows(30), timeout=60)
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            ep = p.status()["judges"][0]["endpoints"][0]
+        assert f'qworker_judge_requests_total{{endpoint="{m.url}",model="m",outcome="ok"}} 30.0' in text
+        assert "qworker_judge_limit{" in text and "qworker_judge_latency_seconds{" in text
+        assert 'qworker_tasks_total{state="resolved"} 30.0' in text
+        assert ep["ok"] == 30 and ep["latency_p50_s"] > 0
+    finally:
+        m.stop()

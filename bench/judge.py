@@ -1,0 +1,270 @@
+"""Judge benchmark: qworker against an asyncio+aiohttp client and qreward, on one mock judge.
+
+Each run gets a fresh ``qworker mock-judge`` process (so its /stats count that
+run alone) on 127.0.0.1:
+
+  A  capacity 64, latency 200 ms (ceiling 320 req/s): qworker (4 workers, no
+     capacity hint: ceiling 512), aiohttp + Semaphore(64) with exponential
+     backoff, and qreward's OpenAIChatProxy.batch_chat_completion (max_concurrent 64)
+  B  an RPM cap instead (12,000 rpm = 200 req/s, capacity 1,000): qworker and aiohttp
+  C  two endpoints, capacity 32 and 96 (ceiling 640 req/s): qworker; then a
+     longer run in which the capacity-96 endpoint is killed and restarted
+
+It prints throughput (tasks resolved / wall time), 429s as a share of the
+requests the server saw, failed tasks, connections the server accepted, and
+for qworker the workers' CPU per request; then qworker's ratio to each.
+
+    python bench/judge.py                 # 5,000 requests per run
+    python bench/judge.py --tasks 2000    # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import table  # noqa: E402
+
+from qworker import Producer  # noqa: E402
+
+PORTS = (18501, 18502)
+
+
+class Server:
+    """A ``qworker mock-judge`` in its own process."""
+
+    def __init__(self, port: int, *args: str) -> None:
+        self.port, self.args = port, args
+        self.proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), *args], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.stats()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/chat/completions"
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as r:
+            return json.load(r)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def payloads(n: int, tag: str) -> list[dict]:
+    return [{"prompt": f"Question {tag}-{i}: is this right?", "response": f"answer {i}", "ground_truth": "yes"} for i in range(n)]
+
+
+def bodies(n: int, tag: str) -> list[dict]:
+    return [{"model": "judge", "messages": [{"role": "user", "content": f"Question {tag}-{i}: grade it"}], "max_tokens": 16} for i in range(n)]
+
+
+def run_qworker(servers: list[Server], n: int, tag: str, workers: int = 4, during=None) -> dict:
+    cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": [{"url": s.url} for s in servers], "timeout_s": 30, "ceiling": 512}}}
+    with Producer(local_workers=workers, config=cfg) as p:
+        procs = psutil.Process(p._pool.pid).children() if p._pool else []
+        cpu0 = sum(sum(x.cpu_times()[:2]) for x in procs)
+        t0 = time.monotonic()
+        futures = p.submit_batch("llm_judge", payloads(n, tag))
+        extra = during(p) if during else None
+        results = p.gather(futures, timeout=600)
+        elapsed = time.monotonic() - t0
+        cpu = sum(sum(x.cpu_times()[:2]) for x in procs) - cpu0
+    failed = [r for r in results if not r.ok]
+    return {"completed": n - len(failed), "failed": len(failed), "elapsed_s": elapsed, "cpu_per_request_ms": 1000 * cpu / n,
+            "first_error": failed[0].error if failed else None, "during": extra}
+
+
+async def _aiohttp(url: str, reqs: list[dict], concurrency: int, attempts: int) -> dict:
+    import aiohttp
+
+    sem = asyncio.Semaphore(concurrency)
+    failed = 0
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        async def one(body: dict) -> None:
+            nonlocal failed
+            for attempt in range(attempts):
+                try:
+                    async with sem, session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                        await resp.read()
+                        if resp.status == 200:
+                            return
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    pass
+                await asyncio.sleep(0.1 * 2**attempt)  # the usual: exponential backoff, Retry-After unread
+            failed += 1
+
+        await asyncio.gather(*(one(b) for b in reqs))
+    return {"failed": failed}
+
+
+def run_aiohttp(server: Server, n: int, tag: str, concurrency: int = 64, attempts: int = 4) -> dict:
+    t0 = time.monotonic()
+    out = asyncio.run(_aiohttp(server.url, bodies(n, tag), concurrency, attempts))
+    return {"completed": n - out["failed"], "failed": out["failed"], "elapsed_s": time.monotonic() - t0}
+
+
+def run_qreward(server: Server, n: int, tag: str, concurrency: int = 64) -> dict:
+    try:
+        from qreward.client import OpenAIChatProxy
+    except ImportError:
+        return {"skipped": "qreward is not installed (pip install qreward)"}
+
+    async def go() -> list:
+        proxy = OpenAIChatProxy(base_url=server.url.rsplit("/chat/completions", 1)[0], api_key="unused", max_concurrent=concurrency)
+        try:
+            return await proxy.batch_chat_completion([b["messages"] for b in bodies(n, tag)], model="judge")
+        finally:
+            await proxy.client.close()
+
+    import logging
+
+    logging.getLogger("qreward").setLevel(logging.ERROR)
+    t0 = time.monotonic()
+    results = asyncio.run(go())
+    failed = sum(isinstance(r, BaseException) for r in results)
+    return {"completed": n - failed, "failed": failed, "elapsed_s": time.monotonic() - t0}
+
+
+def measured(name: str, ceiling: float, server_stats: list[dict], out: dict) -> dict:
+    requests = sum(s["requests"] for s in server_stats)
+    r429 = sum(s["status_429"] for s in server_stats)
+    row = {
+        "system": name, "throughput": out["completed"] / out["elapsed_s"], "ceiling": ceiling, "requests": requests,
+        "429_share": r429 / max(1, requests), "failed": out["failed"], "connections": sum(s["connections"] for s in server_stats),
+        "cpu_ms": out.get("cpu_per_request_ms"),
+    }
+    print(f"  {name:<34} {row['throughput']:>6.0f} req/s ({row['throughput'] / ceiling:.1%} of {ceiling:.0f})  "
+          f"429s {row['429_share']:.2%} of {requests}  failed {row['failed']}  connections {row['connections']}"
+          + (f"  worker CPU {row['cpu_ms']:.2f} ms/request" if row["cpu_ms"] is not None else ""), flush=True)
+    if out.get("first_error"):
+        print(f"    first error: {out['first_error']}")
+    return row
+
+
+def scenario(name: str, n: int, ceiling: float, server_args: list[tuple[str, ...]], system: str) -> dict:
+    servers = [Server(PORTS[i], *args) for i, args in enumerate(server_args)]
+    try:
+        if system == "qworker":
+            out = run_qworker(servers, n, name)
+        elif system == "aiohttp":
+            out = run_aiohttp(servers[0], n, name)
+        else:
+            out = run_qreward(servers[0], n, name)
+            if "skipped" in out:
+                print(f"  {system}: {out['skipped']}")
+                return {}
+        labels = {"qworker": "qworker (4 workers, no hint)", "aiohttp": "aiohttp + semaphore(64)", "qreward": "qreward (max_concurrent 64)"}
+        return measured(f"{name}: {labels[system]}", ceiling, [s.stats() for s in servers], out)
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def failover(n: int) -> None:
+    """Endpoint 2 (capacity 96) is killed after 3 s and restarted 3 s later."""
+    small, big = Server(PORTS[0], "--capacity", "32", "--latency", "0.2"), Server(PORTS[1], "--capacity", "96", "--latency", "0.2")
+    timeline: list[tuple[float, int, int]] = []
+    state = {"big": big}
+    stop = threading.Event()
+
+    def watch(t0: float) -> None:
+        last = [0, 0]
+        while not stop.is_set():
+            now = time.monotonic() - t0
+            served = []
+            for i, s in enumerate((small, state["big"])):
+                try:
+                    served.append(s.stats()["served"])
+                except OSError:
+                    served.append(last[i] if i == 0 else 0)
+            timeline.append((now, served[0] - last[0], max(0, served[1] - last[1])))
+            last = served
+            time.sleep(0.25)
+
+    def during(p: Producer) -> dict:
+        t0 = time.monotonic()
+        threading.Thread(target=watch, args=(t0,), daemon=True).start()
+        time.sleep(3.0)
+        big.stop()
+        killed = time.monotonic() - t0
+        time.sleep(3.0)
+        state["big"] = Server(PORTS[1], "--capacity", "96", "--latency", "0.2")
+        return {"killed_at": killed, "restarted_at": time.monotonic() - t0}
+
+    try:
+        out = run_qworker([small, big], n, "failover", during=during)
+    finally:
+        stop.set()
+        small.stop()
+        state["big"].stop()
+    ev = out["during"]
+    after_kill = [t for t in timeline if t[0] > ev["killed_at"]]
+    # traffic moved: the first window after the kill in which the survivor served at its full rate again
+    full = max(x[1] for x in timeline) * 0.9
+    moved = next((t[0] - ev["killed_at"] for t in after_kill if t[1] >= full), None)
+    back = next((t[0] - ev["restarted_at"] for t in timeline if t[0] > ev["restarted_at"] and t[2] > 0), None)
+    print(f"  C: kill and restart of the capacity-96 endpoint, {n} tasks: completed {out['completed']}, failed {out['failed']}")
+    print(f"     killed at {ev['killed_at']:.1f} s; survivor at full rate {moved if moved is None else f'{moved:.2f} s'} later; "
+          f"restarted at {ev['restarted_at']:.1f} s; serving again {back if back is None else f'{back:.2f} s'} later")
+    print("     served per 0.25 s (capacity-32 endpoint / capacity-96 endpoint):")
+    print("     " + "  ".join(f"{t:.1f}s:{a}/{b}" for t, a, b in timeline[::2]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=5000)
+    ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, rpm, two, failover")
+    args = ap.parse_args()
+    n = args.tasks
+    print(f"judge benchmark: {n} requests per run, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+    a = ("--capacity", "64", "--latency", "0.2")
+    rows = [scenario("A", n, 320, [a], "qworker")]
+    for system in ("aiohttp", "qreward"):
+        if system not in args.skip:
+            rows.append(scenario("A", n, 320, [a], system))
+    if "rpm" not in args.skip:
+        b = ("--capacity", "1000", "--latency", "0.2", "--rpm", "12000")
+        rows.append(scenario("B", n, 200, [b], "qworker"))
+        if "aiohttp" not in args.skip:
+            rows.append(scenario("B", n, 200, [b], "aiohttp"))
+    if "two" not in args.skip:
+        rows.append(scenario("C", n, 640, [("--capacity", "32", "--latency", "0.2"), ("--capacity", "96", "--latency", "0.2")], "qworker"))
+    if "failover" not in args.skip:
+        failover(3 * n)
+
+    rows = [r for r in rows if r]
+    print("\nthroughput and waste per system (pool size per worker 128, so 4 workers may open up to 512 connections)")
+    print(table(
+        ["run", "req/s", "of ceiling", "429s / requests", "failed", "connections", "worker CPU ms/req"],
+        [[r["system"], f"{r['throughput']:.0f}", f"{r['throughput'] / r['ceiling']:.1%}", f"{r['429_share']:.2%}", r["failed"],
+          r["connections"], "" if r["cpu_ms"] is None else f"{r['cpu_ms']:.2f}"] for r in rows],
+    ))
+    base = {r["system"].split(":")[0]: r for r in rows if "qworker" in r["system"]}
+    ratios = [[r["system"], f"{base[r['system'].split(':')[0]]['throughput'] / r['throughput']:.2f}x"] for r in rows if "qworker" not in r["system"]]
+    if ratios:
+        print("\nqworker's throughput / each alternative's, same server settings")
+        print(table(["alternative", "qworker / it"], ratios))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Prometheus metrics for a producer: ``Producer(metrics_port=9464)``.
+
+Served by ``prometheus_client`` on 127.0.0.1 (``metrics_host`` to change it).
+Values are read from the dispatcher's status at scrape time, so nothing is
+counted twice and the hot path does no metrics work.
+
+* ``qworker_tasks_total{state}``: submitted, resolved, failed, cache_hits, deduplicated
+* ``qworker_tasks_queued``, ``qworker_tasks_in_flight``
+* per judge endpoint (labels ``endpoint``, ``model``): ``qworker_judge_in_flight``,
+  ``qworker_judge_limit``, ``qworker_judge_requests_total{outcome}`` (ok,
+  status_429, timeouts, connect_errors, other_errors, retries),
+  ``qworker_judge_latency_seconds{quantile}`` (0.5, 0.9, 0.99 of recent answers),
+  ``qworker_judge_up`` (1 up, 0 down or cooling)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+__all__ = ["serve"]
+
+_OUTCOMES = ("ok", "status_429", "timeouts", "connect_errors", "other_errors", "retries")
+
+
+class _Collector:
+    def __init__(self, status: Callable[[], dict]) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        st = self._status()
+        p = st["producer"]
+        tasks = CounterMetricFamily("qworker_tasks", "Tasks by state", labels=["state"])
+        for state in ("submitted", "resolved", "failed", "cache_hits", "deduplicated"):
+            tasks.add_metric([state], p.get(state, 0))
+        yield tasks
+        yield GaugeMetricFamily("qworker_tasks_queued", "Tasks waiting for credit", value=p.get("queued", 0))
+        yield GaugeMetricFamily("qworker_tasks_in_flight", "Tasks leased to workers", value=p.get("in_flight", 0))
+        labels = ["endpoint", "model"]
+        in_flight = GaugeMetricFamily("qworker_judge_in_flight", "Judge requests in flight", labels=labels)
+        limit = GaugeMetricFamily("qworker_judge_limit", "Adaptive concurrency limit", labels=labels)
+        up = GaugeMetricFamily("qworker_judge_up", "1 when the endpoint takes requests", labels=labels)
+        requests = CounterMetricFamily("qworker_judge_requests", "Judge answers by outcome", labels=[*labels, "outcome"])
+        latency = GaugeMetricFamily("qworker_judge_latency_seconds", "Latency quantiles of recent answers", labels=[*labels, "quantile"])
+        for judge in st.get("judges", []):
+            for e in judge["endpoints"]:
+                lv = [e["url"], e["model"]]
+                in_flight.add_metric(lv, e["in_flight"])
+                limit.add_metric(lv, e["limit"])
+                up.add_metric(lv, 1.0 if e["state"] in ("up", "probing") else 0.0)
+                for o in _OUTCOMES:
+                    requests.add_metric([*lv, o], e[o])
+                for q, key in (("0.5", "latency_p50_s"), ("0.9", "latency_p90_s"), ("0.99", "latency_p99_s")):
+                    latency.add_metric([*lv, q], e[key])
+        yield from (in_flight, limit, up, requests, latency)
+
+
+def serve(status: Callable[[], dict], port: int, host: str = "127.0.0.1") -> object:
+    """Start the metrics HTTP server; returns it (``shutdown()`` stops it)."""
+    from prometheus_client import start_http_server
+    from prometheus_client.registry import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(status))
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return server
