@@ -47,6 +47,11 @@ JUDGE_REWARD = "llm_judge"
 ROUTING_KEYS = frozenset({"endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "pool_size"})
 DOWN_FIRST_S, DOWN_MAX_S, AUTH_DOWN_S = 0.5, 5.0, 60.0
 ERROR_STREAK_DOWN = 5
+JUDGE_KEYS = frozenset({
+    "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
+    "score_max", "timeout_s", "pool_size", "max_attempts", "ceiling", "initial_concurrency",
+})
+ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm"})
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused 429/503 up to 5 x max_attempts times
 
 
@@ -124,9 +129,17 @@ class Endpoint:
 
 class Gate:
     def __init__(self, params: dict) -> None:
+        unknown = set(params) - JUDGE_KEYS
+        if unknown:  # a typo must not silently fall back to a default
+            raise ValueError(f"unknown param(s) {sorted(unknown)}; known: {', '.join(sorted(JUDGE_KEYS))}")
+        if not isinstance(params.get("model"), str):
+            raise ValueError("needs 'model', the judge model's name")
         eps = params.get("endpoints")
         if not isinstance(eps, list) or not eps or not all(isinstance(e, dict) and isinstance(e.get("url"), str) for e in eps):
-            raise ValueError("llm_judge needs 'endpoints': a non-empty list of {url: ..., ...}")
+            raise ValueError("needs 'endpoints': a non-empty list of {url: ..., ...}")
+        for i, e in enumerate(eps):
+            if set(e) - ENDPOINT_KEYS:
+                raise ValueError(f"endpoints[{i}]: unknown key(s) {sorted(set(e) - ENDPOINT_KEYS)}; known: {', '.join(sorted(ENDPOINT_KEYS))}")
         self.model = str(params.get("model"))
         self.max_attempts = int(params.get("max_attempts", 4))
         ceiling = float(params.get("ceiling", 512))

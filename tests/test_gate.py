@@ -126,6 +126,15 @@ def test_routing_params_are_not_hashed():
     assert hash_params(params) == {"model": "m", "prompt_template": "t"}
 
 
-def test_bad_endpoints_are_refused():
-    with pytest.raises(ValueError, match="endpoints"):
-        Gate({"model": "m", "endpoints": []})
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"model": "m", "endpoints": []}, "endpoints"),
+        ({"endpoints": [{"url": "http://a"}]}, "model"),
+        ({"model": "m", "endpoints": [{"url": "http://a"}], "score_patern": "x"}, r"unknown param\(s\) \['score_patern'\]"),
+        ({"model": "m", "endpoints": [{"url": "http://a", "api_key": "sk-1"}]}, r"endpoints\[0\]: unknown key\(s\) \['api_key'\]"),
+    ],
+)
+def test_bad_judge_params_are_refused(params, match):
+    with pytest.raises(ValueError, match=match):
+        Gate(params)

@@ -116,7 +116,9 @@ def llm_judge(
     score_max: float = 10.0,
     timeout_s: float = 60.0,
     pool_size: int = 128,
-    **_routing: Any,  # max_attempts, ceiling, ...: the gate's, not the call's
+    max_attempts: int = 4,  # the gate's: retries are decided in the producer
+    ceiling: float = 512,  # the gate's
+    initial_concurrency: float = 32,  # the gate's
 ) -> dict:
     if not isinstance(payload, dict):
         raise ValueError(f"llm_judge needs a payload object, got {type(payload).__name__}")

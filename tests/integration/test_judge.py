@@ -145,3 +145,13 @@ def test_prometheus_metrics_and_status_show_the_endpoint():
         assert ep["ok"] == 30 and ep["latency_p50_s"] > 0
     finally:
         m.stop()
+
+
+def test_a_typo_in_the_judge_config_is_an_error_at_submission():
+    import pytest
+
+    from qworker import ConfigError
+
+    with Producer(local_workers=0, config=judge_config("http://127.0.0.1:9/v1/chat/completions", score_patern="x")) as p:
+        with pytest.raises(ConfigError, match=r"llm_judge: unknown param\(s\) \['score_patern'\]"):
+            p.submit_batch("llm_judge", rows(1))
