@@ -330,7 +330,7 @@ class Dispatcher(threading.Thread):
         for gate in self.gates:
             sent, failed = gate.admit(now, budget)
             if failed:
-                self._resolve([(p, None, None, "judge_error: every endpoint refused our credentials (401/403); see the log", "", 0.0) for p in failed])
+                self._resolve([(p, None, None, "judge_error: every endpoint of this judge refused our credentials (401/403) within the last 60 s; not sent", "", 0.0) for p in failed])
             if sent:
                 budget -= len(sent)
                 self.queue.extendleft(reversed(sent))

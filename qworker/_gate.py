@@ -31,6 +31,7 @@ they cost the judge nothing).  Only the dispatcher thread uses a gate.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import statistics
 from collections import deque
@@ -39,6 +40,8 @@ from typing import Any, Optional
 
 from ._fleet import Pending
 from ._limiter import AdaptiveLimit
+
+log = logging.getLogger("qworker")
 
 __all__ = ["Gate", "JUDGE_REWARD", "ROUTING_KEYS", "hash_params", "identity"]
 
@@ -117,12 +120,15 @@ class Endpoint:
         return max(0.0, math.floor(self.limit.limit) - self.in_flight)
 
     def go_down(self, reason: str, now: float, for_s: Optional[float] = None) -> None:
+        if not self.down_reason:
+            log.warning("qworker: judge endpoint %s is down (%s); routing to the others, probing it again", self.url, reason)
         self.down_for = for_s or min(DOWN_MAX_S, max(DOWN_FIRST_S, 2 * self.down_for))
         self.down_until = now + self.down_for
         self.down_reason = reason
         self.probing = False
 
     def come_back(self) -> None:
+        log.info("qworker: judge endpoint %s answered a probe and is back (was: %s)", self.url, self.down_reason)
         self.down_reason, self.down_for, self.probing, self.error_streak = "", 0.0, False, 0
         self.limit.reset()
 
