@@ -14,7 +14,9 @@ The algorithm only; ``_gate`` enforces it.  Units: seconds, requests.
 * **Multiplicative decrease on a drop** (429, 503, a timeout): the limit falls
   to ``backoff`` times the number in flight when the drop happened, at most
   once per round trip, so a burst of rejections caused by one overshoot counts
-  once; and every drop caps the limit at what was in flight minus the refused
+  once (unless ``burst_drops`` more come within that round trip: then the
+  overload is lasting, as when a rate limit's burst allowance runs out, and it
+  cuts again); and every drop caps the limit at what was in flight minus the refused
   request.  Nothing more is sent until enough requests finish: a retried task
   waits for measured free capacity, and rejections cannot feed a retry loop.
 * **No growth for a round trip after a drop**: the answers still arriving were
@@ -48,6 +50,7 @@ class AdaptiveLimit:
     probe: float = 0.004  # per success above the last drop level: one slot per 250 answers
     slow_start_step: float = 0.5  # per success: x1.5 per round trip, so an overshoot is at most half the limit
     tolerance: float = 2.0
+    burst_drops: int = 4  # this many more drops within the round trip of a cut: overload persists, cut again
     window_s: float = 30.0
     limit: float = field(init=False)
     rtt: float = field(init=False, default=0.0)  # EWMA of successful round trips, seconds
@@ -56,6 +59,7 @@ class AdaptiveLimit:
     last_drop_level: float = field(init=False, default=math.inf)  # in flight at the last drop
     _last_cut: float = field(init=False, default=-math.inf)
     _last_drop: float = field(init=False, default=-math.inf)
+    _drops_since_cut: int = field(init=False, default=0)
     _mins: deque = field(init=False, default_factory=deque)  # (time, rtt): monotone, for the window's minimum
 
     def __post_init__(self) -> None:
@@ -108,7 +112,10 @@ class AdaptiveLimit:
 
     def _cut(self, to: float, now: float) -> bool:
         if now - self._last_cut < self._round_trip():
-            return False  # one overshoot, one decrease
+            self._drops_since_cut += 1
+            if self._drops_since_cut < self.burst_drops:
+                return False  # one overshoot, one decrease
+        self._drops_since_cut = 0
         self._last_cut = now
         self.slow_start = False
         self.limit = max(self.floor, min(self.limit, to))
