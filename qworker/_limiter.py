@@ -50,7 +50,7 @@ class AdaptiveLimit:
     probe: float = 0.004  # per success above the last drop level: one slot per 250 answers
     slow_start_step: float = 0.5  # per success: x1.5 per round trip, so an overshoot is at most half the limit
     tolerance: float = 2.0
-    burst_drops: int = 4  # this many more drops within the round trip of a cut: overload persists, cut again
+    burst_drops: int = 8  # this many more drops within the round trip of a cut: overload persists, cut again
     window_s: float = 30.0
     limit: float = field(init=False)
     rtt: float = field(init=False, default=0.0)  # EWMA of successful round trips, seconds
