@@ -18,7 +18,10 @@ provider:
 The reply's last line is ``Score: N``, N in 0..10, a hash of the last user
 message, so callers can predict it (``expected_score``).  ``GET /stats``
 reports what it saw: requests, served, 429s, errors, max in flight,
-connections opened.  It speaks HTTP/1.1 with keep-alive.
+connections opened, and ``mean_held_s``, how long a served request really held
+its slot (the sleep overshoots on a loaded machine).  A slot is freed when its
+answer is ready, before the answer is written.  It speaks HTTP/1.1 with
+keep-alive.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class MockJudge(ThreadingHTTPServer):
         self.tokens = (rpm or 0) / 60.0
         self.refilled = time.monotonic()
         self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "max_in_flight": 0, "connections": 0}
+        self.held_s = 0.0  # total seconds capacity slots were held by served requests
         self._thread: Optional[threading.Thread] = None
         self.open_sockets: list[socket.socket] = []
 
@@ -98,9 +102,11 @@ class MockJudge(ThreadingHTTPServer):
             self.stats["max_in_flight"] = max(self.stats["max_in_flight"], len(self.ends))
             return 200, None
 
-    def finish(self, ok: bool) -> None:
+    def finish(self, ok: bool, started: float) -> None:
         with self.lock:
             self.ends.remove(min(self.ends))
+            if ok:
+                self.held_s += time.monotonic() - started
             self.stats["served" if ok else "errors"] += 1
 
     def start(self) -> MockJudge:
@@ -143,7 +149,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/stats":
             s = self.server
             with s.lock:
-                self._send(200, {**s.stats, "in_flight": len(s.ends)})
+                held = s.held_s / s.stats["served"] if s.stats["served"] else 0.0
+                self._send(200, {**s.stats, "in_flight": len(s.ends), "mean_held_s": round(held, 5)})
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -171,23 +178,25 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(429, {"error": {"message": "Rate limit reached", "type": "rate_limit"}},
                        {"retry-after-ms": f"{retry_after * 1000:.0f}", "Retry-After": str(max(1, round(retry_after)))})
             return
-        ok = False
+        ok, started = False, time.monotonic()
         try:
             if s.fault == "hang":
                 time.sleep(3600)
             time.sleep(s.latency_s)
-            if s.fault == "500" or (s.p_error and s.rng.random() < s.p_error):
-                self._send(500, {"error": {"message": "injected server error"}})
-                return
-            ok = True
-            content = f"The answer looks reasonable.\nScore: {expected_score(user)}"
-            self._send(200, {
-                "id": "mock", "object": "chat.completion", "model": req.get("model", "mock"),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": 12, "total_tokens": len(user) // 4 + 12},
-            })
+            ok = not (s.fault == "500" or (s.p_error and s.rng.random() < s.p_error))
         finally:
-            s.finish(ok)
+            # The answer is ready: its slot is free before it is written, so a client that
+            # sends its next request on reading this one never finds the slot still taken.
+            s.finish(ok, started)
+        if not ok:
+            self._send(500, {"error": {"message": "injected server error"}})
+            return
+        content = f"The answer looks reasonable.\nScore: {expected_score(user)}"
+        self._send(200, {
+            "id": "mock", "object": "chat.completion", "model": req.get("model", "mock"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": 12, "total_tokens": len(user) // 4 + 12},
+        })
 
 
 def main(argv: Optional[list[str]] = None) -> int:
