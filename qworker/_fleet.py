@@ -33,6 +33,7 @@ class Pending:
     resolved: bool = False  # set under the producer's lock when the future is resolved
     gate: object = None  # a _gate.Gate when the task calls a rate-limited endpoint
     route: int = -1  # the endpoint the gate chose for this delivery
+    routed_at: float = 0.0  # when the gate let it go to that endpoint (monotonic seconds)
     tries: int = 0  # endpoint calls retried by the gate after errors
     throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
 

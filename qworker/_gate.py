@@ -197,7 +197,7 @@ class Gate:
                 best.tpm.tokens -= tokens
             best.in_flight += 1
             best.counts["requests"] += 1
-            p.route = best.index
+            p.route, p.routed_at = best.index, now
             sent.append(p)
         return sent, []
 
@@ -251,7 +251,7 @@ class Gate:
             e.limit.on_success(latency, in_flight, now)
         elif status in (429, 503):
             e.counts["status_429" if status == 429 else "other_errors"] += 1
-            e.limit.on_drop(in_flight, now)
+            e.limit.on_drop(in_flight, now, sent_at=p.routed_at)
             after = outcome.get("retry_after_s")
             if after:
                 e.cool_until = max(e.cool_until, now + min(float(after), 60.0))
@@ -259,7 +259,7 @@ class Gate:
             retry = True
         elif failure == "timeout":
             e.counts["timeouts"] += 1
-            e.limit.on_drop(in_flight, now)
+            e.limit.on_drop(in_flight, now, sent_at=p.routed_at, timeout=True)
             e.probing = False
             retry = True
         elif failure == "connect":

@@ -2,30 +2,36 @@
 
 The algorithm only; ``_gate`` enforces it.  Units: seconds, requests.
 
-* **Slow start.**  Until the first sign of overload the limit grows by half a
-  request per success: x1.5 every round trip, from ``initial`` up to the ceiling.
-* **Additive increase.**  Afterwards it climbs back quickly (one per success)
-  to just under the level where the last drop happened, then probes above it
-  slowly: ``probe`` per success, one more slot per 250 answers, so a probe that
-  ends in a rejection costs well under 1% of the requests at any capacity.  It
-  grows only while the limit is in use (in flight within an eighth of it):
-  headroom that was never tested (the workers were busy, the queue was short)
-  would turn into a burst of rejections the moment it is used.
-* **Multiplicative decrease on a drop** (429, 503, a timeout): the limit falls
-  to ``backoff`` times the number in flight when the drop happened, at most
-  once per round trip, so a burst of rejections caused by one overshoot counts
-  once (unless ``burst_drops`` more come within that round trip: then the
-  overload is lasting, as when a rate limit's burst allowance runs out, and it
-  cuts again); and every drop caps the limit at what was in flight minus the refused
+* **Slow start.**  Until the first refusal (429, 503, a timeout) the limit
+  grows by half a request per success: x1.5 every round trip, from
+  ``initial`` up to the ceiling.  The first refusal takes it back to the level
+  of a round trip ago, the last one known to hold.
+* **Every refusal caps** the limit at what was in flight minus the refused
   request.  Nothing more is sent until enough requests finish: a retried task
-  waits for measured free capacity, and rejections cannot feed a retry loop.
-* **No growth for a round trip after a drop**: the answers still arriving were
-  sent before it, and say nothing about more room (with a rate limit, a burst
-  that overshot is still draining).
-* **Latency gradient.**  A server that queues instead of rejecting shows it in
-  latency.  With ``rtt`` a moving average and ``min_rtt`` the lowest round
-  trip of the last ``window_s``, ``gradient = tolerance * min_rtt / rtt``; below
-  1 the limit is multiplied by it (at most once per round trip, never below
+  waits for measured free capacity, and refusals cannot feed a loop of retries.
+* **Echoes count once.**  A refusal of a request sent before the last reaction
+  is an echo of the overload already answered: it caps and lowers the level
+  to recover to by one, and nothing more.
+* **A lone refusal only caps.**  Against a concurrency cap, one request over
+  the capacity earns one 429 and the cap is the whole answer: the limit stays
+  at the capacity, not a tenth below it.
+* **Multiplicative decrease when the overload is more than one request.**  A
+  timeout cuts to ``backoff`` times what was in flight.  A refusal of a request
+  sent *after* the last reaction, within a round trip of it and after more
+  than ``burst_drops`` refusals, means the reaction did not suffice (a rate
+  limit's burst allowance ran out, or the capacity fell): ``backoff_again``.
+* **No growth for a round trip after a refusal**: answers still arriving were
+  sent before it and say nothing about more room.
+* **Recovery and probing.**  Up to one below the level of the last refusal the
+  limit climbs one per success (after a ``backoff_again`` cut, only halfway
+  back); above it, it probes by ``probe`` per success, one slot per 500
+  answers, so a steady capacity costs about one 429 per 500 answers.  It grows
+  only while the limit is in use (in flight within an eighth of it): headroom
+  that was never tested would turn into a burst of refusals when first used.
+* **Latency gradient.**  A server that queues instead of refusing shows it in
+  latency.  With ``rtt`` a moving average and ``min_rtt`` the lowest round trip
+  of the last ``window_s``, ``gradient = tolerance * min_rtt / rtt``; below 1
+  the limit is multiplied by it (at most once per round trip, never below
   half).  ``tolerance`` (2.0) leaves room for ordinary jitter.
 
 Little's law gives the target: a judge that serves C requests at once with
@@ -47,19 +53,22 @@ class AdaptiveLimit:
     floor: float = 1.0
     ceiling: float = 512.0
     backoff: float = 0.9
-    probe: float = 0.004  # per success above the last drop level: one slot per 250 answers
+    backoff_again: float = 0.5
+    burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
+    probe: float = 0.002  # per success above the last refusal level: one slot per 500 answers
     slow_start_step: float = 0.5  # per success: x1.5 per round trip, so an overshoot is at most half the limit
     tolerance: float = 2.0
-    burst_drops: int = 8  # this many more drops within the round trip of a cut: overload persists, cut again
     window_s: float = 30.0
     limit: float = field(init=False)
     rtt: float = field(init=False, default=0.0)  # EWMA of successful round trips, seconds
     slow_start: bool = field(init=False, default=True)
     drops: int = field(init=False, default=0)
-    last_drop_level: float = field(init=False, default=math.inf)  # in flight at the last drop
+    last_drop_level: float = field(init=False, default=math.inf)  # in flight at the last refusal
     _last_cut: float = field(init=False, default=-math.inf)
     _last_drop: float = field(init=False, default=-math.inf)
-    _drops_since_cut: int = field(init=False, default=0)
+    _reacted: float = field(init=False, default=-math.inf)  # when the last fresh refusal was answered
+    _echo_level: int = field(init=False, default=0)  # in flight at the last reaction, less the echoes since
+    _episode_drops: int = field(init=False, default=0)  # refusals since the last lone one
     _mins: deque = field(init=False, default_factory=deque)  # (time, rtt): monotone, for the window's minimum
 
     def __post_init__(self) -> None:
@@ -83,12 +92,13 @@ class AdaptiveLimit:
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
         gradient = self.tolerance * self.min_rtt / self.rtt if self.rtt > 0 else 1.0
         if gradient < 1.0:
-            self._cut(max(0.5, gradient) * self.limit, now)
+            if now - self._last_cut >= self._round_trip():  # once per round trip: later answers were queued too
+                self._cut(max(0.5, gradient) * self.limit, now)
             return
         if now - self._last_drop < self._round_trip():
             return  # answers to requests sent before the last drop say nothing about more room
         if in_flight >= self.limit - max(2.0, self.limit / 8):  # grow only a limit that is in use
-            below = 0.96 * self.last_drop_level  # just under where the last drop happened
+            below = self.last_drop_level - 1.0  # just under where the last drop happened
             if self.slow_start:
                 grown = self.limit + self.slow_start_step
             elif self.limit < below:
@@ -97,33 +107,45 @@ class AdaptiveLimit:
                 grown = self.limit + self.probe
             self.limit = min(self.ceiling, grown)
 
-    def on_drop(self, in_flight: int, now: float) -> None:
-        """The endpoint refused a request (429/503) or it timed out, with ``in_flight`` outstanding."""
+    def on_drop(self, in_flight: int, now: float, sent_at: float, *, timeout: bool = False) -> None:
+        """The endpoint refused a request sent at ``sent_at`` (429/503), or it timed out.
+
+        ``in_flight`` counts the requests outstanding, this one included.
+        """
         self.drops += 1
         self._last_drop = now
-        level = max(1, min(in_flight, self.limit))
-        if self._cut(self.backoff * level, now):
-            self.last_drop_level = level
-        else:  # rejections of one overshoot keep coming: the level that holds is lower
-            self.last_drop_level = min(self.last_drop_level, level)
-        # Every drop, even inside the round trip that already cut: the refused request's slot
-        # is not reused until something finishes, so rejections cannot feed a loop of retries.
+        self._episode_drops += 1
+        if sent_at <= self._reacted:  # sent before the last reaction: an echo of the overload it answered
+            # One more of the requests then in flight was over the capacity.  (What is in flight
+            # now says less: answers that came back meanwhile were not replaced.)
+            self._echo_level -= 1
+            self.last_drop_level = min(self.last_drop_level, self._echo_level)
+        else:
+            level = max(1, min(in_flight, self.limit))
+            self.last_drop_level = self._echo_level = in_flight
+            if self.slow_start:  # the level of a round trip ago was the last one known to hold
+                self._cut(level / (1.0 + self.slow_start_step), now)
+            elif timeout:
+                self._cut(self.backoff * level, now)
+            elif now - self._reacted < self._round_trip() and self._episode_drops > self.burst_drops:
+                self._cut(self.backoff_again * level, now)
+                # the refused level is no guide after an overload: recover halfway to it, probe from there
+                self.last_drop_level = (self.limit + in_flight) / 2 + 1.0
+            elif now - self._reacted >= self._round_trip():
+                self._episode_drops = 1  # a lone refusal: one request over the capacity; the cap is the answer
+            self._reacted = now
+        # Every refusal caps: the refused request's slot is not reused until something
+        # finishes, so refusals cannot feed a loop of retries.
         self.limit = max(self.floor, min(self.limit, in_flight - 1))
 
-    def _cut(self, to: float, now: float) -> bool:
-        if now - self._last_cut < self._round_trip():
-            self._drops_since_cut += 1
-            if self._drops_since_cut < self.burst_drops:
-                return False  # one overshoot, one decrease
-        self._drops_since_cut = 0
+    def _cut(self, to: float, now: float) -> None:
         self._last_cut = now
         self.slow_start = False
         self.limit = max(self.floor, min(self.limit, to))
-        return True
 
     def reset(self) -> None:
         """Back to slow start from ``initial`` (an endpoint that came back after being down)."""
         self.limit = max(self.floor, min(self.ceiling, self.initial))
         self.slow_start = True
-        self._last_cut = self._last_drop = -math.inf
+        self._last_cut = self._last_drop = self._reacted = -math.inf
         self.last_drop_level = math.inf

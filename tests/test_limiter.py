@@ -1,56 +1,163 @@
-"""The adaptive limit against a simulated endpoint (discrete events, no clock)."""
+"""The adaptive limit against simulated endpoints (discrete events, no clock)."""
 
 from __future__ import annotations
 
 import heapq
 import random
+from typing import Optional
 
 from qworker._limiter import AdaptiveLimit
 
 
-def simulate(capacity: int, latency: float, n: int, seed: int = 1) -> tuple[float, int, AdaptiveLimit]:
-    """Throughput (requests/s) and 429s of a client that keeps ``limit`` in flight."""
+def simulate(
+    n: int, *, capacity: int = 10**9, rate: Optional[float] = None, latency: float = 0.2, initial: float = 16,
+    seed: int = 1, capacity_after: Optional[tuple[float, int]] = None,
+) -> tuple[float, int, AdaptiveLimit]:
+    """(requests/s, refusals, limiter) for a client that keeps ``limit`` in flight.
+
+    The endpoint refuses beyond ``capacity`` requests in service, or beyond a
+    token bucket of ``rate`` per second holding one second's worth.  Refusals
+    come back after 1-20 ms, as they do on a loaded machine, so requests sent
+    meanwhile are refused too.  ``capacity_after`` = (time, capacity) changes
+    the capacity mid-run.
+    """
     rng = random.Random(seed)
-    lim = AdaptiveLimit(initial=16)
-    t, active, done, drops, queued = 0.0, 0, 0, 0, n
-    events: list = []
+    lim = AdaptiveLimit(initial=initial)
+    t, active, in_service, done, drops, queued = 0.0, 0, 0, 0, 0, n
+    tokens, refilled = (rate or 0.0), 0.0
+    events: list = []  # (time, sent_at, refused)
     while done < n:
+        if capacity_after and t >= capacity_after[0]:
+            capacity = capacity_after[1]
         while queued and active < int(lim.limit):
             queued -= 1
-            refused = active >= capacity
             active += 1
-            heapq.heappush(events, (t + (0.001 if refused else latency * rng.uniform(0.95, 1.05)), refused))
-        t, refused = heapq.heappop(events)
+            refused = in_service >= capacity
+            if rate is not None and not refused:
+                tokens = min(rate, tokens + (t - refilled) * rate)
+                refilled = t
+                refused = tokens < 1.0
+                tokens -= 0.0 if refused else 1.0
+            in_service += 0 if refused else 1
+            back = rng.uniform(0.001, 0.02) if refused else latency * rng.uniform(0.98, 1.05)
+            heapq.heappush(events, (t + back, t, refused))
+        t, sent_at, refused = heapq.heappop(events)
+        active -= 1
         if refused:
             drops += 1
             queued += 1
-            lim.on_drop(active, t)
+            lim.on_drop(active + 1, t, sent_at=sent_at)
         else:
+            in_service -= 1
             done += 1
-            lim.on_success(latency, active, t)
-        active -= 1
+            lim.on_success(t - sent_at, active + 1, t)
     return n / t, drops, lim
 
 
-def test_converges_on_the_capacity_with_few_rejections():
-    rate, drops, lim = simulate(capacity=64, latency=0.2, n=20_000)
-    assert rate > 0.95 * 320
-    assert drops < 0.01 * 20_000
-    assert 58 <= lim.limit <= 68
+def test_holds_a_concurrency_cap_at_the_capacity_with_few_refusals():
+    rate, drops, lim = simulate(20_000, capacity=64)
+    assert rate > 0.97 * 320
+    assert drops < 0.005 * 20_000
+    assert 62 <= lim.limit <= 66
 
 
 def test_converges_within_a_bounded_number_of_requests():
     # from 16, slow start reaches the capacity in a few round trips: within 1,000 requests
-    rate, drops, lim = simulate(capacity=64, latency=0.2, n=1000)
-    assert lim.drops >= 1 and 55 <= lim.limit <= 70
+    rate, drops, lim = simulate(1000, capacity=64)
+    assert lim.drops >= 1 and 58 <= lim.limit <= 66
 
 
 def test_small_capacity():
-    rate, drops, lim = simulate(capacity=4, latency=0.1, n=2000)
+    rate, drops, lim = simulate(2000, capacity=4, latency=0.1)
     assert rate > 0.85 * 40 and lim.limit <= 6
 
 
-def test_latency_gradient_cuts_without_rejections():
+def test_a_rate_limit_is_found_with_few_refusals():
+    # 200 requests/s with a one-second burst: Little's law gives 40 in flight at 200 ms
+    rate, drops, lim = simulate(20_000, rate=200.0)
+    assert rate > 0.95 * 200
+    assert drops < 0.01 * 20_000
+    assert 30 <= lim.limit <= 50
+
+
+def test_a_capacity_that_halves_is_followed_down():
+    rate, drops, lim = simulate(20_000, capacity=64, capacity_after=(10.0, 32))
+    assert 30 <= lim.limit <= 34
+    assert drops < 0.01 * 20_000
+
+
+def test_a_lone_refusal_caps_without_a_cut():
+    lim = AdaptiveLimit(initial=70)
+    lim.slow_start = False
+    lim.on_success(0.2, 70, 0.0)
+    lim.on_drop(65, 5.0, sent_at=4.999)
+    assert lim.limit == 64  # the capacity, not a tenth below it
+
+
+def test_the_first_refusal_of_slow_start_goes_back_a_round_trip():
+    lim = AdaptiveLimit(initial=90)
+    lim.on_success(0.2, 90, 0.0)
+    lim.on_drop(90, 1.0, sent_at=0.99)
+    assert lim.limit == 60 and not lim.slow_start  # 90 / 1.5: the level of a round trip ago
+
+
+def test_echoes_cap_but_do_not_cut_again():
+    lim = AdaptiveLimit(initial=90)
+    lim.on_success(0.2, 90, 0.0)
+    lim.on_drop(90, 1.0, sent_at=0.99)
+    for k in range(20):  # refusals of requests sent before that reaction
+        lim.on_drop(89 - k, 1.001 + k * 0.001, sent_at=0.98)
+    assert lim.limit == 60
+
+
+def test_a_fresh_refusal_after_a_burst_cuts_again():
+    lim = AdaptiveLimit(initial=90)
+    lim.on_success(0.2, 90, 0.0)
+    lim.on_drop(90, 1.0, sent_at=0.99)
+    for k in range(10):  # a burst: more than burst_drops
+        lim.on_drop(89 - k, 1.001 + k * 0.001, sent_at=0.98)
+    lim.on_drop(58, 1.05, sent_at=1.04)  # sent after the reaction, still refused: a rate limit, or less capacity
+    assert lim.limit == 29
+
+
+def test_a_staircase_of_single_refusals_is_not_a_burst():
+    lim = AdaptiveLimit(initial=70)
+    lim.slow_start = False
+    lim.on_success(0.2, 70, 0.0)
+    for k in range(4):  # each one over what was left: the limit steps down, no cut
+        lim.on_drop(68 - k, 5.0 + k * 0.01, sent_at=4.999 + k * 0.01)
+    assert lim.limit == 64
+
+
+def test_each_echo_lowers_the_level_to_recover_to():
+    lim = AdaptiveLimit(initial=90)
+    lim.on_success(0.2, 90, 0.0)
+    lim.on_drop(70, 1.0, sent_at=0.99)
+    for k in range(5):  # five more of the 70 were over the capacity, however many answers came back meanwhile
+        lim.on_drop(50 - 5 * k, 1.001 + k * 0.001, sent_at=0.98)
+    assert lim.last_drop_level == 65
+
+
+def test_a_timeout_cuts():
+    lim = AdaptiveLimit(initial=64)
+    lim.slow_start = False
+    lim.on_success(0.2, 64, 0.0)
+    lim.on_drop(64, 5.0, sent_at=4.0, timeout=True)
+    assert lim.limit <= 0.9 * 64
+
+
+def test_after_a_cut_it_climbs_straight_back_under_the_refused_level():
+    lim = AdaptiveLimit(initial=100)
+    lim.on_success(0.2, 100, 0.0)
+    lim.on_drop(66, 1.0, sent_at=0.99)  # slow start ends: 44
+    t = 1.0
+    for _ in range(30):  # one round trip later, the answers say there is room again
+        t += 0.21
+        lim.on_success(0.2, int(lim.limit), t)
+    assert 65 <= lim.limit < 65.1  # one under the refused level, then a slow probe
+
+
+def test_latency_gradient_cuts_without_refusals():
     lim = AdaptiveLimit(initial=50)
     for i in range(50):
         lim.on_success(0.1, 50, i * 0.01)
@@ -67,11 +174,9 @@ def test_idle_limit_does_not_grow():
     assert lim.limit == 32
 
 
-def test_one_cut_per_round_trip_but_every_drop_caps():
+def test_every_refusal_caps_at_what_was_in_flight():
     lim = AdaptiveLimit(initial=64)
+    lim.slow_start = False
     lim.on_success(0.2, 64, 0.0)
-    lim.on_drop(65, 1.0)
-    first = lim.limit
-    assert first <= 0.9 * 65
-    lim.on_drop(40, 1.01)  # same round trip: no second multiplicative cut, but capped below 40
+    lim.on_drop(40, 1.0, sent_at=0.999)
     assert lim.limit <= 39
