@@ -3,9 +3,10 @@
 The algorithm only; ``_gate`` enforces it.  Units: seconds, requests.
 
 * **Slow start.**  Until the first refusal (429, 503, a timeout) the limit
-  grows by half a request per success: x1.5 every round trip, from
-  ``initial`` up to the ceiling.  The first refusal takes it back to the level
-  of a round trip ago, the last one known to hold.
+  grows by half a request per success, x1.5 every round trip, from
+  ``initial``; beyond twice ``initial``, x1.25, so that the requests already
+  sent when the first refusal comes back are fewer.  The first refusal takes
+  it back to the level of a round trip ago, the last one known to hold.
 * **Every refusal caps** the limit at what was in flight minus the refused
   request.  Nothing more is sent until enough requests finish: a retried task
   waits for measured free capacity, and refusals cannot feed a loop of retries.
@@ -23,8 +24,8 @@ The algorithm only; ``_gate`` enforces it.  Units: seconds, requests.
 * **No growth for a round trip after a refusal**: answers still arriving were
   sent before it and say nothing about more room.
 * **Recovery and probing.**  Up to one below the level of the last refusal the
-  limit climbs one per success (after a ``backoff_again`` cut, only halfway
-  back); above it, it probes by ``probe`` per success, one slot per 500
+  limit climbs one per success; once a reaction did not suffice, by one per
+  round trip instead, since a rate limit's bucket answers late.  Above it, it probes by ``probe`` per success, one slot per 500
   answers, so a steady capacity costs about one 429 per 500 answers.  It grows
   only while the limit is in use (in flight within an eighth of it): headroom
   that was never tested would turn into a burst of refusals when first used.
@@ -68,6 +69,7 @@ class AdaptiveLimit:
     _last_drop: float = field(init=False, default=-math.inf)
     _reacted: float = field(init=False, default=-math.inf)  # when the last fresh refusal was answered
     _echo_level: int = field(init=False, default=0)  # in flight at the last reaction, less the echoes since
+    _overloaded: bool = field(init=False, default=False)  # a reaction once did not suffice: recover additively
     _episode_drops: int = field(init=False, default=0)  # refusals since the last lone one
     _mins: deque = field(init=False, default_factory=deque)  # (time, rtt): monotone, for the window's minimum
 
@@ -100,9 +102,9 @@ class AdaptiveLimit:
         if in_flight >= self.limit - max(2.0, self.limit / 8):  # grow only a limit that is in use
             below = self.last_drop_level - 1.0  # just under where the last drop happened
             if self.slow_start:
-                grown = self.limit + self.slow_start_step
-            elif self.limit < below:
-                grown = min(self.limit + 1.0, below)
+                grown = self.limit + self._slow_start_step()
+            elif self.limit < below:  # after an overload, additively: one per round trip
+                grown = min(self.limit + (1.0 / self.limit if self._overloaded else 1.0), below)
             else:
                 grown = self.limit + self.probe
             self.limit = min(self.ceiling, grown)
@@ -124,19 +126,22 @@ class AdaptiveLimit:
             level = max(1, min(in_flight, self.limit))
             self.last_drop_level = self._echo_level = in_flight
             if self.slow_start:  # the level of a round trip ago was the last one known to hold
-                self._cut(level / (1.0 + self.slow_start_step), now)
+                self._cut(level / (1.0 + self._slow_start_step()), now)
             elif timeout:
                 self._cut(self.backoff * level, now)
             elif now - self._reacted < self._round_trip() and self._episode_drops > self.burst_drops:
                 self._cut(self.backoff_again * level, now)
-                # the refused level is no guide after an overload: recover halfway to it, probe from there
-                self.last_drop_level = (self.limit + in_flight) / 2 + 1.0
+                self._overloaded = True
             elif now - self._reacted >= self._round_trip():
                 self._episode_drops = 1  # a lone refusal: one request over the capacity; the cap is the answer
             self._reacted = now
         # Every refusal caps: the refused request's slot is not reused until something
         # finishes, so refusals cannot feed a loop of retries.
         self.limit = max(self.floor, min(self.limit, in_flight - 1))
+
+    def _slow_start_step(self) -> float:
+        """x1.5 per round trip up to twice ``initial``, x1.25 beyond: a smaller overshoot where it is dearer."""
+        return self.slow_start_step if self.limit < 2 * self.initial else self.slow_start_step / 2
 
     def _cut(self, to: float, now: float) -> None:
         self._last_cut = now
@@ -147,5 +152,6 @@ class AdaptiveLimit:
         """Back to slow start from ``initial`` (an endpoint that came back after being down)."""
         self.limit = max(self.floor, min(self.ceiling, self.initial))
         self.slow_start = True
+        self._overloaded = False
         self._last_cut = self._last_drop = self._reacted = -math.inf
         self.last_drop_level = math.inf

@@ -138,6 +138,34 @@ def test_each_echo_lowers_the_level_to_recover_to():
     assert lim.last_drop_level == 65
 
 
+def test_after_an_overload_it_climbs_back_one_per_round_trip():
+    lim = AdaptiveLimit(initial=90)
+    lim.on_success(0.2, 90, 0.0)
+    lim.on_drop(90, 1.0, sent_at=0.99)
+    for k in range(10):
+        lim.on_drop(89 - k, 1.001 + k * 0.001, sent_at=0.98)
+    lim.on_drop(58, 1.05, sent_at=1.04)  # halved to 29
+    t = 1.3
+    for _ in range(29):  # one round trip of answers
+        t += 0.2 / 29
+        lim.on_success(0.2, int(lim.limit), t)
+    assert 29.5 <= lim.limit <= 30.5
+
+
+def test_slow_start_slows_beyond_twice_the_initial_limit():
+    lim = AdaptiveLimit(initial=16)
+    t = 0.0
+    for _ in range(16):
+        t += 0.01
+        lim.on_success(0.2, int(lim.limit), t)
+    assert lim.limit == 24  # x1.5
+    lim.limit = 40.0
+    for _ in range(40):
+        t += 0.01
+        lim.on_success(0.2, int(lim.limit), t)
+    assert lim.limit == 50  # x1.25
+
+
 def test_a_timeout_cuts():
     lim = AdaptiveLimit(initial=64)
     lim.slow_start = False
