@@ -239,7 +239,12 @@ class Dispatcher(threading.Thread):
             p.holder = None
             if p.gate is not None:
                 outcome = extra.pop(wire.OUTCOME_KEY, None) if extra else None
-                if p.gate.settle(p, outcome, error, now):
+                try:
+                    retry = p.gate.settle(p, outcome, error, now)
+                except Exception:  # a bug in the gate must not strand the task: it resolves as reported
+                    log.exception("qworker: the judge gate failed on a result; resolving task %s as the worker reported it", key.hex()[:16])
+                    retry = False
+                if retry:
                     p.attempts -= 1  # the delivery worked; the endpoint call is what is retried
                     p.gate.queue.appendleft(p)
                     continue

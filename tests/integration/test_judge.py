@@ -155,3 +155,20 @@ def test_a_typo_in_the_judge_config_is_an_error_at_submission():
     with Producer(local_workers=0, config=judge_config("http://127.0.0.1:9/v1/chat/completions", score_patern="x")) as p:
         with pytest.raises(ConfigError, match=r"llm_judge: unknown param\(s\) \['score_patern'\]"):
             p.submit_batch("llm_judge", rows(1))
+
+
+def test_a_failing_gate_does_not_strand_tasks(monkeypatch, caplog):
+    from qworker import _gate
+
+    def broken(self, p, outcome, error, now):
+        raise RuntimeError("a bug in the gate")
+
+    monkeypatch.setattr(_gate.Gate, "settle", broken)  # the producer's side runs in this process
+    m = MockJudge(capacity=64, latency_s=0.01).start()  # room for all 20: no 429 to retry
+    try:
+        with caplog.at_level(logging.ERROR, logger="qworker"), Producer(local_workers=1, config=judge_config(m.url)) as p:
+            results = p.map("llm_judge", rows(20, "broken-gate"), timeout=60)
+        assert all(r.ok for r in results)  # each resolved as its worker reported it
+        assert "judge gate failed" in caplog.text
+    finally:
+        m.stop()
