@@ -25,8 +25,9 @@ The algorithm only; ``_gate`` enforces it.  Units: seconds, requests.
   sent before it and say nothing about more room.
 * **Recovery and probing.**  Up to one below the level of the last refusal the
   limit climbs one per success; once a reaction did not suffice, by one per
-  round trip instead, since a rate limit's bucket answers late.  Above it, it probes by ``probe`` per success, one slot per 500
-  answers, so a steady capacity costs about one 429 per 500 answers.  It grows
+  round trip instead, since a rate limit's bucket answers late.  Above that
+  level it probes by ``probe`` per success, one slot per 500 answers, so a
+  steady capacity costs about one 429 per 500 answers.  It grows
   only while the limit is in use (in flight within an eighth of it): headroom
   that was never tested would turn into a burst of refusals when first used.
 * **Latency gradient.**  A server that queues instead of refusing shows it in
@@ -53,8 +54,8 @@ class AdaptiveLimit:
     initial: float = 4.0
     floor: float = 1.0
     ceiling: float = 512.0
-    backoff: float = 0.9
-    backoff_again: float = 0.5
+    backoff: float = 0.9  # a timeout: x0.9 of what was in flight
+    backoff_again: float = 0.5  # a reaction that did not suffice: halve
     burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
     probe: float = 0.002  # per success above the last refusal level: one slot per 500 answers
     slow_start_step: float = 0.5  # per success: x1.5 per round trip, so an overshoot is at most half the limit

@@ -86,6 +86,16 @@ def test_a_capacity_that_halves_is_followed_down():
     assert drops < 0.01 * 20_000
 
 
+def ended_slow_start(level: int = 90, echoes: int = 0) -> AdaptiveLimit:
+    """A limiter whose slow start just ended with a refusal at ``level`` (at t = 1 s), and ``echoes`` after it."""
+    lim = AdaptiveLimit(initial=level)
+    lim.on_success(0.2, level, 0.0)
+    lim.on_drop(level, 1.0, sent_at=0.99)
+    for k in range(echoes):  # refusals of requests sent before that reaction
+        lim.on_drop(level - 1 - k, 1.001 + k * 0.001, sent_at=0.98)
+    return lim
+
+
 def test_a_lone_refusal_caps_without_a_cut():
     lim = AdaptiveLimit(initial=70)
     lim.slow_start = False
@@ -95,27 +105,21 @@ def test_a_lone_refusal_caps_without_a_cut():
 
 
 def test_the_first_refusal_of_slow_start_goes_back_a_round_trip():
-    lim = AdaptiveLimit(initial=90)
-    lim.on_success(0.2, 90, 0.0)
-    lim.on_drop(90, 1.0, sent_at=0.99)
+    lim = ended_slow_start(90)
     assert lim.limit == 60 and not lim.slow_start  # 90 / 1.5: the level of a round trip ago
+    lim = AdaptiveLimit(initial=40)
+    lim.limit = 90.0  # beyond twice the initial limit slow start grows x1.25
+    lim.on_drop(90, 1.0, sent_at=0.99)
+    assert lim.limit == 72
 
 
 def test_echoes_cap_but_do_not_cut_again():
-    lim = AdaptiveLimit(initial=90)
-    lim.on_success(0.2, 90, 0.0)
-    lim.on_drop(90, 1.0, sent_at=0.99)
-    for k in range(20):  # refusals of requests sent before that reaction
-        lim.on_drop(89 - k, 1.001 + k * 0.001, sent_at=0.98)
+    lim = ended_slow_start(90, echoes=20)
     assert lim.limit == 60
 
 
 def test_a_fresh_refusal_after_a_burst_cuts_again():
-    lim = AdaptiveLimit(initial=90)
-    lim.on_success(0.2, 90, 0.0)
-    lim.on_drop(90, 1.0, sent_at=0.99)
-    for k in range(10):  # a burst: more than burst_drops
-        lim.on_drop(89 - k, 1.001 + k * 0.001, sent_at=0.98)
+    lim = ended_slow_start(90, echoes=10)  # a burst: more than burst_drops
     lim.on_drop(58, 1.05, sent_at=1.04)  # sent after the reaction, still refused: a rate limit, or less capacity
     assert lim.limit == 29
 
@@ -139,11 +143,7 @@ def test_each_echo_lowers_the_level_to_recover_to():
 
 
 def test_after_an_overload_it_climbs_back_one_per_round_trip():
-    lim = AdaptiveLimit(initial=90)
-    lim.on_success(0.2, 90, 0.0)
-    lim.on_drop(90, 1.0, sent_at=0.99)
-    for k in range(10):
-        lim.on_drop(89 - k, 1.001 + k * 0.001, sent_at=0.98)
+    lim = ended_slow_start(90, echoes=10)
     lim.on_drop(58, 1.05, sent_at=1.04)  # halved to 29
     t = 1.3
     for _ in range(29):  # one round trip of answers
