@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import gc
-import itertools
 import json
 import logging
 import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from hashlib import blake2b
@@ -34,6 +30,7 @@ from ._exceptions import ConfigError, GatherTimeout, PoolStartError, ProducerClo
 from ._fleet import Pending, Resolution
 from ._gate import JUDGE_REWARD, Gate, hash_params, identity
 from ._hashing import encode_payload, key_prefix, new_packer, params_fingerprint
+from ._localpool import LocalPool
 from ._registry import modules_to_forward
 from ._result import Result, ResultFuture
 from ._sockets import DEFAULT_MAX_MESSAGE_BYTES, bound_endpoint, make_socket, new_ipc_endpoint, runtime_dir
@@ -60,7 +57,6 @@ _DEFAULTS: dict[str, Any] = {
 }
 _CHUNK = 1024  # tasks hashed before the dispatcher is woken
 _T = TypeVar("_T")
-_local_pool_numbers = itertools.count(1)  # local pool ids stay distinct within a process
 
 
 class Producer:
@@ -135,24 +131,16 @@ class Producer:
         self._metrics = None
         if cfg["metrics_port"] is not None:  # Prometheus, on loopback
             self._metrics = _metrics.serve(self.status, int(cfg["metrics_port"]))
-        self._pool: Optional[subprocess.Popen] = None
+        self._pool: Optional[LocalPool] = None
         if cfg["local_workers"]:
             self._start_local_pool(int(cfg["local_workers"]), list(cfg["rewards"] or []), heartbeat_s)
 
     # local pool --------------------------------------------------------------
     def _start_local_pool(self, n: int, rewards: list[str], heartbeat_s: float) -> None:
-        modules = [*rewards, *(m for m in modules_to_forward() if m not in rewards)]
-        cmd = [
-            sys.executable, "-m", "qworker", "pool", "--connect", self.endpoint, "--workers", str(n),
-            "--id", f"local-{os.getpid()}-{next(_local_pool_numbers)}", "--parent-pid", str(os.getpid()),
-            "--timeout", repr(float(self.task_timeout_s)), "--heartbeat", repr(heartbeat_s),
-            "--log-level", logging.getLevelName(log.getEffectiveLevel()),  # the trainer's logging decides
-            "--max-message-bytes", str(self.config["max_message_bytes"]),
-        ]
-        if modules:
-            cmd += ["--rewards", ",".join(modules)]
-        # A new session: Ctrl-C in the terminal reaches the trainer, which then closes us cleanly.
-        self._pool = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._pool = LocalPool(
+            connect=self.endpoint, workers=n, modules=[*rewards, *(m for m in modules_to_forward() if m not in rewards)],
+            task_timeout_s=float(self.task_timeout_s), heartbeat_s=heartbeat_s, max_message_bytes=int(self.config["max_message_bytes"]),
+        )
         self.wait_for_workers(n, timeout=float(self.config["ready_timeout_s"]))
 
     def wait_for_workers(self, n: int, timeout: float = 60.0) -> None:
@@ -161,8 +149,8 @@ class Producer:
         cond = self._dispatcher.workers_seen
         with cond:
             while len(self._dispatcher.fleet.workers) < n:
-                if self._pool is not None and self._pool.poll() is not None:
-                    raise PoolStartError(f"the local pool exited with code {self._pool.returncode} before {n} workers were ready")
+                if self._pool is not None and self._pool.exit_code() is not None:
+                    raise PoolStartError(f"the local pool exited with code {self._pool.exit_code()} before {n} workers were ready")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise PoolStartError(f"only {len(self._dispatcher.fleet.workers)} of {n} workers were ready after {timeout:.0f} s")
@@ -399,14 +387,8 @@ class Producer:
         if self._closed:
             return
         self._closed = True
-        if self._pool is not None and self._pool.poll() is None:
-            self._pool.send_signal(signal.SIGTERM)
-            try:
-                self._pool.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("qworker: local pool did not stop in %.0f s; killing it", timeout)
-                self._pool.kill()
-                self._pool.wait()
+        if self._pool is not None:
+            self._pool.stop(timeout)
         if self._metrics is not None:
             self._metrics.shutdown()  # type: ignore[attr-defined]
         self._dispatcher.stop()
