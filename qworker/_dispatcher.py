@@ -23,6 +23,7 @@ import zmq
 
 from . import _wire as wire
 from ._fleet import Fleet, Pending, Resolution, WorkerState
+from ._gate import AUTH_FAILED_ERROR
 
 log = logging.getLogger("qworker")
 
@@ -335,7 +336,7 @@ class Dispatcher(threading.Thread):
         for gate in self.gates:
             sent, failed = gate.admit(now, budget)
             if failed:
-                self._resolve([(p, None, None, "judge_error: every endpoint of this judge refused our credentials (401/403) within the last 60 s; not sent", "", 0.0) for p in failed])
+                self._resolve([(p, None, None, AUTH_FAILED_ERROR, "", 0.0) for p in failed])
             if sent:
                 budget -= len(sent)
                 self.queue.extendleft(reversed(sent))

@@ -43,7 +43,7 @@ from ._limiter import AdaptiveLimit
 
 log = logging.getLogger("qworker")
 
-__all__ = ["Gate", "JUDGE_REWARD", "ROUTING_KEYS", "hash_params", "identity"]
+__all__ = ["AUTH_FAILED_ERROR", "Gate", "JUDGE_REWARD", "ROUTING_KEYS", "hash_params", "identity"]
 
 JUDGE_REWARD = "llm_judge"
 # params that choose where and how a call is made, not what it scores: not part of the task hash
@@ -56,6 +56,7 @@ JUDGE_KEYS = frozenset({
 })
 ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm"})
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused 429/503 up to 5 x max_attempts times
+AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
 
 
 def hash_params(params: dict) -> dict:

@@ -126,20 +126,18 @@ def llm_judge(
     url = ep["url"]
     secret = None
     headers = {"Content-Type": "application/json"}
+    outcome: dict = {"endpoint": _endpoint, "status": 0, "failure": "", "latency_s": 0.0, "retry_after_s": None}
     env = ep.get("api_key_env")
     if env:
         secret = os.environ.get(env)
-        if not secret:
-            raise CallFailed(
-                f"endpoint {_endpoint} ({url}): environment variable {env} is not set in this worker",
-                outcome={"endpoint": _endpoint, "status": 401, "failure": "", "latency_s": 0.0, "retry_after_s": None},
-            )
+        if not secret:  # to the gate, like a 401: this endpoint cannot be used from here
+            outcome["status"] = 401
+            raise CallFailed(f"endpoint {_endpoint} ({url}): environment variable {env} is not set in this worker", outcome=outcome)
         headers["Authorization"] = f"Bearer {secret}"
     messages = [{"role": "user", "content": render(prompt_template, payload, rubric)}]
     if system_prompt:
         messages.insert(0, {"role": "system", "content": system_prompt})
     body = json.dumps({**(request or {}), "model": model, "messages": messages}).encode()
-    outcome: dict = {"endpoint": _endpoint, "status": 0, "failure": "", "latency_s": 0.0, "retry_after_s": None}
     t0 = time.monotonic()
     try:
         reply = _http.post(url, body, headers, deadline=t0 + timeout_s, pool_size=pool_size)
