@@ -1,6 +1,6 @@
 """Prometheus metrics for a producer: ``Producer(metrics_port=9464)``.
 
-Served by ``prometheus_client`` on 127.0.0.1 (``metrics_host`` to change it).
+Served by ``prometheus_client`` on 127.0.0.1.
 Values are read from the dispatcher's status at scrape time, so nothing is
 counted twice and the hot path does no metrics work.
 
@@ -10,7 +10,7 @@ counted twice and the hot path does no metrics work.
   ``qworker_judge_limit``, ``qworker_judge_requests_total{outcome}`` (ok,
   status_429, timeouts, connect_errors, other_errors, retries),
   ``qworker_judge_latency_seconds{quantile}`` (0.5, 0.9, 0.99 of recent answers),
-  ``qworker_judge_up`` (1 up, 0 down or cooling)
+  ``qworker_judge_up`` (1 up or probing, 0 down or cooling)
 """
 
 from __future__ import annotations
