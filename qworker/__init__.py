@@ -10,6 +10,7 @@
         results = p.gather(futs, timeout=300)          # list[Result], in order
 """
 
+from ._errors import ErrorKind
 from ._exceptions import (
     ConfigError,
     GatherTimeout,
@@ -19,6 +20,7 @@ from ._exceptions import (
     RewardError,
     WireError,
 )
+from ._options import PoolOptions, ProducerOptions
 from ._producer import Producer
 from ._registry import reward
 from ._result import Result, ResultFuture
@@ -27,9 +29,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "ErrorKind",
     "GatherTimeout",
+    "PoolOptions",
     "PoolStartError",
     "Producer",
+    "ProducerOptions",
     "ProducerClosed",
     "QworkerError",
     "Result",

@@ -15,10 +15,11 @@ from typing import Any, Optional
 import zmq
 
 from . import _config
-from . import _wire as wire
 from ._exceptions import ConfigError, QworkerError
+from ._options import PoolOptions
 from ._progress import Progress
-from ._sockets import make_socket, runtime_dir
+from .transport import wire
+from .transport.sockets import make_socket, runtime_dir
 
 log = logging.getLogger("qworker")
 
@@ -32,40 +33,22 @@ def _split(values: Optional[list[str]]) -> list[str]:
 
 
 # pool --------------------------------------------------------------------------
-def _pool_parser(prog: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description="Run a pool of reward workers that serve a producer.")
-    ap.add_argument("--connect", help="the producer's endpoint, e.g. tcp://HOST:5555")
-    ap.add_argument("--workers", type=int, help="worker processes (default: CPU count)")
-    ap.add_argument("--config", help="YAML config; its 'pool:' section gives defaults")
-    ap.add_argument("--rewards", action="append", help="reward modules to import (dotted name or .py path); repeatable")
-    ap.add_argument("--id", dest="pool_id", help="pool name shown by 'qworker status' (default: HOST-PID)")
-    ap.add_argument("--max-rss-mb", type=float, help="recycle a worker whose memory passes this")
-    ap.add_argument("--timeout", dest="task_timeout_s", type=float, help="default hard limit per task, seconds (60)")
-    ap.add_argument("--heartbeat", dest="heartbeat_s", type=float, help="report interval, seconds (1)")
-    ap.add_argument("--drain-timeout", dest="drain_timeout_s", type=float, help="seconds to drain on SIGTERM (30)")
-    ap.add_argument("--log-level", help="DEBUG, INFO (default), WARNING")
-    ap.add_argument("--max-message-bytes", type=int, help="frame size cap; must match the producer's (64 MiB)")
-    ap.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
-    return ap
-
-
 def pool_main(argv: Optional[list[str]] = None, prog: str = "qworker-pool") -> int:
-    from ._pool import Pool
+    from .host.pool import Pool
 
-    args = _pool_parser(prog).parse_args(argv)
+    ap = argparse.ArgumentParser(prog=prog, description="Run a pool of reward workers that serve a producer.")
+    ap.add_argument("--config", help="YAML config; its 'pool:' section gives defaults")
+    PoolOptions.add_arguments(ap)
+    args = ap.parse_args(argv)
     try:
-        from_file = _config.load(args.config)["pool"]
-        explicit = {k: getattr(args, k) for k in _config.POOL_KEYS if hasattr(args, k)}
-        explicit["rewards"] = _split(args.rewards) or None
-        cfg = _config.merge(explicit, from_file, {"workers": os.cpu_count() or 1, "log_level": "INFO", "rewards": []})
-        if not cfg.get("connect"):
+        options = PoolOptions.from_args(args, _config.load(args.config)["pool"], where=args.config or prog)
+        if not options.connect:
             raise ConfigError("no producer endpoint: pass --connect tcp://HOST:PORT or set pool.connect in the config")
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(cfg["log_level"])
-    kwargs = {k: v for k, v in cfg.items() if k in _config.POOL_KEYS and k != "rewards"}
-    pool = Pool(rewards=tuple(cfg["rewards"]), parent_pid=args.parent_pid, **kwargs)
+    _setup_logging(options.log_level)
+    pool = Pool(options)
     signal.signal(signal.SIGTERM, pool.request_stop)
     signal.signal(signal.SIGINT, pool.request_stop)
     return pool.run()
@@ -176,7 +159,7 @@ def score_main(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         producer = Producer(
-            config=args.config, local_workers=args.workers, bind=args.bind, rewards=_split(args.rewards) or None,
+            config=args.config, local_workers=args.workers, bind=args.bind, reward_modules=_split(args.rewards) or None,
             cache_path=args.cache, task_timeout_s=args.timeout,
         )
     except QworkerError as exc:

@@ -21,6 +21,7 @@ from hashlib import blake2b
 from typing import Callable, Sequence
 
 from ._catalog import Composite
+from ._errors import ErrorKind
 from ._result import Result, ResultFuture
 
 __all__ = ["combine", "submit"]
@@ -82,7 +83,7 @@ class _Join:
             try:
                 out = combine(self.composite, results, self.fallback_score)
             except Exception as exc:  # never leave the caller waiting
-                out = Result(self.fallback_score, error=f"bad_result: combining {self.composite.name!r} failed: {exc}")
+                out = Result(score=self.fallback_score, error=ErrorKind.BAD_RESULT.error(f"combining {self.composite.name!r} failed: {exc}"))
             self.future.set_result(out)
 
 

@@ -1,8 +1,10 @@
-"""YAML configuration: one file with a ``producer:`` and a ``pool:`` section.
+"""YAML configuration: one file with ``producer:``, ``pool:`` and ``rewards:`` sections.
 
-Each section maps onto the keyword arguments of ``Producer`` and ``Pool``.
+``producer:`` and ``pool:`` are checked against ``ProducerOptions`` and
+``PoolOptions`` (``_options``), which own every key, type and default.
 Unknown keys and wrong types are errors that name the file, the section and
-the key: a typo never silently falls back to a default.
+the key: a typo never silently falls back to a default.  ``rewards:`` (the
+reward catalog) is checked by ``_catalog.Catalog``.
 """
 
 from __future__ import annotations
@@ -13,40 +15,9 @@ from typing import Any, Mapping, Optional, Union
 import yaml
 
 from ._exceptions import ConfigError
+from ._options import PoolOptions, ProducerOptions, _Options
 
-# key -> accepted types; None is always accepted and means "the default"
-PRODUCER_KEYS: dict[str, tuple[type, ...]] = {
-    "local_workers": (int,),
-    "bind": (str,),
-    "rewards": (list,),
-    "cache_path": (str,),
-    "cache_max_entries": (int,),
-    "cache_ttl_s": (int, float),
-    "max_attempts": (int,),
-    "task_timeout_s": (int, float),
-    "fallback_score": (int, float),
-    "heartbeat_s": (int, float),
-    "ready_timeout_s": (int, float),
-    "max_payload_bytes": (int,),
-    "max_message_bytes": (int,),
-    "metrics_port": (int,),
-}
-POOL_KEYS: dict[str, tuple[type, ...]] = {
-    "connect": (str,),
-    "workers": (int,),
-    "rewards": (list,),
-    "pool_id": (str,),
-    "max_rss_mb": (int, float),
-    "task_timeout_s": (int, float),
-    "heartbeat_s": (int, float),
-    "drain_timeout_s": (int, float),
-    "max_hold": (int,),
-    "io_threads": (int,),
-    "log_level": (str,),
-    "max_message_bytes": (int,),
-}
-SECTIONS = {"producer": PRODUCER_KEYS, "pool": POOL_KEYS}
-SIGNED = {"fallback_score"}  # every other number must be >= 0
+SECTIONS: dict[str, type[_Options]] = {"producer": ProducerOptions, "pool": PoolOptions}
 
 
 def load(source: Union[str, os.PathLike, Mapping[str, Any], None]) -> dict[str, Any]:
@@ -79,35 +50,12 @@ def load(source: Union[str, os.PathLike, Mapping[str, Any], None]) -> dict[str, 
     if not isinstance(rewards, dict):
         raise ConfigError(f"{where}: section 'rewards' must be a mapping")
     out: dict[str, Any] = {"rewards": rewards, "where": where}
-    for name, keys in SECTIONS.items():
+    for name, options in SECTIONS.items():
         section = data.get(name) or {}
         if not isinstance(section, dict):
             raise ConfigError(f"{where}: section '{name}' must be a mapping")
-        out[name] = check_section(section, keys, f"{where}: {name}")
+        out[name] = options.check_mapping(section, f"{where}: {name}")
     return out
-
-
-def check_section(section: Mapping[str, Any], keys: Mapping[str, tuple[type, ...]], where: str) -> dict[str, Any]:
-    out = {}
-    for key, value in section.items():
-        if key not in keys:
-            raise ConfigError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(keys))}")
-        types = keys[key]
-        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
-            names = " or ".join(t.__name__ for t in types)
-            raise ConfigError(f"{where}.{key}: expected {names}, got {type(value).__name__} {value!r}")
-        if isinstance(value, (int, float)) and value < 0 and key not in SIGNED:
-            raise ConfigError(f"{where}.{key}: must not be negative, got {value!r}")
-        out[key] = value
-    return out
-
-
-def merge(explicit: Mapping[str, Any], from_config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Explicit arguments win over the config file, which wins over defaults."""
-    merged = dict(defaults)
-    merged.update({k: v for k, v in from_config.items() if v is not None})
-    merged.update({k: v for k, v in explicit.items() if v is not None})
-    return merged
 
 
 def optional_path(value: Optional[str]) -> Optional[str]:

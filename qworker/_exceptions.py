@@ -17,6 +17,8 @@ what happened.  These exceptions are for misuse and for broken set-ups.
 
 from __future__ import annotations
 
+from ._errors import ErrorKind
+
 __all__ = [
     "CallFailed",
     "ConfigError",
@@ -70,10 +72,11 @@ class CallFailed(QworkerError):
 
     ``outcome`` tells the producer's gate what happened (endpoint, status,
     latency, Retry-After) so it can adapt the endpoint's limit and decide
-    whether the task is retried; ``kind`` is the error kind if it is not.
+    whether the task is retried; ``kind`` (an ``ErrorKind`` value) is the
+    error kind if it is not.
     """
 
-    def __init__(self, message: str, *, outcome: dict, kind: str = "judge_error") -> None:
+    def __init__(self, message: str, *, outcome: dict, kind: str = ErrorKind.JUDGE_ERROR) -> None:
         super().__init__(message)
         self.outcome = outcome
         self.kind = kind

@@ -12,38 +12,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING
 
-from . import _wire as wire
+from .transport import wire
 
-
-@dataclass(slots=True, eq=False)
-class Pending:
-    """One unresolved task; duplicates submitted meanwhile share it."""
-
-    key: bytes
-    reward: str
-    params: dict
-    payload: bytes
-    timeout_s: Optional[float]
-    future: object  # ResultFuture
-    submitted: float
-    attempts: int = 0
-    holder: Optional[WorkerState] = None
-    resolved: bool = False  # set under the producer's lock when the future is resolved
-    gate: object = None  # a _gate.Gate when the task calls a rate-limited endpoint
-    route: int = -1  # the endpoint the gate chose for this delivery
-    routed_at: float = 0.0  # when the gate let it go to that endpoint (monotonic seconds)
-    tries: int = 0  # endpoint calls retried by the gate after errors
-    throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
-
-    def as_task(self) -> wire.Task:
-        params = self.params if self.route < 0 else {**self.params, "_endpoint": self.route}
-        return (self.key, self.reward, params, self.payload, self.timeout_s, self.attempts)
-
-
-# (pending, score, extra, error, worker id, compute_s)
-Resolution = tuple[Pending, Optional[float], Optional[dict], Optional[str], str, float]
+if TYPE_CHECKING:
+    from ._pending import Pending
 
 
 @dataclass(slots=True, eq=False)

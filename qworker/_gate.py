@@ -38,8 +38,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ._fleet import Pending
 from ._limiter import AdaptiveLimit
+from ._pending import Pending
 
 log = logging.getLogger("qworker")
 

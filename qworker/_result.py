@@ -8,21 +8,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generator, Optional
 
+from ._errors import ErrorKind
+
 __all__ = ["Result", "ResultFuture"]
 
-# Error kinds: the text before the first ':' of ``Result.error``.
-ERROR_KINDS = (
-    "timeout",  # past its hard limit; the worker was killed and respawned
-    "worker_lost",  # every attempt went to a worker that died or went silent
-    "reward_error",  # the reward raised (the exception follows)
-    "unknown_reward",  # no worker could resolve the reward name
-    "bad_payload",  # the payload could not be encoded, or was too large
-    "bad_result",  # the reward returned something that is not a score
-    "cancelled",  # the producer closed before the task finished
-)
-
-
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Result:
     """The outcome of one reward task.
 
@@ -32,7 +22,7 @@ class Result:
     ``compute_s`` is the time spent inside the reward on the worker.
     """
 
-    score: float
+    score: float = 0.0
     extra: dict = field(default_factory=dict)
     error: Optional[str] = None
     cached: bool = False
@@ -47,9 +37,9 @@ class Result:
         return self.error is None
 
     @property
-    def error_kind(self) -> Optional[str]:
-        """``"timeout"``, ``"worker_lost"``, ``"reward_error"``, ... or None."""
-        return None if self.error is None else self.error.split(":", 1)[0]
+    def error_kind(self) -> Optional[ErrorKind]:
+        """Why it failed (``ErrorKind.TIMEOUT``, ... which compare equal to ``"timeout"``, ...), or None."""
+        return ErrorKind.of(self.error)
 
     def to_dict(self) -> dict[str, Any]:
         return {

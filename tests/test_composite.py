@@ -16,7 +16,7 @@ COMPOSITE = Catalog({"c": {"components": [
 
 
 def r(score, error=None, cached=False, key="00" * 16, worker="w1", latency=0.1, compute=0.01):
-    return Result(score, {"x": 1}, error, cached, 1, worker, latency, compute, key)
+    return Result(score=score, extra={"x": 1}, error=error, cached=cached, attempts=1, worker=worker, latency_s=latency, compute_s=compute, key=key)
 
 
 def test_weighted_sum_and_extra():

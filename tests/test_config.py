@@ -1,7 +1,7 @@
 import pytest
 
 from qworker import ConfigError, Producer
-from qworker._config import load, merge
+from qworker._config import load
 
 
 def test_yaml_sections_load(tmp_path):
@@ -37,10 +37,6 @@ def test_missing_file_is_a_config_error(tmp_path):
         load(str(tmp_path / "nope.yaml"))
 
 
-def test_explicit_beats_file_beats_default():
-    assert merge({"a": 1, "b": None}, {"b": 2, "c": 3}, {"a": 0, "b": 0, "c": 0, "d": 4}) == {"a": 1, "b": 2, "c": 3, "d": 4}
-
-
 def test_producer_takes_a_config_dict():
     with Producer(config={"producer": {"local_workers": 1, "fallback_score": -1.0}}) as p:
         [r] = p.map("no_such_reward_z", [{}])
@@ -54,3 +50,4 @@ def test_the_shipped_config_is_valid():
 
     cfg = load(str(REPO / "configs" / "qworker.yaml"))
     assert cfg["producer"]["max_attempts"] == 3 and cfg["pool"]["workers"] == 8
+    assert cfg["producer"]["reward_modules"] == () and cfg["pool"]["task_timeout_s"] == 60.0

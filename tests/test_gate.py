@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qworker._fleet import Pending
+from qworker._pending import Pending
 from qworker._gate import Gate, hash_params
 
 

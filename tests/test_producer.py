@@ -15,7 +15,7 @@ def producer(tmp_path_factory):
     import os
 
     os.environ["QWORKER_RUNTIME_DIR"] = str(tmp_path_factory.mktemp("rt-module"))
-    with Producer(local_workers=2, rewards=[TEST_REWARDS], task_timeout_s=20) as p:
+    with Producer(local_workers=2, reward_modules=[TEST_REWARDS], task_timeout_s=20) as p:
         yield p
 
 
@@ -147,7 +147,7 @@ def test_close_cancels_unfinished_and_refuses_new_work():
 
 
 def test_io_rewards_overlap_on_the_worker_thread_pool():
-    with Producer(local_workers=1, rewards=[TEST_REWARDS]) as p:
+    with Producer(local_workers=1, reward_modules=[TEST_REWARDS]) as p:
         t0 = time.monotonic()
         results = p.map("io_wait", [{"ms": 300, "i": i} for i in range(64)], timeout=60)
         took = time.monotonic() - t0
@@ -158,7 +158,7 @@ def test_io_rewards_overlap_on_the_worker_thread_pool():
 
 def test_a_hung_io_reward_times_out_without_killing_its_worker_or_blocking_close():
     t0 = time.monotonic()
-    with Producer(local_workers=1, rewards=[TEST_REWARDS]) as p:
+    with Producer(local_workers=1, reward_modules=[TEST_REWARDS]) as p:
         hung, ok = p.map("io_hang", [{}], timeout=30) + p.map("io_wait", [{"ms": 1}], timeout=30)
         restarts = p.status()["pools"][0]["workers"][0]["restarts"]
     assert hung.error_kind == "timeout" and "0.5 s limit" in hung.error
@@ -172,14 +172,3 @@ def test_batches_stay_under_the_frame_limit():
     with Producer(local_workers=1, max_message_bytes=1 << 20, max_payload_bytes=300_000) as p:
         results = p.map("noop", [{"blob": "x" * 200_000, "i": i} for i in range(24)], timeout=30)
     assert all(r.ok for r in results)
-
-
-def test_a_task_is_resolved_once_even_if_a_batch_repeats_it():
-    # A results batch can name a task twice (it reached the worker twice through a
-    # redelivery): the first entry resolves it and the second is dropped, not re-set.
-    with Producer(local_workers=0) as p:  # no workers: nothing else resolves it
-        [fut] = p.submit_batch("noop", [{"once": 1}])
-        [pending] = p._pending.values()
-        p._resolve([(pending, 1.0, None, None, "w", 0.0), (pending, 2.0, None, None, "w", 0.0)])
-        assert fut.result(timeout=1).score == 1.0
-        assert p.status()["producer"]["resolved"] == 1

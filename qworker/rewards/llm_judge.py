@@ -35,7 +35,7 @@ from typing import Any, Optional
 from .. import _http
 from .._exceptions import CallFailed
 from .._registry import reward
-from .._wire import OUTCOME_KEY
+from ..transport.wire import OUTCOME_KEY
 
 __all__ = ["llm_judge", "render", "parse_score", "DEFAULT_TEMPLATE"]
 

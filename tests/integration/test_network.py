@@ -11,7 +11,7 @@ import msgpack
 import zmq
 
 from qworker import Producer
-from qworker import _wire as wire
+from qworker.transport import wire
 from tests.conftest import TEST_REWARDS, console_script, count_lines
 
 

@@ -15,13 +15,13 @@ from tests.conftest import TEST_REWARDS, count_lines
 
 def worker_pids(p: Producer) -> list[int]:
     assert p._pool is not None
-    return [c.pid for c in psutil.Process(p._pool.pid).children() if "qworker._worker" in " ".join(c.cmdline())]
+    return [c.pid for c in psutil.Process(p._pool.pid).children() if "qworker.host.worker" in " ".join(c.cmdline())]
 
 
 def test_sigkill_a_worker_mid_run_loses_nothing(tmp_path):
     log = str(tmp_path / "evals")
     n = 10_000
-    with Producer(local_workers=3, rewards=[TEST_REWARDS]) as p:
+    with Producer(local_workers=3, reward_modules=[TEST_REWARDS]) as p:
         futures = p.submit_batch("count_eval", [{"log": log, "i": i, "sleep_ms": 0.2} for i in range(n)])
         while count_lines(log) < n // 5:  # let the run get going (a test-side wait, not the product's)
             time.sleep(0.05)
@@ -40,7 +40,7 @@ def test_sigkill_a_worker_mid_run_loses_nothing(tmp_path):
 
 
 def test_a_reward_hanging_in_c_is_timed_out_and_its_worker_respawned():
-    with Producer(local_workers=2, rewards=[TEST_REWARDS]) as p:
+    with Producer(local_workers=2, reward_modules=[TEST_REWARDS]) as p:
         hang = p.submit("gil_hang", {"n": 1})  # holds the GIL in re's C code; limit 1 s
         others = p.submit_batch("spin", [{"ms": 20, "i": i} for i in range(100)])
         t0 = time.monotonic()
@@ -57,7 +57,7 @@ def test_a_reward_hanging_in_c_is_timed_out_and_its_worker_respawned():
 
 
 def test_a_crashing_reward_is_retried_then_reported():
-    with Producer(local_workers=2, rewards=[TEST_REWARDS], max_attempts=2) as p:
+    with Producer(local_workers=2, reward_modules=[TEST_REWARDS], max_attempts=2) as p:
         [r] = p.map("crash", [{"x": 1}], timeout=60)
         ok = p.map("noop", [{"y": i} for i in range(10)], timeout=30)
     assert r.error_kind == "worker_lost" and "attempt 2 of 2" in r.error and "exit code 3" in r.error
@@ -69,7 +69,7 @@ def test_a_worker_ten_times_slower_does_not_stretch_the_run():
     # 3 workers sleeping 10 ms per task, one of them 100 ms: capacity 100 + 100 + 10 tasks/s.
     n = 630
     ideal = n / 210
-    with Producer(local_workers=3, rewards=[TEST_REWARDS]) as p:
+    with Producer(local_workers=3, reward_modules=[TEST_REWARDS]) as p:
         p.map("noop", [{"warm": i} for i in range(30)])
         t0 = time.monotonic()
         results = p.map("slow_worker_zero", [{"i": i} for i in range(n)], timeout=60)
@@ -84,10 +84,10 @@ def test_persistent_cache_survives_a_producer_restart(tmp_path):
     log = str(tmp_path / "evals")
     cache = str(tmp_path / "cache.sqlite")
     payloads = [{"log": log, "i": i} for i in range(300)]
-    with Producer(local_workers=2, rewards=[TEST_REWARDS], cache_path=cache) as p:
+    with Producer(local_workers=2, reward_modules=[TEST_REWARDS], cache_path=cache) as p:
         first = p.map("count_eval", payloads, timeout=60)
     assert count_lines(log) == 300 and not any(r.cached for r in first)
-    with Producer(local_workers=2, rewards=[TEST_REWARDS], cache_path=cache) as p:
+    with Producer(local_workers=2, reward_modules=[TEST_REWARDS], cache_path=cache) as p:
         second = p.map("count_eval", payloads, timeout=60)
         done = sum(w["done"] for pool in p.status()["pools"] for w in pool["workers"])
     assert count_lines(log) == 300 and done == 0  # zero worker calls the second time

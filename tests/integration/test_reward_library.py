@@ -69,7 +69,7 @@ def test_a_changed_weight_or_a_new_component_never_re_evaluates_cached_component
     math = {"reward": "math", "weight": 2.0}
 
     def run(components):
-        with Producer(local_workers=2, rewards=[TEST_REWARDS], cache_path=cache, config=composite_config(components)) as p:
+        with Producer(local_workers=2, reward_modules=[TEST_REWARDS], cache_path=cache, config=composite_config(components)) as p:
             return p.map("mix", rows, timeout=120)
 
     first = run([counted, math])

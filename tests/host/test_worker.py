@@ -9,10 +9,10 @@ import time
 
 import zmq
 
-from qworker import _wire as wire
 from qworker._hashing import encode_payload
-from qworker._sockets import make_socket
-from qworker._worker import to_score
+from qworker.host.worker import to_score
+from qworker.transport import wire
+from qworker.transport.sockets import make_socket
 
 
 def test_numbers_and_dicts_become_scores():
@@ -39,7 +39,7 @@ def recv(sock, timeout=10.0):
 def test_worker_process_speaks_the_protocol(tmp_path):
     ctx = zmq.Context.instance()
     router = make_socket(ctx, zmq.ROUTER, bind=f"ipc://{tmp_path}/w.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "qworker._worker", "--connect", f"ipc://{tmp_path}/w.sock", "--id", "t/w0.1", "--heartbeat", "0.2"])
+    proc = subprocess.Popen([sys.executable, "-m", "qworker.host.worker", "--connect", f"ipc://{tmp_path}/w.sock", "--id", "t/w0.1", "--heartbeat", "0.2"])
     try:
         peer, ready = recv(router)
         assert peer == b"t/w0.1" and isinstance(ready, wire.Ready)

@@ -18,7 +18,7 @@ from typing import Any, Union
 
 import msgpack
 
-from ._exceptions import WireError
+from .._exceptions import WireError
 
 READY = b"R"  # worker -> producer: hello, and idle heartbeat carrying credit
 TASKS = b"T"  # producer -> worker: a batch of tasks
@@ -31,8 +31,6 @@ STATUS = b"S"  # client -> producer: what do you see?
 STATUS_REPLY = b"s"  # producer -> client
 
 KEY_BYTES = 16  # blake2b-128 task keys
-TIMEOUT_ERROR = "timeout"
-WORKER_LOST_ERROR = "worker_lost"
 OUTCOME_KEY = "_outcome"  # in a result's extra: how an endpoint call went (read and removed by the producer)
 
 # (key, reward, params, payload, timeout_s or None, attempt)

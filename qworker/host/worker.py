@@ -12,7 +12,6 @@ lost); the producer keeps the first result for each task key.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import logging
 import math
@@ -27,12 +26,14 @@ from typing import Any, Optional
 import msgpack
 import zmq
 
-from . import _wire as wire
-from ._exceptions import CallFailed, RewardError
-from ._registry import load_modules, registered, resolve
-from ._slot import TaskSlot
-from ._sockets import DEFAULT_MAX_MESSAGE_BYTES, make_socket
-from ._wire import OUTCOME_KEY
+from .._errors import ErrorKind
+from .._exceptions import CallFailed, RewardError
+from .._options import WorkerOptions
+from .._registry import load_modules, registered, resolve
+from ..transport import wire
+from ..transport.sockets import make_socket
+from ..transport.wire import OUTCOME_KEY
+from .slot import TaskSlot
 
 log = logging.getLogger("qworker.worker")
 
@@ -41,8 +42,8 @@ FLUSH_RESULTS = 256  # results per RESULTS message, at most
 FLUSH_AFTER_S = 0.005  # a finished result waits at most this long for company
 
 
-def _error(kind: str, detail: str) -> str:
-    return f"{kind}: {detail}"[:MAX_ERROR_CHARS]
+def _error(kind: ErrorKind, detail: str) -> str:
+    return kind.error(detail)[:MAX_ERROR_CHARS]
 
 
 def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[str]]:
@@ -50,22 +51,22 @@ def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[str]]:
     extra = None
     if isinstance(out, dict):
         if "score" not in out:
-            return None, None, _error("bad_result", f"reward returned a dict without 'score' (keys: {sorted(out)[:10]})")
+            return None, None, _error(ErrorKind.BAD_RESULT, f"reward returned a dict without 'score' (keys: {sorted(out)[:10]})")
         extra = {k: v for k, v in out.items() if k != "score"} or None
         out = out["score"]
     if isinstance(out, (str, bytes)) or out is None:
-        return None, None, _error("bad_result", f"reward returned {type(out).__name__}, not a number")
+        return None, None, _error(ErrorKind.BAD_RESULT, f"reward returned {type(out).__name__}, not a number")
     try:
         score = float(out)
     except (TypeError, ValueError):
-        return None, None, _error("bad_result", f"reward returned {type(out).__name__}, not a number")
+        return None, None, _error(ErrorKind.BAD_RESULT, f"reward returned {type(out).__name__}, not a number")
     if not math.isfinite(score):
-        return None, None, _error("bad_result", f"reward returned a non-finite score ({score})")
+        return None, None, _error(ErrorKind.BAD_RESULT, f"reward returned a non-finite score ({score})")
     if extra is not None:
         try:
             msgpack.packb(extra, use_bin_type=True)
         except Exception as exc:
-            return None, None, _error("bad_result", f"reward's extra cannot be encoded: {exc}")
+            return None, None, _error(ErrorKind.BAD_RESULT, f"reward's extra cannot be encoded: {exc}")
     return score, extra, None
 
 
@@ -76,41 +77,28 @@ def call_reward(spec: Any, payload_bytes: bytes, params: dict) -> tuple[Optional
     except KeyboardInterrupt:
         raise
     except CallFailed as exc:  # the outcome travels to the producer's gate, in extra
-        return None, {OUTCOME_KEY: exc.outcome}, _error(exc.kind, str(exc))
+        return None, {OUTCOME_KEY: exc.outcome}, _error(ErrorKind(exc.kind), str(exc))
     except BaseException as exc:  # math_verify's TimeoutException derives from BaseException
-        return None, None, _error("reward_error", f"{type(exc).__name__}: {exc}")
+        return None, None, _error(ErrorKind.REWARD_ERROR, f"{type(exc).__name__}: {exc}")
     return to_score(out)
 
 
 class Worker:
-    def __init__(
-        self,
-        *,
-        connect: str,
-        worker_id: str,
-        pool_id: str = "",
-        slot_path: Optional[str] = None,
-        rewards: tuple[str, ...] = (),
-        default_timeout_s: float = 60.0,
-        heartbeat_s: float = 1.0,
-        target_hold_s: float = 0.05,
-        max_hold: int = 512,
-        io_threads: int = 128,
-        parent_pid: Optional[int] = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
-        self.connect = connect
-        self.worker_id = worker_id
-        self.pool_id = pool_id
-        self.slot = TaskSlot(slot_path) if slot_path else None
-        self.rewards = rewards
-        self.default_timeout_s = default_timeout_s
-        self.heartbeat_s = heartbeat_s
-        self.target_hold_s = target_hold_s
-        self.max_hold = max_hold
-        self.io_threads = io_threads
-        self.parent_pid = parent_pid
-        self.max_message_bytes = max_message_bytes
+    def __init__(self, options: WorkerOptions) -> None:
+        if not options.connect:
+            raise ValueError("a worker needs the producer's endpoint (connect)")
+        self.options = options
+        self.connect = options.connect
+        self.worker_id = options.worker_id
+        self.pool_id = options.pool_id
+        self.slot = TaskSlot(options.slot_path) if options.slot_path else None
+        self.default_timeout_s = options.task_timeout_s
+        self.heartbeat_s = options.heartbeat_s
+        self.target_hold_s = options.target_hold_s
+        self.max_hold = options.max_hold
+        self.io_threads = options.io_threads
+        self.parent_pid = options.parent_pid
+        self.max_message_bytes = options.max_message_bytes
         self.host = socket.gethostname()
         self.import_errors: list[str] = []  # set by run(), reported in every READY
         self.stopping = False
@@ -121,7 +109,7 @@ class Worker:
         self.inbox: deque[wire.Task] = deque()
         self.results: list[wire.TaskResult] = []
         self.first_unflushed = 0.0
-        self._io_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._io_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._io_running: dict[bytes, tuple[float, float]] = {}  # key -> (started, deadline)
         self._io_done: deque[wire.TaskResult] = deque()
         self._wake_r, self._wake_w = os.pipe()
@@ -204,7 +192,7 @@ class Worker:
             detail = str(exc)
             if self.import_errors:
                 detail += "; " + "; ".join(self.import_errors)
-            self._finish((key, None, None, _error("unknown_reward", detail), 0.0))
+            self._finish((key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0))
             return
         limit = timeout_s or spec.timeout_s or self.default_timeout_s
         if spec.kind == "io":
@@ -223,8 +211,8 @@ class Worker:
         self._finish((key, score, extra, error, dt))
 
     def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, limit: float) -> None:
-        if self._io_pool is None:
-            self._io_pool = concurrent.futures.ThreadPoolExecutor(self.io_threads, thread_name_prefix="qworker-io")
+        if self._io_executor is None:
+            self._io_executor = concurrent.futures.ThreadPoolExecutor(self.io_threads, thread_name_prefix="qworker-io")
         t0 = time.monotonic()
         self._io_running[key] = (t0, t0 + limit)
 
@@ -236,7 +224,7 @@ class Worker:
             except BlockingIOError:
                 pass  # the pipe is full: the main loop is awake anyway
 
-        self._io_pool.submit(call_reward, spec, payload_bytes, params).add_done_callback(done)
+        self._io_executor.submit(call_reward, spec, payload_bytes, params).add_done_callback(done)
 
     def _collect_io(self) -> None:
         try:
@@ -252,14 +240,14 @@ class Worker:
         for key, (started, deadline) in list(self._io_running.items()):
             if now >= deadline:
                 del self._io_running[key]
-                self._finish((key, None, None, _error(wire.TIMEOUT_ERROR, f"io reward passed its {deadline - started:.3g} s limit"), now - started))
+                self._finish((key, None, None, _error(ErrorKind.TIMEOUT, f"io reward passed its {deadline - started:.3g} s limit"), now - started))
 
     def _next_io_deadline(self) -> Optional[float]:
         return min((d for _, d in self._io_running.values()), default=None)
 
     # main loop --------------------------------------------------------------
     def run(self) -> int:
-        self.import_errors = load_modules(list(self.rewards))
+        self.import_errors = load_modules(list(self.options.reward_modules))
         for e in self.import_errors:
             log.error("%s: %s", self.worker_id, e)
         self.ctx = zmq.Context(io_threads=1)
@@ -320,8 +308,8 @@ class Worker:
             wait_s = max(0.0, (self._next_io_deadline() or 0.0) - time.monotonic())
             zmq.select([self._wake_r], [], [], wait_s + 0.001)
             self._collect_io()
-        if self._io_pool is not None:
-            self._io_pool.shutdown(wait=False, cancel_futures=True)
+        if self._io_executor is not None:
+            self._io_executor.shutdown(wait=False, cancel_futures=True)
         self._flush()
         self._send(wire.Bye("draining"))
         self.sock.close(linger=1000)  # a reachable producer takes it at once
@@ -345,30 +333,13 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m qworker._worker", description="one qworker worker process")
-    ap.add_argument("--connect", required=True)
-    ap.add_argument("--id", required=True)
-    ap.add_argument("--pool", default="")
-    ap.add_argument("--slot")
-    ap.add_argument("--rewards", default="")
-    ap.add_argument("--timeout", type=float, default=60.0)
-    ap.add_argument("--heartbeat", type=float, default=1.0)
-    ap.add_argument("--max-hold", type=int, default=512)
-    ap.add_argument("--io-threads", type=int, default=128)
-    ap.add_argument("--parent-pid", type=int)
-    ap.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
-    ap.add_argument("--log-level", default="WARNING")
-    args = ap.parse_args(argv)
-    if args.parent_pid is not None:
-        _die_with_parent(args.parent_pid)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    os.environ["QWORKER_WORKER_ID"] = args.id  # rewards may read it (e.g. to pick a device)
-    worker = Worker(
-        connect=args.connect, worker_id=args.id, pool_id=args.pool, slot_path=args.slot,
-        rewards=tuple(m for m in args.rewards.split(",") if m), default_timeout_s=args.timeout,
-        heartbeat_s=args.heartbeat, max_hold=args.max_hold, io_threads=args.io_threads, parent_pid=args.parent_pid,
-        max_message_bytes=args.max_message_bytes,
-    )
+    """``python -m qworker.host.worker FLAGS``: the flags are ``WorkerOptions.to_argv()``, built by the pool."""
+    options = WorkerOptions.from_argv(sys.argv[1:] if argv is None else argv, prog="python -m qworker.host.worker")
+    if options.parent_pid is not None:
+        _die_with_parent(options.parent_pid)
+    logging.basicConfig(level=options.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    os.environ["QWORKER_WORKER_ID"] = options.worker_id  # rewards may read it (e.g. to pick a device)
+    worker = Worker(options)
     signal.signal(signal.SIGTERM, worker.request_stop)
     signal.set_wakeup_fd(worker._wake_w)  # SIGTERM wakes the poll at once, so draining starts now
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the pool, which drains us

@@ -1,6 +1,6 @@
 import time
 
-from qworker._slot import TaskSlot
+from qworker.host.slot import TaskSlot
 
 
 def test_slot_is_shared_between_writer_and_reader(tmp_path):

@@ -15,9 +15,9 @@ from typing import Optional
 
 import zmq
 
-log = logging.getLogger("qworker")
+from .._options import DEFAULT_MAX_MESSAGE_BYTES
 
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+log = logging.getLogger("qworker")
 
 
 def runtime_dir() -> str:

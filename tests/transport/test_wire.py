@@ -2,7 +2,7 @@ import msgpack
 import pytest
 
 from qworker import WireError
-from qworker import _wire as wire
+from qworker.transport import wire
 
 KEY = bytes(range(16))
 LIMIT = 1 << 20

@@ -26,9 +26,11 @@ from typing import Optional
 import psutil
 import zmq
 
-from . import _wire as wire
-from ._slot import TaskSlot
-from ._sockets import DEFAULT_MAX_MESSAGE_BYTES, make_socket, runtime_dir
+from .._errors import ErrorKind
+from .._options import PoolOptions
+from ..transport import wire
+from ..transport.sockets import make_socket, runtime_dir
+from .slot import TaskSlot
 
 log = logging.getLogger("qworker.pool")
 
@@ -54,39 +56,20 @@ class _Child:
 
 
 class Pool:
-    def __init__(
-        self,
-        *,
-        connect: str,
-        workers: int,
-        rewards: tuple[str, ...] = (),
-        pool_id: Optional[str] = None,
-        max_rss_mb: Optional[float] = None,
-        task_timeout_s: float = 60.0,
-        heartbeat_s: float = 1.0,
-        drain_timeout_s: float = 30.0,
-        max_hold: int = 512,
-        io_threads: int = 128,
-        parent_pid: Optional[int] = None,
-        log_level: str = "WARNING",
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
-        if workers < 1:
-            raise ValueError("a pool needs at least one worker")
-        self.connect = connect
-        self.n_workers = workers
-        self.rewards = rewards
+    """A pool supervisor; ``run()`` blocks until it is asked to stop and has drained."""
+
+    def __init__(self, options: PoolOptions) -> None:
+        if not options.connect:
+            raise ValueError("a pool needs the producer's endpoint (connect)")
+        self.options = options
+        self.connect = options.connect
+        self.n_workers = options.workers or os.cpu_count() or 1
         self.host = socket.gethostname()
-        self.pool_id = pool_id or f"{self.host}-{os.getpid()}"
-        self.max_rss_mb = max_rss_mb
-        self.task_timeout_s = task_timeout_s
-        self.heartbeat_s = heartbeat_s
-        self.drain_timeout_s = drain_timeout_s
-        self.max_hold = max_hold
-        self.io_threads = io_threads
-        self.parent_pid = parent_pid
-        self.log_level = log_level
-        self.max_message_bytes = max_message_bytes  # must match the producer's
+        self.pool_id = options.pool_id or f"{self.host}-{os.getpid()}"
+        self.max_rss_mb = options.max_rss_mb
+        self.heartbeat_s = options.heartbeat_s
+        self.drain_timeout_s = options.drain_timeout_s
+        self.parent_pid = options.parent_pid
         self.state = "running"
         self.lost: list[wire.Lost] = []
         self._stop_requested = False
@@ -125,14 +108,8 @@ class Pool:
     def _spawn(self, child: _Child) -> None:
         child.generation += 1
         child.worker_id = f"{self.pool_id}/w{child.index}.{child.generation}"
-        cmd = [
-            sys.executable, "-m", "qworker._worker", "--connect", self.connect, "--id", child.worker_id,
-            "--pool", self.pool_id, "--slot", child.slot.path, "--rewards", ",".join(self.rewards),
-            "--timeout", repr(self.task_timeout_s), "--heartbeat", repr(self.heartbeat_s),
-            "--max-hold", str(self.max_hold), "--io-threads", str(self.io_threads),
-            "--parent-pid", str(os.getpid()), "--log-level", self.log_level,
-            "--max-message-bytes", str(self.max_message_bytes),
-        ]
+        worker = self.options.worker(worker_id=child.worker_id, pool_id=self.pool_id, slot_path=child.slot.path, parent_pid=os.getpid())
+        cmd = [sys.executable, "-m", "qworker.host.worker", *worker.to_argv()]
         child.slot.end()
         child.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         child.pidfd = os.pidfd_open(child.proc.pid)
@@ -214,7 +191,7 @@ class Pool:
             running = c.slot.read()
             if running is not None and now >= running[2]:
                 key, started, deadline = running
-                c.kill_reason = f"{wire.TIMEOUT_ERROR}: reward ran past its {deadline - started:.3g} s hard limit"
+                c.kill_reason = ErrorKind.TIMEOUT.error(f"reward ran past its {deadline - started:.3g} s hard limit")
                 c.killed_task = key
                 log.warning("pool %s: killing %s: task %s passed its %.3g s limit", self.pool_id, c.worker_id, key.hex(), deadline - started)
                 c.proc.kill()

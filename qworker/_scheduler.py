@@ -1,0 +1,291 @@
+"""The dispatcher's logic without its thread or socket: credit, leases, redelivery, stealing.
+
+``Scheduler`` is a state machine driven by four calls: ``add`` (new tasks),
+``handle`` (a decoded message from a peer), ``housekeeping`` (liveness, every
+quarter second) and ``dispatch`` (send what credit allows).  It talks to peers
+only through the ``send(peer, message) -> bool`` it is given, so tests drive it
+with a list instead of a socket (``tests/test_scheduler.py``).  The dispatcher
+thread (``_dispatcher``) feeds it frames and time.
+
+Delivery is at-least-once; results are exactly-once per task key: the first
+result for a key resolves it (``PendingTable``), and any later one is counted
+and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from typing import Callable, Iterable, Optional
+
+from ._errors import ErrorKind
+from ._fleet import Fleet, WorkerState
+from ._gate import AUTH_FAILED_ERROR, Gate
+from ._pending import Pending, PendingTable, Resolution
+from .transport import wire
+
+log = logging.getLogger("qworker")
+
+__all__ = ["Scheduler", "MAX_BATCH", "REVOKE_EVERY_S"]
+
+MAX_BATCH = 512  # tasks per TASKS message
+REVOKE_EVERY_S = 0.05  # at most one REVOKE per worker per this interval
+
+Send = Callable[[bytes, wire.Message], bool]
+
+
+class Scheduler:
+    def __init__(self, *, send: Send, table: PendingTable, max_attempts: int, heartbeat_timeout_s: float, max_message_bytes: int) -> None:
+        self.send = send
+        self.table = table
+        self.max_attempts = max_attempts
+        self.max_message_bytes = max_message_bytes
+        self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
+        self.queue: deque[Pending] = deque()  # waiting for credit; retries go first
+        self.gates: list[Gate] = []  # tasks waiting for an endpoint's capacity
+        self.stats = {"dropped_frames": 0, "duplicate_results": 0, "redelivered": 0}
+        self._import_errors_logged: set[str] = set()
+
+    # input --------------------------------------------------------------------
+    def add(self, tasks: Iterable[Pending]) -> None:
+        """New tasks: to the main queue, or to their gate's."""
+        queue = self.queue
+        for p in tasks:
+            if p.gate is None:
+                queue.append(p)
+            else:
+                if p.gate not in self.gates:
+                    self.gates.append(p.gate)
+                p.gate.queue.append(p)
+
+    def drop(self, peer: bytes, why: str) -> None:
+        """Count (and log the first few of) frames that were not valid messages."""
+        self.stats["dropped_frames"] += 1
+        n = self.stats["dropped_frames"]
+        if n <= 10 or n % 1000 == 0:
+            log.warning("qworker: dropped a bad frame from %r (%s); %d dropped so far", peer[:32], why, n)
+
+    def handle(self, peer: bytes, msg: wire.Message, now: float) -> None:
+        fleet = self.fleet
+        if isinstance(msg, wire.Results):
+            w = fleet.workers.get(peer.decode(errors="replace"))
+            if w is not None:
+                w.sync_credit(msg.granted, msg.received)
+                w.last_seen = now
+            self._on_results(w, peer, msg.results, now)
+        elif isinstance(msg, wire.Ready):
+            self._on_ready(peer, msg, now)
+        elif isinstance(msg, wire.PoolReport):
+            fleet.on_pool_report(msg, now)
+            for lost in msg.lost:
+                self._on_lost(lost)
+        elif isinstance(msg, wire.Giveback):
+            w = fleet.workers.get(peer.decode(errors="replace"))
+            if w is None:
+                return
+            w.sync_credit(msg.granted, msg.received)
+            back = [w.leases.pop(k) for k in msg.keys if k in w.leases]
+            for p in back:
+                p.holder = None
+                p.attempts -= 1  # it never ran
+            self._back_to_queue(back)
+        elif isinstance(msg, wire.Bye):
+            w = fleet.workers.get(peer.decode(errors="replace"))
+            if w is not None:
+                log.info("qworker: worker %s left (%s)", w.id, msg.reason)
+                self._lose(w, f"left ({msg.reason})")
+        else:
+            self.drop(peer, f"{type(msg).__name__} is not a message a producer accepts")
+
+    def _on_ready(self, peer: bytes, msg: wire.Ready, now: float) -> None:
+        if msg.worker.encode() != peer:
+            self.drop(peer, "READY names a worker other than its sender")
+            return
+        fleet = self.fleet
+        w, new = fleet.on_ready(msg, now)
+        if new:
+            log.info("qworker: worker %s ready (pool %s, pid %d, host %s)", w.id, w.pool, w.pid, w.host)
+        for e in msg.errors:
+            if e not in self._import_errors_logged:
+                self._import_errors_logged.add(e)
+                log.error("qworker: worker %s: %s", w.id, e)
+        if msg.finished == msg.received and w.leases and now - w.last_sent_at > fleet.heartbeat_timeout_s:
+            # Idle and holding nothing, long after our last send, yet leases remain: tasks or
+            # results were lost in transit (e.g. a TCP reconnect).  Resync its credit and resend.
+            w.sent = msg.received
+            self._requeue(w, fleet.release(w), "lost in transit")
+
+    def _on_results(self, w: Optional[WorkerState], peer: bytes, results: list[wire.TaskResult], now: float) -> None:
+        worker_id = w.id if w is not None else peer.decode(errors="replace")
+        done: list[Resolution] = []
+        for key, score, extra, error, compute_s in results:
+            p = w.leases.pop(key, None) if w is not None else None
+            if p is None:
+                p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
+                if p is None:
+                    self.stats["duplicate_results"] += 1
+                    continue
+                if p.holder is not None:
+                    p.holder.leases.pop(key, None)
+            p.holder = None
+            if p.gate is not None:
+                outcome = extra.pop(wire.OUTCOME_KEY, None) if extra else None
+                try:
+                    retry = p.gate.settle(p, outcome, error, now)
+                except Exception:  # a bug in the gate must not strand the task: it resolves as reported
+                    log.exception("qworker: the judge gate failed on a result; resolving task %s as the worker reported it", key.hex()[:16])
+                    retry = False
+                if retry:
+                    p.attempts -= 1  # the delivery worked; the endpoint call is what is retried
+                    p.gate.queue.appendleft(p)
+                    continue
+                if error is not None and (p.tries or p.throttled):
+                    error = f"{error} (after {p.tries + p.throttled + 1} calls)"
+            if w is not None:
+                if error is None:
+                    w.done += 1
+                else:
+                    w.failed += 1
+            done.append(Resolution(p, score, extra, error, worker_id, compute_s))
+        self.table.resolve(done)
+
+    def _on_lost(self, lost: wire.Lost) -> None:
+        w = self.fleet.workers.get(lost.worker)
+        if w is None:
+            return
+        if lost.task is not None and lost.reason.startswith(ErrorKind.TIMEOUT.value):
+            p = w.leases.pop(lost.task, None)
+            if p is not None:
+                p.holder = None
+                if p.gate is not None:
+                    p.gate.forget(p)
+                w.failed += 1
+                self.table.resolve([Resolution(p, None, None, f"{lost.reason} (worker {w.id} was killed and respawned)", w.id)])
+        self._lose(w, lost.reason)
+
+    # losing workers -----------------------------------------------------------
+    def _lose(self, w: WorkerState, reason: str) -> None:
+        held = self.fleet.remove(w)
+        if held:
+            log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
+            self._requeue(w, held, reason)
+
+    def _requeue(self, w: WorkerState, held: list[Pending], reason: str) -> None:
+        retry, failed = [], []
+        for p in held:
+            if p.resolved:
+                continue
+            if p.attempts >= self.max_attempts:
+                if p.gate is not None:
+                    p.gate.forget(p)
+                error = ErrorKind.WORKER_LOST.error(f"attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})")
+                failed.append(Resolution(p, None, None, error, w.id))
+            else:
+                retry.append(p)
+        if failed:
+            self.table.resolve(failed)
+        self.stats["redelivered"] += len(retry)
+        self._back_to_queue(retry)
+
+    def _back_to_queue(self, tasks: list[Pending]) -> None:
+        """Unsent or unanswered tasks go back to the front of their queue (a gate's, or the main one)."""
+        plain = []
+        for p in tasks:
+            if p.gate is None:
+                plain.append(p)
+            else:
+                p.gate.forget(p)
+                p.gate.queue.appendleft(p)
+        self.queue.extendleft(reversed(plain))
+
+    def housekeeping(self, now: float) -> None:
+        """Lose workers heard from by neither themselves nor their pool for too long."""
+        for w in self.fleet.silent_workers(now):
+            self._lose(w, f"no heartbeat for {now - w.last_seen:.1f} s")
+        self.fleet.drop_silent_pools(now)
+
+    # sending --------------------------------------------------------------------
+    def _steal(self, now: float) -> None:
+        """With nothing queued and a worker idle, ask loaded workers for unstarted tasks.
+
+        Credit is granted ahead of time on a worker's past speed; when the work
+        changes, a slow worker can hold tasks that idle workers could finish.  It
+        gives back up to half of what it holds beyond the task it is running.
+        """
+        workers = self.fleet.workers.values()
+        if not any(w.credit > 0 and not w.leases for w in workers):
+            return
+        for w in workers:
+            spare = (len(w.leases) - 1) // 2
+            if spare > 0 and now - w.last_revoke_at >= REVOKE_EVERY_S:
+                w.last_revoke_at = now
+                self.send(w.id.encode(), wire.Revoke(spare))
+
+    def _admit(self, now: float) -> None:
+        """Move tasks whose endpoint has room from the gates to the front of the queue."""
+        budget = sum(w.credit for w in self.fleet.workers.values()) - len(self.queue)
+        if budget <= 0:
+            return
+        for gate in self.gates:
+            sent, failed = gate.admit(now, budget)
+            if failed:
+                self.table.resolve([Resolution(p, None, None, AUTH_FAILED_ERROR) for p in failed])
+            if sent:
+                budget -= len(sent)
+                self.queue.extendleft(reversed(sent))
+
+    def next_timer(self, now: float) -> Optional[float]:
+        """Seconds until a gate may admit a waiting task, if any gate is waiting on time."""
+        wakes = [t for g in self.gates if (t := g.next_wake(now)) is not None]
+        return max(0.0, min(wakes) - now) if wakes else None
+
+    def dispatch(self, now: float) -> None:
+        """Send queued tasks to workers with credit, the least loaded first."""
+        if self.gates:
+            self._admit(now)
+        queue = self.queue
+        if not queue:
+            self._steal(now)
+            return
+        ready = self.fleet.with_credit()
+        if not ready:
+            return
+        ready.sort(key=lambda w: len(w.leases))
+        share = math.ceil(len(queue) / len(ready))
+        for w in ready:
+            batch: list[wire.Task] = []
+            leased: list[Pending] = []
+            limit = min(w.credit, share, MAX_BATCH)
+            room = self.max_message_bytes // 2  # a batch stays well under the frame cap
+            while queue and len(batch) < limit and (not batch or len(queue[0].payload) < room):
+                p = queue.popleft()
+                room -= len(p.payload) + 64
+                if p.resolved:  # resolved meanwhile (a late result of an earlier delivery)
+                    if p.gate is not None:
+                        p.gate.forget(p)
+                    continue
+                p.attempts += 1
+                p.holder = w
+                w.leases[p.key] = p
+                leased.append(p)
+                batch.append(p.as_task())
+            if not batch:
+                continue
+            if self.send(w.id.encode(), wire.Tasks(batch)):
+                w.sent += len(batch)
+                w.last_sent_at = now
+            else:
+                for p in leased:
+                    p.attempts -= 1
+                self._lose(w, "unreachable")
+            if not queue:
+                return
+
+    # status ---------------------------------------------------------------------
+    def in_flight(self) -> int:
+        return sum(len(w.leases) for w in self.fleet.workers.values())
+
+    def snapshot(self, now: float) -> dict:
+        """Pools, workers and judge endpoints, for ``qworker status``."""
+        return {"pools": self.fleet.snapshot(), "judges": [g.snapshot(now) for g in self.gates]}
