@@ -34,6 +34,8 @@ class WorkerState:
     leases: dict[bytes, Pending] = field(default_factory=dict)
     done: int = 0
     failed: int = 0
+    vanished: int = 0  # times its leases were lost in transit: it took tasks and never ran them
+    quarantined: bool = False  # sent nothing more (see Scheduler)
 
     @property
     def credit(self) -> int:
@@ -110,7 +112,7 @@ class Fleet:
         return held
 
     def with_credit(self) -> list[WorkerState]:
-        return [w for w in self.workers.values() if w.granted > w.sent]
+        return [w for w in self.workers.values() if w.granted > w.sent and not w.quarantined]
 
     def snapshot(self) -> list[dict]:
         """Pools and their workers, for ``qworker status``."""
@@ -132,6 +134,7 @@ class Fleet:
                     "pid": (r.pid if r else w.pid if w else 0),
                     "alive": bool(w is not None and (r is None or r.alive)),
                     "in_flight": len(w.leases) if w else 0,
+                    "quarantined": bool(w and w.quarantined),
                     "done": w.done if w else 0,
                     "failed": w.failed if w else 0,
                     "restarts": r.restarts if r else 0,

@@ -42,7 +42,8 @@ class Pending:
     timeout_s: Optional[float]
     future: ResultFuture
     submitted: float  # monotonic seconds
-    attempts: int = 0  # deliveries to a worker so far
+    attempts: int = 0  # deliveries charged to this task (a loss it did not cause is refunded)
+    deliveries: int = 0  # every delivery, refunded or not: bounds redelivery loops
     holder: Optional[WorkerState] = None  # the worker holding its lease
     resolved: bool = False  # set under the table's lock when the future is claimed
     gate: Optional[Gate] = None  # set when the task calls a rate-limited endpoint

@@ -10,6 +10,15 @@ thread (``_dispatcher``) feeds it frames and time.
 Delivery is at-least-once; results are exactly-once per task key: the first
 result for a key resolves it (``PendingTable``), and any later one is counted
 and dropped.
+
+Attempts are charged to the task that caused a failure.  When a worker is lost,
+only the task its pool saw it running is charged a delivery (and if the pool
+killed it for its hard limit, only that task fails); the tasks queued behind it
+never ran and are redelivered free.  So that no loss can loop for ever, a task
+is failed after ``MAX_DELIVERIES_FACTOR * max_attempts`` deliveries however they
+ended.  A worker whose leases keep vanishing (it takes tasks and neither runs
+nor returns them: a broken or rogue peer) is quarantined: nothing more is sent
+to it, and the tasks it swallowed are redelivered free.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ __all__ = ["Scheduler", "MAX_BATCH", "REVOKE_EVERY_S"]
 
 MAX_BATCH = 512  # tasks per TASKS message
 REVOKE_EVERY_S = 0.05  # at most one REVOKE per worker per this interval
+MAX_DELIVERIES_FACTOR = 3  # deliveries of a task, charged or not, at most this times max_attempts
+QUARANTINE_AFTER = 2  # a worker is quarantined the second time its leases vanish
 
 Send = Callable[[bytes, wire.Message], bool]
 
@@ -88,7 +99,8 @@ class Scheduler:
             back = [w.leases.pop(k) for k in msg.keys if k in w.leases]
             for p in back:
                 p.holder = None
-                p.attempts -= 1  # it never ran
+                p.attempts -= 1  # it never ran, and was handed back on request
+                p.deliveries -= 1
             self._back_to_queue(back)
         elif isinstance(msg, wire.Bye):
             w = fleet.workers.get(peer.decode(errors="replace"))
@@ -112,9 +124,16 @@ class Scheduler:
                 log.error("qworker: worker %s: %s", w.id, e)
         if msg.finished == msg.received and w.leases and now - w.last_sent_at > fleet.heartbeat_timeout_s:
             # Idle and holding nothing, long after our last send, yet leases remain: tasks or
-            # results were lost in transit (e.g. a TCP reconnect).  Resync its credit and resend.
+            # results were lost in transit (e.g. a TCP reconnect).  Resync its credit and resend,
+            # free: the tasks did nothing wrong.  A second time, the peer is at fault.
             w.sent = msg.received
-            self._requeue(w, fleet.release(w), "lost in transit")
+            w.vanished += 1
+            held = fleet.release(w)
+            if w.vanished >= QUARANTINE_AFTER and not w.quarantined:
+                w.quarantined = True
+                log.warning("qworker: worker %s (pool %s, host %s) took %d tasks and neither ran nor returned them, %d times; "
+                            "quarantined: nothing more is sent to it", w.id, w.pool, w.host, len(held), w.vanished)
+            self._requeue(w, held, "lost in transit", guilty=None)
 
     def _on_results(self, w: Optional[WorkerState], peer: bytes, results: list[wire.TaskResult], now: float) -> None:
         worker_id = w.id if w is not None else peer.decode(errors="replace")
@@ -162,25 +181,33 @@ class Scheduler:
                     p.gate.forget(p)
                 w.failed += 1
                 self.table.resolve([Resolution(p, None, None, f"{lost.reason} (worker {w.id} was killed and respawned)", w.id)])
-        self._lose(w, lost.reason)
+        self._lose(w, lost.reason, guilty=lost.task)
 
     # losing workers -----------------------------------------------------------
-    def _lose(self, w: WorkerState, reason: str) -> None:
+    def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None) -> None:
+        """Forget a worker and redeliver what it held; ``guilty`` is the task it was running, if known."""
         held = self.fleet.remove(w)
         if held:
             log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
-            self._requeue(w, held, reason)
+            self._requeue(w, held, reason, guilty)
 
-    def _requeue(self, w: WorkerState, held: list[Pending], reason: str) -> None:
+    def _requeue(self, w: WorkerState, held: list[Pending], reason: str, guilty: Optional[bytes]) -> None:
+        """Redeliver tasks a lost worker held.  Only ``guilty`` keeps the delivery charged."""
         retry, failed = [], []
+        cap = MAX_DELIVERIES_FACTOR * self.max_attempts
         for p in held:
             if p.resolved:
                 continue
-            if p.attempts >= self.max_attempts:
+            if p.key != guilty:
+                p.attempts -= 1  # it did not cause the loss
+            if p.attempts >= self.max_attempts or p.deliveries >= cap:
                 if p.gate is not None:
                     p.gate.forget(p)
-                error = ErrorKind.WORKER_LOST.error(f"attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})")
-                failed.append(Resolution(p, None, None, error, w.id))
+                if p.attempts >= self.max_attempts:
+                    detail = f"attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})"
+                else:
+                    detail = f"delivered {p.deliveries} times, and each time its worker was lost (last: {w.id}, {reason})"
+                failed.append(Resolution(p, None, None, ErrorKind.WORKER_LOST.error(detail), w.id))
             else:
                 retry.append(p)
         if failed:
@@ -266,6 +293,7 @@ class Scheduler:
                         p.gate.forget(p)
                     continue
                 p.attempts += 1
+                p.deliveries += 1
                 p.holder = w
                 w.leases[p.key] = p
                 leased.append(p)
@@ -277,7 +305,7 @@ class Scheduler:
                 w.last_sent_at = now
             else:
                 for p in leased:
-                    p.attempts -= 1
+                    p.deliveries -= 1  # never sent; _lose refunds the attempt
                 self._lose(w, "unreachable")
             if not queue:
                 return

@@ -36,6 +36,8 @@ log = logging.getLogger("qworker.pool")
 
 WATCHDOG_TICK_S = 0.1
 FAST_CRASH_S = 2.0  # a worker that dies younger than this counts toward crash-loop backoff
+SILENT_BEATS = 3  # a worker that has not beaten for this many heartbeats, and uses no CPU, is frozen
+MIN_CPU_SHARE = 0.05  # "uses no CPU": less than this share of one core since the last check
 
 
 @dataclass
@@ -53,6 +55,8 @@ class _Child:
     fast_crashes: int = 0
     respawn_at: Optional[float] = None
     rss_mb: float = 0.0
+    cpu_s: float = 0.0  # its CPU time at the last liveness check
+    cpu_at: float = 0.0  # when that was
 
 
 class Pool:
@@ -110,8 +114,9 @@ class Pool:
         child.worker_id = f"{self.pool_id}/w{child.index}.{child.generation}"
         worker = self.options.worker(worker_id=child.worker_id, pool_id=self.pool_id, slot_path=child.slot.path, parent_pid=os.getpid())
         cmd = [sys.executable, "-m", "qworker.host.worker", *worker.to_argv()]
-        child.slot.end()
+        child.slot.reset()
         child.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        child.cpu_s, child.cpu_at = 0.0, time.monotonic()
         child.pidfd = os.pidfd_open(child.proc.pid)
         child.started = time.monotonic()
         child.kill_reason = None
@@ -156,6 +161,7 @@ class Pool:
                     respawned = True
             if now >= next_report or respawned:
                 self._check_memory()
+                self._check_frozen(now)
                 next_report = now + self.heartbeat_s
                 self._report()
             elif self.lost:
@@ -186,7 +192,7 @@ class Pool:
 
     def _watchdog(self, now: float) -> None:
         for c in self.children:
-            if c.proc is None or c.killed_task is not None:
+            if c.proc is None or c.killed_task is not None or (c.kill_reason or "").startswith("unresponsive"):
                 continue  # gone, or already SIGKILLed; a worker being recycled still has its deadline enforced
             running = c.slot.read()
             if running is not None and now >= running[2]:
@@ -195,6 +201,29 @@ class Pool:
                 c.killed_task = key
                 log.warning("pool %s: killing %s: task %s passed its %.3g s limit", self.pool_id, c.worker_id, key.hex(), deadline - started)
                 c.proc.kill()
+
+    def _check_frozen(self, now: float) -> None:
+        """Kill a worker that stopped beating and uses no CPU: stopped (SIGSTOP, a debugger),
+        frozen or swapped out.  Its tasks are redelivered; a worker busy in C code that holds
+        the GIL does not beat either, but it uses CPU, and its deadline is the watchdog's."""
+        for c in self.children:
+            if c.proc is None or c.kill_reason is not None:
+                continue
+            last = c.slot.last_beat()
+            try:
+                times = psutil.Process(c.proc.pid).cpu_times()
+            except psutil.Error:
+                continue
+            cpu = times.user + times.system
+            share = (cpu - c.cpu_s) / max(now - c.cpu_at, 1e-3)
+            c.cpu_s, c.cpu_at = cpu, now
+            if last == 0.0 or now - last <= SILENT_BEATS * self.heartbeat_s or share >= MIN_CPU_SHARE:
+                continue  # still starting, beating, or computing
+            running = c.slot.read()
+            c.kill_reason = f"unresponsive: no heartbeat for {now - last:.1f} s and no CPU use (stopped, frozen or swapped out)"
+            c.killed_task = running[0] if running else None
+            log.warning("pool %s: killing %s: %s", self.pool_id, c.worker_id, c.kill_reason)
+            c.proc.kill()
 
     def _check_memory(self) -> None:
         for c in self.children:

@@ -6,6 +6,10 @@ reward stuck in C code that holds the GIL (``9**9**9**9`` in sympy) stops every
 thread of its own process.  A sequence counter (odd while writing) keeps reads
 consistent.  Times are ``time.monotonic()`` seconds, comparable across
 processes on one host.
+
+The slot also holds the worker's last heartbeat (``beat``), written by a thread
+of its own: a stopped, frozen or swapped-out worker stops beating, which the
+supervisor can see even while the worker's process exists.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import struct
 from typing import Optional
 
 _LAYOUT = struct.Struct("<Q16sdd")  # seq, task key, started, deadline (0 = idle)
+_BEAT = struct.Struct("<d")  # the worker's last heartbeat (0 = none yet), after the layout
+_SIZE = _LAYOUT.size + _BEAT.size
 
 
 class TaskSlot:
@@ -25,13 +31,14 @@ class TaskSlot:
         fd = os.open(path, flags, 0o600)
         try:
             if create:
-                os.ftruncate(fd, _LAYOUT.size)
-            self._mm = mmap.mmap(fd, _LAYOUT.size)
+                os.ftruncate(fd, _SIZE)
+            self._mm = mmap.mmap(fd, _SIZE)
         finally:
             os.close(fd)
         self._seq = 0
         if create:
             _LAYOUT.pack_into(self._mm, 0, 0, bytes(16), 0.0, 0.0)
+            _BEAT.pack_into(self._mm, _LAYOUT.size, 0.0)
 
     def begin(self, key: bytes, started: float, deadline: float) -> None:
         self._write(key, started, deadline)
@@ -43,6 +50,23 @@ class TaskSlot:
         self._seq += 1
         _LAYOUT.pack_into(self._mm, 0, self._seq * 2 - 1, key, started, deadline)
         _LAYOUT.pack_into(self._mm, 0, self._seq * 2, key, started, deadline)
+
+    def beat(self, now: float) -> None:
+        """Record that the worker is alive at ``now`` (its heartbeat thread calls this)."""
+        _BEAT.pack_into(self._mm, _LAYOUT.size, now)
+
+    def last_beat(self) -> float:
+        """When the worker last beat (0.0 before its first beat)."""
+        while True:  # one writer: two equal reads are a whole value
+            (a,) = _BEAT.unpack_from(self._mm, _LAYOUT.size)
+            (b,) = _BEAT.unpack_from(self._mm, _LAYOUT.size)
+            if a == b:
+                return a
+
+    def reset(self) -> None:
+        """Idle and no heartbeat yet: for a freshly spawned worker."""
+        self.end()
+        _BEAT.pack_into(self._mm, _LAYOUT.size, 0.0)
 
     def read(self) -> Optional[tuple[bytes, float, float]]:
         """``(key, started, deadline)`` of the running task, or None when idle."""

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from typing import Any, Optional
@@ -246,7 +247,17 @@ class Worker:
         return min((d for _, d in self._io_running.values()), default=None)
 
     # main loop --------------------------------------------------------------
+    def _beat_forever(self) -> None:
+        """Heartbeat into the slot from a thread of its own, so the pool sees a live process
+        even while the main thread runs a long reward; a stopped or frozen process stops beating."""
+        assert self.slot is not None
+        while not self.stopping:
+            self.slot.beat(time.monotonic())
+            time.sleep(self.heartbeat_s / 2)
+
     def run(self) -> int:
+        if self.slot is not None:
+            threading.Thread(target=self._beat_forever, name="qworker-beat", daemon=True).start()
         self.import_errors = load_modules(list(self.options.reward_modules))
         for e in self.import_errors:
             log.error("%s: %s", self.worker_id, e)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -32,8 +33,7 @@ def test_sigkill_a_worker_mid_run_loses_nothing(tmp_path):
     assert [r.score for r in results] == [float(i) for i in range(n)]  # every task, exactly once, in order
     assert all(r.ok for r in results)
     assert count_lines(log) >= n  # at least once: the victim's unfinished tasks ran again elsewhere
-    assert any(r.attempts == 2 for r in results)
-    assert not any(r.extra["worker_pid"] == victim for r in results if r.attempts == 2)
+    assert sum(r.attempts > 1 for r in results) <= 1  # only the task running at the kill is charged a delivery
     assert status["producer"]["redelivered"] > 0
     restarts = sum(w["restarts"] for w in status["pools"][0]["workers"])
     assert restarts == 1
@@ -103,3 +103,52 @@ def test_gather_sleeps_instead_of_spinning():
         t.start()
         t.join(30)
     assert cpu[1] - cpu[0] < 0.05  # seconds of CPU spent by the waiting thread over ~1 s
+
+
+def _stop_and_finish(p: Producer, tmp_path, *, busy: bool) -> tuple[list, float, dict]:
+    log = str(tmp_path / "evals")
+    p.map("noop", [{"warm": i} for i in range(20)], timeout=30)  # both workers have said READY and run
+    victim = worker_pids(p)[0]
+    if busy:
+        futures = p.submit_batch("count_eval", [{"log": log, "i": i, "sleep_ms": 5} for i in range(400)])
+        while count_lines(log) < 50:
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGSTOP)
+    else:
+        os.kill(victim, signal.SIGSTOP)
+        futures = p.submit_batch("count_eval", [{"log": log, "i": i, "sleep_ms": 5} for i in range(400)])
+    t0 = time.monotonic()
+    try:
+        results = p.gather(futures, timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the pool has killed it, as it should
+            os.kill(victim, signal.SIGCONT)
+    return results, time.monotonic() - t0, p.status()
+
+
+def test_a_stopped_busy_worker_loses_its_tasks_within_a_few_heartbeats(tmp_path):
+    with Producer(local_workers=2, reward_modules=[TEST_REWARDS], heartbeat_s=0.5) as p:
+        results, took, status = _stop_and_finish(p, tmp_path, busy=True)
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]  # no innocent casualty
+    assert [r.score for r in results] == [float(i) for i in range(400)]
+    assert took < 20  # not the 60 s hard limit: a few heartbeats, then redelivery
+    assert sum(w["restarts"] for w in status["pools"][0]["workers"]) == 1
+
+
+def test_a_stopped_idle_worker_does_not_hold_new_tasks(tmp_path):
+    with Producer(local_workers=2, reward_modules=[TEST_REWARDS], heartbeat_s=0.5) as p:
+        results, took, status = _stop_and_finish(p, tmp_path, busy=False)
+    assert all(r.ok for r in results) and len(results) == 400
+    assert took < 20
+
+
+def test_tasks_queued_behind_hanging_ones_are_not_charged_for_their_kills():
+    # 3 tasks that hang past their 1 s limit among 200 normal ones, on one worker: each kill
+    # fails only the task that was running; the ones queued behind it run later, uncharged.
+    with Producer(local_workers=1, reward_modules=[TEST_REWARDS]) as p:
+        payloads = [{"i": i, "ms": 20} for i in range(200)]
+        futures = p.submit_batch("spin", payloads[:60]) + [p.submit("gil_hang", {"n": k}) for k in range(3)] + p.submit_batch("spin", payloads[60:])
+        results = p.gather(futures, timeout=120)
+    hung = [r for r in results if not r.ok]
+    assert len(hung) == 3 and all(r.error_kind == "timeout" for r in hung)
+    assert sum(r.ok for r in results) == 200 and all(r.attempts == 1 for r in results if r.ok)

@@ -1,0 +1,236 @@
+"""The dispatcher's logic on a stub transport: credit, leases, redelivery, stealing, quarantine.
+
+No processes and no sockets: ``Scheduler`` sends through a list, and the tests
+play the workers and pools by handing it messages and times.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from qworker._pending import PendingTable
+from qworker._resultcache import ResultCache
+from qworker._scheduler import MAX_DELIVERIES_FACTOR, Scheduler
+from qworker.transport import wire
+
+HB = 3.0  # heartbeat timeout, seconds
+
+
+class StubTransport:
+    """Records what the scheduler sends; every peer is reachable unless listed in ``gone``."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, wire.Message]] = []
+        self.gone: set[bytes] = set()
+
+    def __call__(self, peer: bytes, msg: wire.Message) -> bool:
+        if peer in self.gone:
+            return False
+        self.sent.append((peer, msg))
+        return True
+
+    def tasks_to(self, worker: str) -> list[wire.Task]:
+        out = [t for peer, m in self.sent if peer == worker.encode() and isinstance(m, wire.Tasks) for t in m.tasks]
+        return out
+
+    def take(self) -> list[tuple[bytes, wire.Message]]:
+        out, self.sent = self.sent, []
+        return out
+
+
+def make(max_attempts: int = 3) -> tuple[Scheduler, StubTransport, PendingTable]:
+    stub = StubTransport()
+    table = PendingTable(cache=ResultCache(max_entries=1000, ttl_s=None, path=None), fallback_score=0.0)
+    return Scheduler(send=stub, table=table, max_attempts=max_attempts, heartbeat_timeout_s=HB, max_message_bytes=1 << 20), stub, table
+
+
+def submit(s: Scheduler, table: PendingTable, n: int, start: int = 0):
+    futs, new = table.add([(i.to_bytes(16, "big"), b"p") for i in range(start, start + n)], reward="noop", params={},
+                          timeout_s=None, gate=None, now=0.0)
+    s.add(new)
+    return futs
+
+
+def ready(s: Scheduler, wid: str, granted: int, received: int = 0, finished: int = 0, now: float = 0.0, pool: str = "pool") -> None:
+    s.handle(wid.encode(), wire.Ready(wid, pool, 1, "h", granted, received, finished, [], []), now)
+
+
+def results(s: Scheduler, wid: str, keys: list[bytes], granted: int, received: int, now: float = 0.0) -> None:
+    s.handle(wid.encode(), wire.Results(granted, received, [(k, 1.0, None, None, 0.001) for k in keys]), now)
+
+
+def lost(s: Scheduler, wid: str, reason: str, task: bytes | None, now: float = 0.0) -> None:
+    report = wire.PoolReport("pool", "h", 1, "running", [wire.WorkerReport(wid, 1, False, 0.0, 1, 10.0)], [wire.Lost(wid, reason, task)])
+    s.handle(b"pool:pool", report, now)
+
+
+def test_no_more_is_sent_than_the_credit_granted():
+    s, stub, table = make()
+    submit(s, table, 10)
+    ready(s, "a", granted=3)
+    s.dispatch(0.0)
+    assert len(stub.tasks_to("a")) == 3 and len(s.queue) == 7
+    keys = [t[0] for t in stub.tasks_to("a")]
+    results(s, "a", keys, granted=6, received=3)  # results carry fresh credit
+    s.dispatch(0.1)
+    assert len(stub.tasks_to("a")) == 6 and s.table.counts["resolved"] == 3
+
+
+def test_work_is_shared_and_the_least_loaded_goes_first():
+    s, stub, table = make()
+    ready(s, "a", granted=100)
+    submit(s, table, 4)
+    s.dispatch(0.0)
+    stub.take()
+    ready(s, "b", granted=100)
+    submit(s, table, 4, start=100)
+    s.dispatch(0.1)
+    sent = stub.take()
+    assert [peer for peer, _ in sent] == [b"b", b"a"]  # b holds nothing, so it goes first
+    assert [len(m.tasks) for _, m in sent] == [2, 2]  # the queue is shared out evenly
+
+
+def test_a_result_resolves_once_and_a_late_duplicate_is_counted():
+    s, stub, table = make()
+    [fut] = submit(s, table, 1)
+    ready(s, "a", granted=5)
+    s.dispatch(0.0)
+    key = stub.tasks_to("a")[0][0]
+    results(s, "a", [key], granted=5, received=1)
+    results(s, "a", [key], granted=5, received=1)
+    assert fut.result(timeout=0).ok and s.stats["duplicate_results"] == 1
+
+
+def test_a_timeout_fails_only_the_running_task_and_its_neighbours_go_free():
+    s, stub, table = make()
+    futs = submit(s, table, 5)
+    ready(s, "a", granted=5)
+    s.dispatch(0.0)
+    running = stub.tasks_to("a")[0][0]
+    lost(s, "a", "timeout: reward ran past its 2 s hard limit", running)
+    assert futs[0].result(timeout=0).error_kind == "timeout"
+    assert all(not f.done() for f in futs[1:]) and len(s.queue) == 4
+    assert all(p.attempts == 0 for p in s.queue)  # they never ran: not charged
+    ready(s, "a2", granted=10)
+    s.dispatch(0.1)
+    results(s, "a2", [t[0] for t in stub.tasks_to("a2")], granted=10, received=4)
+    assert all(f.result(timeout=0).ok and f.result().attempts == 1 for f in futs[1:])
+
+
+def test_a_crashing_task_is_charged_and_fails_after_max_attempts():
+    s, stub, table = make(max_attempts=2)
+    [poison, innocent] = submit(s, table, 2)
+    for gen in range(2):
+        wid = f"w.{gen}"
+        ready(s, wid, granted=2)
+        s.dispatch(float(gen))
+        sent = [t[0] for t in stub.tasks_to(wid)]
+        lost(s, wid, "crashed: exit code -11", sent[0] if sent[0] == (0).to_bytes(16, "big") else sent[1])
+    r = poison.result(timeout=0)
+    assert r.error_kind == "worker_lost" and "attempt 2 of 2" in r.error and "crashed" in r.error
+    assert not innocent.done()  # lost twice with the poison task, charged nothing
+
+
+def test_a_task_that_only_ever_sees_its_worker_die_stops_after_the_delivery_cap():
+    s, stub, table = make(max_attempts=2)
+    [fut] = submit(s, table, 1)
+    for gen in range(MAX_DELIVERIES_FACTOR * 2):
+        wid = f"w.{gen}"
+        ready(s, wid, granted=1)
+        s.dispatch(float(gen))
+        lost(s, wid, "crashed: exit code -9", None)  # the pool saw nothing running: no one to blame
+    r = fut.result(timeout=0)
+    assert r.error_kind == "worker_lost" and f"delivered {MAX_DELIVERIES_FACTOR * 2} times" in r.error
+
+
+def test_a_silent_worker_loses_its_leases_after_the_heartbeat_timeout():
+    s, stub, table = make()
+    futs = submit(s, table, 3)
+    ready(s, "a", granted=3, now=0.0)
+    s.dispatch(0.0)
+    s.housekeeping(HB - 0.5)
+    assert "a" in s.fleet.workers
+    s.housekeeping(HB + 0.5)
+    assert "a" not in s.fleet.workers and len(s.queue) == 3 and s.stats["redelivered"] == 3
+    assert all(p.attempts == 0 for p in s.queue)
+    assert not any(f.done() for f in futs)
+
+
+def test_a_pool_report_keeps_a_busy_workers_lease():
+    s, stub, table = make()
+    submit(s, table, 1)
+    ready(s, "a", granted=1, now=0.0)
+    s.dispatch(0.0)
+    report = wire.PoolReport("pool", "h", 1, "running", [wire.WorkerReport("a", 1, True, 2.0, 0, 10.0)], [])
+    s.handle(b"pool:pool", report, HB)
+    s.housekeeping(HB + 1.0)
+    assert "a" in s.fleet.workers
+
+
+def test_given_back_tasks_go_to_the_front_uncharged():
+    s, stub, table = make()
+    submit(s, table, 4)
+    ready(s, "a", granted=4)
+    s.dispatch(0.0)
+    keys = [t[0] for t in stub.tasks_to("a")]
+    s.handle(b"a", wire.Giveback(4, 4, keys[2:]), 0.1)
+    assert [p.key for p in s.queue] == keys[2:] and all(p.attempts == 0 for p in s.queue)
+
+
+def test_an_idle_worker_makes_loaded_ones_give_back_unstarted_tasks():
+    s, stub, table = make()
+    submit(s, table, 9)
+    ready(s, "a", granted=9)
+    s.dispatch(0.0)
+    ready(s, "b", granted=5)
+    stub.take()
+    s.dispatch(0.1)
+    [(peer, msg)] = stub.take()
+    assert peer == b"a" and msg == wire.Revoke(4)  # half of what it holds beyond the running task
+
+
+def test_bye_redelivers_what_the_worker_held():
+    s, stub, table = make()
+    submit(s, table, 2)
+    ready(s, "a", granted=2)
+    s.dispatch(0.0)
+    s.handle(b"a", wire.Bye("draining"), 0.1)
+    assert len(s.queue) == 2 and "a" not in s.fleet.workers
+
+
+def test_a_rogue_peer_that_swallows_tasks_is_quarantined_and_costs_no_attempts():
+    # A peer says READY with 512 credits, then only heartbeats: it never runs what it is sent.
+    s, stub, table = make(max_attempts=3)
+    futs = submit(s, table, 50)
+    ready(s, "rogue", granted=512, now=0.0)
+    s.dispatch(0.0)
+    t = 0.0
+    for _ in range(6):  # it keeps saying "idle, received 0" for many heartbeat timeouts
+        t += HB + 0.5
+        ready(s, "rogue", granted=512, received=0, finished=0, now=t)
+        s.dispatch(t)
+    w = s.fleet.workers["rogue"]
+    assert w.quarantined and w.vanished == 2 and not w.leases
+    ready(s, "good", granted=100, now=t)
+    s.dispatch(t)
+    sent = [k for k, *_ in stub.tasks_to("good")]
+    results(s, "good", sent, granted=100, received=len(sent), now=t)
+    assert all(f.result(timeout=0).ok for f in futs)
+    assert max(f.result().attempts for f in futs) == 1
+
+
+def test_an_unreachable_worker_is_lost_and_its_batch_redelivered():
+    s, stub, table = make()
+    submit(s, table, 3)
+    ready(s, "a", granted=3)
+    stub.gone.add(b"a")
+    s.dispatch(0.0)
+    assert "a" not in s.fleet.workers and len(s.queue) == 3
+    assert all(p.attempts == 0 and p.deliveries == 0 for p in s.queue)
+
+
+@pytest.mark.parametrize("bad", [wire.Ready("other", "p", 1, "h", 5, 0, 0, [], []), wire.Revoke(3)])
+def test_messages_a_producer_does_not_accept_are_dropped_and_counted(bad):
+    s, stub, table = make()
+    s.handle(b"peer", bad, 0.0)
+    assert s.stats["dropped_frames"] == 1 and not s.fleet.workers
