@@ -10,6 +10,7 @@
         results = p.gather(futs, timeout=300)          # list[Result], in order
 """
 
+from ._client import Client
 from ._errors import ErrorKind
 from ._exceptions import (
     ConfigError,
@@ -18,6 +19,7 @@ from ._exceptions import (
     ProducerClosed,
     QworkerError,
     RewardError,
+    ServiceUnavailable,
     WireError,
 )
 from ._options import PoolOptions, ProducerOptions
@@ -28,6 +30,7 @@ from ._result import Result, ResultFuture
 __version__ = "0.1.0"
 
 __all__ = [
+    "Client",
     "ConfigError",
     "ErrorKind",
     "GatherTimeout",
@@ -40,6 +43,7 @@ __all__ = [
     "Result",
     "ResultFuture",
     "RewardError",
+    "ServiceUnavailable",
     "WireError",
     "reward",
 ]

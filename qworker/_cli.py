@@ -213,10 +213,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         from ._mockjudge import main as mock_judge_main
 
         return mock_judge_main(argv[1:])
+    if argv[:1] == ["serve"]:
+        from .service.cli import main as serve_main
+
+        return serve_main(argv[1:])
     ap = argparse.ArgumentParser(prog="qworker", description="Reward computation on a pool of worker processes.")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("pool", help="run a pool daemon (same as qworker-pool)", add_help=False)
     sub.add_parser("mock-judge", help="run an OpenAI-compatible mock judge on 127.0.0.1", add_help=False)
+    sub.add_parser("serve", help="serve rewards to qworker.Client processes and over HTTP", add_help=False)
 
     sc = sub.add_parser("score", help="score a JSONL file of rollouts")
     sc.add_argument("input", help="JSONL file, one payload object per line")

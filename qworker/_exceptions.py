@@ -9,6 +9,7 @@ Hierarchy::
     ├── ProducerClosed       the producer was used after close()
     ├── PoolStartError       local workers did not come up (their stderr is attached)
     ├── GatherTimeout        gather() passed its deadline (also a TimeoutError)
+    ├── ServiceUnavailable   a Client's reward service did not take a request (down, or no workers)
     └── CallFailed           a reward's HTTP call failed (inside a worker; carries the outcome)
 
 A failed *task* never raises: it resolves to a ``Result`` whose ``error`` names
@@ -27,6 +28,7 @@ __all__ = [
     "ProducerClosed",
     "QworkerError",
     "RewardError",
+    "ServiceUnavailable",
     "WireError",
 ]
 
@@ -65,6 +67,10 @@ class GatherTimeout(QworkerError, TimeoutError):
         super().__init__(message)
         self.done = done
         self.pending = pending
+
+
+class ServiceUnavailable(QworkerError, RuntimeError):
+    """A reward service did not accept a request: it did not answer, or has no workers."""
 
 
 class CallFailed(QworkerError):

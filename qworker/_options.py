@@ -188,7 +188,7 @@ class _Shared(_Options):
 class ProducerOptions(_Shared):
     """``Producer(...)`` and the config's ``producer:`` section."""
 
-    local_workers: Optional[int] = _opt(None, "worker processes started locally (default: CPU count, or 0 with bind)")
+    local_workers: Optional[int] = _opt(None, "worker processes started locally (default: CPU count, or 0 with bind)", aliases=("--workers",))
     bind: Optional[str] = _opt(None, "endpoint for remote pools, e.g. tcp://127.0.0.1:5555 (default: a private ipc:// socket)")
     cache_path: Optional[str] = _opt(None, "persistent SQLite result cache shared by processes on this host")
     cache_max_entries: int = _opt(1_000_000, "memory LRU size, and the disk cache's row limit")

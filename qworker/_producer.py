@@ -22,14 +22,14 @@ from . import _composite, _config, _discovery, _metrics
 from ._catalog import Catalog, Composite
 from ._dispatcher import Dispatcher
 from ._errors import ErrorKind
-from ._exceptions import GatherTimeout, PoolStartError, ProducerClosed
+from ._exceptions import PoolStartError, ProducerClosed
 from ._gate import JUDGE_REWARD, Gate, hash_params
 from ._hashing import encode_payload, key_prefix, new_packer, params_fingerprint
 from ._judges import JudgeGates
 from ._options import PoolOptions, ProducerOptions
 from ._pending import PendingTable
 from ._registry import modules_to_forward
-from ._result import Result, ResultFuture
+from ._result import Result, ResultFuture, gather
 from ._resultcache import ResultCache
 from .host.process import PoolProcess
 from .transport.sockets import new_ipc_endpoint
@@ -226,21 +226,7 @@ class Producer:
         Raises ``GatherTimeout`` after ``timeout`` seconds; unfinished futures
         stay pending and may still resolve.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        results: list[Result] = []
-        # Waiting on the last future first means one wake-up, not one per result
-        # batch: by the time it resolves, most earlier ones have too.
-        for f in reversed(futures):
-            try:
-                results.append(f.result(None if deadline is None else max(0.0, deadline - time.monotonic())))
-            except concurrent.futures.TimeoutError:
-                not_done = sum(not g.done() for g in futures)
-                raise GatherTimeout(
-                    f"{not_done} of {len(futures)} tasks unfinished after {timeout} s",
-                    done=len(futures) - not_done, pending=not_done,
-                ) from None
-        results.reverse()
-        return results
+        return gather(futures, timeout)
 
     def map(self, reward: str, payloads: Iterable[Any], *, params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> list[Result]:
         """``gather(submit_batch(...))``."""

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Generator, Optional
+from typing import Any, Generator, Optional, Sequence
 
 from ._errors import ErrorKind
+from ._exceptions import GatherTimeout
 
-__all__ = ["Result", "ResultFuture"]
+__all__ = ["Result", "ResultFuture", "gather"]
 
 @dataclass(slots=True, kw_only=True)
 class Result:
@@ -107,3 +109,25 @@ class ResultFuture(concurrent.futures.Future):
 
     def __await__(self) -> Generator[Any, None, Result]:
         return asyncio.wrap_future(self).__await__()
+
+
+def gather(futures: Sequence[concurrent.futures.Future], timeout: Optional[float] = None) -> list[Result]:
+    """The ``Result`` of each future, in order; sleeps until all are done.
+
+    Raises ``GatherTimeout`` after ``timeout`` seconds; unfinished futures stay
+    pending and may still resolve.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    results: list[Result] = []
+    # Waiting on the last future first means one wake-up, not one per result
+    # batch: by the time it resolves, most earlier ones have too.
+    for f in reversed(futures):
+        try:
+            results.append(f.result(None if deadline is None else max(0.0, deadline - time.monotonic())))
+        except concurrent.futures.TimeoutError:
+            not_done = sum(not g.done() for g in futures)
+            raise GatherTimeout(
+                f"{not_done} of {len(futures)} tasks unfinished after {timeout} s", done=len(futures) - not_done, pending=not_done,
+            ) from None
+    results.reverse()
+    return results

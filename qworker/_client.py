@@ -1,0 +1,291 @@
+"""``Client``: the ``Producer`` API for any process, served by a reward service (``qworker serve``).
+
+Every rank of a distributed trainer (verl's reward actors, TRL's accelerate
+ranks, OpenRLHF's engines) makes a ``Client`` to one service; they then share
+its pools, its result cache and one limit per judge endpoint.  A client is light
+to import (no pool, no reward library), safe to use from many threads, and its
+futures are the producer's (``concurrent.futures``-compatible and awaitable).
+
+Contract:
+
+* ``submit_batch`` returns once the service has *taken* the request (one round
+  trip).  A service that does not answer within ``connect_timeout_s``, or that
+  has no workers, raises ``ServiceUnavailable``; a bad reward name or params
+  raise as they would at a ``Producer``.
+* A service that restarts is noticed (its replies name a new instance) and the
+  tasks it had not answered are resubmitted to the new one.  A service silent
+  for ``service_timeout_s`` while tasks are pending fails them with
+  ``service_lost``: no future hangs.
+* One I/O thread owns the socket; the caller's threads hand it requests through
+  a queue and a wake pipe, and sleep on events and futures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import zmq
+
+from ._errors import ErrorKind
+from ._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
+from ._result import Result, ResultFuture, gather
+from .transport import client_wire as cw
+from .transport.sockets import make_socket
+from .transport.wire import StatusReply, StatusRequest, WireError
+
+log = logging.getLogger("qworker")
+
+__all__ = ["Client", "DEFAULT_SERVICE_ENDPOINT"]
+
+DEFAULT_SERVICE_ENDPOINT = "tcp://127.0.0.1:5557"
+PING_EVERY_S = 1.0
+_ERRORS: dict[str, type[QworkerError]] = {"ConfigError": ConfigError, "RewardError": RewardError}
+_MAX_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(eq=False)
+class _Request:
+    number: int
+    reward: str
+    params: Optional[dict]
+    payloads: list
+    timeout_s: Optional[float]
+    futures: list[ResultFuture]
+    submitted: float
+    instance: str = ""  # the service instance that took it
+    answered: Optional[cw.Accepted] = None
+    taken: threading.Event = field(default_factory=threading.Event)
+
+
+class Client:
+    """Submit reward tasks to a reward service and collect their ``Result``s, as a ``Producer`` does."""
+
+    def __init__(
+        self, connect: Optional[str] = None, *, connect_timeout_s: float = 10.0, service_timeout_s: float = 60.0,
+        fallback_score: float = 0.0,
+    ) -> None:
+        self.endpoint = connect or os.environ.get("QWORKER_CONNECT") or DEFAULT_SERVICE_ENDPOINT
+        self.connect_timeout_s = connect_timeout_s
+        self.service_timeout_s = service_timeout_s
+        self.fallback_score = fallback_score
+        self._closed = False
+        self._numbers = itertools.count(1)
+        self._requests: dict[int, _Request] = {}  # the I/O thread's
+        self._outbox: deque[Any] = deque()  # messages from the callers' threads
+        self._status_waiters: deque[tuple[threading.Event, list]] = deque()
+        self._instance = ""
+        self._heard = time.monotonic()
+        self._ctx = zmq.Context(io_threads=1)
+        self._sock = make_socket(self._ctx, zmq.DEALER, connect=self.endpoint, identity=f"client-{secrets.token_hex(6)}".encode())
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._thread = threading.Thread(target=self._run, name="qworker-client", daemon=True)
+        self._thread.start()
+
+    # the Producer's API ---------------------------------------------------------
+    def submit(self, reward: str, payload: Any, *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None) -> ResultFuture:
+        return self.submit_batch(reward, [payload], params=params, timeout_s=timeout_s)[0]
+
+    def submit_batch(
+        self, reward: str, payloads: Iterable[Any], *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None
+    ) -> list[ResultFuture]:
+        """One future per payload, in order, once the service has taken the request."""
+        if self._closed:
+            raise ProducerClosed("submit_batch() on a closed Client")
+        payloads = list(payloads)
+        req = _Request(next(self._numbers), reward, dict(params) if params else None, payloads, timeout_s,
+                       [ResultFuture() for _ in payloads], time.monotonic())
+        if not payloads:
+            return []
+        self._outbox.append(req)
+        self._wake()
+        if not req.taken.wait(self.connect_timeout_s):
+            self._outbox.append(("forget", req.number))
+            self._wake()
+            raise ServiceUnavailable(f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
+                                     "(is 'qworker serve' running there?)")
+        answer = req.answered
+        if answer is None:
+            raise ProducerClosed("the Client closed while submitting")
+        if answer.error is not None:
+            raise _ERRORS.get(answer.error_type, ServiceUnavailable)(answer.error)
+        return req.futures
+
+    def gather(self, futures: Sequence[Any], timeout: Optional[float] = None) -> list[Result]:
+        """The ``Result`` of each future, in order; see ``Producer.gather``."""
+        return gather(futures, timeout)
+
+    def map(self, reward: str, payloads: Iterable[Any], *, params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> list[Result]:
+        return self.gather(self.submit_batch(reward, payloads, params=params), timeout=timeout)
+
+    def status(self, timeout: float = 10.0) -> dict:
+        """The service's status: its producer, pools, workers and judges."""
+        done, box = threading.Event(), []
+        self._outbox.append(("status", done, box))
+        self._wake()
+        if not done.wait(timeout):
+            raise ServiceUnavailable(f"the reward service at {self.endpoint} did not answer within {timeout:.0f} s")
+        return box[0]
+
+    def close(self) -> None:
+        """Stop the I/O thread; tasks still pending resolve as cancelled."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake()
+        self._thread.join(10.0)
+        for req in list(self._requests.values()):
+            self._fail(req, ErrorKind.CANCELLED.error("the client closed"))
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # the I/O thread ---------------------------------------------------------------
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        next_ping = time.monotonic()
+        try:
+            while not self._closed:
+                poller.poll(int(PING_EVERY_S * 1000 / 2))
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                try:
+                    self._send_outbox()
+                    self._receive()
+                    now = time.monotonic()
+                    if self._requests and now >= next_ping:
+                        next_ping = now + PING_EVERY_S
+                        self._send(cw.Ping())
+                        self._check_silence(now)
+                except Exception:  # a bug here must not strand every future
+                    log.exception("qworker client: unexpected error (continuing)")
+        finally:
+            self._sock.close(linger=0)
+            self._ctx.term()
+
+    def _send(self, msg: cw.ClientMessage) -> None:
+        try:
+            self._sock.send_multipart(cw.encode(msg), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # not connected yet: a ping or resubmission will follow
+
+    def _submit(self, req: _Request) -> None:
+        self._requests[req.number] = req
+        self._send(cw.Submit(req.number, req.reward, req.params, req.payloads, req.timeout_s))
+
+    def _send_outbox(self) -> None:
+        while self._outbox:
+            item = self._outbox.popleft()
+            if isinstance(item, _Request):
+                if not self._requests:
+                    self._heard = time.monotonic()  # silence is measured from when something is pending
+                self._submit(item)
+            elif item[0] == "forget":
+                self._requests.pop(item[1], None)
+            else:
+                self._status_waiters.append((item[1], item[2]))
+                self._send(StatusRequest())
+
+    def _receive(self) -> None:
+        sock = self._sock
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # type: ignore[operator]
+            frames = sock.recv_multipart(copy=True)
+            try:
+                if len(frames) != 2:
+                    raise WireError(f"expected 2 frames, got {len(frames)}")
+                msg = cw.decode(frames[0], frames[1], max_bytes=_MAX_BYTES)
+            except WireError as exc:
+                log.warning("qworker client: dropped a bad frame from the service: %s", exc)
+                continue
+            self._heard = time.monotonic()
+            if isinstance(msg, cw.Accepted):
+                self._see(msg.instance)
+                req = self._requests.get(msg.request)
+                if req is not None:
+                    req.instance, req.answered = msg.instance, msg
+                    if msg.error is not None:
+                        del self._requests[msg.request]
+                    req.taken.set()
+            elif isinstance(msg, cw.Resolved):
+                self._see(msg.instance)
+                self._resolve(msg.results)
+            elif isinstance(msg, cw.Pong):
+                self._see(msg.instance)
+            elif isinstance(msg, StatusReply):
+                if self._status_waiters:
+                    done, box = self._status_waiters.popleft()
+                    box.append(msg.status)
+                    done.set()
+
+    def _see(self, instance: str) -> None:
+        """A reply from ``instance``: if the service restarted, resubmit what the old one held."""
+        if instance == self._instance:
+            return
+        restarted = bool(self._instance)
+        self._instance = instance
+        if not restarted:
+            return
+        stale = [r for r in self._requests.values() if r.instance and r.instance != instance]
+        if stale:
+            log.warning("qworker client: the reward service at %s restarted; resubmitting %d requests", self.endpoint, len(stale))
+        for req in stale:
+            left = [i for i, f in enumerate(req.futures) if not f.done()]
+            del self._requests[req.number]
+            if left:
+                again = _Request(next(self._numbers), req.reward, req.params, [req.payloads[i] for i in left], req.timeout_s,
+                                 [req.futures[i] for i in left], req.submitted, instance=instance)
+                again.taken.set()
+                self._submit(again)
+
+    def _resolve(self, rows: list) -> None:
+        now = time.monotonic()
+        for number, index, fields in rows:
+            req = self._requests.get(number)
+            if req is None or index >= len(req.futures):
+                continue
+            fut = req.futures[index]
+            if not fut.done():
+                fut.set_result(Result(**{**fields, "latency_s": now - req.submitted}))
+            if all(f.done() for f in req.futures):
+                del self._requests[number]
+
+    def _check_silence(self, now: float) -> None:
+        silent = now - self._heard
+        if silent < self.service_timeout_s:
+            return
+        why = ErrorKind.SERVICE_LOST.error(f"the reward service at {self.endpoint} did not answer for {silent:.0f} s")
+        log.error("qworker client: %s; failing %d requests", why, len(self._requests))
+        for req in list(self._requests.values()):
+            self._fail(req, why)
+        self._requests.clear()
+
+    def _fail(self, req: _Request, error: str) -> None:
+        for f in req.futures:
+            if not f.done():
+                f.set_result(Result(score=self.fallback_score, error=error))
+        req.taken.set()

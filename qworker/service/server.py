@@ -1,0 +1,167 @@
+"""``RewardService``: one producer (its pools, cache and judge gates) behind a socket for ``Client``\\s.
+
+``qworker serve`` runs one; every process of a distributed trainer connects a
+``Client`` to it.  One thread (the *front*) owns the client socket: it takes
+requests, submits them to the producer (it is the producer's caller thread),
+answers each at once with ``Accepted``, and sends results back in batches as
+their futures resolve.  Future callbacks run on the producer's dispatcher
+thread and only append to the front's outbox and wake it.
+
+A request is refused with a clear reason, never held silently: a bad reward
+name or params (the producer's own checks), or no worker connected after
+``no_workers_grace_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from collections import defaultdict, deque
+from typing import Optional
+
+import zmq
+
+from .._exceptions import QworkerError
+from .._producer import Producer
+from .._result import Result
+from ..transport import client_wire as cw
+from ..transport.sockets import bound_endpoint, make_socket
+from ..transport.wire import StatusReply, StatusRequest, WireError
+
+log = logging.getLogger("qworker")
+
+__all__ = ["RewardService"]
+
+FLUSH_EVERY = 512  # results per Resolved message, at most
+
+
+class RewardService:
+    def __init__(self, producer: Producer, *, listen: str, no_workers_grace_s: float = 10.0) -> None:
+        self.producer = producer
+        self.instance = secrets.token_hex(8)
+        self.no_workers_grace_s = no_workers_grace_s
+        self.started = time.monotonic()
+        self._ctx = zmq.Context(io_threads=1)
+        self._sock = make_socket(self._ctx, zmq.ROUTER, bind=listen, max_message_bytes=producer.options.max_message_bytes)
+        self.endpoint = bound_endpoint(self._sock)
+        self._outbox: deque[tuple[bytes, int, int, Result]] = deque()  # from future callbacks
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stopping = False
+        self.clients: set[bytes] = set()
+        self.requests = 0
+        self._thread = threading.Thread(target=self._run, name="qworker-service", daemon=True)
+
+    def start(self) -> RewardService:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake()
+        self._thread.join(10.0)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    # the front thread -----------------------------------------------------------
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        try:
+            while not self._stopping:
+                poller.poll(500)
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                try:
+                    self._receive()
+                    self._flush()
+                except Exception:
+                    log.exception("qworker service: unexpected error (continuing)")
+        finally:
+            self._sock.close(linger=0)
+            self._ctx.term()
+
+    def _receive(self) -> None:
+        sock = self._sock
+        for _ in range(1000):
+            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # type: ignore[operator]
+                return
+            frames = sock.recv_multipart(copy=True)
+            peer = frames[0] if frames else b"?"
+            try:
+                if len(frames) != 3:
+                    raise WireError(f"expected 3 frames, got {len(frames)}")
+                msg = cw.decode(frames[1], frames[2], max_bytes=self.producer.options.max_message_bytes)
+            except WireError as exc:
+                log.warning("qworker service: dropped a bad frame from %r: %s", peer[:32], exc)
+                continue
+            self.clients.add(peer)
+            if isinstance(msg, cw.Submit):
+                self._on_submit(peer, msg)
+            elif isinstance(msg, cw.Ping):
+                self._send(peer, cw.Pong(self.instance, self._workers()))
+            elif isinstance(msg, StatusRequest):
+                self._send(peer, StatusReply(self.status()))
+            else:
+                log.warning("qworker service: dropped a %s from %r: not a request", type(msg).__name__, peer[:32])
+
+    def _workers(self) -> int:
+        return self.producer._dispatcher.workers_ready
+
+    def _on_submit(self, peer: bytes, msg: cw.Submit) -> None:
+        self.requests += 1
+        if self._workers() == 0 and time.monotonic() - self.started > self.no_workers_grace_s:
+            why = (f"the reward service has no workers (none connected for {time.monotonic() - self.started:.0f} s): start "
+                   f"'qworker-pool --connect {self.producer.endpoint}' or serve with --workers N")
+            self._send(peer, cw.Accepted(msg.request, self.instance, why, "ServiceUnavailable"))
+            return
+        try:
+            futures = self.producer.submit_batch(msg.reward, msg.payloads, params=msg.params, timeout_s=msg.timeout_s)
+        except QworkerError as exc:  # ConfigError, RewardError: the client raises the same
+            self._send(peer, cw.Accepted(msg.request, self.instance, str(exc), type(exc).__name__))
+            return
+        self._send(peer, cw.Accepted(msg.request, self.instance, None, ""))
+        outbox, wake = self._outbox, self._wake
+        for i, fut in enumerate(futures):
+            fut.add_done_callback(lambda f, i=i: (outbox.append((peer, msg.request, i, f.result())), wake()))
+
+    def _flush(self) -> None:
+        if not self._outbox:
+            return
+        by_peer: dict[bytes, list] = defaultdict(list)
+        while self._outbox:
+            peer, request, index, r = self._outbox.popleft()
+            by_peer[peer].append([request, index, {k: getattr(r, k) for k in cw.RESULT_FIELDS}])
+        for peer, rows in by_peer.items():
+            for i in range(0, len(rows), FLUSH_EVERY):
+                self._send(peer, cw.Resolved(self.instance, rows[i : i + FLUSH_EVERY]))
+
+    def _send(self, peer: bytes, msg: cw.ClientMessage) -> None:
+        try:
+            self._sock.send_multipart([peer, *cw.encode(msg)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # the client is gone; its results are cached for when it asks again
+            log.debug("qworker service: cannot send to %r: %s", peer[:32], exc)
+
+    def status(self) -> dict:
+        st = self.producer.status()
+        st["service"] = {"endpoint": self.endpoint, "instance": self.instance, "clients": len(self.clients), "requests": self.requests}
+        return st
+
+
+def serve_forever(service: RewardService, stop: Optional[threading.Event] = None) -> None:
+    """Block until ``stop`` is set (or forever)."""
+    (stop or threading.Event()).wait()

@@ -1,0 +1,158 @@
+"""Wire messages between ``qworker.Client``\\s and a reward service (``qworker serve``).
+
+Same framing as ``wire``: ``[kind, body]`` with a one-byte kind and a msgpack
+body checked on receipt; nothing is pickled.  A request is acknowledged at once
+(``Accepted``, with an error when it cannot be served); its results follow in
+``Resolved`` batches as they come.  Every reply names the service's
+``instance`` (a random token drawn at start), so a client sees a restart and
+resubmits what the old instance held.
+
+Payloads travel as msgpack values, results as maps of ``Result``'s fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import msgpack
+
+from .._exceptions import WireError
+from .wire import StatusReply, StatusRequest, _expect, _int, _list, _opt_num, _str
+
+__all__ = ["Submit", "Accepted", "Resolved", "Ping", "Pong", "ClientMessage", "encode", "decode", "RESULT_FIELDS"]
+
+SUBMIT = b"U"  # client -> service: score these payloads
+ACCEPTED = b"A"  # service -> client: the request is taken (or refused, with why)
+RESOLVED = b"Z"  # service -> client: results of earlier requests
+PING = b"I"  # client -> service: are you there?
+PONG = b"O"  # service -> client
+STATUS = b"S"  # the producer's status request and reply, unchanged
+STATUS_REPLY = b"s"
+
+RESULT_FIELDS = ("score", "extra", "error", "cached", "attempts", "worker", "latency_s", "compute_s", "key")
+
+
+@dataclass(slots=True)
+class Submit:
+    request: int
+    reward: str
+    params: Optional[dict]
+    payloads: list
+    timeout_s: Optional[float]
+
+
+@dataclass(slots=True)
+class Accepted:
+    request: int
+    instance: str
+    error: Optional[str]  # None: taken
+    error_type: str  # the exception to raise at the client: "ConfigError", "RewardError", "ServiceUnavailable", ...
+
+
+@dataclass(slots=True)
+class Resolved:
+    instance: str
+    results: list  # [request, index, {field: value}] each
+
+
+@dataclass(slots=True)
+class Ping:
+    pass
+
+
+@dataclass(slots=True)
+class Pong:
+    instance: str
+    workers: int
+
+
+ClientMessage = Union[Submit, Accepted, Resolved, Ping, Pong, StatusRequest, StatusReply]
+
+
+def _pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def encode(msg: ClientMessage) -> list[bytes]:
+    if isinstance(msg, Submit):
+        return [SUBMIT, _pack([msg.request, msg.reward, msg.params, msg.payloads, msg.timeout_s])]
+    if isinstance(msg, Accepted):
+        return [ACCEPTED, _pack([msg.request, msg.instance, msg.error, msg.error_type])]
+    if isinstance(msg, Resolved):
+        return [RESOLVED, _pack([msg.instance, msg.results])]
+    if isinstance(msg, Ping):
+        return [PING, _pack([])]
+    if isinstance(msg, Pong):
+        return [PONG, _pack([msg.instance, msg.workers])]
+    if isinstance(msg, StatusRequest):
+        return [STATUS, _pack([])]
+    if isinstance(msg, StatusReply):
+        return [STATUS_REPLY, _pack(msg.status)]
+    raise TypeError(f"not a client message: {type(msg).__name__}")
+
+
+def decode(kind: bytes, body: bytes, *, max_bytes: int) -> ClientMessage:
+    """Decode and schema-check one message; raise ``WireError`` if it is not valid."""
+    if len(body) > max_bytes:
+        raise WireError(f"message of {len(body)} bytes exceeds the {max_bytes}-byte limit")
+    try:
+        obj = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise WireError(f"undecodable msgpack body for kind {kind!r}: {exc}") from None
+    try:
+        return _BUILDERS[kind](obj)
+    except KeyError:
+        raise WireError(f"unknown message kind {kind[:8]!r}") from None
+    except (TypeError, ValueError, IndexError) as exc:
+        raise WireError(f"malformed message of kind {kind!r}: {exc}") from None
+
+
+def _submit(obj: Any) -> Submit:
+    request, reward, params, payloads, timeout_s = _list(obj, 5, "submit")
+    _expect(params is None or isinstance(params, dict), "params must be a map or nil")
+    _expect(isinstance(payloads, list), "payloads must be a list")
+    return Submit(_int(request, "request"), _str(reward, "reward"), params, payloads, _opt_num(timeout_s, "timeout_s"))
+
+
+def _accepted(obj: Any) -> Accepted:
+    request, instance, error, error_type = _list(obj, 4, "accepted")
+    _expect(error is None or isinstance(error, str), "error must be a string or nil")
+    return Accepted(_int(request, "request"), _str(instance, "instance"), error, _str(error_type, "error_type"))
+
+
+def _resolved(obj: Any) -> Resolved:
+    instance, rows = _list(obj, 2, "resolved")
+    _expect(isinstance(rows, list), "results must be a list")
+    for row in rows:
+        request, index, fields = _list(row, 3, "result")
+        _int(request, "request")
+        _int(index, "index")
+        _expect(isinstance(fields, dict) and set(fields) == set(RESULT_FIELDS), f"a result must be a map of {RESULT_FIELDS}")
+    return Resolved(_str(instance, "instance"), rows)
+
+
+def _ping(obj: Any) -> Ping:
+    _expect(obj == [], "ping must be an empty list")
+    return Ping()
+
+
+def _pong(obj: Any) -> Pong:
+    instance, workers = _list(obj, 2, "pong")
+    return Pong(_str(instance, "instance"), _int(workers, "workers"))
+
+
+def _status_request(obj: Any) -> StatusRequest:
+    _expect(obj == [], "status request must be an empty list")
+    return StatusRequest()
+
+
+def _status_reply(obj: Any) -> StatusReply:
+    _expect(isinstance(obj, dict), "status reply must be a map")
+    return StatusReply(obj)
+
+
+_BUILDERS = {
+    SUBMIT: _submit, ACCEPTED: _accepted, RESOLVED: _resolved, PING: _ping, PONG: _pong,
+    STATUS: _status_request, STATUS_REPLY: _status_reply,
+}

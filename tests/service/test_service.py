@@ -1,0 +1,198 @@
+"""``qworker serve`` and ``qworker.Client``: real service processes, real sockets, real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from qworker import Client, RewardError, ServiceUnavailable
+from qworker._mockjudge import MockJudge
+from tests.conftest import REPO, TEST_REWARDS
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(port: int, *args: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qworker", "serve", "--listen", f"tcp://127.0.0.1:{port}", "--reward-modules", TEST_REWARDS, *args],
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    line = proc.stderr.readline()  # "qworker serve: clients on ..." once it is up
+    while "clients on" not in line:
+        assert proc.poll() is None and line, f"qworker serve did not start: {line}{proc.stderr.read()}"
+        line = proc.stderr.readline()
+    threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep draining its log
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def service():
+    port = free_port()
+    proc = serve(port, "--workers", "2", "--config", str(REPO / "configs" / "rewards.yaml"))
+    yield f"tcp://127.0.0.1:{port}"
+    stop(proc)
+
+
+def test_a_client_has_the_producers_api(service):
+    with Client(service) as c:
+        results = c.map("gsm8k", [{"response": f"#### {i}", "ground_truth": "3"} for i in range(200)], timeout=60)
+        again = c.map("gsm8k", [{"response": "#### 3", "ground_truth": "3"}], timeout=30)
+        shaped = c.map("math_shaped", [{"response": "<think>x</think><answer>4</answer>", "ground_truth": "4", "max_response_length": 512}], timeout=60)
+        status = c.status()
+    assert [r.score for r in results] == [1.0 if i == 3 else 0.0 for i in range(200)]
+    assert again[0].cached and again[0].score == 1.0
+    assert shaped[0].ok and shaped[0].extra["math"] == 1.0
+    assert status["service"]["requests"] >= 3 and sum(len(p["workers"]) for p in status["pools"]) == 2
+
+
+def test_client_errors_are_raised_at_submission(service):
+    with Client(service) as c, pytest.raises(RewardError, match="composite"):
+        c.submit_batch("math_shaped", [{"response": "x"}], params={"strict": True})
+    with Client(service) as c:
+        [r] = c.map("boom", [{"i": 1}], timeout=30)  # a failing task is a result, not an exception
+    assert r.error_kind == "reward_error"
+
+
+def test_many_threads_and_asyncio_share_one_client(service):
+    with Client(service) as c:
+        out: dict[int, list] = {}
+
+        def run(t: int) -> None:
+            out[t] = c.map("noop", [{"t": t, "i": i} for i in range(300)], timeout=60)
+
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+        [t.start() for t in threads]
+        [t.join(90) for t in threads]
+
+        async def main():
+            return await asyncio.gather(*c.submit_batch("noop", [{"a": i} for i in range(50)]))
+
+        awaited = asyncio.run(main())
+    assert sorted(out) == list(range(8)) and all(r.ok for rs in out.values() for r in rs)
+    assert len(awaited) == 50 and all(r.ok for r in awaited)
+
+
+def test_no_service_is_a_clear_error_not_a_wait():
+    with Client(f"tcp://127.0.0.1:{free_port()}", connect_timeout_s=1.0) as c, pytest.raises(ServiceUnavailable, match="did not answer"):
+        c.submit_batch("noop", [{}])
+
+
+def test_a_service_with_no_workers_refuses_with_a_reason():
+    port = free_port()
+    proc = serve(port, "--workers", "0", "--no-workers-grace", "0")
+    try:
+        with Client(f"tcp://127.0.0.1:{port}") as c, pytest.raises(ServiceUnavailable, match="no workers.*qworker-pool --connect"):
+            c.submit_batch("noop", [{}])
+    finally:
+        stop(proc)
+
+
+def test_a_service_restart_mid_run_loses_nothing_and_hangs_nothing():
+    port = free_port()
+    proc = serve(port, "--workers", "2")
+    try:
+        with Client(f"tcp://127.0.0.1:{port}", service_timeout_s=60) as c:
+            futures = c.submit_batch("sleep", [{"ms": 5, "i": i} for i in range(1500)])
+            while sum(f.done() for f in futures) < 200:
+                time.sleep(0.05)
+            proc.kill()  # the service dies with most tasks unanswered
+            proc.wait()
+            proc = serve(port, "--workers", "2")
+            results = c.gather(futures, timeout=120)
+    finally:
+        stop(proc)
+    assert len(results) == 1500 and all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+
+
+def test_one_judge_limit_for_every_client_process(tmp_path):
+    judge = MockJudge(capacity=64, latency_s=0.05).start()
+    port = free_port()
+    config = tmp_path / "judge.yaml"
+    config.write_text(textwrap.dedent(f"""
+        rewards:
+          llm_judge:
+            model: mock
+            endpoints: [{{url: "{judge.url}", max_concurrency: 6}}]
+    """))
+    proc = serve(port, "--workers", "2", "--config", str(config))
+    script = textwrap.dedent(f"""
+        import sys, threading
+        from qworker import Client
+        c = Client("tcp://127.0.0.1:{port}")
+        bad = []
+        def run(t):
+            rs = c.map("llm_judge", [{{"prompt": "p", "response": f"{{sys.argv[1]}}-{{t}}-{{i}}"}} for i in range(40)], timeout=120)
+            bad.extend(r.error for r in rs if not r.ok)
+        ts = [threading.Thread(target=run, args=(t,)) for t in range(3)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        c.close()
+        sys.exit(1 if bad else 0)
+    """)
+    try:
+        clients = [subprocess.Popen([sys.executable, "-c", script, str(n)]) for n in range(4)]
+        codes = [p.wait(180) for p in clients]
+    finally:
+        stop(proc)
+        judge.stop()
+    assert codes == [0, 0, 0, 0]
+    assert judge.stats["served"] == 4 * 3 * 40 and judge.stats["max_in_flight"] <= 6  # one limit, not one per process
+
+
+def post(url: str, body: object) -> tuple[int, object]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_http_protocols_of_openrlhf_and_slime():
+    port, http = free_port(), free_port()
+    proc = serve(port, "--workers", "1", "--http", str(http), "--reward", "gsm8k")
+    base = f"http://127.0.0.1:{http}"
+    try:
+        prompts = ["Q1 ", "Q2 "]
+        status, body = post(base + "/get_reward", {"query": [p + "#### 7" for p in prompts], "prompts": prompts, "labels": ["7", "8"]})
+        assert status == 200 and body["rewards"] == body["scores"] == [1.0, 0.0]
+        status, body = post(base + "/score", {"prompt": "Q", "response": "#### 5", "label": "5"})
+        assert status == 200 and body["score"] == 1.0 and body["pred"] == "5"
+        status, body = post(base + "/", [{"prompt": "Q", "response": "#### 5", "label": "6"}])
+        assert status == 200 and body[0]["score"] == 0.0
+        status, body = post(base + "/get_reward", {"query": "not a list"})
+        assert status == 400 and "query" in body["error"]
+        status, body = post(base + "/score", {"prompt": "Q", "response": "#### 5"})  # no label: gsm8k fails the task
+        assert status == 502 and body["failed"][0]["index"] == 0 and "reward_error" in body["failed"][0]["error"]
+        with urllib.request.urlopen(base + "/health", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        stop(proc)
+
+
+def test_http_without_a_reward_is_refused_at_start():
+    out = subprocess.run([sys.executable, "-m", "qworker", "serve", "--http", "1", "--workers", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--http needs --reward" in out.stderr
