@@ -99,7 +99,7 @@ class Producer:
         loaded = _config.load(config)
         cfg = _config.merge(explicit, loaded["producer"], _DEFAULTS)
         self.config = cfg
-        self.catalog = Catalog(loaded["rewards"], loaded["where"])
+        self.catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(cfg["rewards"] or []), remote=cfg["bind"] is not None)
         self._gates: dict[str, Gate] = {}
         if cfg["local_workers"] is None:
             cfg["local_workers"] = (os.cpu_count() or 1) if cfg["bind"] is None else 0
@@ -188,7 +188,7 @@ class Producer:
             hashed = hash_params(params)
             if timeout_s is None:  # the hard limit sits past the request's own deadline
                 timeout_s = float(params.get("timeout_s", 60.0)) + 5.0
-        prefix = key_prefix(reward, params_fingerprint(hashed))
+        prefix = key_prefix(reward, params_fingerprint(hashed), self.catalog.version(reward))
         futures: list[ResultFuture] = []
         chunk: list[Any] = []
         # Building ~6 GC-tracked objects per task makes a large batch trigger full
@@ -317,7 +317,7 @@ class Producer:
         for p, score, extra, error, worker, compute_s in fresh:
             extra = extra or {}
             if error is None and score is not None:
-                to_cache.append((p.key, score, extra))
+                to_cache.append((p.key, score, extra, p.reward))  # the disk cache records each row's reward
             else:
                 score = fallback
                 failed += 1
