@@ -142,6 +142,8 @@ def status_main(args: argparse.Namespace) -> int:
     endpoints = [args.connect] if args.connect else _local_endpoints()
     if not endpoints:
         print("qworker status: no running producer found on this host; pass --connect ENDPOINT", file=sys.stderr)
+        if args.json:
+            print("[]")  # still one JSON document for scripts
         return 1
     rc = 0
     found = []

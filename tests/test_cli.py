@@ -233,5 +233,6 @@ def test_status_removes_notes_of_dead_producers():
     stale = os.path.join(rt, "producer-999999999-0.json")
     with open(stale, "w") as f:
         json.dump({"endpoint": "ipc:///nowhere", "pid": 999_999_999}, f)
-    res = run("status")
+    res = run("status", "--json")
     assert res.returncode == 1 and "no running producer" in res.stderr and not os.path.exists(stale)
+    assert json.loads(res.stdout) == []
