@@ -19,13 +19,13 @@ $(STAMP): setup.py setup.cfg pyproject.toml
 
 demo: $(STAMP)
 	@mkdir -p out
-	@rm -f out/demo-cache.sqlite*
+	@rm -f out/demo-cache.sqlite* out/demo-scores.jsonl out/demo-again.jsonl out/demo-shaped.jsonl out/demo-judged.jsonl
 	@echo "== scoring examples/gsm8k_rollouts.jsonl with the gsm8k reward on 2 local workers"
 	$(BIN)/qworker score examples/gsm8k_rollouts.jsonl --reward gsm8k --workers 2 \
 		--cache out/demo-cache.sqlite --out out/demo-scores.jsonl
 	@echo "== the same file again: every score now comes from the persistent cache"
 	$(BIN)/qworker score examples/gsm8k_rollouts.jsonl --reward gsm8k --workers 2 \
-		--cache out/demo-cache.sqlite --out out/demo-scores.jsonl
+		--cache out/demo-cache.sqlite --out out/demo-again.jsonl
 	@echo "== first scored row:"
 	@head -n 1 out/demo-scores.jsonl
 	@echo "== a composite reward (configs/rewards.yaml: math + 0.1*format + overlong penalty) on reasoning-style rollouts"
@@ -34,12 +34,22 @@ demo: $(STAMP)
 	@$(BIN)/python -c "import json; r = json.loads(open('out/demo-shaped.jsonl').readline()); \
 		print('first row: score', r['score'], ' components', {k: v for k, v in r['extra'].items() if k != 'components'})"
 	@echo "== math + an LLM judge (configs/demo-judge.yaml) against the bundled mock judge: capacity 32, 50 ms per answer"
-	@$(BIN)/qworker mock-judge --port 18600 --capacity 32 --latency 0.05 > out/mock-judge.log 2>&1 & echo $$! > out/mock-judge.pid; \
-	sleep 1; \
+	@# Port 18600 must be free: scoring against a judge left running by someone else would be silently wrong.
+	@# The trap stops our mock judge however this step ends (Ctrl-C included).
+	@if $(BIN)/python -c "import socket, sys; sys.exit(socket.socket().connect_ex(('127.0.0.1', 18600)) != 0)"; then \
+		echo "make demo: 127.0.0.1:18600 is already in use (a mock judge left by an earlier run?); stop it first, e.g. fuser -k 18600/tcp" >&2; \
+		exit 1; fi
+	@$(BIN)/qworker mock-judge --port 18600 --capacity 32 --latency 0.05 > out/mock-judge.log 2>&1 & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	up=0; for i in $$(seq 50); do \
+		kill -0 $$pid 2>/dev/null || { echo "make demo: the mock judge exited; see out/mock-judge.log" >&2; exit 1; }; \
+		$(BIN)/python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:18600/stats', timeout=1)" 2>/dev/null && { up=1; break; }; \
+		sleep 0.2; done; \
+	[ $$up = 1 ] || { echo "make demo: the mock judge did not answer within 10 s; see out/mock-judge.log" >&2; exit 1; }; \
 	$(BIN)/qworker score examples/math_rollouts.jsonl --reward math_and_judge --config configs/demo-judge.yaml --workers 2 \
-		--out out/demo-judged.jsonl --strict; rc=$$?; \
+		--cache out/demo-cache.sqlite --out out/demo-judged.jsonl --strict; rc=$$?; \
 	$(BIN)/python -c "import urllib.request; print('   mock judge saw:', urllib.request.urlopen('http://127.0.0.1:18600/stats').read().decode())"; \
-	kill `cat out/mock-judge.pid`; exit $$rc
+	exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

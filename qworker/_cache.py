@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Optional
+from typing import Optional, Sequence
 
 Entry = tuple[float, dict]  # (score, extra)
 
@@ -42,13 +42,15 @@ class MemoryCache:
     def put(self, key: bytes, score: float, extra: dict) -> None:
         self.put_many([(key, score, extra)])
 
-    def put_many(self, items: list[tuple[bytes, float, dict]]) -> None:
+    def put_many(self, items: Sequence[tuple]) -> None:
+        """Store ``(key, score, extra)`` items; a trailing reward name (``(key, score, extra, reward)``,
+        as the disk cache takes them) is ignored."""
         if self.max_entries == 0 or not items:
             return
         now = time.monotonic()
         with self._lock:
             data = self._data
-            for key, score, extra in items:
+            for key, score, extra, *_ in items:
                 if key in data:
                     data.move_to_end(key)
                 data[key] = (score, extra, now)

@@ -23,19 +23,31 @@ given at submission win over the alias's, which win over the defaults.  The
 params a task finally carries are part of its hash, so changing a config value
 never returns a stale cached score.  Composites are combined by the producer
 (``_composite``); their components cannot be composites.
+
+Every entry is checked when the catalog is built (the producer's start): the
+structure first, then each reward name and its params against what the
+producer knows (``_rewardinfo``).  A defaults entry whose name is no known
+reward (``mth: {...}``), an alias or component naming an unknown reward, and a
+param the reward's function does not take are ``ConfigError``s naming the
+place; when remote pools may join (``remote=True``) or a module did not import
+here, an unknown *name* is only a warning, since a remote pool may have it.
+Params given at submission are checked in ``resolve``.
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from ._exceptions import ConfigError, RewardError
+from ._rewardinfo import RewardBook
 
 __all__ = ["Plain", "Component", "Composite", "Catalog"]
 
 ON_ERROR = ("fail", "fallback")
 _COMPONENT_KEYS = {"name", "reward", "weight", "params", "on_error", "fallback"}
+_ENTRY_KEYS = ["components", "reward", "params", "on_error", "fallback"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +90,13 @@ def _mapping(value: Any, where: str) -> dict:
 class Catalog:
     """Resolves reward names given to ``submit_batch`` into what workers run."""
 
-    def __init__(self, section: Optional[Mapping[str, Any]] = None, where: str = "config") -> None:
+    def __init__(
+        self, section: Optional[Mapping[str, Any]] = None, where: str = "config", *,
+        modules: Sequence[str] = (), remote: bool = False,
+    ) -> None:
+        """``modules``: the reward modules the workers import (imported here too);
+        ``remote``: pools this process cannot see may join (unknown names only warn)."""
+        self.book = RewardBook(modules, complete=not remote)
         self._where = f"{where}: rewards"
         self._entries = {}
         for name, entry in _mapping(section, self._where).items():
@@ -90,6 +108,36 @@ class Catalog:
                 self._composite(name, entry)
             else:
                 self._plain(name, {}, ())
+        for name, entry in self._entries.items():  # then names and params, against the rewards known here
+            self._check(name, entry)
+
+    def _check(self, name: str, entry: dict) -> None:
+        where = f"{self._where}.{name}"
+        book = self.book
+        if "components" in entry:
+            for i, c in enumerate(self._composite(name, entry).components):
+                at = f"{where}.components[{i}]"
+                book.check_name(c.task.reward, f"{at}.reward")
+                book.check_params(c.task.reward, c.task.params, at, complete=True)  # no params come at submission
+            return
+        plain = self._plain(name, {}, ())
+        if "reward" in entry:
+            book.check_name(plain.reward, f"{where}.reward")
+        elif book.spec(name) is None and not (":" in name or not book.complete):
+            hints = [f"{k!r} -> {m[0]!r}?" for k in entry if (m := difflib.get_close_matches(str(k), _ENTRY_KEYS, 1))]
+            hints += [f"{m[0]!r}?" for m in [difflib.get_close_matches(name, book.known_names(), 1)] if m]
+            raise ConfigError(
+                f"{where}: {name!r} is not a known reward, and the entry is not an alias (no 'reward:' key) or a "
+                f"composite (no 'components:' key){'; did you mean ' + ' or '.join(hints) if hints else ''}; "
+                f"known rewards: {', '.join(book.known_names())}"
+            )
+        else:
+            book.check_name(name, where)
+        book.check_params(plain.reward, plain.params, where, complete=False)
+
+    def version(self, reward: str) -> Optional[str]:
+        """The version hashed into ``reward``'s tasks (a plain reward's name, after aliases)."""
+        return self.book.version(reward)
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries
@@ -103,7 +151,10 @@ class Catalog:
             if params:
                 raise RewardError(f"reward {name!r} is a composite: give params to its components in the config, not at submission")
             return self._composite(name, entry)
-        return self._plain(name, dict(params or {}), ())
+        plain = self._plain(name, dict(params or {}), ())
+        # the params tasks will carry: unknown names were checked at start for the config's own
+        self.book.check_params(plain.reward, plain.params, f"params for reward {name!r}", complete=True)
+        return plain
 
     def _plain(self, name: str, params: dict, seen: tuple[str, ...]) -> Plain:
         if name in seen:

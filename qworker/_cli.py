@@ -1,25 +1,27 @@
-"""Command line: ``qworker score | status | pool`` and ``qworker-pool``."""
+"""Command line: ``qworker score | status | cache | pool | mock-judge`` and ``qworker-pool``.
+
+``score`` lives in ``_score``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import logging
 import os
 import signal
 import sys
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import zmq
 
 from . import _config
+from ._discovery import local_endpoints
 from ._exceptions import ConfigError, QworkerError
 from ._options import PoolOptions
-from ._progress import Progress
 from .transport import wire
-from .transport.sockets import make_socket, runtime_dir
+from .transport.sockets import make_socket
 
 log = logging.getLogger("qworker")
 
@@ -72,19 +74,6 @@ def query_status(endpoint: str, timeout_s: float = 3.0) -> dict:
         sock.close(linger=0)
 
 
-def _local_endpoints() -> list[str]:
-    out = []
-    for path in sorted(glob.glob(os.path.join(runtime_dir(), "producer-*.json"))):
-        try:
-            with open(path) as f:
-                note = json.load(f)
-            os.kill(int(note["pid"]), 0)
-        except (OSError, ValueError, KeyError):
-            continue  # stale note of a producer that is gone
-        out.append(note["endpoint"])
-    return out
-
-
 def format_status(status: dict) -> str:
     p = status["producer"]
     lines = [
@@ -115,11 +104,14 @@ def format_status(status: dict) -> str:
 
 
 def status_main(args: argparse.Namespace) -> int:
-    endpoints = [args.connect] if args.connect else _local_endpoints()
+    endpoints = [args.connect] if args.connect else local_endpoints()
     if not endpoints:
         print("qworker status: no running producer found on this host; pass --connect ENDPOINT", file=sys.stderr)
+        if args.json:
+            print("[]")  # still one JSON document for scripts
         return 1
     rc = 0
+    found = []
     for ep in endpoints:
         try:
             status = query_status(ep, args.timeout)
@@ -127,81 +119,50 @@ def status_main(args: argparse.Namespace) -> int:
             print(f"qworker status: {ep}: {exc}", file=sys.stderr)
             rc = 1
             continue
-        print(json.dumps(status, indent=2) if args.json else format_status(status))
+        if not args.json:
+            print(format_status(status))
+        found.append(status)
+    if args.json:  # one object for --connect; a list (one per producer) when found on this host
+        print(json.dumps(found[0] if args.connect and found else found, indent=2))
     return rc
 
 
-# score -------------------------------------------------------------------------
-def _read_jsonl(path: str) -> list[Any]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-    return rows
+# cache -------------------------------------------------------------------------
+def cache_main(args: argparse.Namespace) -> int:
+    """``qworker cache stats|clear``: what the persistent result cache holds; clear all of it or one reward's rows."""
+    from ._diskcache import UNRECORDED, DiskCache
+    from ._score import default_cache_path
 
-
-def score_main(args: argparse.Namespace) -> int:
-    from ._producer import Producer
-
+    path = os.path.expanduser(args.cache or default_cache_path())
+    if not os.path.exists(path):
+        print(f"qworker cache: no cache at {path}" + ("" if args.cache else " (pass --cache PATH for another)"), file=sys.stderr)
+        return 1 if args.action == "stats" else 0
     try:
-        rows = _read_jsonl(args.input)
-        params = json.loads(args.params) if args.params else None
-        if params is not None and not isinstance(params, dict):
-            raise ConfigError("--params must be a JSON object")
-    except (OSError, ConfigError, json.JSONDecodeError) as exc:
-        print(f"qworker score: {exc}", file=sys.stderr)
+        cache = DiskCache(path)
+    except Exception as exc:  # sqlite3.DatabaseError and OSError: not a cache file, unreadable, locked
+        print(f"qworker cache: cannot open {path}: {exc}", file=sys.stderr)
         return 2
-    t0 = time.monotonic()
     try:
-        producer = Producer(
-            config=args.config, local_workers=args.workers, bind=args.bind, reward_modules=_split(args.rewards) or None,
-            cache_path=args.cache, task_timeout_s=args.timeout,
-        )
-    except QworkerError as exc:
-        print(f"qworker score: {exc}", file=sys.stderr)
-        return 2
-    with producer:
-        if args.bind:
-            print(f"qworker score: waiting for pools on {producer.endpoint}", file=sys.stderr)
-        started = time.monotonic()
-        try:
-            futures = producer.submit_batch(args.reward, rows, params=params)
-        except QworkerError as exc:
-            print(f"qworker score: {exc}", file=sys.stderr)
-            return 2
-        progress = Progress(len(futures), enabled=not args.quiet)
-        for f in futures:
-            f.add_done_callback(progress.advance)
-        results = producer.gather(futures)
-        progress.close()
-        elapsed = time.monotonic() - started
-        counts = producer.status()["producer"]
-        with open(args.out, "w", encoding="utf-8") as out:
-            for row, r in zip(rows, results, strict=False):
-                out.write(json.dumps({"input": row, **r.to_dict()}) + "\n")
-    failed = [r for r in results if r.error]
-    hits = sum(r.cached for r in results)
-    n = len(results)
-    mean = sum(r.score for r in results if not r.error) / max(1, n - len(failed))
-    print(
-        f"scored {n} tasks with '{args.reward}' in {elapsed:.2f} s ({n / max(elapsed, 1e-9):,.0f} tasks/s; "
-        f"{time.monotonic() - t0:.2f} s with start-up)\n"
-        f"  evaluated {counts['resolved']}  duplicates {counts['deduplicated']}  cache hits {hits}  failed {len(failed)}"
-        f"  mean score {mean:.4f}  -> {args.out}",
-        file=sys.stderr,
-    )
-    kinds: dict[str, int] = {}
-    for r in failed:
-        kinds[r.error_kind or "?"] = kinds.get(r.error_kind or "?", 0) + 1
-    if kinds:
-        print("  failures: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())), file=sys.stderr)
-        print(f"  first failure: {failed[0].error}", file=sys.stderr)
-    return 1 if failed and args.strict else 0
+        if args.action == "clear":
+            deleted = cache.clear(args.reward)
+            print(f"deleted {deleted} rows" + (f" of reward {args.reward!r}" if args.reward else "") + f" from {path}")
+            return 0
+        st = cache.stats()
+    finally:
+        cache.close()
+    rewards = st["rewards"] if not args.reward else {k: v for k, v in st["rewards"].items() if k == args.reward}
+    if args.json:
+        print(json.dumps({**st, "rewards": rewards}, indent=2))
+        return 0
+    print(f"{path}: {st['rows']} rows, {st['bytes'] / 2**20:.1f} MiB")
+    if rewards:
+        print(f"  {'reward':<32} {'rows':>10}  {'oldest':<19}  {'newest':<19}")
+    for name, r in rewards.items():
+        when = [time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r[k])) for k in ("oldest", "newest")]
+        print(f"  {name:<32} {r['rows']:>10}  {when[0]:<19}  {when[1]:<19}")
+    if UNRECORDED in rewards:
+        print(f"  {UNRECORDED}: rows written before the cache recorded rewards; 'qworker cache clear' (all) removes them")
+    return 0
 
 
 # main --------------------------------------------------------------------------
@@ -232,7 +193,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     sc.add_argument("--rewards", action="append", help="reward modules for the workers to import; repeatable")
     sc.add_argument("--params", help="reward parameters as a JSON object")
     sc.add_argument("--config", help="YAML config ('producer:' and 'rewards:' sections)")
-    sc.add_argument("--cache", help="persistent result cache (SQLite file)")
+    sc.add_argument("--cache", help="persistent result cache, an SQLite file (default: the config's cache_path, "
+                    "else $XDG_CACHE_HOME/qworker/results.sqlite or ~/.cache/qworker/results.sqlite)")
+    sc.add_argument("--no-cache", action="store_true", help="no persistent result cache")
+    sc.add_argument("--overwrite", action="store_true", help="score every row again instead of resuming a partial --out")
     sc.add_argument("--timeout", type=float, help="hard limit per task, seconds")
     sc.add_argument("--strict", action="store_true", help="exit 1 if any task failed")
     sc.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -244,9 +208,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     st.add_argument("--timeout", type=float, default=3.0)
     st.add_argument("--log-level", default="WARNING")
 
+    ca = sub.add_parser("cache", help="inspect or clear the persistent result cache")
+    ca.add_argument("action", choices=["stats", "clear"])
+    ca.add_argument("--cache", help="the SQLite file (default: $XDG_CACHE_HOME/qworker/results.sqlite or ~/.cache/qworker/...)")
+    ca.add_argument("--reward", help="only this reward's rows")
+    ca.add_argument("--json", action="store_true", help="stats as JSON")
+    ca.add_argument("--log-level", default="WARNING")
+
     args = ap.parse_args(argv)
     _setup_logging(args.log_level)
-    return score_main(args) if args.command == "score" else status_main(args)
+    if args.command == "score":
+        from ._score import score_main
+
+        if args.no_cache and args.cache:
+            ap.error("--cache and --no-cache contradict each other")
+        args.rewards = _split(args.rewards)
+        return score_main(args)
+    return cache_main(args) if args.command == "cache" else status_main(args)
 
 
 def pool_entry() -> int:

@@ -1,10 +1,15 @@
 """Task identity: a blake2b-128 hash of a canonical encoding.
 
-``task_key(reward, params, payload)`` hashes ``(reward, params, payload)`` with
-every map's keys sorted, so two payloads that compare equal as JSON-like values
-get the same key whatever their key order.  Tuples encode as lists.  The reward's
-parameters are part of the key: changing a judge prompt or a weight never
-returns a stale cached score.
+``task_key(reward, params, payload, version)`` hashes the reward's name, its
+declared ``version`` (``@reward(..., version="2")``, when the producer knows
+it), its params and the payload, with every map's keys sorted, so two payloads
+that compare equal as JSON-like values get the same key whatever their key
+order.  Tuples encode as lists.  Changing a judge prompt, a weight or a
+reward's version never returns a stale cached score; changing a reward's *code*
+without bumping its version does (the hash cannot see code).
+
+A reward without a version hashes exactly as before versions existed, so
+existing cache files stay valid.
 
 ``encode_payload`` returns the canonical msgpack bytes of the payload, which are
 both hashed and sent to the worker, so a payload is packed once.
@@ -60,13 +65,17 @@ def params_fingerprint(params: dict) -> bytes:
     return msgpack.packb(canonical(params), **_packer_options) if params else b""
 
 
-def key_prefix(reward: str, fingerprint: bytes) -> bytes:
-    """The bytes hashed before every payload of one (reward, params) pair."""
-    r = reward.encode()
+def key_prefix(reward: str, fingerprint: bytes, version: Optional[str] = None) -> bytes:
+    """The bytes hashed before every payload of one (reward, version, params) triple.
+
+    The version joins the name as ``name NUL version`` (reward names never hold
+    NUL); ``version=None`` gives the unversioned prefix.
+    """
+    r = (reward if version is None else f"{reward}\0{version}").encode()
     # Length prefixes keep (reward, fingerprint, payload) boundaries unambiguous.
     return len(r).to_bytes(4, "little") + r + len(fingerprint).to_bytes(4, "little") + fingerprint
 
 
-def task_key(reward: str, fingerprint: bytes, payload_bytes: bytes) -> bytes:
+def task_key(reward: str, fingerprint: bytes, payload_bytes: bytes, version: Optional[str] = None) -> bytes:
     """The 16-byte identity of a task."""
-    return blake2b(key_prefix(reward, fingerprint) + payload_bytes, digest_size=16).digest()
+    return blake2b(key_prefix(reward, fingerprint, version) + payload_bytes, digest_size=16).digest()

@@ -131,7 +131,7 @@ class PendingTable:
         for p, score, extra, error, worker, compute_s in fresh:
             extra = extra or {}
             if error is None and score is not None:
-                to_cache.append((p.key, score, extra))
+                to_cache.append((p.key, score, extra, p.reward))  # the disk cache records each row's reward
             else:
                 score = self.fallback_score
                 failed += 1

@@ -76,7 +76,7 @@ class Producer:
         }
         opts = ProducerOptions.from_mapping(loaded["producer"], base, overrides, where=loaded["where"] + ": producer")
         self.options = opts
-        self.catalog = Catalog(loaded["rewards"], loaded["where"])
+        self.catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(opts.reward_modules), remote=opts.bind is not None)
         self.fallback_score = opts.fallback_score
         self._closed = False
         self._gates = JudgeGates()
@@ -146,7 +146,7 @@ class Producer:
             hashed = hash_params(params)
             if timeout_s is None:  # the hard limit sits past the request's own deadline
                 timeout_s = float(params.get("timeout_s", 60.0)) + 5.0
-        prefix = key_prefix(reward, params_fingerprint(hashed))
+        prefix = key_prefix(reward, params_fingerprint(hashed), self.catalog.version(reward))
         futures: list[ResultFuture] = []
         chunk: list[Any] = []
         # Building ~6 GC-tracked objects per task makes a large batch trigger full

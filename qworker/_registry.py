@@ -6,7 +6,7 @@ must hold ``"score"``; its other keys travel back as ``Result.extra``.
 Workers find rewards three ways:
 
 * the built-ins in ``qworker.rewards`` (always imported);
-* modules named with ``--rewards`` / ``Producer(rewards=[...])``, imported at
+* modules named with ``--rewards`` / ``Producer(reward_modules=[...])``, imported at
   start-up so that their ``@reward`` decorators run; a path ending in ``.py``
   is imported from that file;
 * a task whose reward name is ``"package.module:function"``, imported on first use.
@@ -28,7 +28,7 @@ from typing import Callable, Optional, Union
 
 from ._exceptions import RewardError
 
-__all__ = ["RewardSpec", "reward", "resolve", "load_modules", "registered", "modules_to_forward"]
+__all__ = ["RewardSpec", "reward", "lookup", "resolve", "load_modules", "registered", "modules_to_forward"]
 
 KINDS = ("cpu", "io")
 BUILTIN_MODULE = "qworker.rewards"
@@ -40,27 +40,37 @@ class RewardSpec:
     fn: Callable[..., object]
     kind: str  # "cpu": runs on the worker's main thread; "io": on its thread pool
     timeout_s: Optional[float]  # hard limit; None = the worker's default
+    version: Optional[str] = None  # part of the task hash (see _hashing); None = unversioned
 
 
 _registry: dict[str, RewardSpec] = {}
 
 
 def reward(
-    name: Union[str, Callable, None] = None, *, kind: str = "cpu", timeout: Optional[float] = None
+    name: Union[str, Callable, None] = None, *, kind: str = "cpu", timeout: Optional[float] = None,
+    version: Union[str, int, None] = None,
 ) -> Callable:
     """Register a reward function under ``name`` (default: the function's name).
 
     ``kind="cpu"`` rewards run on the worker's main thread, where SIGALRM-based
     timeouts (math_verify) work; ``kind="io"`` rewards run on a thread pool in
     the worker.  ``timeout`` is the hard limit in seconds, past which a CPU
-    reward's worker is killed and respawned.
+    reward's worker is killed and respawned.  ``version`` (a string, or an int
+    taken as its decimal string) is part of every task's hash: bump it when you
+    change what the reward computes, so cached scores of the old code are not
+    returned.
     """
     if callable(name):  # bare @reward
-        return reward(None, kind=kind, timeout=timeout)(name)
+        return reward(None, kind=kind, timeout=timeout, version=version)(name)
     if kind not in KINDS:
         raise RewardError(f"reward kind must be one of {KINDS}, not {kind!r}")
     if timeout is not None and not timeout > 0:
         raise RewardError(f"reward timeout must be a positive number of seconds, not {timeout!r}")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, (str, int)) or str(version) == ""
+                                or "\0" in str(version)):
+        raise RewardError(f"reward version must be a non-empty string or an int, not {version!r}")
+    if isinstance(name, str) and (not name or "\0" in name):
+        raise RewardError(f"reward name must be a non-empty string without NUL, not {name!r}")
 
     def register(fn: Callable) -> Callable:
         reward_name = name or fn.__name__
@@ -69,7 +79,7 @@ def reward(
             raise RewardError(
                 f"reward {reward_name!r} is already registered by {'.'.join(_origin(old.fn))}"
             )
-        _registry[reward_name] = RewardSpec(reward_name, fn, kind, timeout)
+        _registry[reward_name] = RewardSpec(reward_name, fn, kind, timeout, None if version is None else str(version))
         return fn
 
     return register
@@ -82,6 +92,11 @@ def _origin(fn: Callable) -> tuple[str, str]:
 def registered() -> dict[str, RewardSpec]:
     """A copy of the registry: name -> spec."""
     return dict(_registry)
+
+
+def lookup(name: str) -> Optional[RewardSpec]:
+    """The spec registered under ``name`` in this process, or None (imports nothing)."""
+    return _registry.get(name)
 
 
 def resolve(name: str) -> RewardSpec:
@@ -98,7 +113,11 @@ def resolve(name: str) -> RewardSpec:
         fn = getattr(module, attr, None)
         if not callable(fn):
             raise RewardError(f"unknown reward {name!r}: {module_name!r} has no function {attr!r}")
-        spec = _registry.get(name) or RewardSpec(name, fn, "cpu", None)
+        # a function registered with @reward keeps its kind, timeout and version under its path too
+        known = next((s for s in _registry.values() if s.fn is fn), None)
+        spec = _registry.get(name) or (
+            RewardSpec(name, fn, known.kind, known.timeout_s, known.version) if known else RewardSpec(name, fn, "cpu", None)
+        )
         _registry[name] = spec
         return spec
     known = ", ".join(sorted(n for n in _registry)) or "none"

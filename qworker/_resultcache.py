@@ -8,7 +8,7 @@ results are cached.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from ._cache import Entry, MemoryCache
 from ._diskcache import DiskCache
@@ -32,8 +32,8 @@ class ResultCache:
         """The disk tier, for keys the memory tier missed (empty without a disk tier)."""
         return self.disk.get_many(keys) if self.disk is not None else {}
 
-    def put_many(self, items: list[tuple[bytes, float, dict]]) -> None:
-        """Record fresh results in every tier."""
+    def put_many(self, items: Sequence[tuple]) -> None:
+        """Record fresh ``(key, score, extra, reward)`` results in every tier (the disk tier keeps the reward name)."""
         self.memory.put_many(items)
         if self.disk is not None:
             self.disk.put_many(items)

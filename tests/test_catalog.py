@@ -24,8 +24,10 @@ def test_defaults_aliases_and_submission_params_merge_in_order():
     c = Catalog(SECTION)
     assert c.resolve("math") == Plain("math", {"format_bonus": 0.1})
     assert c.resolve("math", {"format_bonus": 0.5}) == Plain("math", {"format_bonus": 0.5})
-    assert c.resolve("strict_alias", {"x": 1}) == Plain("math", {"format_bonus": 0.1, "strict": True, "timeout_s": 2, "x": 1})
-    assert c.resolve("gsm8k", {"a": 1}) == Plain("gsm8k", {"a": 1})  # not in the catalog: as given
+    assert c.resolve("strict_alias", {"tail_chars": 9}) == Plain(
+        "math", {"format_bonus": 0.1, "strict": True, "timeout_s": 2, "tail_chars": 9}
+    )
+    assert c.resolve("gsm8k", {"score": 2}) == Plain("gsm8k", {"score": 2})  # not in the catalog: as given
     assert "shaped" in c and c.names() == ["math", "math_strict", "shaped", "strict_alias"]
 
 
@@ -64,3 +66,61 @@ def test_params_for_a_composite_at_submission_are_refused():
 def test_config_errors_name_the_place(section, match):
     with pytest.raises(ConfigError, match=match):
         Catalog(section, "cfg.yaml")
+
+
+@pytest.mark.parametrize(
+    ("section", "match"),
+    [  # the mistakes of issue 11, item 9, each one error at start naming its place
+        ({"math": {"format_bonu": 0.1}}, r"cfg\.yaml: rewards\.math: unknown param 'format_bonu' for reward 'math'; it takes: .*format_bonus"),
+        ({"s": {"componets": [{"reward": "math"}]}}, r"rewards\.s: 's' is not a known reward.*'componets' -> 'components'"),
+        ({"mth": {"strict": True}}, r"rewards\.mth: 'mth' is not a known reward.*did you mean 'math'.*known rewards: .*gsm8k"),
+        ({"a": {"reward": "gsm8", "params": {}}}, r"rewards\.a\.reward: 'gsm8' is not a known reward"),
+        ({"a": {"reward": "gsm8k", "params": {"scor": 1}}}, r"rewards\.a: unknown param 'scor' for reward 'gsm8k'"),
+        ({"s": {"components": [{"reward": "format"}, {"reward": "mth"}]}}, r"rewards\.s\.components\[1\]\.reward: 'mth'"),
+        ({"s": {"components": [{"reward": "format", "params": {"patern": "x"}}]}}, r"components\[0\]: unknown param 'patern'"),
+    ],
+)
+def test_names_and_params_are_checked_against_the_rewards(section, match):
+    with pytest.raises(ConfigError, match=match):
+        Catalog(section, "cfg.yaml")
+
+
+def test_what_cannot_be_known_here_is_let_through_with_a_warning(caplog):
+    # a module:function name that does not import here, and unknown names when remote pools may join
+    Catalog({"elsewhere.mod:fn": {"alpha": 1}})
+    Catalog({"remote_only": {"alpha": 1}, "s": {"components": [{"reward": "remote_only"}]}}, remote=True)
+    assert "'remote_only' is not known in this process" in caplog.text
+    # but a known reward's params are still checked
+    with pytest.raises(ConfigError, match="unknown param 'alpha'"):
+        Catalog({"math": {"alpha": 1}}, remote=True)
+
+
+def test_params_at_submission_are_checked():
+    c = Catalog({"math_strict": {"reward": "math", "params": {"strict": True}}})
+    with pytest.raises(ConfigError, match=r"params for reward 'math_strict': unknown param 'strikt' for reward 'math'"):
+        c.resolve("math_strict", {"strikt": False})
+    with pytest.raises(ConfigError, match="unknown params 'a', 'b' for reward 'gsm8k'; it takes: format_score, score"):
+        c.resolve("gsm8k", {"a": 1, "b": 2})
+    assert c.resolve("no_such_reward", {"a": 1}) == Plain("no_such_reward", {"a": 1})  # unknown here: the workers say
+    assert c.resolve("llm_judge", {"modle": "m"}).params == {"modle": "m"}  # the judge's gate checks its own
+
+
+def test_kwargs_rewards_accept_anything_and_required_params_are_needed():
+    from qworker import reward
+
+    @reward("t_cat_kwargs")
+    def takes_anything(payload, **params):
+        return 1.0
+
+    @reward("t_cat_required", version="4")
+    def needs_k(payload, *, k, j=1):
+        return 1.0
+
+    c = Catalog({"t_cat_kwargs": {"whatever": 1}, "t_cat_required": {"j": 2}})  # k may still come at submission
+    assert c.resolve("t_cat_kwargs", {"x": 1}).params == {"whatever": 1, "x": 1}
+    with pytest.raises(ConfigError, match="reward 't_cat_required' needs param 'k'"):
+        c.resolve("t_cat_required")
+    assert c.resolve("t_cat_required", {"k": 0}).params == {"j": 2, "k": 0}
+    with pytest.raises(ConfigError, match=r"components\[0\]: reward 't_cat_required' needs param 'k'"):
+        Catalog({"s": {"components": [{"reward": "t_cat_required"}]}})
+    assert c.version("t_cat_required") == "4" and c.version("t_cat_kwargs") is None

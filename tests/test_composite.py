@@ -12,7 +12,7 @@ COMPOSITE = Catalog({"c": {"components": [
     {"reward": "math", "weight": 1.0},
     {"reward": "judge", "weight": 0.5, "on_error": "fallback", "fallback": 0.2},
     {"reward": "length_penalty"},
-]}}).resolve("c")
+]}}, remote=True).resolve("c")  # "judge": a reward only a remote pool has
 
 
 def r(score, error=None, cached=False, key="00" * 16, worker="w1", latency=0.1, compute=0.01):

@@ -45,3 +45,10 @@ def test_prefix_matches_task_key():
 
     pre = key_prefix("r", b"fp")
     assert blake2b(pre + b"payload", digest_size=16).digest() == task_key("r", b"fp", b"payload")
+
+
+def test_a_version_changes_the_key_and_no_version_keeps_the_old_one():
+    fp, payload = params_fingerprint({"a": 1}), encode_payload({"response": "x"})
+    plain = task_key("r", fp, payload)
+    assert task_key("r", fp, payload, None) == plain  # caches written before versions existed stay valid
+    assert len({plain, task_key("r", fp, payload, "1"), task_key("r", fp, payload, "2")}) == 3

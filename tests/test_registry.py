@@ -60,3 +60,26 @@ def test_broken_modules_become_error_lines_not_crashes(tmp_path):
 def test_modules_of_registered_rewards_are_forwarded():
     assert __name__ in modules_to_forward() or "tests.test_registry" in modules_to_forward()
     assert not any(m.startswith("qworker.rewards") for m in modules_to_forward())
+
+
+def test_a_version_is_recorded_and_checked():
+    @reward("t_reg_versioned", version=2)
+    def versioned(payload):
+        return 1.0
+
+    assert resolve("t_reg_versioned").version == "2"
+    for bad in ("", True, 1.5):
+        with pytest.raises(RewardError, match="version must be"):
+            reward("x", version=bad)
+    with pytest.raises(RewardError, match="without NUL"):
+        reward("a\0b")
+
+
+def test_a_registered_function_keeps_its_spec_under_its_path():
+    spec = resolve("tests.test_registry:_path_versioned")
+    assert (spec.kind, spec.timeout_s, spec.version) == ("io", 7, "3")
+
+
+@reward("t_reg_path_versioned", kind="io", timeout=7, version="3")
+def _path_versioned(payload):
+    return 1.0

@@ -1,0 +1,279 @@
+"""``qworker score``: score a JSONL file, writing each result as it comes.
+
+Contract:
+
+* Arguments are checked before any scoring: the input is read and parsed, the
+  ``--params`` JSON must be an object, ``--out`` must be writable, the config
+  must load, and the reward must resolve (an unknown name is an error unless
+  remote pools may join with ``--bind``; params the reward does not take are
+  an error).  Any of these exits 2 with one line naming the problem.
+* Each finished row is appended to ``--out`` (and flushed) as soon as its
+  result arrives, so Ctrl-C, SIGTERM or a crash keep every finished row.  When
+  the whole file is scored, ``--out`` is rewritten in input order.
+* Ctrl-C (or SIGTERM) stops cleanly: no traceback, the rows finished so far are
+  written, a summary is printed, and the exit code is 128 + the signal (130).
+  A second Ctrl-C exits at once (every finished row is already on disk).
+* A partial ``--out`` is resumed: a row counts as scored when its ``line`` (the
+  1-based line number in the input file) holds an input equal to the row's
+  ``input``, and it has no error.  Those lines are skipped; failed rows are
+  scored again.  Rows scored with another ``--reward`` or ``--params`` are
+  refused (exit 2) rather than mixed; ``--overwrite`` starts afresh.
+* The result cache persists by default: ``--cache PATH``, else the config's
+  ``producer.cache_path``, else ``default_cache_path()``; ``--no-cache`` skips it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, Optional, TextIO
+
+from . import _config
+from ._catalog import Catalog, Composite
+from ._exceptions import ConfigError, QworkerError, RewardError
+from ._progress import Progress
+
+__all__ = ["default_cache_path", "score_main"]
+
+
+def default_cache_path() -> str:
+    """``$XDG_CACHE_HOME/qworker/results.sqlite``, or ``~/.cache/qworker/results.sqlite``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "qworker", "results.sqlite")
+
+
+class _Stop(Exception):
+    """Ctrl-C or SIGTERM while scoring."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    raise _Stop(signum)
+
+
+def _exit_now(signum: int, _frame: object) -> None:
+    print(f"\nqworker score: {signal.Signals(signum).name} again: exiting now; every finished row is in --out", file=sys.stderr)
+    os._exit(128 + signum)
+
+
+def read_inputs(path: str) -> dict[int, Any]:
+    """Line number (1-based, blank lines skipped but counted) -> parsed JSON payload."""
+    rows: dict[int, Any] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows[n] = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+    return rows
+
+
+def check_writable(path: str) -> None:
+    if os.path.isdir(path):
+        raise ConfigError(f"--out {path} is a directory")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"--out {path} is not writable")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"--out {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"--out {path}: directory {parent} is not writable")
+
+
+def scored_rows(path: str, inputs: dict[int, Any], reward: str, params: Optional[dict]) -> dict[int, dict]:
+    """The rows of an existing ``--out`` that this run can keep, by line number."""
+    done: dict[int, dict] = {}
+    if not os.path.exists(path):
+        return done
+    with open(path, encoding="utf-8") as f:
+        for n, text in enumerate(f, 1):
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError:
+                continue  # a line torn by a crash: scored again
+            if not isinstance(row, dict) or not isinstance(row.get("line"), int):
+                raise ConfigError(f"--out {path}:{n}: not a row of 'qworker score' (no 'line' number); "
+                                  "pass --overwrite or another --out")
+            if row.get("reward") != reward or row.get("params") != params:
+                raise ConfigError(
+                    f"--out {path} holds rows scored with --reward {row.get('reward')!r} --params "
+                    f"{json.dumps(row.get('params'))} (this run: {reward!r}, {json.dumps(params)}); "
+                    "pass --overwrite or another --out"
+                )
+            line = row["line"]
+            if line in inputs and row.get("input") == inputs[line] and row.get("error") is None:
+                done[line] = row
+    return done
+
+
+def _check_reward(args: argparse.Namespace, params: Optional[dict]) -> Optional[str]:
+    """Resolve the reward as the producer will; returns the config's cache_path, if any."""
+    loaded = _config.load(args.config)
+    modules = [*(args.rewards or []), *(loaded["producer"].get("rewards") or [])]
+    catalog = Catalog(loaded["rewards"], loaded["where"], modules=modules, remote=args.bind is not None)
+    target = catalog.resolve(args.reward, params)
+    if not isinstance(target, Composite) and args.bind is None and catalog.book.spec(target.reward) is None:
+        if ":" in target.reward:
+            raise RewardError(f"--reward {args.reward!r}: {target.reward!r} does not import here, so no local worker can run it")
+        catalog.book.check_name(target.reward, "--reward")
+    return loaded["producer"].get("cache_path")
+
+
+def _cache_path(args: argparse.Namespace, from_config: Optional[str]) -> str:
+    if args.no_cache:
+        return ""  # explicit and empty: no disk cache, even if the config names one
+    return args.cache or from_config or default_cache_path()
+
+
+def _write(out: TextIO, line: int, row: Any, result: Any, reward: str, params: Optional[dict]) -> dict:
+    record = {"line": line, "input": row, **result.to_dict(), "reward": reward, "params": params}
+    out.write(json.dumps(record) + "\n")
+    out.flush()
+    return record
+
+
+def score_main(args: argparse.Namespace) -> int:
+    """Run ``qworker score``; returns the exit code (see the module's contract)."""
+    old = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _score(args)
+    except _Stop as exc:  # before scoring started: nothing to keep
+        print(f"qworker score: interrupted ({exc}) before scoring", file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _score(args: argparse.Namespace) -> int:
+    from ._producer import Producer
+
+    t0 = time.monotonic()
+    try:
+        inputs = read_inputs(args.input)
+        params = json.loads(args.params) if args.params else None
+        if params is not None and not isinstance(params, dict):
+            raise ConfigError("--params must be a JSON object")
+        check_writable(args.out)
+        done = {} if args.overwrite else scored_rows(args.out, inputs, args.reward, params)
+        cache_path = _cache_path(args, _check_reward(args, params))
+        if len(done) == len(inputs):
+            print(f"qworker score: all {len(inputs)} rows of {args.input} are already scored in {args.out}; "
+                  "nothing to do (--overwrite scores them again)", file=sys.stderr)
+            return 1 if args.strict and any(r["error"] for r in done.values()) else 0
+        producer = Producer(
+            config=args.config, local_workers=args.workers, bind=args.bind, reward_modules=args.rewards or None,
+            cache_path=cache_path, task_timeout_s=args.timeout,
+        )
+    except json.JSONDecodeError as exc:
+        print(f"qworker score: --params is not valid JSON: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"qworker score: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except QworkerError as exc:
+        print(f"qworker score: {exc}", file=sys.stderr)
+        return 2
+    todo = [n for n in inputs if n not in done]
+    if done:
+        print(f"qworker score: resuming {args.out}: {len(done)} of {len(inputs)} rows already scored", file=sys.stderr)
+    records: dict[int, dict] = dict(done)
+    stopped: Optional[_Stop] = None
+    futures: list = []
+    lines_of: dict[int, list[int]] = {}  # id(future) -> input lines (duplicate payloads share a future)
+    try:
+        out = open(args.out, "a" if done else "w", encoding="utf-8")
+    except OSError as exc:
+        producer.close()
+        print(f"qworker score: --out {args.out}: {exc.strerror}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        if args.bind:
+            print(f"qworker score: waiting for pools on {producer.endpoint}", file=sys.stderr)
+        progress = Progress(len(todo), enabled=not args.quiet)
+        try:
+            futures = producer.submit_batch(args.reward, [inputs[n] for n in todo], params=params)
+            for f, n in zip(futures, todo, strict=True):
+                lines_of.setdefault(id(f), []).append(n)
+            for f in concurrent.futures.as_completed(futures):
+                for n in lines_of.pop(id(f)):
+                    records[n] = _write(out, n, inputs[n], f.result(), args.reward, params)
+                    progress.advance()
+        except _Stop as exc:
+            stopped = exc
+        except (ConfigError, RewardError) as exc:
+            print(f"qworker score: {exc}", file=sys.stderr)
+            return 2
+        finally:  # from here on a second signal exits at once: every finished row is on disk
+            signal.signal(signal.SIGINT, _exit_now)
+            signal.signal(signal.SIGTERM, _exit_now)
+        for f in futures:  # finished while we were stopping: keep them too
+            if f.done() and id(f) in lines_of:
+                for n in lines_of.pop(id(f)):
+                    records[n] = _write(out, n, inputs[n], f.result(), args.reward, params)
+        progress.close()
+        elapsed = time.monotonic() - started
+        counts = producer.status()["producer"]
+    finally:
+        out.close()
+        producer.close(timeout=5.0 if stopped else 30.0)
+    if stopped is None:
+        _rewrite_in_order(args.out, records)
+    _summary(args, records, done, len(todo), inputs, elapsed, time.monotonic() - t0, counts, stopped)
+    if stopped is not None:
+        return 128 + stopped.signum
+    return 1 if args.strict and any(r["error"] for r in records.values()) else 0
+
+
+def _rewrite_in_order(path: str, records: dict[int, dict]) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for n in sorted(records):
+            f.write(json.dumps(records[n]) + "\n")
+    os.replace(tmp, path)
+
+
+def _summary(
+    args: argparse.Namespace, records: dict[int, dict], done: dict, submitted: int, inputs: dict,
+    elapsed: float, total_s: float, counts: dict, stopped: Optional[_Stop],
+) -> None:
+    new = [r for n, r in records.items() if n not in done]
+    failed = [r for r in new if r["error"]]
+    hits = sum(bool(r["cached"]) for r in new)
+    ok = [r["score"] for r in records.values() if not r["error"]]
+    n = len(new)
+    lines = []
+    if stopped is not None:
+        lines.append(
+            f"interrupted ({stopped}): {n} of {submitted} tasks finished and written; {len(records)} of {len(inputs)} "
+            f"rows are in {args.out}. Run the same command again to resume."
+        )
+    lines.append(
+        f"scored {n} tasks with '{args.reward}' in {elapsed:.2f} s ({n / max(elapsed, 1e-9):,.0f} tasks/s; "
+        f"{total_s:.2f} s with start-up)" + (f"; {len(done)} rows were already in --out" if done else "")
+    )
+    lines.append(
+        f"  evaluated {counts['resolved']}  duplicates {counts['deduplicated']}  cache hits {hits}  failed {len(failed)}"
+        f"  mean score {sum(ok) / max(1, len(ok)):.4f}  -> {args.out}"
+    )
+    kinds: dict[str, int] = {}
+    for r in failed:
+        kind = (r["error"] or "?").partition(":")[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    if kinds:
+        lines.append("  failures: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+        lines.append(f"  first failure: {failed[0]['error']}")
+    print("\n".join(lines), file=sys.stderr)
