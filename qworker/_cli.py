@@ -184,6 +184,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     sub.add_parser("mock-judge", help="run an OpenAI-compatible mock judge on 127.0.0.1", add_help=False)
     sub.add_parser("serve", help="serve rewards to qworker.Client processes and over HTTP", add_help=False)
 
+    ks = sub.add_parser("keys", help="create a CURVE key pair (NAME.key public, NAME.key_secret secret) in DIR")
+    ks.add_argument("dir", help="where to write the key files")
+    ks.add_argument("--name", required=True, help="e.g. producer, or the host name of a pool")
+    ks.add_argument("--log-level", default="WARNING")
+
     sc = sub.add_parser("score", help="score a JSONL file of rollouts")
     sc.add_argument("input", help="JSONL file, one payload object per line")
     sc.add_argument("--reward", required=True, help="reward name, package.module:function, or a name from the config's rewards: section")
@@ -224,7 +229,18 @@ def main(argv: Optional[list[str]] = None) -> int:
             ap.error("--cache and --no-cache contradict each other")
         args.rewards = _split(args.rewards)
         return score_main(args)
+    if args.command == "keys":
+        return keys_main(args)
     return cache_main(args) if args.command == "cache" else status_main(args)
+
+
+def keys_main(args: argparse.Namespace) -> int:
+    from .transport.security import create_keys
+
+    public, secret = create_keys(args.dir, args.name)
+    print(f"public key: {public}  (give it to the other side: the producer's allowed-keys directory, or each pool's --curve-server-key)")
+    print(f"secret key: {secret}  (mode 0600; keep it on this host: --curve-secret-key)")
+    return 0
 
 
 def pool_entry() -> int:

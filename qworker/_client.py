@@ -38,6 +38,7 @@ from ._errors import ErrorKind
 from ._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
 from ._result import Result, ResultFuture, gather
 from .transport import client_wire as cw
+from .transport.security import CurveClient
 from .transport.sockets import make_socket
 from .transport.wire import StatusReply, StatusRequest, WireError
 
@@ -70,8 +71,10 @@ class Client:
 
     def __init__(
         self, connect: Optional[str] = None, *, connect_timeout_s: float = 10.0, service_timeout_s: float = 60.0,
-        fallback_score: float = 0.0,
+        fallback_score: float = 0.0, curve_secret_key: Optional[str] = None, curve_server_key: Optional[str] = None,
     ) -> None:
+        """``connect`` defaults to ``$QWORKER_CONNECT``, else ``tcp://127.0.0.1:5557``.  With CURVE, give this
+        client's secret key file and the service's public key file (``qworker keys``)."""
         self.endpoint = connect or os.environ.get("QWORKER_CONNECT") or DEFAULT_SERVICE_ENDPOINT
         self.connect_timeout_s = connect_timeout_s
         self.service_timeout_s = service_timeout_s
@@ -84,7 +87,11 @@ class Client:
         self._instance = ""
         self._heard = time.monotonic()
         self._ctx = zmq.Context(io_threads=1)
-        self._sock = make_socket(self._ctx, zmq.DEALER, connect=self.endpoint, identity=f"client-{secrets.token_hex(6)}".encode())
+        if (curve_secret_key is None) != (curve_server_key is None):
+            raise ConfigError("CURVE needs both curve_secret_key and curve_server_key (or neither)")
+        curve = CurveClient(curve_secret_key, curve_server_key) if curve_secret_key and curve_server_key else None
+        self._sock = make_socket(self._ctx, zmq.DEALER, connect=self.endpoint, identity=f"client-{secrets.token_hex(6)}".encode(),
+                                 curve=curve)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)

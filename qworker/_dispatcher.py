@@ -22,7 +22,7 @@ import zmq
 from ._options import ProducerOptions
 from ._pending import Pending, PendingTable
 from ._scheduler import Scheduler
-from .transport import wire
+from .transport import security, wire
 from .transport.sockets import bound_endpoint, make_socket
 
 log = logging.getLogger("qworker")
@@ -40,7 +40,13 @@ class Dispatcher(threading.Thread):
         self.table = table
         self._ctx = zmq.Context(io_threads=1)
         # Made here so the endpoint is known at once; used by the dispatcher thread only from start().
-        self._sock = make_socket(self._ctx, zmq.ROUTER, bind=bind, max_message_bytes=options.max_message_bytes)
+        try:
+            self._sock = make_socket(self._ctx, zmq.ROUTER, bind=bind, max_message_bytes=options.max_message_bytes,
+                                     curve=options.curve(), insecure=options.insecure)
+        except BaseException:
+            security.release(self._ctx)
+            self._ctx.term()
+            raise
         self.endpoint = bound_endpoint(self._sock)
         self.scheduler = Scheduler(
             send=self._send, table=table, max_attempts=options.max_attempts,
@@ -109,6 +115,7 @@ class Dispatcher(threading.Thread):
             self._loop()
         finally:
             self._sock.close(linger=0)
+            security.release(self._ctx)
             self._ctx.term()
 
     def _loop(self) -> None:

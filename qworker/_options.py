@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, TypeVar
 
 from ._exceptions import ConfigError
+from .transport.security import CurveClient, CurveServer
 
 __all__ = ["ProducerOptions", "PoolOptions", "WorkerOptions", "DEFAULT_MAX_MESSAGE_BYTES"]
 
@@ -182,6 +183,7 @@ class _Shared(_Options):
     task_timeout_s: float = _opt(60.0, "default hard limit per task, seconds (a reward's own timeout wins)", flag="--timeout")
     heartbeat_s: float = _opt(1.0, "liveness report interval, seconds; silent for 3 of these = lost", flag="--heartbeat")
     max_message_bytes: int = _opt(DEFAULT_MAX_MESSAGE_BYTES, "frame size cap, bytes; pools must use the producer's")
+    curve_secret_key: Optional[str] = _opt(None, "CURVE: this process's secret key file (NAME.key_secret from 'qworker keys')")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +200,14 @@ class ProducerOptions(_Shared):
     ready_timeout_s: float = _opt(60.0, "seconds Producer() waits for local workers to say READY")
     max_payload_bytes: int = _opt(8 * 1024 * 1024, "larger payloads fail with bad_payload at submit")
     metrics_port: Optional[int] = _opt(None, "serve Prometheus metrics on 127.0.0.1 at this port")
+    curve_allowed_keys: Optional[str] = _opt(None, "CURVE: directory of the public keys of pools and clients to admit")
+    insecure: bool = _opt(False, "allow binding beyond loopback without CURVE (a trusted network only)")
+
+    def curve(self) -> Optional[CurveServer]:
+        """The binding side's CURVE settings, or None; half a setting is a ``ConfigError``."""
+        if (self.curve_secret_key is None) != (self.curve_allowed_keys is None):
+            raise ConfigError("CURVE needs both curve_secret_key and curve_allowed_keys (or neither)")
+        return CurveServer(self.curve_secret_key, self.curve_allowed_keys) if self.curve_secret_key and self.curve_allowed_keys else None
 
     def workers_to_start(self) -> int:
         if self.local_workers is not None:
@@ -214,6 +224,13 @@ class _HostShared(_Shared):
     io_threads: int = _opt(128, "threads for kind='io' rewards (judge calls in flight) in each worker")
     log_level: str = _opt("INFO", "DEBUG, INFO, WARNING")
     parent_pid: Optional[int] = _opt(None, "exit when this process is gone", yaml=False, cli=False)
+    curve_server_key: Optional[str] = _opt(None, "CURVE: the producer's public key file (NAME.key)")
+
+    def curve(self) -> Optional[CurveClient]:
+        """The connecting side's CURVE settings, or None; half a setting is a ``ConfigError``."""
+        if (self.curve_secret_key is None) != (self.curve_server_key is None):
+            raise ConfigError("CURVE needs both curve_secret_key and curve_server_key (or neither)")
+        return CurveClient(self.curve_secret_key, self.curve_server_key) if self.curve_secret_key and self.curve_server_key else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -97,6 +97,9 @@ class Producer:
                 pool_id=f"local-{os.getpid()}-{next(_local_pool_numbers)}", parent_pid=os.getpid(),
                 task_timeout_s=opts.task_timeout_s, heartbeat_s=opts.heartbeat_s, max_message_bytes=opts.max_message_bytes,
                 log_level=logging.getLevelName(log.getEffectiveLevel()),  # the trainer's logging decides
+                # with CURVE, the local pool uses the producer's own key pair, which the producer admits
+                curve_secret_key=opts.curve_secret_key if opts.curve() else None,
+                curve_server_key=opts.curve_secret_key if opts.curve() else None,
             ))
             self.wait_for_workers(n, timeout=opts.ready_timeout_s)
 

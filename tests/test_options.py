@@ -53,7 +53,9 @@ def test_argv_round_trips(cls):
     changed = {}
     for f in dataclasses.fields(cls):
         tp = type(f.default) if f.default is not None else None
-        if f.name in ("reward_modules",):
+        if isinstance(f.default, bool):
+            changed[f.name] = not f.default
+        elif f.name in ("reward_modules",):
             changed[f.name] = ("a.b", "/x/y.py")
         elif tp is float or f.name in ("max_rss_mb", "cache_ttl_s"):
             changed[f.name] = 0.125

@@ -85,7 +85,8 @@ class Pool:
     def run(self) -> int:
         self.ctx = zmq.Context(io_threads=1)
         self.sock = make_socket(
-            self.ctx, zmq.DEALER, connect=self.connect, identity=f"pool:{self.pool_id}".encode(), linger_ms=1000
+            self.ctx, zmq.DEALER, connect=self.connect, identity=f"pool:{self.pool_id}".encode(), linger_ms=1000,
+            curve=self.options.curve(),
         )
         slot_dir = runtime_dir()
         tag = secrets.token_hex(3)
@@ -135,7 +136,11 @@ class Pool:
                 max(0.0, now - running[1]) if running else 0.0, c.restarts, c.rss_mb,
             ))
         msg = wire.PoolReport(self.pool_id, self.host, os.getpid(), self.state, workers, self.lost)
-        self.sock.send_multipart(wire.encode(msg))
+        try:  # never block: with no producer connected (down, or refusing our key) a report just waits for the next
+            self.sock.send_multipart(wire.encode(msg), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            log.debug("pool %s: no producer to report to", self.pool_id)
+            return
         self.lost = []
 
     # supervision ------------------------------------------------------------

@@ -136,7 +136,12 @@ class Worker:
 
     # messages ---------------------------------------------------------------
     def _send(self, msg: wire.Message) -> None:
-        self.sock.send_multipart(wire.encode(msg), copy=True)
+        """Send without blocking: with no producer connected (down, or refusing our key) the message is
+        dropped; the producer resynchronises from totals (credit) and leases (tasks) when it hears from us."""
+        try:
+            self.sock.send_multipart(wire.encode(msg), copy=True, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            log.debug("%s: no producer connected; dropped a %s", self.worker_id, type(msg).__name__)
 
     def _ready(self) -> None:
         self._top_up()
@@ -264,7 +269,7 @@ class Worker:
         self.ctx = zmq.Context(io_threads=1)
         self.sock = make_socket(
             self.ctx, zmq.DEALER, connect=self.connect, identity=self.worker_id.encode(),
-            max_message_bytes=self.max_message_bytes, linger_ms=1000,
+            max_message_bytes=self.max_message_bytes, linger_ms=1000, curve=self.options.curve(),
         )
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)

@@ -28,6 +28,7 @@ from .._exceptions import QworkerError
 from .._producer import Producer
 from .._result import Result
 from ..transport import client_wire as cw
+from ..transport import security
 from ..transport.sockets import bound_endpoint, make_socket
 from ..transport.wire import StatusReply, StatusRequest, WireError
 
@@ -45,7 +46,14 @@ class RewardService:
         self.no_workers_grace_s = no_workers_grace_s
         self.started = time.monotonic()
         self._ctx = zmq.Context(io_threads=1)
-        self._sock = make_socket(self._ctx, zmq.ROUTER, bind=listen, max_message_bytes=producer.options.max_message_bytes)
+        opts = producer.options
+        try:
+            self._sock = make_socket(self._ctx, zmq.ROUTER, bind=listen, max_message_bytes=opts.max_message_bytes,
+                                     curve=opts.curve(), insecure=opts.insecure)
+        except BaseException:
+            security.release(self._ctx)
+            self._ctx.term()
+            raise
         self.endpoint = bound_endpoint(self._sock)
         self._outbox: deque[tuple[bytes, int, int, Result]] = deque()  # from future callbacks
         self._wake_r, self._wake_w = os.pipe()
@@ -93,6 +101,7 @@ class RewardService:
                     log.exception("qworker service: unexpected error (continuing)")
         finally:
             self._sock.close(linger=0)
+            security.release(self._ctx)
             self._ctx.term()
 
     def _receive(self) -> None:

@@ -1,8 +1,8 @@
 """The one place qworker creates ZeroMQ sockets.
 
-Options are set before bind/connect.  ``tcp://*`` and ``tcp://0.0.0.0`` are only
-ever used when a caller passes them explicitly: the default endpoint is an
-``ipc://`` path in a private directory, and ``default_tcp`` is loopback.
+Options are set before bind/connect.  The default endpoint is an ``ipc://`` path
+in a private directory; binding beyond loopback needs CURVE or an explicit
+``insecure`` (``security``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Optional
 import zmq
 
 from .._options import DEFAULT_MAX_MESSAGE_BYTES
+from . import security
+from .security import Curve
 
 log = logging.getLogger("qworker")
 
@@ -34,10 +36,6 @@ def new_ipc_endpoint() -> str:
     return f"ipc://{runtime_dir()}/p{os.getpid()}-{secrets.token_hex(4)}.sock"
 
 
-def listens_on_all_interfaces(endpoint: str) -> bool:
-    return endpoint.startswith(("tcp://*", "tcp://0.0.0.0", "tcp://[::]"))
-
-
 def make_socket(
     ctx: zmq.Context,
     kind: int,
@@ -47,11 +45,16 @@ def make_socket(
     identity: Optional[bytes] = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     linger_ms: int = 0,
+    curve: Optional[Curve] = None,
+    insecure: bool = False,
 ) -> zmq.Socket:
     """Create a socket of ``kind`` and bind or connect it.
 
     ``max_message_bytes`` becomes ``MAXMSGSIZE``: a peer sending a larger message
-    is disconnected by libzmq before the message reaches Python.
+    is disconnected by libzmq before the message reaches Python.  ``curve``
+    authenticates and encrypts (``security``); binding beyond loopback without it
+    raises ``ConfigError`` unless ``insecure``.  A socket bound with CURVE needs
+    ``security.release(ctx)`` before its context terminates.
     """
     if (bind is None) == (connect is None):
         raise ValueError("give exactly one of bind= or connect=")
@@ -65,15 +68,20 @@ def make_socket(
     if kind == zmq.ROUTER:
         # An unroutable send raises EHOSTUNREACH instead of vanishing.
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-    if connect is not None:
-        sock.setsockopt(zmq.RECONNECT_IVL, 100)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
-        sock.connect(connect)
-    else:
-        assert bind is not None
-        if listens_on_all_interfaces(bind):
-            log.warning("binding %s: listening on every interface without authentication", bind)
-        sock.bind(bind)
+    try:
+        if connect is not None:
+            sock.setsockopt(zmq.RECONNECT_IVL, 100)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
+            security.secure(ctx, sock, curve, connect)
+            sock.connect(connect)
+        else:
+            assert bind is not None
+            security.check_bind(bind, curve, insecure=insecure)
+            security.secure(ctx, sock, curve, bind)
+            sock.bind(bind)
+    except BaseException:
+        sock.close(linger=0)
+        raise
     return sock
 
 

@@ -1,0 +1,176 @@
+"""Authentication and encryption across hosts: ZeroMQ CURVE, and the rule for binding beyond loopback.
+
+Keys are files made by ``qworker keys DIR --name NAME`` (``NAME.key`` public,
+``NAME.key_secret`` secret; pyzmq's certificate format).  The binding side (a
+producer, a reward service) holds a secret key and a directory of the public
+keys it admits; the connecting side (a pool, its workers, a client) holds its
+own secret key and the server's public key.  Only file *paths* travel in
+options and argv; keys are read from the files when a socket is made, and no
+key is ever logged.
+
+A peer with an unknown key is refused by the ZAP handler and logged with its
+address; a peer with no key (or a raw TCP client) fails the CURVE handshake and
+is logged by a socket monitor (libzmq does not report its address there).
+Nothing such a peer sends reaches the producer.
+
+Binding a non-loopback address without CURVE is refused unless the caller says
+``insecure`` explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import recv_monitor_message
+
+from .._exceptions import ConfigError
+
+log = logging.getLogger("qworker")
+
+__all__ = ["CurveServer", "CurveClient", "Curve", "create_keys", "check_bind", "is_loopback", "secure", "release"]
+
+
+@dataclass(frozen=True)
+class CurveServer:
+    """The binding side: its secret key file and the directory of admitted public keys."""
+
+    secret_key_file: str
+    allowed_dir: str
+
+
+@dataclass(frozen=True)
+class CurveClient:
+    """The connecting side: its secret key file and the server's public key file."""
+
+    secret_key_file: str
+    server_key_file: str
+
+
+Curve = Union[CurveServer, CurveClient]
+
+
+def create_keys(directory: str, name: str) -> tuple[str, str]:
+    """Write a new key pair; returns (public key file, secret key file).  The secret one is mode 0600."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(directory, name)
+    os.chmod(secret, 0o600)
+    return public, secret
+
+
+def _load(path: str, *, secret: bool) -> tuple[bytes, Optional[bytes]]:
+    try:
+        public_key, secret_key = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read CURVE key file {path}: {type(exc).__name__}") from None
+    if secret and secret_key is None:
+        raise ConfigError(f"{path} holds no secret key: pass the NAME.key_secret file that 'qworker keys' wrote")
+    return public_key, secret_key
+
+
+def is_loopback(endpoint: str) -> bool:
+    """True for ``ipc://`` and ``inproc://`` endpoints and TCP on 127.0.0.0/8, localhost or ::1."""
+    if not endpoint.startswith("tcp://"):
+        return True
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def check_bind(endpoint: str, curve: Optional[Curve], *, insecure: bool) -> None:
+    """Refuse to bind beyond loopback without CURVE unless ``insecure``."""
+    if is_loopback(endpoint) or isinstance(curve, CurveServer):
+        return
+    if not insecure:
+        raise ConfigError(
+            f"refusing to bind {endpoint} without authentication: any process that can reach it could join and feed "
+            "results into the cache. Give CURVE keys (curve_secret_key + curve_allowed_keys; see 'qworker keys'), "
+            "or say insecure=True / --insecure on a network you trust"
+        )
+    log.warning("qworker: binding %s without authentication or encryption (insecure, as asked)", endpoint)
+
+
+class _Authenticator(ThreadAuthenticator):
+    """pyzmq's ZAP handler, logging every refusal at WARNING with the peer's address."""
+
+    _address = ""
+
+    async def handle_zap_message(self, msg: list[bytes]) -> None:  # a coroutine since pyzmq 25
+        self._address = msg[3].decode(errors="replace") if len(msg) > 3 else "?"
+        await super().handle_zap_message(msg)
+
+    def _send_zap_reply(self, request_id: bytes, status_code: bytes, status_text: bytes, user_id: str = "anonymous") -> None:
+        if status_code != b"200":
+            log.warning("qworker: refused a peer from %s: %s (its key is not among the allowed keys)", self._address,
+                        status_text.decode(errors="replace"))
+        super()._send_zap_reply(request_id, status_code, status_text, user_id)
+
+
+_FAILED = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+_guards: dict[int, list] = {}  # id(context) -> [authenticator, monitor threads...]
+_lock = threading.Lock()
+
+
+def _watch(sock: zmq.Socket, endpoint: str) -> threading.Thread:
+    """Log handshakes that fail before the ZAP handler sees them (no key, not ZMTP)."""
+    monitor = sock.get_monitor_socket(_FAILED)
+
+    def run() -> None:
+        try:
+            while True:
+                event = recv_monitor_message(monitor)
+                if event["event"] == zmq.EVENT_MONITOR_STOPPED:
+                    return
+                if event["event"] != zmq.EVENT_HANDSHAKE_FAILED_AUTH:  # those are logged with their address above
+                    log.warning("qworker: refused a connection to %s: CURVE handshake failed (%s; a peer with no key, "
+                                "or not a ZeroMQ peer)", endpoint, zmq.Event(event["value"]).name if event["value"] in
+                                zmq.Event._value2member_map_ else event["value"])
+        except zmq.ZMQError:
+            return
+        finally:
+            monitor.close(linger=0)
+
+    t = threading.Thread(target=run, name="qworker-curve-monitor", daemon=True)
+    t.start()
+    return t
+
+
+def secure(ctx: zmq.Context, sock: zmq.Socket, curve: Optional[Curve], endpoint: str) -> None:
+    """Set CURVE options on ``sock`` before it binds or connects (a no-op for ``None``)."""
+    if curve is None:
+        return
+    if isinstance(curve, CurveServer):
+        public_key, secret_key = _load(curve.secret_key_file, secret=True)
+        if not os.path.isdir(curve.allowed_dir):
+            raise ConfigError(f"CURVE allowed-keys directory {curve.allowed_dir} does not exist")
+        with _lock:
+            guards = _guards.get(id(ctx))
+            if guards is None:
+                auth = _Authenticator(ctx, log=logging.getLogger("qworker.zap"))
+                auth.start()
+                auth.configure_curve(domain="*", location=curve.allowed_dir)
+                auth.certs["*"][public_key] = True  # its own key: a producer's local pool connects with it
+                guards = _guards[id(ctx)] = [auth]
+        sock.curve_secretkey = secret_key
+        sock.curve_publickey = public_key
+        sock.curve_server = True
+        guards.append(_watch(sock, endpoint))
+    else:
+        public_key, secret_key = _load(curve.secret_key_file, secret=True)
+        server_key, _ = _load(curve.server_key_file, secret=False)
+        sock.curve_secretkey = secret_key
+        sock.curve_publickey = public_key
+        sock.curve_serverkey = server_key
+
+
+def release(ctx: zmq.Context) -> None:
+    """Stop the authenticator of ``ctx`` (before its sockets close and it terminates)."""
+    with _lock:
+        guards = _guards.pop(id(ctx), None)
+    if guards:
+        guards[0].stop()
