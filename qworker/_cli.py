@@ -1,4 +1,4 @@
-"""Command line: ``qworker score | status | pool`` and ``qworker-pool``."""
+"""Command line: ``qworker score | status | pool | ray-pools`` and ``qworker-pool``."""
 
 from __future__ import annotations
 
@@ -213,10 +213,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         from ._mockjudge import main as mock_judge_main
 
         return mock_judge_main(argv[1:])
+    if argv[:1] == ["ray-pools"]:
+        from .launchers.ray import main as ray_pools_main
+
+        return ray_pools_main(argv[1:])
     ap = argparse.ArgumentParser(prog="qworker", description="Reward computation on a pool of worker processes.")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("pool", help="run a pool daemon (same as qworker-pool)", add_help=False)
     sub.add_parser("mock-judge", help="run an OpenAI-compatible mock judge on 127.0.0.1", add_help=False)
+    sub.add_parser("ray-pools", help="run a pool on every node of a Ray cluster (needs qworker[ray])", add_help=False)
 
     sc = sub.add_parser("score", help="score a JSONL file of rollouts")
     sc.add_argument("input", help="JSONL file, one payload object per line")
