@@ -380,11 +380,11 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> i
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    _import_ray().init(address=args.address, log_to_driver=True)
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers of its own
         signal.signal(sig, lambda *_: stop.set())
-    pools = RayPools(options=options, workers_per_node=args.workers_per_node, reserve_cpus=args.reserve_cpus, poll_s=args.poll,
-                     address=args.address)
+    pools = RayPools(options=options, workers_per_node=args.workers_per_node, reserve_cpus=args.reserve_cpus, poll_s=args.poll)
     pools.start()
     log.info("ray pools: %d pool(s) serving %s; SIGTERM or Ctrl-C to stop", len(pools.pools()), options.connect)
     while not stop.wait(1.0):
