@@ -260,6 +260,7 @@ class RayPools:
         nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
         now = time.monotonic()
         with self._lock:
+            self._skipped &= set(nodes)
             for node_id in [n for n in self._slots if n not in nodes]:
                 slot = self._slots.pop(node_id)
                 log.warning("ray pools: node %s (%s) left; forgetting pool %s", node_id, slot.host, slot.pool_id)
@@ -358,7 +359,8 @@ def start_pools(
 
 # -- qworker ray-pools -------------------------------------------------------------------
 def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> int:
-    """Run ``RayPools`` until SIGTERM or Ctrl-C; exit code 0 after a clean stop, 2 on bad options."""
+    """Run ``RayPools`` until SIGTERM or Ctrl-C; exit code 0 after a clean stop, 1 when Ray
+    cannot be joined, 2 on bad options."""
     from .. import _config
     from .._exceptions import ConfigError
 
@@ -380,7 +382,11 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> i
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    _import_ray().init(address=args.address, log_to_driver=True)
+    try:
+        _import_ray().init(address=args.address, log_to_driver=True)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        print(f"{prog}: cannot join the Ray cluster at {args.address}: {exc}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers of its own
         signal.signal(sig, lambda *_: stop.set())
