@@ -20,9 +20,9 @@ while it keeps failing; reset once a pool has run for ``STABLE_S``).  ``stop()``
 (and leaving the ``with`` block, and interpreter exit) sends SIGTERM to every
 supervisor, which drains its workers, then kills the actors: nothing is left.
 
-Ray is imported here only, and only when a launcher starts.  Pool options pass
-through as a ``PoolOptions`` untouched except for what the launcher owns:
-``connect``, ``workers`` and ``pool_id`` (per node) and ``parent_pid`` (per actor).
+Ray is imported here only, when a launcher starts.  Pool options pass through as
+a ``PoolOptions``, untouched but for what the launcher owns: ``connect``,
+``workers``, ``pool_id`` (per node) and ``parent_pid`` (per actor).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class RayPools:
     def start(self) -> RayPools:
         """Start a pool on every alive node and the thread that follows the cluster;
         returns once each first pool's supervisor is running (or ``ready_timeout_s``
-        passed: late pools are logged and keep being followed)."""
+        passed: late pools are logged and keep being followed).  Once only."""
         if self._started:
             return self
         ray = _import_ray()
@@ -222,6 +222,8 @@ class RayPools:
         if self._thread is not None:
             self._thread.join()
         ray = self._ray
+        if not ray.is_initialized():  # ray.shutdown() came first: it ended the actors, and the pools drain themselves
+            return
         with self._lock:
             slots = [s for s in self._slots.values() if s.described]  # a pool not yet started has nothing to drain
             pending = [s for s in self._slots.values() if s.actor is not None and not s.described]

@@ -166,8 +166,14 @@ def test_a_pool_per_node_serves_and_a_killed_pool_actor_loses_nothing(cluster, p
         wait_until(lambda: any(pl["pool"] == reborn.pool_id and any(w["alive"] for w in pl["workers"]) for pl in p.status()["pools"]), 60, "the new pool's worker")
         results = p.map("count_eval", [{"log": str(tmp_path / "c"), "i": i, "sleep_ms": 10} for i in range(100)], timeout=60)
         assert all(r.ok for r in results) and reborn.pool_id in {pool_of(r.worker) for r in results}
+
+        # A supervisor that dies under a live actor is noticed too (the actor reports its exit code).
+        os.kill(reborn.pid, signal.SIGKILL)
+        wait_until(lambda: {i.node_id: i for i in pools.pools()}[victim.node_id].restarts == 2, 30, "the dead supervisor to be noticed")
+        wait_until(lambda: all(i.state == "running" for i in pools.pools()), 30, "the second restart")
+        assert {i.node_id: i for i in pools.pools()}[victim.node_id].pool_id == f"{victim.pool_id}-r2"
         final = pools.pools()
-    assert_nothing_left(p.endpoint, [*infos, *final])
+    assert_nothing_left(p.endpoint, [*infos, reborn, *final])
 
 
 def test_pools_follow_nodes_that_join_and_leave(cluster, producer, tmp_path):
