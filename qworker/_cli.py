@@ -1,11 +1,12 @@
-"""Command line: ``qworker score | status | cache | pool | mock-judge`` and ``qworker-pool``.
+"""Command line: ``qworker score | status | cache | keys | serve | pool | ray-pools | mock-judge`` and ``qworker-pool``.
 
-``score`` lives in ``_score``.
+``score`` lives in ``_score``; ``serve``, ``ray-pools`` and ``mock-judge`` in their own modules.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -166,23 +167,22 @@ def cache_main(args: argparse.Namespace) -> int:
 
 
 # main --------------------------------------------------------------------------
+_OWN_PARSERS = {"mock-judge": "._mockjudge:main", "serve": ".service.cli:main", "ray-pools": ".launchers.ray:main"}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pool"]:
         return pool_main(argv[1:], prog="qworker pool")
-    if argv[:1] == ["mock-judge"]:
-        from ._mockjudge import main as mock_judge_main
-
-        return mock_judge_main(argv[1:])
-    if argv[:1] == ["serve"]:
-        from .service.cli import main as serve_main
-
-        return serve_main(argv[1:])
+    if argv[:1] and argv[0] in _OWN_PARSERS:  # verbs that parse their own flags, imported only when used
+        module, _, fn = _OWN_PARSERS[argv[0]].partition(":")
+        return getattr(importlib.import_module(module, __package__), fn)(argv[1:])
     ap = argparse.ArgumentParser(prog="qworker", description="Reward computation on a pool of worker processes.")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("pool", help="run a pool daemon (same as qworker-pool)", add_help=False)
     sub.add_parser("mock-judge", help="run an OpenAI-compatible mock judge on 127.0.0.1", add_help=False)
     sub.add_parser("serve", help="serve rewards to qworker.Client processes and over HTTP", add_help=False)
+    sub.add_parser("ray-pools", help="run a pool on every node of a Ray cluster (needs qworker[ray])", add_help=False)
 
     ks = sub.add_parser("keys", help="create a CURVE key pair (NAME.key public, NAME.key_secret secret) in DIR")
     ks.add_argument("dir", help="where to write the key files")
