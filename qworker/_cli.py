@@ -60,7 +60,7 @@ def pool_main(argv: Optional[list[str]] = None, prog: str = "qworker-pool") -> i
 # status ------------------------------------------------------------------------
 def query_status(endpoint: str, timeout_s: float = 3.0) -> dict:
     """Ask the producer at ``endpoint`` for its status."""
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context = zmq.Context.instance()
     sock = make_socket(ctx, zmq.DEALER, connect=endpoint)
     try:
         sock.send_multipart(wire.encode(wire.StatusRequest()))

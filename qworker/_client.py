@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, cast
 
 import zmq
 
@@ -39,7 +39,7 @@ from ._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError,
 from ._result import Result, ResultFuture, gather
 from .transport import client_wire as cw
 from .transport.security import CurveClient
-from .transport.sockets import make_socket
+from .transport.sockets import make_socket, readable
 from .transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -136,7 +136,7 @@ class Client:
 
     def status(self, timeout: float = 10.0) -> dict:
         """The service's status: its producer, pools, workers and judges."""
-        done, box = threading.Event(), []
+        done, box = threading.Event(), cast(list[dict], [])
         self._outbox.append(("status", done, box))
         self._wake()
         if not done.wait(timeout):
@@ -220,7 +220,7 @@ class Client:
 
     def _receive(self) -> None:
         sock = self._sock
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # type: ignore[operator]
+        while readable(sock):
             frames = sock.recv_multipart(copy=True)
             try:
                 if len(frames) != 2:

@@ -23,7 +23,7 @@ from ._options import ProducerOptions
 from ._pending import Pending, PendingTable
 from ._scheduler import Scheduler
 from .transport import security, wire
-from .transport.sockets import bound_endpoint, make_socket
+from .transport.sockets import bound_endpoint, make_socket, readable
 
 log = logging.getLogger("qworker")
 
@@ -161,7 +161,7 @@ class Dispatcher(threading.Thread):
     def _receive(self) -> None:
         sock, s = self._sock, self.scheduler
         for _ in range(10_000):  # bounded, so dispatch and housekeeping still run under load
-            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # type: ignore[operator]
+            if not readable(sock):
                 return
             frames = sock.recv_multipart(copy=True)
             if len(frames) != 3:

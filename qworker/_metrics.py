@@ -15,7 +15,7 @@ counted twice and the hot path does no metrics work.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 __all__ = ["serve"]
 
@@ -56,7 +56,11 @@ class _Collector:
         yield from (in_flight, limit, up, requests, latency)
 
 
-def serve(status: Callable[[], dict], port: int, host: str = "127.0.0.1") -> object:
+class MetricsServer(Protocol):
+    def shutdown(self) -> None: ...
+
+
+def serve(status: Callable[[], dict], port: int, host: str = "127.0.0.1") -> MetricsServer:
     """Start the metrics HTTP server; returns it (``shutdown()`` stops it)."""
     from prometheus_client import start_http_server
     from prometheus_client.registry import CollectorRegistry

@@ -87,7 +87,9 @@ class Producer:
         self.endpoint = self._dispatcher.endpoint
         self._dispatcher.start()
         self._note = _discovery.register(self.endpoint, f"{id(self):x}")
-        self._metrics = _metrics.serve(self.status, opts.metrics_port) if opts.metrics_port is not None else None  # on loopback
+        self._metrics: Optional[_metrics.MetricsServer] = (
+            _metrics.serve(self.status, opts.metrics_port) if opts.metrics_port is not None else None  # on loopback
+        )
         self._pool: Optional[PoolProcess] = None
         n = opts.workers_to_start()
         if n:

@@ -120,8 +120,8 @@ def resolve(name: str) -> RewardSpec:
         )
         _registry[name] = spec
         return spec
-    known = ", ".join(sorted(n for n in _registry)) or "none"
-    raise RewardError(f"unknown reward {name!r}; this worker has: {known}")
+    names = ", ".join(sorted(n for n in _registry)) or "none"
+    raise RewardError(f"unknown reward {name!r}; this worker has: {names}")
 
 
 def _import_path(path: str) -> None:

@@ -66,7 +66,7 @@ class _FutureCondition(threading.Condition):
 
     def __init__(self) -> None:  # noqa: D107 - no super().__init__: that is what we avoid
         self._lock = threading.RLock()
-        self._waiters = []  # type: ignore[assignment]
+        self._waiters: Any = []
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         return self._lock.acquire(blocking, timeout)
@@ -74,10 +74,10 @@ class _FutureCondition(threading.Condition):
     def release(self) -> None:
         self._lock.release()
 
-    def _release_save(self):  # type: ignore[no-untyped-def]
+    def _release_save(self) -> Any:
         return self._lock._release_save()  # type: ignore[attr-defined]
 
-    def _acquire_restore(self, state) -> None:  # type: ignore[no-untyped-def]
+    def _acquire_restore(self, state: Any) -> None:
         self._lock._acquire_restore(state)  # type: ignore[attr-defined]
 
     def _is_owned(self) -> bool:

@@ -208,7 +208,7 @@ def _score(args: argparse.Namespace) -> int:
             futures = producer.submit_batch(args.reward, [inputs[n] for n in todo], params=params)
             for f, n in zip(futures, todo, strict=True):
                 lines_of.setdefault(id(f), []).append(n)
-            for f in concurrent.futures.as_completed(futures):
+            for f in concurrent.futures.as_completed(futures):  # type: ignore[assignment]  # they are ResultFutures
                 for n in lines_of.pop(id(f)):
                     records[n] = _write(out, n, inputs[n], f.result(), args.reward, params)
                     progress.advance()

@@ -32,7 +32,7 @@ from .._exceptions import CallFailed, RewardError
 from .._options import WorkerOptions
 from .._registry import load_modules, registered, resolve
 from ..transport import wire
-from ..transport.sockets import make_socket
+from ..transport.sockets import make_socket, readable
 from ..transport.wire import OUTCOME_KEY
 from .slot import TaskSlot
 
@@ -158,7 +158,7 @@ class Worker:
         self.results = []
 
     def _drain_socket(self) -> None:
-        while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while readable(self.sock):
             frames = self.sock.recv_multipart(copy=True)
             if len(frames) != 2:
                 log.warning("%s: dropped a frame set of %d parts", self.worker_id, len(frames))

@@ -68,7 +68,8 @@ class Run:
         if self.returncode == 0:
             return None
         if self.returncode is not None and self.returncode < 0:
-            name = {signal.SIGXCPU: "CPU time limit", signal.SIGXFSZ: "output size limit", signal.SIGKILL: "killed"}.get(
+            names: dict[int, str] = {signal.SIGXCPU: "CPU time limit", signal.SIGXFSZ: "output size limit", signal.SIGKILL: "killed"}
+            name = names.get(
                 -self.returncode, signal.Signals(-self.returncode).name
             )
             return f"stopped: {name}"

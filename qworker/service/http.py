@@ -82,7 +82,7 @@ class HttpFront(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> HttpFront:
         self._thread = threading.Thread(target=self.serve_forever, name="qworker-http", daemon=True)

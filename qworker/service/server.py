@@ -14,13 +14,14 @@ name or params (the producer's own checks), or no worker connected after
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
 import threading
 import time
 from collections import defaultdict, deque
-from typing import Optional
+from typing import Any, Optional
 
 import zmq
 
@@ -29,7 +30,7 @@ from .._producer import Producer
 from .._result import Result
 from ..transport import client_wire as cw
 from ..transport import security
-from ..transport.sockets import bound_endpoint, make_socket
+from ..transport.sockets import bound_endpoint, make_socket, readable
 from ..transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -107,7 +108,7 @@ class RewardService:
     def _receive(self) -> None:
         sock = self._sock
         for _ in range(1000):
-            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # type: ignore[operator]
+            if not readable(sock):
                 return
             frames = sock.recv_multipart(copy=True)
             peer = frames[0] if frames else b"?"
@@ -144,9 +145,13 @@ class RewardService:
             self._send(peer, cw.Accepted(msg.request, self.instance, str(exc), type(exc).__name__))
             return
         self._send(peer, cw.Accepted(msg.request, self.instance, None, ""))
-        outbox, wake = self._outbox, self._wake
         for i, fut in enumerate(futures):
-            fut.add_done_callback(lambda f, i=i: (outbox.append((peer, msg.request, i, f.result())), wake()))
+            fut.add_done_callback(functools.partial(self._on_done, peer, msg.request, i))
+
+    def _on_done(self, peer: bytes, request: int, index: int, fut: Any) -> None:
+        """A future resolved (on the producer's dispatcher thread): hand its result to the front thread."""
+        self._outbox.append((peer, request, index, fut.result()))
+        self._wake()
 
     def _flush(self) -> None:
         if not self._outbox:

@@ -13,7 +13,7 @@ Payloads travel as msgpack values, results as maps of ``Result``'s fields.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import msgpack
 
@@ -152,7 +152,7 @@ def _status_reply(obj: Any) -> StatusReply:
     return StatusReply(obj)
 
 
-_BUILDERS = {
+_BUILDERS: dict[bytes, Callable[[Any], ClientMessage]] = {
     SUBMIT: _submit, ACCEPTED: _accepted, RESOLVED: _resolved, PING: _ping, PONG: _pong,
     STATUS: _status_request, STATUS_REPLY: _status_reply,
 }

@@ -85,6 +85,11 @@ def make_socket(
     return sock
 
 
+def readable(sock: zmq.Socket) -> bool:
+    """Whether a message is waiting (``ZMQ_EVENTS``: no system call, unlike a poll)."""
+    return bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
+
+
 def bound_endpoint(sock: zmq.Socket) -> str:
     """The endpoint a socket actually bound (resolves ``tcp://127.0.0.1:0``)."""
     ep = sock.getsockopt(zmq.LAST_ENDPOINT)

@@ -14,7 +14,7 @@ replayed report is harmless and a restarted producer can resynchronise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import msgpack
 
@@ -278,7 +278,7 @@ def _build_status_reply(obj: Any) -> StatusReply:
     return StatusReply(obj)
 
 
-_BUILDERS = {
+_BUILDERS: dict[bytes, Callable[[Any], Message]] = {
     TASKS: _build_tasks,
     RESULTS: _build_results,
     READY: _build_ready,

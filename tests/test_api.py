@@ -1,0 +1,32 @@
+"""The public API: what ``qworker.__all__`` exports is exactly what the package offers."""
+
+import types
+
+import qworker
+
+
+def test_all_lists_every_public_name_and_only_those():
+    public = {name for name, value in vars(qworker).items() if not name.startswith("_") and not isinstance(value, types.ModuleType)}
+    assert set(qworker.__all__) == public
+    assert len(qworker.__all__) == len(set(qworker.__all__))
+
+
+def test_every_exported_name_is_documented():
+    for name in qworker.__all__:
+        obj = getattr(qworker, name)
+        assert getattr(obj, "__doc__", None), f"qworker.{name} has no docstring"
+
+
+def test_the_exception_tree():
+    for name in ("ConfigError", "GatherTimeout", "PoolStartError", "ProducerClosed", "RewardError", "ServiceUnavailable", "WireError"):
+        assert issubclass(getattr(qworker, name), qworker.QworkerError)
+    assert issubclass(qworker.GatherTimeout, TimeoutError) and issubclass(qworker.ConfigError, ValueError)
+
+
+def test_the_client_is_light_to_import():
+    import subprocess
+    import sys
+
+    code = "import sys, qworker; c = qworker.Client; print(' '.join(m for m in ('math_verify', 'sympy', 'psutil', 'ray', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == ""  # no reward library, no pool supervisor, no framework
