@@ -1,9 +1,9 @@
 """The bundled toy task: copy a digit.  A tiny random model can learn it in a few dozen GRPO steps on CPU.
 
-Each prompt is ``"copy:D="`` for a digit ``D`` and its ground truth is ``"D"``.  The reward
-``toy_digit`` (registered with qworker, so pool workers score it) gives 1.0 when the response starts
-with the ground truth, 0.1 when it starts with another digit, and 0.0 otherwise.  A random policy
-over the tiny vocabulary scores about 0.02 on average.
+Each prompt is ``"copy:D="`` for a digit ``D`` (0-3 by default) and its ground truth is ``"D"``.
+The reward ``toy_digit`` (registered with qworker, so pool workers score it) gives 1.0 when the
+response starts with the ground truth, 0.1 when it starts with another digit, and 0.0 otherwise.  A
+random policy over the tiny vocabulary scores about 0.03 on average; a trained one 1.0.
 
 This module imports only qworker (workers import it to find the reward), never torch.
 
@@ -34,7 +34,7 @@ def toy_digit(payload: dict, other_digit: float = 0.1) -> dict:
     return {"score": score, "head": head}
 
 
-def toy_rows(n: int, seed: int = 0, digits: str = "0123456789") -> list[dict]:
+def toy_rows(n: int, seed: int = 0, digits: str = "0123") -> list[dict]:
     """``n`` toy rows ``{"prompt": "copy:D=", "ground_truth": "D"}`` with digits drawn from ``digits``."""
     rng = random.Random(seed)
     rows = []
@@ -44,7 +44,7 @@ def toy_rows(n: int, seed: int = 0, digits: str = "0123456789") -> list[dict]:
     return rows
 
 
-def write_toy_dataset(path: str | Path, n: int = 200, seed: int = 0, digits: str = "0123456789") -> Path:
+def write_toy_dataset(path: str | Path, n: int = 200, seed: int = 0, digits: str = "0123") -> Path:
     """Write ``toy_rows(n, seed, digits)`` as JSONL to ``path``; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--digits", default="0123456789")
+    ap.add_argument("--digits", default="0123")
     a = ap.parse_args(argv)
     print(write_toy_dataset(a.out, a.n, a.seed, a.digits))
 
