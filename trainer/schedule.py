@@ -9,7 +9,8 @@ prompts, whatever the number of optimizer steps inside it):
 - ``constant``: 1.0 after warmup.
 - ``cosine``: after warmup, ``min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * p)) / 2`` with
   ``p = (step - warmup_steps) / max(1, total_steps - warmup_steps - 1)``, clamped to [0, 1]: 1.0 on the
-  first step after warmup and exactly ``min_lr_ratio`` on the last step.
+  first step after warmup and exactly ``min_lr_ratio`` on the last step (when a single step follows
+  the warmup, it takes 1.0).
 """
 
 from __future__ import annotations
