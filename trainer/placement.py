@@ -108,8 +108,15 @@ def make_actors(cfg: TrainConfig, init_from: str | None = None) -> Placement:
 
 
 def init_ray(address: str | None, temp_dir: str | None) -> None:
-    """Start (or join) Ray with every server on loopback; a no-op when Ray is already initialised."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    """Start (or join) Ray with every server on loopback; a no-op when Ray is already initialised.
+
+    Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` when it is first imported: a process that imported
+    Ray before this call must set it (to 0) itself, or Ray maps 127.0.0.1 to the host's address.
+    """
+    import sys
+
+    if "ray" not in sys.modules:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
