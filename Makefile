@@ -3,18 +3,21 @@
 # make bench - the transport benchmark (installs Ray into .venv first)
 # make bench-rewards - math scoring inline, on 1 and 2 workers, and mp.Pool
 # make bench-judge   - the judge benchmark against the mock judge (installs aiohttp and qreward)
+# make train-demo    - a short CPU GRPO training of a tiny model with the bundled trainer; prints first/last mean reward
+# make bench-trainer - trainer steps with a slow judge reward, inline vs overlapped
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench bench-rewards bench-judge lint clean
+.PHONY: demo test bench bench-rewards bench-judge lint clean train-demo bench-trainer
 
 $(STAMP): setup.py setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,ray]'
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test,ray,train]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -71,3 +74,12 @@ bench-judge: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info
+
+train-demo: $(STAMP)
+	@mkdir -p out
+	$(BIN)/python -m trainer.tiny --out out/tiny-model
+	$(BIN)/python -m trainer.toy --out out/toy-digits.jsonl
+	HF_HUB_OFFLINE=1 $(BIN)/qworker-train --config configs/grpo-toy.yaml
+
+bench-trainer: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/trainer.py

@@ -18,6 +18,10 @@ the 1 ms one) and qworker's ratio to each, then qworker's single-task round
 trip on an idle pool, the CPU the caller's thread spends waiting in gather, and
 the producer's memory per pending task.
 
+Then qworker across a real TCP socket on 127.0.0.1, with ``qworker-pool``
+processes as on remote hosts: one pool of W workers in plain text, the same
+with CURVE (encrypted and authenticated), and two pools sharing the W workers.
+
     python bench/transport.py                    # the full run: 100k tasks each
     python bench/transport.py --tasks 20000      # quicker
 """
@@ -27,7 +31,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -157,12 +164,48 @@ def pending_task_bytes(n: int) -> tuple[float, int]:
     return (after - before) / n, size
 
 
+def tcp_rates(n: int, workers: int, repeats: int, *, pools: int = 1, curve: bool = False) -> dict[str, tuple[float, list[float]]]:
+    """no-op and 1 ms CPU tasks/s through remote-style pools over tcp://127.0.0.1 (CURVE if asked)."""
+    from qworker.transport.security import create_keys
+
+    opts: dict = {}
+    flags: list[str] = []
+    keydir = tempfile.mkdtemp(prefix="qworker-keys-")
+    try:
+        if curve:
+            allowed = os.path.join(keydir, "allowed")
+            os.makedirs(allowed)
+            server_pub, server_sec = create_keys(os.path.join(keydir, "producer"), "producer")
+            pool_pub, pool_sec = create_keys(os.path.join(keydir, "pool"), "pool")
+            shutil.copy(pool_pub, allowed)
+            opts = {"curve_secret_key": server_sec, "curve_allowed_keys": allowed}
+            flags = ["--curve-secret-key", pool_sec, "--curve-server-key", server_pub]
+        with Producer(bind="tcp://127.0.0.1:0", local_workers=0, **opts) as p:
+            per_pool = [workers // pools + (1 if k < workers % pools else 0) for k in range(pools)]
+            procs = [subprocess.Popen([sys.executable, "-m", "qworker", "pool", "--connect", p.endpoint, "--workers", str(k),
+                                       "--id", f"bench-{i}", "--log-level", "WARNING", *flags]) for i, k in enumerate(per_pool)]
+            try:
+                p.wait_for_workers(workers, timeout=60)
+                out = {}
+                for name, reward, extra, reps in (("no-op", "noop", {}, repeats), ("1 ms CPU", "spin", {"ms": 1}, 1)):
+                    batches = iter([[{"i": i, "rep": r, "tcp": pools, "curve": curve, **extra} for i in range(n)] for r in range(reps)])
+                    out[name] = median_rate(n, lambda reward=reward, batches=batches: run_qworker(p, reward, next(batches)), reps)
+                return out
+            finally:
+                for proc in procs:
+                    proc.send_signal(signal.SIGTERM)
+                for proc in procs:
+                    proc.wait(60)
+    finally:
+        shutil.rmtree(keydir, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="runs of the no-op workload per system (median reported)")
-    ap.add_argument("--skip", action="append", default=[], help="skip a system: pool, manager, ray")
+    ap.add_argument("--skip", action="append", default=[], help="skip a system: pool, manager, ray, tcp")
     args = ap.parse_args()
     n, w = args.tasks, args.workers
     print(f"transport benchmark: {n} tasks per workload, {w} workers, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
@@ -205,6 +248,12 @@ def main() -> None:
         print("  Ray tasks: skipped, ray is not installed (pip install ray)")
 
     per_task, payload_size = pending_task_bytes(min(n, 100_000))
+    tcp: dict[str, dict[str, tuple[float, list[float]]]] = {}
+    if "tcp" not in args.skip:
+        for label, kw in (("tcp, 1 pool", {}), ("tcp + CURVE, 1 pool", {"curve": True}), ("tcp, 2 pools", {"pools": 2})):
+            tcp[label] = tcp_rates(n, w, args.repeats, **kw)
+            print(f"  qworker {label:<20} " + "   ".join(f"{k} {r:,.0f} tasks/s (runs {', '.join(f'{x:,.0f}' for x in runs)})"
+                                                       for k, (r, runs) in tcp[label].items()), flush=True)
 
     print("\nthroughput, tasks/s (median), and qworker's ratio to each")
     headers = ["system"] + [f"{k} tasks/s" for k in workloads] + [f"qworker / it, {k}" for k in workloads]
@@ -221,6 +270,13 @@ def main() -> None:
         ["producer memory per pending task", f"{per_task:,.0f} bytes (payload itself: {payload_size} bytes msgpack)"],
         ["duplicate results dropped", str(status["duplicate_results"])],
     ]))
+    if tcp:
+        base = tcp["tcp, 1 pool"]
+        print(f"\nqworker over tcp://127.0.0.1 with qworker-pool processes ({w} workers in all), tasks/s (median), and the ratio to 1 plain pool")
+        print(table(["transport", *[f"{k} tasks/s" for k in workloads], *[f"vs plain, {k}" for k in workloads]], [
+            [label, *[f"{by[k][0]:,.0f}" for k in workloads], *[f"{by[k][0] / base[k][0]:.2f}x" for k in workloads]]
+            for label, by in tcp.items()
+        ]))
 
 
 if __name__ == "__main__":

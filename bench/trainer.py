@@ -1,0 +1,137 @@
+"""Trainer benchmark: the same GRPO steps with a slow LLM-judge reward, scored inline and overlapped.
+
+A tiny random Qwen2 (CPU) trains on the toy prompts; the reward is qworker's ``llm_judge`` against
+``qworker mock-judge`` answering each request after ``--latencies`` seconds (capacity 256, and the
+judge's limit starts at 64, so a step's answers go out in one wave).  For each latency it runs:
+
+- ``inline``: ReasonRL's order, every reward gathered right after generation, before the log-probs;
+- ``overlap``: rewards submitted per group as soon as it is generated, log-probs and backward passes
+  run while the judge answers, and the trainer blocks only when no scored group is left to train on.
+
+"GPU work" (generate + log-probs + update + weight sync) and "reward work" (first submission to last
+answer) are the medians measured in the inline run, where nothing overlaps.  The target for the
+overlapped step is max(GPU work, reward work) + 5%.  An on-policy step cannot start scoring before
+its first samples exist, and the last group's rewards (submitted when generation ends) must be in
+before its backward pass: so the step is bounded below by max(GPU work, generate + reward work +
+weight sync), the "on-policy floor" column.  It equals max(GPU work, reward work) + 5% only while the
+reward work fits in the log-probs and the updates of the groups already scored; with
+``--chunks`` > 1 early groups are scored, and trained on, while later ones are generated.
+The first ``--warmup`` steps of each run (pool start, the judge limit's slow start) are not counted.
+
+    python bench/trainer.py [--steps 6] [--latencies 0.2,0.5,1.0] [--hidden 128 --layers 4] [--chunks 4] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import table  # noqa: E402
+from trainer.config import config_from_dict  # noqa: E402
+from trainer.loop import GRPOTrainer  # noqa: E402
+from trainer.tiny import save_tiny_model  # noqa: E402
+from trainer.toy import write_toy_dataset  # noqa: E402
+
+PORT = 18611
+
+
+def start_judge(port: int, latency: float) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), "--capacity", "256",
+                             "--latency", str(latency)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2).read()
+            return proc
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.05)
+
+
+def run(model: Path, data: Path, out: Path, port: int, overlap: bool, a: argparse.Namespace) -> list[dict]:
+    cfg = config_from_dict({
+        "model": {"path": str(model)},
+        "data": {"path": str(data)},
+        "rollout": {"num_generations": a.gens, "max_new_tokens": a.max_new_tokens, "chunks": a.chunks},
+        "train": {"steps": a.steps, "prompts_per_step": a.prompts, "micro_batch_size": a.gens, "lr": 1e-4, "overlap": overlap},
+        "reward": {"name": "llm_judge"},
+        "qworker": {
+            "producer": {"local_workers": 2, "cache_path": None},
+            "rewards": {"llm_judge": {"model": "mock-judge", "endpoints": [{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}],
+                                      "timeout_s": 30, "initial_concurrency": 64, "request": {"max_tokens": 16}}},
+        },
+        "log": {"dir": str(out), "print_every": 1000},
+        "checkpoint": {"resume": False},
+    })
+    with GRPOTrainer(cfg) as t:
+        history = t.run()
+    return history[a.warmup:]
+
+
+def med(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--latencies", default="0.2,0.5,1.0", help="seconds per judge answer, comma-separated")
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--gens", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--chunks", type=int, default=4, help="rollout.chunks: generation calls per step")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 leaves a core to the reward pool and judge)")
+    ap.add_argument("--json", default=None, help="also write the raw per-step metrics here")
+    a = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(a.threads)
+    work = Path(tempfile.mkdtemp(prefix="qworker-bench-trainer-"))
+    model = save_tiny_model(work / "model", hidden=a.hidden, layers=a.layers)
+    data = write_toy_dataset(work / "toy.jsonl", n=256)
+    rows, raw = [], {}
+    for latency in [float(x) for x in a.latencies.split(",")]:
+        judge = start_judge(PORT, latency)
+        try:
+            inline = run(model, data, work / f"inline-{latency}", PORT, False, a)
+            over = run(model, data, work / f"overlap-{latency}", PORT, True, a)
+        finally:
+            judge.terminate()
+            judge.wait()
+        raw[latency] = {"inline": inline, "overlap": over}
+        gpu, reward = med(inline, "gpu_s"), med(inline, "reward_wait_s")
+        bound = max(gpu, reward)
+        floor = max(gpu, med(inline, "generate_s") + reward + med(inline, "weight_sync_s"))
+        for name, h in (("inline", inline), ("overlap", over)):
+            step = med(h, "step_s")
+            rows.append([
+                f"{latency:.2f}", name, f"{step:.2f}", f"{gpu:.2f}", f"{reward:.2f}", f"{bound:.2f}", f"{floor:.2f}",
+                f"{step / bound:.2f}x", f"{step / floor:.2f}x", f"{med(inline, 'step_s') / step:.2f}x", f"{100 * med(h, 'reward_hidden_frac'):.0f}%",
+                "yes" if step <= 1.05 * bound else "no",
+            ])
+    print(f"\nGRPO steps on CPU ({a.threads} torch thread(s)): tiny Qwen2 (hidden {a.hidden}, {a.layers} layers), {a.prompts} prompts x "
+          f"{a.gens} samples, {a.max_new_tokens} new tokens, {a.chunks} generation chunks; llm_judge on the mock judge; medians of {a.steps - a.warmup} steps after {a.warmup} warm-up")
+    print(table(["judge s/answer", "mode", "step s", "GPU work s", "reward work s", "max(GPU, reward)", "on-policy floor",
+                 "step / max", "step / floor", "speed-up vs inline", "reward hidden", "<= max + 5%"], rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps({str(k): v for k, v in raw.items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

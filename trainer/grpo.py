@@ -1,0 +1,100 @@
+"""GRPO's arithmetic: group advantages, the clipped policy loss, the KL penalty, and loss aggregation.
+
+Pure functions on tensors, no model and no I/O, so each can be checked against hand-computed values.
+
+Conventions (shapes; units are nats for log-probabilities):
+- ``rewards``: ``[groups, num_generations]``, the scores of the samples drawn for each prompt.
+- per-token tensors: ``[sequences, tokens]`` over the completion tokens only, with a 0/1 float ``mask``
+  marking real tokens (1) and padding (0).
+- advantages are per sequence, ``[sequences]``, broadcast over that sequence's tokens.
+
+Aggregation is split into a numerator and a denominator so that a batch can be processed in
+micro-batches whose membership is decided late (the trainer consumes groups in the order their
+rewards arrive): the numerators of the micro-batches are summed, their denominators are summed, and
+the gradient is divided once at the end.  ``token`` mode: sum of token losses / number of tokens.
+``sequence`` mode: sum over sequences of (mean token loss of the sequence) / number of sequences.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+__all__ = ["ADVANTAGE_MODES", "AGGREGATIONS", "STD_EPS", "group_advantages", "clipped_policy_loss", "kl_k3", "aggregate"]
+
+AdvantageMode = Literal["raw", "grpo", "grpo_no_std"]
+Aggregation = Literal["token", "sequence"]
+ADVANTAGE_MODES = ("raw", "grpo", "grpo_no_std")
+AGGREGATIONS = ("token", "sequence")
+STD_EPS = 1e-6  # added to the group's standard deviation in "grpo" mode
+
+
+def group_advantages(rewards: torch.Tensor, mode: AdvantageMode) -> torch.Tensor:
+    """Advantages for ``rewards`` of shape ``[groups, n]``; returns the same shape.
+
+    - ``raw``: the reward itself.
+    - ``grpo``: ``(r - mean) / (std + STD_EPS)`` within each group, with the sample (n - 1) standard
+      deviation; a group whose rewards are all equal gets advantage 0.  Needs ``n >= 2``.
+    - ``grpo_no_std``: ``r - mean`` within each group (Dr. GRPO's unbiased variant).
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [groups, n], got shape {tuple(rewards.shape)}")
+    r = rewards.to(torch.float32)
+    if mode == "raw":
+        return r.clone()
+    centred = r - r.mean(dim=1, keepdim=True)
+    if mode == "grpo_no_std":
+        return centred
+    if mode == "grpo":
+        if r.shape[1] < 2:
+            raise ValueError("advantage mode 'grpo' needs num_generations >= 2")
+        return centred / (r.std(dim=1, keepdim=True, unbiased=True) + STD_EPS)
+    raise ValueError(f"unknown advantage mode {mode!r}; expected one of {ADVANTAGE_MODES}")
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_range_left: float,
+    clip_range_right: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate per token, with an asymmetric trust region.
+
+    ``ratio = exp(logp - old_logp)``; ``loss = -min(ratio * A, clamp(ratio, 1 - left, 1 + right) * A)``.
+    ``logp``/``old_logp`` are ``[sequences, tokens]``; ``advantages`` is ``[sequences]``.
+    Returns ``(loss, clipped)``, both ``[sequences, tokens]``: ``clipped`` is 1.0 where the clipped
+    term was the one taken (its gradient is then 0).
+    """
+    if clip_range_left < 0 or clip_range_left >= 1 or clip_range_right < 0:
+        raise ValueError(f"need 0 <= clip_range_left < 1 and clip_range_right >= 0, got {clip_range_left}, {clip_range_right}")
+    adv = advantages.to(logp.dtype).unsqueeze(1)
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_range_left, 1.0 + clip_range_right) * adv
+    loss = -torch.minimum(unclipped, clipped)
+    return loss, (clipped < unclipped).to(logp.dtype)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(policy || reference) estimate ``exp(ref - logp) - (ref - logp) - 1`` (Schulman's k3; >= 0)."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: Aggregation) -> tuple[torch.Tensor, float]:
+    """``(numerator, denominator)`` of the aggregated loss of one micro-batch (see the module docstring).
+
+    The aggregated loss of a whole mini-batch is ``sum(numerators) / sum(denominators)``.  A sequence
+    with no tokens contributes nothing in ``sequence`` mode (it is not counted).
+    """
+    mask = mask.to(per_token.dtype)
+    if mode == "token":
+        return (per_token * mask).sum(), float(mask.sum().item())
+    if mode == "sequence":
+        lengths = mask.sum(dim=1)
+        present = lengths > 0
+        per_seq = (per_token * mask).sum(dim=1)[present] / lengths[present]
+        return per_seq.sum(), float(present.sum().item())
+    raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {AGGREGATIONS}")

@@ -1,0 +1,265 @@
+"""The GRPO loop, with rewards overlapped with the GPU work.
+
+One step (``GRPOTrainer.step``):
+
+1. ``generate``: ``prompts_per_step`` prompts, ``num_generations`` samples each, in ``rollout.chunks``
+   calls.  With ``train.overlap`` each group's rewards are submitted to the qworker ``Producer`` as
+   soon as its chunk exists; the futures come back at once.
+2. ``logprobs``: old (and reference) log-probs on the policy, while the pool scores.
+3. ``update``: groups are consumed in the order their rewards arrive; a group's advantages need only
+   its own rewards (``train.advantage``), so backward passes start on the first groups scored while
+   the rest are still being scored.  The driver blocks (``reward_wait``) only when no scored
+   sequence is left to train on.  Every ``mini_batch_size`` sequences the accumulated gradient is
+   normalised (token or sequence count), clipped, and applied.
+4. ``weight_sync``: the policy's weights into the rollout engine.
+
+With ``train.overlap: false`` the step scores every rollout right after generation and waits for all
+of it before the log-probs (ReasonRL's order): the same algorithm, only the timing differs.
+Arrival order changes only the order in which micro-batch gradients are summed within a mini-batch,
+i.e. floating-point rounding (and, with several mini-batches per step, which groups share one).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import random
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from . import checkpoint as ckpt
+from .config import TrainConfig
+from .data import PromptSampler, read_jsonl
+from .grpo import group_advantages
+from .metrics import MetricsSink
+from .placement import Placement, make_actors
+from .rewards import RewardClient, build_payloads
+from .schedule import lr_multiplier
+from .timeline import StepTimeline
+
+__all__ = ["GRPOTrainer", "Group"]
+
+
+@dataclass
+class Group:
+    """One prompt's samples and, once scored, their rewards and advantages."""
+
+    index: int
+    row: dict[str, Any]
+    completions: list[dict[str, Any]]
+    futures: list = field(default_factory=list)
+    done: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    rewards: Optional[list[float]] = None
+    advantages: Optional[list[float]] = None
+
+
+def _when_all_done(futures: list, done: concurrent.futures.Future) -> None:
+    """Resolve ``done`` once every future of ``futures`` has resolved (any thread)."""
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one(_f: object) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            done.set_result(None)
+
+    if not futures:
+        done.set_result(None)
+    for f in futures:
+        f.add_done_callback(one)
+
+
+def _split(rows: list, parts: int) -> list[list]:
+    size, extra = divmod(len(rows), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(rows[start:end])
+        start = end
+    return [c for c in out if c]
+
+
+class GRPOTrainer:
+    """Builds the reward client, the actors and the sinks from ``cfg``; ``run()`` trains; ``close()`` stops all."""
+
+    def __init__(self, cfg: TrainConfig, placement: Optional[Placement] = None) -> None:
+        self.cfg = cfg
+        t = cfg.train
+        random.seed(t.seed)
+        torch.manual_seed(t.seed)
+        self.sampler = PromptSampler(read_jsonl(cfg.data.path), t.prompts_per_step, seed=t.seed, shuffle=cfg.data.shuffle)
+        self.ckpt_root = Path(cfg.log.dir) / "checkpoints"
+        self.start_step = 0
+        resume_from = ckpt.latest(self.ckpt_root) if cfg.checkpoint.resume else None
+        if resume_from is not None:
+            state = ckpt.read_state(resume_from)
+            self.start_step = int(state["step"])
+            self.sampler.load_state(state["sampler"])
+            print(f"resuming from {resume_from} at step {self.start_step}", flush=True)
+        # the reward pool first: its workers start while the models load
+        self.rewards = RewardClient(cfg.reward.name, cfg.reward.params, cfg.reward.modules, cfg.qworker, cfg.reward.gather_timeout_s)
+        try:
+            self.actors = placement or make_actors(cfg, init_from=str(resume_from) if resume_from else None)
+            if resume_from is not None:
+                self.actors.sync_weights()
+        except BaseException:
+            self.rewards.close()
+            raise
+        log = cfg.log
+        self.sink = MetricsSink(
+            jsonl_path=str(Path(log.dir) / "metrics.jsonl") if log.jsonl else None,
+            tensorboard_dir=str(Path(log.dir) / "tensorboard") if log.tensorboard else None,
+            wandb_project=log.wandb_project, wandb_config=cfg.to_dict(), print_every=log.print_every,
+            resume=resume_from is not None,
+        )
+        self.history: list[dict[str, Any]] = []
+
+    # ---- rewards ------------------------------------------------------------------------------------
+    def _submit(self, g: Group, tl: StepTimeline) -> None:
+        g.futures = self.rewards.submit(build_payloads(g.row, g.completions, self.cfg.rollout.max_new_tokens))
+        tl.mark_submit()
+        for f in g.futures:
+            f.add_done_callback(tl.mark_result)
+        _when_all_done(g.futures, g.done)
+
+    def _collect(self, g: Group) -> None:
+        g.rewards, _ = self.rewards.scores(g.futures)
+        g.advantages = group_advantages(torch.tensor([g.rewards]), self.cfg.train.advantage)[0].tolist()
+
+    @staticmethod
+    def _items(g: Group) -> list[dict[str, Any]]:
+        return [
+            {"prompt_ids": c["prompt_ids"], "completion_ids": c["completion_ids"], "advantage": a,
+             "old_logp": c["old_logp"], "ref_logp": c.get("ref_logp")}
+            for c, a in zip(g.completions, g.advantages, strict=True)
+        ]
+
+    # ---- one step -----------------------------------------------------------------------------------
+    def step(self, step: int) -> dict[str, Any]:
+        """Run training step ``step`` (0-based) and return its metrics (see ``timeline`` for the times)."""
+        t, r = self.cfg.train, self.cfg.rollout
+        tl = StepTimeline()
+        groups: list[Group] = []
+        for k, chunk in enumerate(_split(self.sampler.next_batch(), r.chunks)):
+            with tl.phase("generate"):
+                outs = self.actors.rollout.call(
+                    "generate", [row["prompt"] for row in chunk], r.num_generations, r.max_new_tokens,
+                    r.temperature, r.top_p, seed=t.seed * 1_000_003 + step * 101 + k,
+                )
+            for row, comps in zip(chunk, outs, strict=True):
+                g = Group(len(groups), row, comps)
+                groups.append(g)
+                if t.overlap:
+                    self._submit(g, tl)
+        if not t.overlap:
+            with tl.phase("reward_wait"):
+                for g in groups:
+                    self._submit(g, tl)
+                for g in groups:
+                    self._collect(g)
+        with tl.phase("logprobs"):
+            seqs = [(c["prompt_ids"], c["completion_ids"]) for g in groups for c in g.completions]
+            lp = self.actors.policy.call("logprobs", seqs)
+        flat = [c for g in groups for c in g.completions]
+        for i, c in enumerate(flat):
+            c["old_logp"] = lp["old"][i]
+            if lp["ref"] is not None:
+                c["ref_logp"] = lp["ref"][i]
+        stats = self._update(groups, tl, step)
+        with tl.phase("weight_sync"):
+            self.actors.sync_weights()
+        rewards = torch.tensor([x for g in groups for x in g.rewards])
+        lengths = torch.tensor([float(len(c["completion_ids"])) for c in flat])
+        return {
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+            "response_len_mean": float(lengths.mean()),
+            "reward_failures": self.rewards.failures,
+            **stats,
+            **tl.summary(),
+        }
+
+    def _update(self, groups: list[Group], tl: StepTimeline, step: int) -> dict[str, float]:
+        t = self.cfg.train
+        total = sum(len(g.completions) for g in groups)
+        mini = t.mini_batch_size or total
+        lr = t.lr * lr_multiplier(step, t.steps, t.lr_schedule, t.warmup_ratio, t.min_lr_ratio)
+        queue: collections.deque = collections.deque()
+        pending = []
+        for g in groups:
+            if g.rewards is not None:
+                queue.extend(self._items(g))
+            else:
+                pending.append(g)
+        in_mini, denom, steps = 0, 0.0, 0
+        sums = collections.Counter()
+        grad_norm = 0.0
+        while queue or pending:
+            need = min(t.micro_batch_size, mini - in_mini)
+            if len(queue) >= need or (queue and not pending):
+                micro = [queue.popleft() for _ in range(min(need, len(queue)))]
+                with tl.phase("update"):
+                    s = self.actors.policy.call("accumulate", micro)
+                in_mini += len(micro)
+                denom += s["denominator"]
+                sums.update({k: s[k] for k in ("loss_sum", "denominator", "clipped_tokens", "kl_sum", "tokens")})
+                if in_mini == mini or (not queue and not pending):
+                    with tl.phase("update"):
+                        grad_norm = self.actors.policy.call("optimizer_step", denom, lr)["grad_norm"]
+                    in_mini, denom, steps = 0, 0.0, steps + 1
+                continue
+            with tl.phase("reward_wait"):
+                done, _ = concurrent.futures.wait([g.done for g in pending], timeout=self.cfg.reward.gather_timeout_s,
+                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                if not done:
+                    raise TimeoutError(f"no reward group resolved within {self.cfg.reward.gather_timeout_s} s")
+                ready = [g for g in pending if g.done.done()]
+                pending = [g for g in pending if g not in ready]
+                for g in ready:
+                    self._collect(g)
+                    queue.extend(self._items(g))
+        tokens = max(sums["tokens"], 1.0)
+        return {
+            "loss": sums["loss_sum"] / max(sums["denominator"], 1e-8),
+            "clip_frac": sums["clipped_tokens"] / tokens,
+            "kl": sums["kl_sum"] / tokens,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "optimizer_steps": steps,
+        }
+
+    # ---- the run ------------------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        """Train from ``start_step`` to ``train.steps``; checkpoint every ``checkpoint.every`` steps and at the end."""
+        c = self.cfg.checkpoint
+        step = self.start_step
+        for step in range(self.start_step, self.cfg.train.steps):
+            m = self.step(step)
+            self.history.append({"step": step, **m})
+            self.sink.log(step, m)
+            if c.every and (step + 1) % c.every == 0 and step + 1 < self.cfg.train.steps:
+                self.save(step + 1)
+        if self.start_step < self.cfg.train.steps:
+            self.save(self.cfg.train.steps)
+        return self.history
+
+    def save(self, next_step: int) -> Path:
+        state = {"step": next_step, "sampler": self.sampler.state(), "config": self.cfg.to_dict()}
+        return ckpt.save_checkpoint(self.ckpt_root, next_step, lambda d: self.actors.policy.call("save", d), state, self.cfg.checkpoint.keep)
+
+    def close(self) -> None:
+        self.sink.close()
+        self.actors.shutdown()
+        self.rewards.close()
+
+    def __enter__(self) -> GRPOTrainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,80 @@
+"""Where step metrics go: one line on stdout, a JSONL file, and TensorBoard / Weights & Biases when installed.
+
+``MetricsSink.log(step, metrics)`` writes every sink; a sink whose package is missing is skipped with
+one notice on stderr, never an error.  The stdout line shows the reward and the step's timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Optional
+
+__all__ = ["MetricsSink", "format_line"]
+
+
+def format_line(step: int, m: dict[str, Any]) -> str:
+    """The stdout line: step, reward, loss, then the timeline in seconds and the hidden reward share."""
+    return (
+        f"step {step:4d}  reward {m.get('reward_mean', 0.0):.3f}  loss {m.get('loss', 0.0):+.4f}  "
+        f"lr {m.get('lr', 0.0):.2e} | step {m['step_s']:.2f}s = gen {m['generate_s']:.2f} + logp {m['logprobs_s']:.2f} "
+        f"+ reward wait {m['reward_wait_s']:.2f} + update {m['update_s']:.2f} + sync {m['weight_sync_s']:.2f}"
+        f" | reward {m['reward_span_s']:.2f}s, hidden {m['reward_hidden_s']:.2f}s ({100 * m['reward_hidden_frac']:.0f}%)"
+    )
+
+
+class MetricsSink:
+    """Writes metrics to stdout (every ``print_every`` steps), ``jsonl_path``, TensorBoard and W&B."""
+
+    def __init__(
+        self,
+        jsonl_path: Optional[str] = None,
+        tensorboard_dir: Optional[str] = None,
+        wandb_project: Optional[str] = None,
+        wandb_config: Optional[dict[str, Any]] = None,
+        print_every: int = 1,
+        resume: bool = False,
+    ) -> None:
+        self.print_every = max(1, print_every)
+        self._jsonl = None
+        if jsonl_path:
+            os.makedirs(os.path.dirname(os.path.abspath(jsonl_path)), exist_ok=True)
+            self._jsonl = open(jsonl_path, "a" if resume else "w", encoding="utf-8")
+        self._tb = None
+        if tensorboard_dir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(tensorboard_dir)
+            except ImportError:
+                print("metrics: tensorboard is not installed; skipping it", file=sys.stderr)
+        self._wandb = None
+        if wandb_project:
+            try:
+                import wandb
+
+                self._wandb = wandb.init(project=wandb_project, config=wandb_config or {}, resume="allow")
+            except ImportError:
+                print("metrics: wandb is not installed; skipping it", file=sys.stderr)
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        if step % self.print_every == 0:
+            print(format_line(step, metrics), flush=True)
+        if self._jsonl:
+            self._jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
+            self._jsonl.flush()
+        numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self._tb:
+            for k, v in numeric.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb:
+            self._wandb.log(numeric, step=step)
+
+    def close(self) -> None:
+        if self._jsonl:
+            self._jsonl.close()
+        if self._tb:
+            self._tb.close()
+        if self._wandb:
+            self._wandb.finish()

@@ -1,0 +1,204 @@
+"""The policy actor: the trainable model, its log-probabilities, the GRPO loss, and the optimizer.
+
+The contract the loop relies on (``loop.py``):
+
+- ``logprobs(seqs)``: per-token log-probabilities (nats, at the sampling temperature) of each
+  completion under the current policy (``old``) and, when ``kl_coef > 0``, the reference (``ref``:
+  the initial weights; with LoRA, the base model with the adapter disabled).  No gradient.
+- ``accumulate(micro)``: forward and backward on one micro-batch whose advantages are known; the
+  gradient accumulated is that of the loss *numerator* (see ``grpo.aggregate``), unnormalised.
+- ``optimizer_step(denominator, lr)``: divide the accumulated gradient by ``denominator`` (the
+  mini-batch's token or sequence count), clip its norm, step, zero the gradient.
+- ``get_weights()``: the weights under the base model's names (LoRA merged in), for the rollout.
+- ``save(dir)``: the model in Hugging Face format under ``dir/hf`` and the optimizer state; a policy
+  built with ``init_from=dir`` resumes from them (the reference stays the original ``model_path``).
+
+A sequence is ``(prompt_ids, completion_ids)``.  Batches are laid out left-padded prompt then
+right-padded completion, with explicit position ids, so every completion starts at the same column.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import torch
+
+from .grpo import aggregate, clipped_policy_loss, kl_k3
+from .rollout_hf import load_tokenizer, resolve_dtype
+
+__all__ = ["PolicyActor"]
+
+Seq = tuple[list[int], list[int]]
+
+
+class PolicyActor:
+    """Holds the policy (and optional reference) model on ``device``; see the module docstring."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        device: str = "cpu",
+        dtype: str = "auto",
+        lora: Optional[dict[str, Any]] = None,
+        lr: float = 1e-6,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        kl_coef: float = 0.0,
+        temperature: float = 1.0,
+        clip_range_left: float = 0.2,
+        clip_range_right: float = 0.28,
+        loss_aggregation: str = "token",
+        max_grad_norm: float = 1.0,
+        micro_batch_size: int = 8,
+        gradient_checkpointing: bool = False,
+        init_from: Optional[str] = None,
+        seed: int = 0,
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(seed)
+        self.device, self.kl_coef, self.temperature = device, kl_coef, temperature
+        self.clip = (clip_range_left, clip_range_right)
+        self.loss_aggregation, self.max_grad_norm, self.micro_batch_size = loss_aggregation, max_grad_norm, micro_batch_size
+        self.lora = bool(lora and lora.get("enabled"))
+        torch_dtype = resolve_dtype(dtype, device)
+        self.tokenizer = load_tokenizer(model_path)
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        hf_dir = os.path.join(init_from, "hf") if init_from else None  # init_from: a checkpoint directory
+        base_from = model_path if self.lora or not hf_dir else hf_dir
+        model = AutoModelForCausalLM.from_pretrained(base_from, dtype=torch_dtype)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if self.lora:
+            from peft import LoraConfig, PeftModel, get_peft_model
+
+            if hf_dir:
+                model = PeftModel.from_pretrained(model, hf_dir, is_trainable=True)
+            else:
+                cfg = LoraConfig(
+                    r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+                    target_modules=list(lora["target_modules"]), task_type="CAUSAL_LM",
+                )
+                model = get_peft_model(model, cfg)
+        self.model = model.to(device)
+        self.model.train()
+        self.ref = None
+        if kl_coef > 0 and not self.lora:
+            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(device).eval()
+            self.ref.requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        if init_from and os.path.exists(os.path.join(init_from, "optimizer.pt")):
+            self.optimizer.load_state_dict(torch.load(os.path.join(init_from, "optimizer.pt"), map_location=device))
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # ---- batching -------------------------------------------------------------------------------
+    def _batch(self, seqs: list[Seq]) -> dict[str, torch.Tensor]:
+        p_max = max(len(p) for p, _ in seqs)
+        c_max = max(max(len(c) for _, c in seqs), 1)
+        ids = torch.full((len(seqs), p_max + c_max), self.pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        comp_mask = torch.zeros((len(seqs), c_max), dtype=torch.float32)
+        for i, (p, c) in enumerate(seqs):
+            ids[i, p_max - len(p) : p_max] = torch.tensor(p, dtype=torch.long)
+            ids[i, p_max : p_max + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[i, p_max - len(p) : p_max + len(c)] = 1
+            comp_mask[i, : len(c)] = 1.0
+        pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
+        return {"ids": ids.to(self.device), "attn": attn.to(self.device), "pos": pos.to(self.device),
+                "mask": comp_mask.to(self.device), "p_max": torch.tensor(p_max), "c_max": torch.tensor(c_max)}
+
+    def _token_logp(self, model: torch.nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[sequences, c_max]`` log-probs of the completion tokens (garbage where ``mask`` is 0)."""
+        p_max, c_max = int(b["p_max"]), int(b["c_max"])
+        logits = model(input_ids=b["ids"], attention_mask=b["attn"], position_ids=b["pos"]).logits
+        logits = logits[:, p_max - 1 : p_max - 1 + c_max, :].float() / max(self.temperature, 1e-6)
+        targets = b["ids"][:, p_max : p_max + c_max]
+        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+    # ---- the actor's methods ----------------------------------------------------------------------
+    @torch.no_grad()
+    def logprobs(self, seqs: list[Seq]) -> dict[str, Optional[list[list[float]]]]:
+        """``{"old": [...], "ref": [...] or None}``, one list of floats per completion token per sequence."""
+        old: list[list[float]] = []
+        ref: Optional[list[list[float]]] = [] if self.kl_coef > 0 else None
+        for start in range(0, len(seqs), self.micro_batch_size):
+            chunk = seqs[start : start + self.micro_batch_size]
+            b = self._batch(chunk)
+            lp = self._token_logp(self.model, b).cpu()
+            old += [lp[i, : len(c)].tolist() for i, (_, c) in enumerate(chunk)]
+            if ref is not None:
+                if self.lora:
+                    with self.model.disable_adapter():
+                        rp = self._token_logp(self.model, b).cpu()
+                else:
+                    rp = self._token_logp(self.ref, b).cpu()
+                ref += [rp[i, : len(c)].tolist() for i, (_, c) in enumerate(chunk)]
+        return {"old": old, "ref": ref}
+
+    def accumulate(self, micro: list[dict[str, Any]]) -> dict[str, float]:
+        """Forward/backward on ``micro``: dicts with ``prompt_ids``, ``completion_ids``, ``advantage``,
+        ``old_logp`` and (with KL) ``ref_logp``.  Returns sums: ``loss_sum``, ``denominator``,
+        ``clipped_tokens``, ``kl_sum``, ``tokens``."""
+        b = self._batch([(m["prompt_ids"], m["completion_ids"]) for m in micro])
+        mask, c_max = b["mask"], int(b["c_max"])
+
+        def pad(key: str) -> torch.Tensor:
+            out = torch.zeros((len(micro), c_max), dtype=torch.float32)
+            for i, m in enumerate(micro):
+                out[i, : len(m[key])] = torch.tensor(m[key], dtype=torch.float32)
+            return out.to(self.device)
+
+        logp = self._token_logp(self.model, b)
+        adv = torch.tensor([m["advantage"] for m in micro], dtype=torch.float32, device=self.device)
+        per_token, clipped = clipped_policy_loss(logp, pad("old_logp"), adv, *self.clip)
+        kl_sum = 0.0
+        if self.kl_coef > 0:
+            kl = kl_k3(logp, pad("ref_logp"))
+            per_token = per_token + self.kl_coef * kl
+            kl_sum = float((kl.detach() * mask).sum())
+        numerator, denominator = aggregate(per_token, mask, self.loss_aggregation)
+        numerator.backward()
+        return {"loss_sum": float(numerator.detach()), "denominator": denominator,
+                "clipped_tokens": float((clipped * mask).sum()), "kl_sum": kl_sum, "tokens": float(mask.sum())}
+
+    def optimizer_step(self, denominator: float, lr: float) -> dict[str, float]:
+        """Scale the accumulated gradient by ``1/denominator``, clip to ``max_grad_norm`` (0: no clip), step at ``lr``."""
+        params = [p for p in self.model.parameters() if p.requires_grad and p.grad is not None]
+        scale = 1.0 / max(denominator, 1e-8)
+        for p in params:
+            p.grad.mul_(scale)
+        if self.max_grad_norm > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+        else:
+            norm = float(torch.norm(torch.stack([p.grad.norm() for p in params]))) if params else 0.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"grad_norm": norm, "lr": lr}
+
+    @torch.no_grad()
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        """The full weights under the base model's parameter names (LoRA merged), on CPU."""
+        if not self.lora:
+            return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        self.model.merge_adapter()
+        try:
+            out = {}
+            for k, v in self.model.base_model.model.state_dict().items():
+                if "lora_" in k:
+                    continue
+                out[k.replace(".base_layer.", ".")] = v.detach().to("cpu", copy=True)
+            return out
+        finally:
+            self.model.unmerge_adapter()
+
+    def save(self, directory: str) -> None:
+        """Write ``directory/hf`` (model or LoRA adapter, and tokenizer) and ``directory/optimizer.pt``."""
+        os.makedirs(directory, exist_ok=True)
+        self.model.save_pretrained(os.path.join(directory, "hf"))
+        self.tokenizer.save_pretrained(os.path.join(directory, "hf"))
+        torch.save(self.optimizer.state_dict(), os.path.join(directory, "optimizer.pt"))
