@@ -182,7 +182,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     sub.add_parser("pool", help="run a pool daemon (same as qworker-pool)", add_help=False)
     sub.add_parser("mock-judge", help="run an OpenAI-compatible mock judge on 127.0.0.1", add_help=False)
     sub.add_parser("serve", help="serve rewards to qworker.Client processes and over HTTP", add_help=False)
-    sub.add_parser("ray-pools", help="run a pool on every node of a Ray cluster (needs qworker[ray])", add_help=False)
+    sub.add_parser("ray-pools", help="run a pool on every node of a Ray cluster (needs qworker-rl[ray])", add_help=False)
 
     ks = sub.add_parser("keys", help="create a CURVE key pair (NAME.key public, NAME.key_secret secret) in DIR")
     ks.add_argument("dir", help="where to write the key files")

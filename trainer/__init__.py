@@ -2,7 +2,7 @@
 
     qworker-train --config configs/grpo.yaml
 
-Installs with ``pip install 'qworker[train]'`` (torch, transformers, ray, peft; vLLM separately on GPU
+Installs with ``pip install 'qworker-rl[train]'`` (torch, transformers, ray, peft; vLLM separately on GPU
 hosts).  It uses qworker's public API only.  Importing this package imports neither torch nor Ray;
 ``GRPOTrainer`` and ``load_config`` are loaded on first use.
 """

@@ -55,7 +55,7 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the Ray launcher needs Ray: pip install 'qworker[ray]'") from exc
+        raise ImportError("the Ray launcher needs Ray: pip install 'qworker-rl[ray]'") from exc
     return ray
 
 
