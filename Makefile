@@ -14,7 +14,9 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.py setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet torch==2.13.0  # the CPU wheel, first: verl and trl would otherwise pull a CUDA torch
+	$(BIN)/pip install --quiet -e '.[test,trl,verl]'
+	$(BIN)/pip install --quiet --no-deps openrlhf==0.11.2  # its full install needs CUDA; its reward-file loader needs none
 	touch $(STAMP)
 
 demo: $(STAMP)
