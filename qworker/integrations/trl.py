@@ -1,7 +1,7 @@
 """TRL: reward functions for ``GRPOTrainer(reward_funcs=[...])`` that score with qworker,
 and a trainer that overlaps the scoring with its own forward passes.
 
-Tested against trl 1.16.0 (transformers 5.10.4, torch 2.13.0 CPU)::
+Tested against trl 1.16.0 (transformers 5.23.0 and 5.10.4, torch 2.13.0 CPU)::
 
     from qworker.integrations.trl import QworkerReward, QworkerGRPOTrainer
 
