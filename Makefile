@@ -16,9 +16,23 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.py setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,ray,train]'
+	$(BIN)/pip install --quiet torch==2.13.0  # the CPU wheel, first: trl would otherwise pull a CUDA torch
+	$(BIN)/pip install --quiet -e '.[test,ray,train,trl]'
+	$(BIN)/pip install --quiet --no-deps openrlhf==0.11.2  # its full install needs CUDA; its reward-file loader needs none,
+	$(BIN)/pip install --quiet pylatexenc aiohttp           # only these to import
 	touch $(STAMP)
+
+# verl gets a venv of its own: its hydra/omegaconf need antlr4 4.9, qworker's math-verify
+# antlr4 4.13 (one resolve of both is impossible, so verl goes in a second step that
+# downgrades antlr4, as in a verl user's environment); the math tests expect 4.13.
+VERL_VENV := $(VENV)/verl
+$(VERL_VENV)/.installed: $(STAMP)
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/pip install --quiet --upgrade pip
+	$(VERL_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VERL_VENV)/bin/pip install --quiet -e '.[test]'
+	$(VERL_VENV)/bin/pip install --quiet 'verl>=0.9,<0.10' 'hydra-core>=1.3'
+	touch $@
 
 demo: $(STAMP)
 	@mkdir -p out
@@ -58,8 +72,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint
+test: lint $(VERL_VENV)/.installed
 	$(BIN)/python -m pytest -q
+	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_verl.py
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'

@@ -1,0 +1,53 @@
+"""OpenRLHF: a ``reward_func`` file for ``--reward.remote_url`` that scores with qworker.
+
+Point OpenRLHF at this file (it loads a URL ending in ``.py`` as a module and
+calls its ``reward_func``; tested against openrlhf 0.11.2)::
+
+    --reward.remote_url $(python -c "import qworker.integrations.openrlhf_reward_func as m; print(m.__file__)")
+
+OpenRLHF calls ``reward_func([query], [prompt], [label])`` once per sample, in
+a thread of each vLLM engine actor; ``query`` is the decoded prompt and
+response tokens, so the response is what follows the prompt (a query that does
+not start with the prompt is scored whole, and a warning says so once).  Set
+``QWORKER_CONNECT`` so every engine actor shares one service; the reward is
+``$QWORKER_REWARD`` (default ``math``).
+
+Returns ``{"rewards": tensor, "scores": tensor, "extra_logs": {"qworker_failed": tensor}}``,
+float32 tensors of shape ``(len(queries),)``.  A failed task scores the
+service's ``fallback_score``, ``qworker_failed`` is 1.0 for it (OpenRLHF logs
+its mean), and a warning carries the error.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import torch
+
+from qworker.integrations._client import reward_client
+from qworker.integrations._outcome import FAILED_KEY, choose, failure_keys, warn_failed
+from qworker.integrations._payload import from_openrlhf
+
+__all__ = ["reward_func"]
+
+log = logging.getLogger("qworker.integrations")
+_warned_prefix = False
+
+
+def reward_func(queries: Sequence[str], prompts: Sequence[Any], labels: Sequence[Any], **kwargs: Any) -> dict[str, Any]:
+    """OpenRLHF's reward function: one reward per query, as float32 tensors."""
+    global _warned_prefix
+    if not len(queries) == len(prompts) == len(labels):
+        raise ValueError(f"reward_func got {len(queries)} queries, {len(prompts)} prompts and {len(labels)} labels")
+    if not _warned_prefix and any(not (isinstance(p, str) and q.startswith(p)) for q, p in zip(queries, prompts, strict=True)):
+        log.warning("openrlhf reward_func: a query does not start with its prompt; such a query is scored whole")
+        _warned_prefix = True
+    reward, params = choose()
+    client = reward_client()
+    payloads = [from_openrlhf(q, p, la) for q, p, la in zip(queries, prompts, labels, strict=True)]
+    results = client.gather(client.submit_batch(reward, payloads, params=params))
+    warn_failed("openrlhf reward_func", reward, results, "fallback_score")
+    scores = torch.tensor([r.score for r in results], dtype=torch.float32)
+    failed = torch.tensor([failure_keys(r)[FAILED_KEY] for r in results], dtype=torch.float32)
+    return {"rewards": scores, "scores": scores.clone(), "extra_logs": {FAILED_KEY: failed}}

@@ -1,0 +1,207 @@
+"""TRL: reward functions for ``GRPOTrainer(reward_funcs=[...])`` that score with qworker,
+and a trainer that overlaps the scoring with its own forward passes.
+
+Tested against trl 1.16.0 (transformers 5.23.0 and 5.10.4, torch 2.13.0 CPU)::
+
+    from qworker.integrations.trl import QworkerReward, QworkerGRPOTrainer
+
+    trainer = QworkerGRPOTrainer(model=..., args=GRPOConfig(...), train_dataset=ds,
+                                 reward_funcs=[QworkerReward("math")])
+
+``QworkerReward`` is a synchronous reward function, ``AsyncQworkerReward`` the
+``async def`` form (TRL runs those on its event-loop thread).  Either works
+with the plain ``GRPOTrainer``; the step then waits for the rewards after its
+reference and old-policy forward passes.  ``QworkerGRPOTrainer`` submits each
+qworker reward's tasks as soon as the completions are decoded, before those
+forward passes, so the workers score while the GPU computes log-probs; TRL's
+own reward call then only gathers.  The prefetched tasks are used only when
+the call sees the same payloads (otherwise it submits afresh), so the result
+is the same either way.
+
+Data: standard (``prompt`` / ``completion`` strings) and conversational (lists
+of messages: the last user message is the ``prompt``, the last assistant
+message the ``response``); see ``_payload`` for every field.  A failed task
+scores ``None`` (TRL leaves it out of the group baseline and gives it no
+advantage) unless ``fallback`` is a number.  Each call logs the metric
+``qworker/<name>/failed`` (the fraction of failed tasks) and the column
+``qworker_error/<name>`` (the error kind, or None) in the completions table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any, Mapping, Optional, Sequence
+
+from trl import GRPOTrainer
+
+from .._result import Result, ResultFuture
+from ._client import RewardClient, reward_client
+from ._outcome import choose, failure_keys, warn_failed
+from ._payload import from_trl
+
+__all__ = ["QworkerReward", "AsyncQworkerReward", "QworkerGRPOTrainer"]
+
+log = logging.getLogger("qworker.integrations")
+
+_NOT_COLUMNS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"})
+
+
+class QworkerReward:
+    """A TRL reward function that scores each completion as one qworker task.
+
+    ``reward``: a reward name (``math``, a config alias or composite, or
+    ``pkg.mod:fn``); default ``$QWORKER_REWARD``, else ``math``.  ``params``:
+    keyword arguments for it.  ``fallback``: the score of a failed task (None:
+    ``None``, excluded from the baseline).  ``ground_truth_column``: the dataset
+    column with the ground truth (default: the first of ``ground_truth``,
+    ``solution``, ``answer``, ``label`` present).  ``max_response_length``: tokens
+    (``QworkerGRPOTrainer`` fills in ``max_completion_length``).  ``timeout``:
+    seconds to wait for a call's results (None: qworker's own limits apply).
+    ``name``: how TRL names it in logs (default ``qworker_<reward>``).
+    ``client``: a ``Producer``/``Client`` (default: ``reward_client()``).
+    """
+
+    def __init__(
+        self, reward: Optional[str] = None, *, params: Optional[Mapping[str, Any]] = None, fallback: Optional[float] = None,
+        ground_truth_column: Optional[str] = None, max_response_length: Optional[int] = None, timeout: Optional[float] = None,
+        name: Optional[str] = None, client: Optional[RewardClient] = None,
+    ) -> None:
+        self.reward, self.params = choose(reward, params)
+        self.fallback = fallback
+        self.ground_truth_column = ground_truth_column
+        self.max_response_length = max_response_length
+        self.timeout = timeout
+        self.__name__ = name or f"qworker_{self.reward}"
+        self._client = client
+        self._lock = threading.Lock()
+        self._prefetched: Optional[tuple[list[dict], list[ResultFuture]]] = None
+        self.prefetch_hits = 0  # calls answered by prefetched tasks (QworkerGRPOTrainer)
+
+    # submitting ---------------------------------------------------------------
+    def payloads(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Optional[Sequence[Sequence[int]]],
+                 columns: Mapping[str, Any]) -> list[dict]:
+        """One payload per completion; ``columns`` are TRL's keyword arguments (non-columns are skipped)."""
+        cols = {k: v for k, v in columns.items() if k not in _NOT_COLUMNS and isinstance(v, list) and len(v) == len(completions)}
+        return from_trl(prompts, completions, completion_ids, cols, ground_truth_column=self.ground_truth_column,
+                        max_response_length=self.max_response_length)
+
+    def prefetch(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Optional[Sequence[Sequence[int]]] = None,
+                 **columns: Any) -> None:
+        """Submit the tasks for a call that is coming, so they run in the meantime."""
+        payloads = self.payloads(prompts, completions, completion_ids, columns)
+        futures = self.client.submit_batch(self.reward, payloads, params=self.params)
+        with self._lock:
+            self._prefetched = (payloads, futures)
+
+    def _futures(self, payloads: list[dict]) -> list[ResultFuture]:
+        with self._lock:
+            pending, self._prefetched = self._prefetched, None
+        if pending is not None and pending[0] == payloads:
+            self.prefetch_hits += 1
+            return pending[1]
+        return self.client.submit_batch(self.reward, payloads, params=self.params)
+
+    @property
+    def client(self) -> RewardClient:
+        return self._client if self._client is not None else reward_client()
+
+    # results -> TRL --------------------------------------------------------------
+    def _scores(self, results: list[Result], kwargs: Mapping[str, Any]) -> list[Optional[float]]:
+        shown = "None" if self.fallback is None else str(self.fallback)
+        warn_failed(f"trl reward {self.__name__}", self.reward, results, shown)
+        keys = [failure_keys(r) for r in results]
+        log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
+        if callable(log_metric):  # every call logs it, so all ranks log the same names
+            log_metric(f"qworker/{self.__name__}/failed", sum(k["qworker_failed"] for k in keys) / max(1, len(keys)))
+        if callable(log_extra):
+            log_extra(f"qworker_error/{self.__name__}", [k["qworker_error"] or None for k in keys])
+        return [float(r.score) if r.ok else self.fallback for r in results]
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Optional[Sequence[Sequence[int]]] = None,
+                 **kwargs: Any) -> list[Optional[float]]:
+        """TRL's reward-function call: one score (or None) per completion, in order."""
+        futures = self._futures(self.payloads(prompts, completions, completion_ids, kwargs))
+        return self._scores(self.client.gather(futures, timeout=self.timeout), kwargs)
+
+    def __getstate__(self) -> dict:  # picklable: no lock, no pending futures, no client
+        state = dict(self.__dict__)
+        state.update(_lock=None, _prefetched=None, _client=None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.reward!r}, name={self.__name__!r})"
+
+
+class AsyncQworkerReward(QworkerReward):
+    """``QworkerReward`` as an ``async def`` reward function (TRL >= 0.27 awaits it on its loop thread)."""
+
+    async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],  # type: ignore[override]
+                       completion_ids: Optional[Sequence[Sequence[int]]] = None, **kwargs: Any) -> list[Optional[float]]:
+        futures = self._futures(self.payloads(prompts, completions, completion_ids, kwargs))
+        results = await asyncio.wait_for(asyncio.gather(*futures), self.timeout)
+        return self._scores(list(results), kwargs)
+
+
+class QworkerGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` that submits its qworker rewards as soon as completions exist.
+
+    It overrides two methods of trl 1.16's ``GRPOTrainer``: ``_generate_and_score_completions``
+    (to see the batch's dataset columns) and ``_generate`` (to submit right after
+    decoding, before the old-policy and reference forward passes).  If ``_generate``
+    returns another shape (another trl version), it logs one warning and the
+    rewards are scored as by ``GRPOTrainer``: correct, only not overlapped.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._qworker_inputs: Optional[list[dict]] = None
+        self._qworker_warned = False
+        for func in self._qworker_rewards():
+            if func.max_response_length is None:
+                func.max_response_length = getattr(self.args, "max_completion_length", None)  # a GRPOConfig field
+
+    def _qworker_rewards(self) -> list[QworkerReward]:
+        return [f for f in self.reward_funcs if isinstance(f, QworkerReward)]
+
+    def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
+        self._qworker_inputs = inputs
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self._qworker_inputs = None
+
+    def _generate(self, prompts: list) -> Any:
+        out = super()._generate(prompts)
+        rewards, inputs = self._qworker_rewards(), self._qworker_inputs
+        if not rewards or inputs is None:
+            return out
+        if not (isinstance(out, tuple) and len(out) == 8 and isinstance(out[3], list) and isinstance(out[5], dict)):
+            if not self._qworker_warned:
+                log.warning("QworkerGRPOTrainer: unexpected _generate() result in this trl version; rewards are not overlapped")
+                self._qworker_warned = True
+            return out
+        _, completion_ids, _, completions, _, extra_fields, _, _ = out
+        columns = _columns(inputs, extra_fields)
+        for func in rewards:
+            func.prefetch(prompts, completions, completion_ids, **columns)
+        return out
+
+
+def _columns(inputs: list[dict], extra_fields: Mapping[str, Any]) -> dict[str, list]:
+    """The keyword columns ``_calculate_rewards`` will pass: each input key but the
+    prompt/completion ones, with ``extra_fields`` (from a ``rollout_func``) merged in as it does."""
+    rows = [dict(x) for x in inputs]
+    for i, row in enumerate(rows):
+        for key, values in extra_fields.items():
+            if isinstance(values, list) and i < len(values):
+                row[key] = values[i]
+            elif not isinstance(values, list):
+                row[key] = values
+    keys = [k for k in rows[0] if k not in ("prompt", "completion", "completion_ids")]
+    return {k: [row.get(k) for row in rows] for k in keys}
