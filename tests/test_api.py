@@ -30,3 +30,15 @@ def test_the_client_is_light_to_import():
     code = "import sys, qworker; c = qworker.Client; print(' '.join(m for m in ('math_verify', 'sympy', 'psutil', 'ray', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == ""  # no reward library, no pool supervisor, no framework
+
+
+def test_the_readme_lists_every_error_kind_and_no_other():
+    import re
+
+    from tests.conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    table = text[text.index("| kind | the task failed because |"):]
+    table = table[: table.index("\n\n")]
+    listed = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+    assert listed == [k.value for k in qworker.ErrorKind]
