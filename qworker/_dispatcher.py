@@ -336,7 +336,7 @@ class Dispatcher(threading.Thread):
         for gate in self.gates:
             sent, failed = gate.admit(now, budget)
             if failed:
-                self._resolve([(p, None, None, AUTH_FAILED_ERROR, "", 0.0) for p in failed])
+                self._resolve([(p, None, None, why or AUTH_FAILED_ERROR, "", 0.0) for p, why in failed])
             if sent:
                 budget -= len(sent)
                 self.queue.extendleft(reversed(sent))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import heapq
 import random
+
+import pytest
 from typing import Optional
 
 from qworker._limiter import AdaptiveLimit
@@ -185,14 +187,40 @@ def test_after_a_cut_it_climbs_straight_back_under_the_refused_level():
     assert 65 <= lim.limit < 65.1  # one under the refused level, then a slow probe
 
 
-def test_latency_gradient_cuts_without_refusals():
+def test_queueing_is_seen_across_levels_and_cut_to_the_knee():
+    # a server that serves 50 at once: 0.1 s up to 50 in flight, then latency grows with the level (Little's law)
     lim = AdaptiveLimit(initial=50)
-    for i in range(50):
-        lim.on_success(0.1, 50, i * 0.01)
-    before = lim.limit
-    for i in range(100):
-        lim.on_success(0.5, 50, 1.0 + i * 0.05)  # the server queues: latency x5, for 5 s
-    assert lim.limit < before * 0.7
+    t = 0.0
+    for _ in range(300):
+        t += 0.002
+        lim.on_success(0.1, 50, t, level=40)
+    for _ in range(300):
+        t += 0.002
+        lim.on_success(0.2, 100, t, level=100)  # twice the knee: twice the latency
+    assert lim.queue_cuts >= 1 and 45 <= lim.knee_level <= 60 and lim.limit <= 60
+
+
+def test_latency_spread_alone_does_not_cut():
+    # lognormal latency (sigma 0.6, a 10x spread between p1 and p99) at one steady level: no queue, no cut
+    import math
+    rng = random.Random(3)
+    lim = AdaptiveLimit(initial=64)
+    t = 0.0
+    for _ in range(20_000):
+        t += 1 / 213
+        lim.on_success(0.3 * math.exp(0.6 * rng.gauss(0, 1) - 0.18), 64, t, level=64)
+    assert lim.queue_cuts == 0 and lim.limit >= 64
+
+
+def test_latency_per_output_token_is_used_when_replies_carry_it():
+    lim = AdaptiveLimit(initial=32)
+    rng = random.Random(5)
+    t = 0.0
+    for _ in range(2000):  # latency varies 20x with the output length; per token it is steady
+        n = rng.randint(10, 200)
+        t += 0.005
+        lim.on_success(0.01 * n, 32, t, level=32, tokens=n)
+    assert lim.base() == pytest.approx(0.01) and lim.queue_cuts == 0
 
 
 def test_idle_limit_does_not_grow():
