@@ -96,10 +96,9 @@ def test_a_streak_of_refusals_across_the_board_cools_the_endpoint():
 
 
 def test_rate_limit_headers_pace_requests_before_any_refusal():
-    g = gate()
+    g = gate(initial_concurrency=100)  # room under the limit: only pacing holds
     g.queue.extend(task(i) for i in range(200))
-    sent, _ = g.admit(0.0, 200)
-    assert len(sent) == 32  # slow start's first round
+    sent, _ = g.admit(0.0, 32)
     rl = {"requests": {"limit": 600, "remaining": 0, "reset_s": 1.0}}  # 10 per second, nothing left now
     g.settle(sent[-1], {**outcome(200), "ratelimit": rl}, None, 0.2)  # the last one sent: none sent after it
     assert g.snapshot(0.2)["endpoints"][0]["paced_rpm"] == 600
@@ -107,6 +106,7 @@ def test_rate_limit_headers_pace_requests_before_any_refusal():
     assert g.admit(0.25, 200)[0] == []
     assert len(g.admit(0.31, 200)[0]) == 1  # then one per 0.1 s
     g.settle(sent[0], {**outcome(200), "ratelimit": rl}, None, 0.4)  # the first one: 34 were sent after it
+    assert g.endpoints[0].sent == 35
     assert g.endpoints[0].paced_requests.level(0.4) < -20
 
 
