@@ -91,6 +91,7 @@ class Endpoint:
     latencies: deque = field(default_factory=lambda: deque(maxlen=2048))
     load: Optional[tuple] = None  # (running, waiting, at) from the metrics URL, written by LoadPoller
     load_used: float = 0.0
+    down_max_s: float = DOWN_MAX_S  # the longest wait between probes of a down endpoint
 
     def state(self, now: float) -> str:
         if self.down_reason:
@@ -155,7 +156,7 @@ class Endpoint:
         if not self.down_reason:
             log.warning("qworker: judge endpoint %s is down (%s); routing to the others, probing it again", self.url, reason)
             self.down_since = now
-        self.down_for = for_s or min(DOWN_MAX_S, max(DOWN_FIRST_S, 2 * self.down_for))
+        self.down_for = for_s or min(self.down_max_s, max(DOWN_FIRST_S, 2 * self.down_for))
         self.down_until = now + self.down_for
         self.down_reason = reason
         self.probing = False

@@ -41,8 +41,8 @@ With no endpoint reachable (every one down: refused connections, resets, 5xx
 streaks), a waiting task fails after ``dead_after_s`` (10 s) counted from when
 the last endpoint went down or from its submission, whichever is later, with
 an error naming each endpoint and its cause.  Probes go on meanwhile (every
-0.5 s to 5 s, with a task that is waiting), so new tasks flow again once one
-answers.  A task is retried after at most ``max_attempts - 1`` errors, and
+0.5 s doubling to 5 s or ``dead_after_s / 2``, with a task that is waiting), so
+new tasks flow again once one answers.  A task is retried after at most ``max_attempts - 1`` errors, and
 after at most ``5 * max_attempts`` refusals.
 """
 
@@ -119,6 +119,7 @@ class Gate:
             cap = float(e.get("max_concurrency") or ceiling)
             ep = Endpoint(i, e["url"], float(e.get("weight", 1.0)), AdaptiveLimit(initial=min(initial, cap), ceiling=cap),
                           Bucket(e["rpm"] / 60.0) if e.get("rpm") else None, Bucket(e["tpm"] / 60.0) if e.get("tpm") else None)
+            ep.down_max_s = max(0.5, min(ep.down_max_s, self.dead_after_s / 2))  # a waiting task sees a probe before it fails
             self.endpoints.append(ep)
             if e.get("metrics_url"):
                 LoadPoller(ep, str(e["metrics_url"])).start()

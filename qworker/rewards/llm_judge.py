@@ -143,6 +143,8 @@ def llm_judge(
     max_attempts: int = 4,  # the gate's: retries are decided in the producer
     ceiling: float = 512,  # the gate's
     initial_concurrency: float = 32,  # the gate's
+    dead_after_s: float = 10.0,  # the gate's
+    error_budget: float = 0.15,  # the gate's
 ) -> dict:
     if not isinstance(payload, dict):
         raise ValueError(f"llm_judge needs a payload object, got {type(payload).__name__}")
