@@ -1,21 +1,29 @@
 """Judge benchmark: qworker against an asyncio+aiohttp client and qreward, on one mock judge.
 
 Each run gets a fresh ``qworker mock-judge`` process (so its /stats count that
-run alone) on 127.0.0.1:
+run alone) on 127.0.0.1.  qworker runs 4 workers with no capacity hint; the
+aiohttp client is given the true capacity as its semaphore (the best a user can
+do by hand) and backs off exponentially; qreward (when installed) gets it as
+``max_concurrent``.  LLM-like latency is lognormal, mean 0.3 s, sigma 0.6.
 
-  A  capacity 64, latency 200 ms (ceiling 320 req/s): qworker (4 workers, no
-     capacity hint: ceiling 512), aiohttp + Semaphore(64) with exponential
-     backoff, and qreward's OpenAIChatProxy.batch_chat_completion (max_concurrent 64)
-  B  an RPM cap instead (12,000 rpm = 200 req/s, capacity 1,000): qworker and aiohttp
-  C  two endpoints, capacity 32 and 96 (ceiling 640 req/s): qworker; then a
-     longer run in which the capacity-96 endpoint is killed and restarted
+  L64   capacity 64, lognormal latency, 429 with ``retry-after-ms`` (ceiling 213 req/s)
+  L64s  the same with ``Retry-After: 1`` (whole seconds)
+  TB    token bucket 9,000 rpm (1 s burst; ceiling 150 req/s), lognormal, ``Retry-After: 1``
+  TBh   the same announcing OpenAI's ``x-ratelimit-*`` headers (qworker only)
+  Q64   a queueing server (batch 64, never refuses), lognormal: also the mean time queued / service time
+  E5    capacity 64, lognormal, 5% of answers a random 503 (independent of load)
+  A     capacity 64, latency 200 ms (ceiling 320 req/s)
+  B     an RPM cap instead (12,000 rpm = 200 req/s, capacity 1,000)
+  C     two endpoints, capacity 32 and 96 (ceiling 640 req/s); then a longer run in
+        which the capacity-96 endpoint is killed and restarted
+  TWO   two producers x 4 workers on one capacity-64 lognormal endpoint: each one's share
 
 It prints throughput (tasks resolved / wall time), 429s as a share of the
 requests the server saw, failed tasks, connections the server accepted, and
 for qworker the workers' CPU per request; then qworker's ratio to each.
 
-    python bench/judge.py                 # 5,000 requests per run
-    python bench/judge.py --tasks 2000 --runs 1   # quicker
+    python bench/judge.py                 # 5,000 requests per run, medians of 3
+    python bench/judge.py --quick         # 2,000 requests, 1 run
 """
 
 from __future__ import annotations
@@ -79,13 +87,16 @@ def bodies(n: int, tag: str) -> list[dict]:
     return [{"model": "judge", "messages": [{"role": "user", "content": f"Question {tag}-{i}: grade it"}], "max_tokens": 16} for i in range(n)]
 
 
-def run_qworker(servers: list[Server], n: int, tag: str, workers: int = 4, during=None) -> dict:
+def run_qworker(servers: list[Server], n: int, tag: str, workers: int = 4, during=None, done_at: list | None = None) -> dict:
     cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": [{"url": s.url} for s in servers], "timeout_s": 30, "ceiling": 512}}}
     with Producer(local_workers=workers, config=cfg) as p:
         procs = psutil.Process(p._pool.pid).children() if p._pool else []
         cpu0 = sum(sum(x.cpu_times()[:2]) for x in procs)
         t0 = time.monotonic()
         futures = p.submit_batch("llm_judge", payloads(n, tag))
+        if done_at is not None:
+            for f in futures:
+                f.add_done_callback(lambda _f: done_at.append(time.monotonic()))
         extra = during(p) if during else None
         results = p.gather(futures, timeout=600)
         elapsed = time.monotonic() - t0
@@ -149,43 +160,47 @@ def run_qreward(server: Server, n: int, tag: str, concurrency: int = 64) -> dict
 def measured(name: str, ceiling: float, server_stats: list[dict], out: dict) -> dict:
     requests = sum(s["requests"] for s in server_stats)
     r429 = sum(s["status_429"] for s in server_stats)
+    svc = sum(s.get("mean_service_s", 0.0) for s in server_stats)
     row = {
+        "queued": (sum(s.get("mean_queued_s", 0.0) for s in server_stats) / svc) if svc else None,
         "system": name, "throughput": out["completed"] / out["elapsed_s"], "ceiling": ceiling, "requests": requests,
         "429_share": r429 / max(1, requests), "failed": out["failed"], "connections": sum(s["connections"] for s in server_stats),
         "cpu_ms": out.get("cpu_per_request_ms"),
     }
     print(f"  {name:<34} {row['throughput']:>6.0f} req/s ({row['throughput'] / ceiling:.1%} of {ceiling:.0f})  "
           f"429s {row['429_share']:.2%} of {requests}  failed {row['failed']}  connections {row['connections']}"
-          + (f"  worker CPU {row['cpu_ms']:.2f} ms/request" if row["cpu_ms"] is not None else ""), flush=True)
+          + (f"  worker CPU {row['cpu_ms']:.2f} ms/request" if row["cpu_ms"] is not None else "")
+          + (f"  queued/service {row['queued']:.3f}" if row["queued"] else ""), flush=True)
     if out.get("first_error"):
         print(f"    first error: {out['first_error']}")
     return row
 
 
-def repeated(runs: int, name: str, n: int, ceiling: float, server_args: list[tuple[str, ...]], system: str) -> dict:
+def repeated(runs: int, name: str, n: int, ceiling: float, server_args: list[tuple[str, ...]], system: str, sem: int = 64) -> dict:
     """The scenario ``runs`` times: medians of throughput, 429 share and CPU; the worst of failures and connections."""
-    rows = [r for r in (scenario(name, n, ceiling, server_args, system) for _ in range(runs)) if r]
+    rows = [r for r in (scenario(name, n, ceiling, server_args, system, sem) for _ in range(runs)) if r]
     if not rows:
         return {}
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
     return {**rows[0], "throughput": med("throughput"), "429_share": med("429_share"), "runs": len(rows),
+            "queued": med("queued") if rows[0]["queued"] is not None else None,
             "failed": max(r["failed"] for r in rows), "connections": max(r["connections"] for r in rows),
             "cpu_ms": med("cpu_ms") if rows[0]["cpu_ms"] is not None else None}
 
 
-def scenario(name: str, n: int, ceiling: float, server_args: list[tuple[str, ...]], system: str) -> dict:
+def scenario(name: str, n: int, ceiling: float, server_args: list[tuple[str, ...]], system: str, sem: int = 64) -> dict:
     servers = [Server(PORTS[i], *args) for i, args in enumerate(server_args)]
     try:
         if system == "qworker":
             out = run_qworker(servers, n, name)
         elif system == "aiohttp":
-            out = run_aiohttp(servers[0], n, name)
+            out = run_aiohttp(servers[0], n, name, concurrency=sem)
         else:
-            out = run_qreward(servers[0], n, name)
+            out = run_qreward(servers[0], n, name, concurrency=sem)
             if "skipped" in out:
                 print(f"  {system}: {out['skipped']}")
                 return {}
-        labels = {"qworker": "qworker (4 workers, no hint)", "aiohttp": "aiohttp + semaphore(64)", "qreward": "qreward (max_concurrent 64)"}
+        labels = {"qworker": "qworker (4 workers, no hint)", "aiohttp": f"aiohttp + semaphore({sem})", "qreward": f"qreward (max_concurrent {sem})"}
         return measured(f"{name}: {labels[system]}", ceiling, [s.stats() for s in servers], out)
     finally:
         for s in servers:
@@ -245,41 +260,96 @@ def failover(n: int) -> None:
     print("     " + "  ".join(f"{t:.1f}s:{a}/{b}" for t, a, b in timeline[::2]))
 
 
+def two_producers(n: int, runs: int) -> dict:
+    """Two producers x 4 workers on one capacity-64 lognormal endpoint; shares counted when the first one finishes."""
+    rows = []
+    for _ in range(runs):
+        server = Server(PORTS[0], *LOGNORMAL, "--capacity", "64")
+        done: list[list[float]] = [[], []]
+        outs: list[dict] = [{}, {}]
+        try:
+            t0 = time.monotonic()
+            def one(i: int, server: Server = server, done: list = done, outs: list = outs) -> None:
+                outs[i] = run_qworker([server], n, f"two{i}", done_at=done[i])
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            st = server.stats()
+        finally:
+            server.stop()
+        first = min(max(d) for d in done)
+        shares = [sum(1 for x in d if x <= first) for d in done]
+        even = sum(shares) / 2
+        rows.append({"throughput": sum(shares) / (first - t0), "429_share": st["status_429"] / max(1, st["requests"]),
+                     "shares": [s / even for s in shares], "failed": sum(o["failed"] for o in outs), "connections": st["connections"]})
+        print(f"  TWO: {rows[-1]['throughput']:.0f} req/s together while both ran ({rows[-1]['throughput'] / (64 / 0.3):.1%} of 213), "
+              f"shares {shares} (x even: {', '.join(f'{x:.2f}' for x in rows[-1]['shares'])}), 429s {rows[-1]['429_share']:.2%}", flush=True)
+    med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
+    worst = max(rows, key=lambda r: max(abs(x - 1) for x in r["shares"]))
+    return {"system": "TWO: 2 qworker producers x 4 workers", "runs": len(rows), "throughput": med("throughput"), "ceiling": 64 / 0.3,
+            "429_share": med("429_share"), "failed": max(r["failed"] for r in rows), "connections": max(r["connections"] for r in rows),
+            "cpu_ms": None, "queued": None, "shares": worst["shares"]}
+
+
+LOGNORMAL = ("--latency", "0.3", "--latency-dist", "lognormal", "--sigma", "0.6")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=3, help="runs of each qworker and aiohttp scenario (medians are reported)")
-    ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, rpm, two, failover")
+    ap.add_argument("--quick", action="store_true", help="2,000 requests per run, 1 run")
+    ap.add_argument("--only", action="append", default=[], help="run only these scenarios: L64 L64s TB TBh Q64 E5 A B C failover TWO")
+    ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, or a scenario name")
     args = ap.parse_args()
-    n = args.tasks
+    n, runs = (2000, 1) if args.quick else (args.tasks, args.runs)
     print(f"judge benchmark: {n} requests per run, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
-    a = ("--capacity", "64", "--latency", "0.2")
-    runs = args.runs
-    rows = [repeated(runs, "A", n, 320, [a], "qworker")]
-    if "aiohttp" not in args.skip:
-        rows.append(repeated(runs, "A", n, 320, [a], "aiohttp"))
-    if "qreward" not in args.skip:
-        rows.append(repeated(1, "A", n, 320, [a], "qreward"))  # one run: it takes minutes
-    if "rpm" not in args.skip:
-        b = ("--capacity", "1000", "--latency", "0.2", "--rpm", "12000")
-        rows.append(repeated(runs, "B", n, 200, [b], "qworker"))
-        if "aiohttp" not in args.skip:
-            rows.append(repeated(runs, "B", n, 200, [b], "aiohttp"))
-    if "two" not in args.skip:
+    want = lambda name: name not in args.skip and (not args.only or name in args.only)  # noqa: E731
+    cap64 = (*LOGNORMAL, "--capacity", "64")
+    tb = (*LOGNORMAL, "--capacity", "1000", "--rpm", "9000", "--retry-after", "seconds")
+    scenarios = [  # name, ceiling req/s, server args, semaphore for the hand-tuned clients (the true capacity), alternatives
+        ("L64", 64 / 0.3, cap64, 64, ("aiohttp", "qreward")),
+        ("L64s", 64 / 0.3, (*cap64, "--retry-after", "seconds"), 64, ("aiohttp",)),
+        ("TB", 150, tb, 45, ("aiohttp",)),  # Little's law: 150 req/s x 0.3 s
+        ("TBh", 150, (*tb, "--ratelimit-headers", "openai"), 45, ()),
+        ("Q64", 64 / 0.3, (*cap64, "--queue"), 64, ("aiohttp",)),
+        ("E5", 0.95 * 64 / 0.3, (*cap64, "--p-error", "0.05", "--error-status", "503"), 64, ("aiohttp",)),
+        ("A", 320, ("--capacity", "64", "--latency", "0.2"), 64, ("aiohttp", "qreward")),
+        ("B", 200, ("--capacity", "1000", "--latency", "0.2", "--rpm", "12000"), 64, ("aiohttp",)),
+    ]
+    rows = []
+    for name, ceiling, server_args, sem, alternatives in scenarios:
+        if not want(name):
+            continue
+        rows.append(repeated(runs, name, n, ceiling, [server_args], "qworker"))
+        for alt in alternatives:
+            if alt not in args.skip:
+                rows.append(repeated(1 if alt == "qreward" else runs, name, n, ceiling, [server_args], alt, sem))
+    if want("C"):
         rows.append(repeated(runs, "C", n, 640, [("--capacity", "32", "--latency", "0.2"), ("--capacity", "96", "--latency", "0.2")], "qworker"))
-    if "failover" not in args.skip:
+    if want("failover"):
         failover(3 * n)
+    if want("TWO"):
+        rows.append(two_producers(n, runs))
 
     rows = [r for r in rows if r]
     print("\nthroughput and waste per system: medians over runs; failed and connections are the worst run"
           " (pool size per worker 128, so 4 workers may open up to 512 connections)")
     print(table(
-        ["run", "runs", "req/s", "of ceiling", "429s / requests", "failed", "connections", "worker CPU ms/req"],
+        ["run", "runs", "req/s", "of ceiling", "429s / requests", "failed", "connections", "worker CPU ms/req", "queued/service"],
         [[r["system"], r["runs"], f"{r['throughput']:.0f}", f"{r['throughput'] / r['ceiling']:.1%}", f"{r['429_share']:.2%}", r["failed"],
-          r["connections"], "" if r["cpu_ms"] is None else f"{r['cpu_ms']:.2f}"] for r in rows],
+          r["connections"], "" if r["cpu_ms"] is None else f"{r['cpu_ms']:.2f}", "" if not r.get("queued") else f"{r['queued']:.3f}"]
+         for r in rows],
     ))
+    two = next((r for r in rows if r["system"].startswith("TWO")), None)
+    if two:
+        print(f"\nTWO: each producer's share when the first finished, x an even share (worst run): {', '.join(f'{x:.2f}' for x in two['shares'])}")
     base = {r["system"].split(":")[0]: r for r in rows if "qworker" in r["system"]}
-    ratios = [[r["system"], f"{base[r['system'].split(':')[0]]['throughput'] / r['throughput']:.2f}x"] for r in rows if "qworker" not in r["system"]]
+    ratios = [[r["system"], f"{base[r['system'].split(':')[0]]['throughput'] / r['throughput']:.2f}x"] for r in rows
+              if "qworker" not in r["system"] and r["system"].split(":")[0] in base]
     if ratios:
         print("\nqworker's throughput / each alternative's, same server settings")
         print(table(["alternative", "qworker / it"], ratios))

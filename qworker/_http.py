@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import urllib3
-from urllib3.exceptions import HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
 
 __all__ = ["Reply", "Deadline", "ConnectFailed", "client", "post"]
 
@@ -33,7 +33,17 @@ class Deadline(Exception):
 
 
 class ConnectFailed(Exception):
-    """No connection (refused, unreachable, reset before an answer)."""
+    """No answer over the connection.
+
+    ``kind`` is ``"connect"`` when no connection could be made (refused,
+    unreachable: nothing is listening there) and ``"reset"`` when a connection
+    was made and then dropped before the answer was complete (a reset, a
+    closed keep-alive connection, an oversized answer).
+    """
+
+    def __init__(self, message: str, kind: str = "connect") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +97,12 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, pool_size: in
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, ReadTimeoutError):
             raise Deadline(f"no answer within {left:.3g} s") from None
-        raise ConnectFailed(f"{type(reason).__name__}: {reason}") from None
+        kind = "connect" if isinstance(reason, (NewConnectionError, ConnectTimeoutError, ConnectionRefusedError)) else "reset"
+        raise ConnectFailed(f"{type(reason).__name__}: {reason}", kind) from None
     except ReadTimeoutError:
         raise Deadline(f"no answer within {left:.3g} s") from None
     except (ProtocolError, HTTPError, OSError) as exc:
-        raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
+        raise ConnectFailed(f"{type(exc).__name__}: {exc}", "reset") from None
     chunks: list[bytes] = []
     size = 0
     try:
@@ -105,7 +116,7 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, pool_size: in
                 break
             size += len(chunk)
             if size > MAX_BODY_BYTES:
-                raise ConnectFailed(f"answer larger than {MAX_BODY_BYTES} bytes")
+                raise ConnectFailed(f"answer larger than {MAX_BODY_BYTES} bytes", "reset")
             chunks.append(chunk)
     except Deadline:
         _discard(resp)
@@ -115,7 +126,7 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, pool_size: in
         raise Deadline("the answer did not complete before the deadline") from None
     except (ProtocolError, HTTPError, OSError) as exc:
         _discard(resp)
-        raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
+        raise ConnectFailed(f"{type(exc).__name__}: {exc}", "reset") from None
     resp.release_conn()
     headers_out = {k.lower(): v for k, v in resp.headers.items()}
     return Reply(resp.status, headers_out, b"".join(chunks), time.monotonic() - t0)

@@ -1,40 +1,48 @@
 """An adaptive concurrency limit for one endpoint, from what its answers say.
 
-The algorithm only; ``_gate`` enforces it.  Units: seconds, requests.
+The algorithm only; ``_gate`` enforces it (and paces by rate where a provider
+announces its rate limit: that is ``_endpoint``'s business).  Units: seconds,
+requests.  Only the dispatcher thread calls it.
 
-* **Slow start.**  Until the first refusal (429, 503, a timeout) the limit
-  grows by half a request per success, x1.5 every round trip, from
-  ``initial``; beyond twice ``initial``, x1.25, so that the requests already
-  sent when the first refusal comes back are fewer.  The first refusal takes
-  it back to the level of a round trip ago, the last one known to hold.
-* **Every refusal caps** the limit at what was in flight minus the refused
-  request.  Nothing more is sent until enough requests finish: a retried task
-  waits for measured free capacity, and refusals cannot feed a loop of retries.
-* **Echoes count once.**  A refusal of a request sent before the last reaction
-  is an echo of the overload already answered: it caps and lowers the level
-  to recover to by one, and nothing more.
-* **A lone refusal only caps.**  Against a concurrency cap, one request over
-  the capacity earns one 429 and the cap is the whole answer: the limit stays
-  at the capacity, not a tenth below it.
-* **Multiplicative decrease when the overload is more than one request.**  A
-  timeout cuts to ``backoff`` times what was in flight.  A refusal of a request
-  sent *after* the last reaction, within a round trip of it and after more
-  than ``burst_drops`` refusals, means the reaction did not suffice (a rate
-  limit's burst allowance ran out, or the capacity fell): ``backoff_again``.
-* **No growth for a round trip after a refusal**: answers still arriving were
-  sent before it and say nothing about more room.
-* **Recovery and probing.**  Up to one below the level of the last refusal the
-  limit climbs one per success; once a reaction did not suffice, by one per
-  round trip instead, since a rate limit's bucket answers late.  Above that
-  level it probes by ``probe`` per success, one slot per 500 answers, so a
-  steady capacity costs about one 429 per 500 answers.  It grows
-  only while the limit is in use (in flight within an eighth of it): headroom
-  that was never tested would turn into a burst of refusals when first used.
-* **Latency gradient.**  A server that queues instead of refusing shows it in
-  latency.  With ``rtt`` a moving average and ``min_rtt`` the lowest round trip
-  of the last ``window_s``, ``gradient = tolerance * min_rtt / rtt``; below 1
-  the limit is multiplied by it (at most once per round trip, never below
-  half).  ``tolerance`` (2.0) leaves room for ordinary jitter.
+**Refusals (429, a 503 judged to be overload, a timeout).**
+
+* Slow start: until the first refusal or sign of queueing, the limit grows by
+  half a request per success, x1.5 per round trip from ``initial`` (x1.25
+  beyond twice ``initial``).  The first refusal takes it back to the level of a
+  round trip ago, the last one known to hold.
+* Every refusal caps the limit at what was in flight minus the refused
+  request, so refusals cannot feed a loop of retries.
+* A refusal of a request sent before the last reaction is an *echo* of the
+  overload already answered: it caps and lowers the level to recover to by one.
+* A lone refusal only caps: against a concurrency cap the limit then sits at the
+  capacity.  A fresh refusal within a round trip of a reaction, after more than
+  ``burst_drops`` refusals, means the reaction did not suffice.
+  The cut then goes to what the answers of the last few round trips sustained
+  (Little's law: answers/s x mean latency; a rate limit's rate times the
+  latency), or to half when too few answered.  A timeout cuts to ``backoff``
+  times what was in flight.
+* No growth for a round trip after a refusal.  Then the limit climbs one per
+  success back to one below the last refusal level (one per round trip once a
+  reaction did not suffice), and probes above it by ``probe`` requests per round
+  trip: the same for every client, which is what makes several producers
+  sharing one endpoint converge to even shares (with ``fair_share``: each fresh
+  refusal lowers the level to recover to by that fraction, so the client with
+  the larger share gives up more).
+
+**Queueing (a server that never refuses: vLLM, SGLang).**  Latency is
+compared, not to a minimum (under LLM latency, lognormal with a 10x spread, the
+minimum of a window says nothing), but by means over windows: ``recent`` is the
+mean of the last ``window`` answers, ``base`` the mean of at least
+``base_samples`` answers sent at the *lowest* concurrency levels seen (kept per
+level, so the base does not drift up with the limit).  Each latency is divided
+by the answer's ``usage.completion_tokens`` when replies carry it (latency per
+output token is far steadier).  By Little's law a server holding ``C`` at once
+and sent ``L > C`` answers ``L / C`` times slower, so ``g = recent / base``
+estimates ``L / C``: above ``queue_cut`` the limit is cut to
+``queue_target * L / g`` (the knee, plus a queue of a tenth of it), and from
+there it grows by one per round trip until the next cut.  A metrics URL's
+``num_requests_waiting`` / ``num_requests_running`` replace the latency signal
+while they are fresh (``on_server_load``).
 
 Little's law gives the target: a judge that serves C requests at once with
 latency R sustains C/R requests/s; holding exactly C in flight gets all of it.
@@ -45,8 +53,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Optional
 
 __all__ = ["AdaptiveLimit"]
+
+_LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
 
 
 @dataclass(slots=True)
@@ -57,58 +68,146 @@ class AdaptiveLimit:
     backoff: float = 0.9  # a timeout: x0.9 of what was in flight
     backoff_again: float = 0.5  # a reaction that did not suffice: halve
     burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
-    probe: float = 0.002  # per success above the last refusal level: one slot per 500 answers
-    slow_start_step: float = 0.5  # per success: x1.5 per round trip, so an overshoot is at most half the limit
-    tolerance: float = 2.0
-    window_s: float = 30.0
+    probe: float = 0.15  # requests per round trip above the last refusal level
+    fair_share: float = 0.02  # a fresh refusal lowers the level to recover to by this fraction
+    slow_start_step: float = 0.5  # per success: x1.5 per round trip
+    queue_cut: float = 1.3  # g above this: the server queues, cut to the knee
+    queue_target: float = 1.1  # where a cut puts the limit: the knee estimate times this
+    window: int = 128  # answers in the recent latency window
+    base_samples: int = 128  # answers at the lowest levels that make the base
     limit: float = field(init=False)
     rtt: float = field(init=False, default=0.0)  # EWMA of successful round trips, seconds
     slow_start: bool = field(init=False, default=True)
     drops: int = field(init=False, default=0)
-    last_drop_level: float = field(init=False, default=math.inf)  # in flight at the last refusal
+    queue_cuts: int = field(init=False, default=0)
+    last_drop_level: float = field(init=False, default=math.inf)  # where refusals say the capacity is
+    knee_level: float = field(init=False, default=math.inf)  # where queueing says it is
+    gradient: float = field(init=False, default=1.0)  # the last g (recent / base latency)
     _last_cut: float = field(init=False, default=-math.inf)
     _last_drop: float = field(init=False, default=-math.inf)
-    _reacted: float = field(init=False, default=-math.inf)  # when the last fresh refusal was answered
-    _echo_level: int = field(init=False, default=0)  # in flight at the last reaction, less the echoes since
-    _overloaded: bool = field(init=False, default=False)  # a reaction once did not suffice: recover additively
-    _episode_drops: int = field(init=False, default=0)  # refusals since the last lone one
-    _mins: deque = field(init=False, default_factory=deque)  # (time, rtt): monotone, for the window's minimum
+    _reacted: float = field(init=False, default=-math.inf)
+    _echo_level: int = field(init=False, default=0)
+    _overloaded: bool = field(init=False, default=False)
+    _episode_drops: int = field(init=False, default=0)
+    _queue_free: bool = field(init=False, default=True)
+    _per_token: Optional[bool] = field(init=False, default=None)
+    _recent: deque = field(init=False, default_factory=deque)  # (normalised latency, level at send)
+    _recent_sum: list = field(init=False, default_factory=lambda: [0.0, 0.0])
+    _levels: dict = field(init=False, default_factory=dict)  # band -> deque of normalised latencies
+    _since_decision: int = field(init=False, default=0)
+    _load_at: float = field(init=False, default=-math.inf)  # when a metrics URL last spoke
+    _answers: deque = field(init=False, default_factory=deque)  # (time, latency) of recent successes, for Little's law
+    _answers_rtt: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         self.limit = max(self.floor, min(self.ceiling, self.initial))
 
-    @property
-    def min_rtt(self) -> float:
-        return self._mins[0][1] if self._mins else 0.0
-
     def _round_trip(self) -> float:
         return self.rtt or 0.05
 
-    def on_success(self, rtt: float, in_flight: int, now: float) -> None:
-        """A request answered normally after ``rtt`` seconds, with ``in_flight`` outstanding when it was sent."""
-        mins = self._mins
-        while mins and mins[-1][1] >= rtt:
-            mins.pop()
-        mins.append((now, rtt))
-        while mins[0][0] < now - self.window_s and len(mins) > 1:
-            mins.popleft()
-        self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
-        gradient = self.tolerance * self.min_rtt / self.rtt if self.rtt > 0 else 1.0
-        if gradient < 1.0:
-            if now - self._last_cut >= self._round_trip():  # once per round trip: later answers were queued too
-                self._cut(max(0.5, gradient) * self.limit, now)
+    # latency ----------------------------------------------------------------
+    def _record(self, rtt: float, level: float, tokens: Optional[int]) -> bool:
+        """Keep one latency sample; True when a decision is due."""
+        if self._per_token is None:
+            self._per_token = bool(tokens)
+        if self._per_token and not tokens:
+            return False
+        x = rtt / tokens if self._per_token and tokens else rtt
+        recent = self._recent
+        recent.append((x, level))
+        self._recent_sum[0] += x
+        self._recent_sum[1] += level
+        if len(recent) > self.window:
+            ox, ol = recent.popleft()
+            self._recent_sum[0] -= ox
+            self._recent_sum[1] -= ol
+        band = int(math.log(max(1.0, level)) / _LEVEL_BASE)
+        q = self._levels.get(band)
+        if q is None:
+            q = self._levels[band] = deque(maxlen=256)
+        q.append(x)
+        self._since_decision += 1
+        if len(recent) >= self.window and self._since_decision >= self.window // 2:
+            self._since_decision = 0
+            return True
+        return False
+
+    def base(self) -> Optional[float]:
+        """Mean normalised latency of the answers sent at the lowest levels (None until there are enough)."""
+        total, n = 0.0, 0
+        for band in sorted(self._levels):
+            q = self._levels[band]
+            total += sum(q)
+            n += len(q)
+            if n >= self.base_samples:
+                return total / n
+        return None
+
+    def _decide(self, now: float) -> None:
+        base = self.base()
+        if not base:
             return
+        n = len(self._recent)
+        g = (self._recent_sum[0] / n) / base
+        self.gradient = g
+        if g > self.queue_cut:
+            self._queue_free = False
+            if now - self._last_cut >= self._round_trip():
+                knee = (self._recent_sum[1] / n) / g
+                self.knee_level = max(self.floor, knee * self.queue_target)
+                self.queue_cuts += 1
+                self._cut(self.knee_level, now)
+                self._recent.clear()  # judge the cut on answers sent after it
+                self._recent_sum[:] = [0.0, 0.0]
+        else:
+            self._queue_free = True
+
+    def on_server_load(self, running: float, waiting: float, in_flight: int, now: float) -> None:
+        """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients)."""
+        self._load_at = now
+        allowed = (self.queue_target - 1.0) * max(1.0, running)
+        if waiting > allowed and running > 0:
+            self._queue_free = False
+            if now - self._last_cut >= self._round_trip():
+                self.knee_level = max(self.floor, in_flight * (running + allowed) / (running + waiting))
+                self.queue_cuts += 1
+                self._cut(self.knee_level, now)
+        else:
+            self._queue_free = True
+
+    # answers ----------------------------------------------------------------
+    def on_success(self, rtt: float, in_flight: int, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None) -> None:
+        """A request answered normally after ``rtt`` seconds.
+
+        ``in_flight``: requests outstanding now, this one included; ``level``:
+        requests outstanding when it was sent (default ``in_flight``);
+        ``tokens``: its ``usage.completion_tokens`` when the reply said.
+        """
+        self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
+        answers = self._answers
+        answers.append((now, rtt))
+        self._answers_rtt += rtt
+        while answers[0][0] < now - max(1.0, 4 * self.rtt):
+            self._answers_rtt -= answers.popleft()[1]
+        if self._record(rtt, float(level if level is not None else in_flight), tokens) and now - self._load_at > 2.0:
+            self._decide(now)
         if now - self._last_drop < self._round_trip():
             return  # answers to requests sent before the last drop say nothing about more room
-        if in_flight >= self.limit - max(2.0, self.limit / 8):  # grow only a limit that is in use
-            below = self.last_drop_level - 1.0  # just under where the last drop happened
-            if self.slow_start:
-                grown = self.limit + self._slow_start_step()
-            elif self.limit < below:  # after an overload, additively: one per round trip
-                grown = min(self.limit + (1.0 / self.limit if self._overloaded else 1.0), below)
-            else:
-                grown = self.limit + self.probe
-            self.limit = min(self.ceiling, grown)
+        if in_flight < self.limit - max(2.0, self.limit / 8):
+            return  # grow only a limit that is in use
+        below = self.last_drop_level - 1.0  # just under where the last refusal happened
+        if self.slow_start:
+            grown = self.limit + self._slow_start_step() if self._queue_free else self.limit
+        elif self.limit < min(below, self.knee_level):  # back to where the capacity was: one per success
+            grown = min(self.limit + (1.0 / self.limit if self._overloaded else 1.0), below, self.knee_level)
+        elif not self._queue_free:
+            return
+        elif self.limit < below:  # above the knee of a queueing server: one per round trip
+            grown = min(self.limit + 1.0 / self.limit, below)
+            self.knee_level = max(self.knee_level, grown) if self.knee_level < math.inf else self.knee_level
+        else:  # probe: the same per round trip for every client sharing the endpoint
+            grown = self.limit + self.probe / max(1.0, self.limit)
+        self.limit = min(self.ceiling, grown)
 
     def on_drop(self, in_flight: int, now: float, sent_at: float, *, timeout: bool = False) -> None:
         """The endpoint refused a request sent at ``sent_at`` (429/503), or it timed out.
@@ -119,29 +218,38 @@ class AdaptiveLimit:
         self._last_drop = now
         self._episode_drops += 1
         if sent_at <= self._reacted:  # sent before the last reaction: an echo of the overload it answered
-            # One more of the requests then in flight was over the capacity.  (What is in flight
-            # now says less: answers that came back meanwhile were not replaced.)
             self._echo_level -= 1
             self.last_drop_level = min(self.last_drop_level, self._echo_level)
         else:
             level = max(1, min(in_flight, self.limit))
-            self.last_drop_level = self._echo_level = in_flight
+            self._echo_level = in_flight
+            self.last_drop_level = in_flight if self.slow_start else in_flight * (1.0 - self.fair_share)
             if self.slow_start:  # the level of a round trip ago was the last one known to hold
                 self._cut(level / (1.0 + self._slow_start_step()), now)
             elif timeout:
                 self._cut(self.backoff * level, now)
             elif now - self._reacted < self._round_trip() and self._episode_drops > self.burst_drops:
-                self._cut(self.backoff_again * level, now)
+                # What the endpoint accepts (Little's law: answers/s x latency), or half when that is unknown
+                self._cut(max(self.backoff_again * level, min(level, 0.95 * self.sustained(now))), now)
                 self._overloaded = True
             elif now - self._reacted >= self._round_trip():
                 self._episode_drops = 1  # a lone refusal: one request over the capacity; the cap is the answer
             self._reacted = now
-        # Every refusal caps: the refused request's slot is not reused until something
-        # finishes, so refusals cannot feed a loop of retries.
+        self.cap(in_flight)
+
+    def cap(self, in_flight: int) -> None:
+        """The refused request's slot is not reused until something finishes."""
         self.limit = max(self.floor, min(self.limit, in_flight - 1))
 
+    def sustained(self, now: float) -> float:
+        """Little's law on the recent answers: the concurrency that carried them (0 when too few)."""
+        answers = self._answers
+        span = max(1.0, 4 * self.rtt)
+        if len(answers) < 20 or now - answers[0][0] < 0.5 * span:
+            return 0.0
+        return self._answers_rtt / min(span, now - answers[0][0])  # answers/s x their mean latency
+
     def _slow_start_step(self) -> float:
-        """x1.5 per round trip up to twice ``initial``, x1.25 beyond: a smaller overshoot where it is dearer."""
         return self.slow_start_step if self.limit < 2 * self.initial else self.slow_start_step / 2
 
     def _cut(self, to: float, now: float) -> None:
@@ -154,5 +262,9 @@ class AdaptiveLimit:
         self.limit = max(self.floor, min(self.ceiling, self.initial))
         self.slow_start = True
         self._overloaded = False
+        self._queue_free = True
         self._last_cut = self._last_drop = self._reacted = -math.inf
-        self.last_drop_level = math.inf
+        self.last_drop_level = self.knee_level = math.inf
+        self._recent.clear()
+        self._recent_sum[:] = [0.0, 0.0]
+        self._levels.clear()

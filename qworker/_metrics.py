@@ -10,7 +10,9 @@ counted twice and the hot path does no metrics work.
   ``qworker_judge_limit``, ``qworker_judge_requests_total{outcome}`` (ok,
   status_429, timeouts, connect_errors, other_errors, retries),
   ``qworker_judge_latency_seconds{quantile}`` (0.5, 0.9, 0.99 of recent answers),
-  ``qworker_judge_up`` (1 up or probing, 0 down or cooling)
+  ``qworker_judge_up`` (1 up or probing, 0 down or cooling),
+  ``qworker_judge_error_share`` (5xx and resets among the last 200 answers: the error budget's measure),
+  ``qworker_judge_latency_gradient`` (recent / baseline latency: above 1.3 the server queues)
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class _Collector:
         up = GaugeMetricFamily("qworker_judge_up", "1 when the endpoint takes requests", labels=labels)
         requests = CounterMetricFamily("qworker_judge_requests", "Judge answers by outcome", labels=[*labels, "outcome"])
         latency = GaugeMetricFamily("qworker_judge_latency_seconds", "Latency quantiles of recent answers", labels=[*labels, "quantile"])
+        errors = GaugeMetricFamily("qworker_judge_error_share", "Errors among the last 200 answers", labels=labels)
+        gradient = GaugeMetricFamily("qworker_judge_latency_gradient", "Recent / baseline latency", labels=labels)
         for judge in st.get("judges", []):
             for e in judge["endpoints"]:
                 lv = [e["url"], e["model"]]
@@ -53,7 +57,9 @@ class _Collector:
                     requests.add_metric([*lv, o], e[o])
                 for q, key in (("0.5", "latency_p50_s"), ("0.9", "latency_p90_s"), ("0.99", "latency_p99_s")):
                     latency.add_metric([*lv, q], e[key])
-        yield from (in_flight, limit, up, requests, latency)
+                errors.add_metric(lv, e.get("error_share", 0.0))
+                gradient.add_metric(lv, e.get("latency_gradient", 1.0))
+        yield from (in_flight, limit, up, requests, latency, errors, gradient)
 
 
 class MetricsServer(Protocol):

@@ -1,27 +1,37 @@
 """``qworker mock-judge``: an OpenAI-compatible judge for demos, tests and benchmarks.
 
-It serves ``POST /v1/chat/completions`` on 127.0.0.1 like a rate-limited
-provider:
+It serves ``POST /v1/chat/completions`` on 127.0.0.1 as real judges behave:
 
-* a **concurrency cap** (``capacity``): a request arriving while ``capacity``
-  are being served gets 429, with ``retry-after-ms`` (and ``Retry-After`` in
-  whole seconds) set to when the earliest one in service will finish;
-* an **RPM budget** (``rpm``): a token bucket refilled at ``rpm/60`` per second
-  holding at most one second's worth; a request finding it empty gets 429
-  with the time until the next token;
-* **latency** (``latency_s``) per served request, and injected faults:
-  ``p_error`` (500 with that probability), and ``fault`` set at run time
-  (``"hang"``: never answer; ``"500"``; ``"401"``);
+* **capacity** (``capacity``): a request arriving while ``capacity`` are being
+  served gets 429 (a hosted provider's concurrency cap); or, with
+  ``queue=True``, waits in FIFO order and is never refused (vLLM, SGLang: a
+  batch of ``capacity`` served at once, the rest queued);
+* **token buckets** ``rpm`` and ``tpm`` (refilled at a sixtieth per second,
+  holding one second's worth): a request finding one empty gets 429.  Tokens
+  are counted as providers estimate them: prompt bytes / 4 + ``max_tokens``;
+* **Retry-After** on a 429 (``retry_after``): ``"ms"`` (``retry-after-ms`` plus
+  whole seconds in ``Retry-After``), ``"seconds"`` (``Retry-After`` in whole
+  seconds, at least 1, as several providers send), ``"date"`` (an HTTP-date) or ``"none"``;
+* **rate-limit headers** (``ratelimit_headers``): ``"openai"``
+  (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``, resets as ``"1s"``,
+  ``"20ms"``) or ``"anthropic"`` (``anthropic-ratelimit-...``, RFC 3339 resets);
+* **latency** per served request (``latency_dist``): ``"fixed"`` (``latency_s``),
+  ``"lognormal"`` (mean ``latency_s``, ``sigma``: LLM latency), or
+  ``"per-token"`` (``ttft_s`` + ``per_token_s`` x the reply's output tokens,
+  lognormal around ``tokens_mean``; ``usage.completion_tokens`` says how many);
+* **faults**: ``p_error`` (status ``error_status``, 500 by default, after the
+  latency), ``p_reset`` (the connection is reset), ``p_hang`` (never answers),
+  and ``fault`` set at run time (``"hang"``, ``"500"``, ``"401"``);
 * an **API key** check when ``api_key`` is set (401, and like some providers
-  the error message echoes part of the key it was given).
+  the error message echoes the key it was given).
 
 The reply's last line is ``Score: N``, N in 0..10, a hash of the last user
-message, so callers can predict it (``expected_score``).  ``GET /stats``
-reports what it saw: requests, served, 429s, errors, max in flight,
-connections opened, and ``mean_held_s``, how long a served request really held
-its slot (the sleep overshoots on a loaded machine).  A slot is freed when its
-answer is ready, before the answer is written.  It speaks HTTP/1.1 with
-keep-alive.
+message (``expected_score``).  ``GET /stats``: requests, served, 429s, errors,
+resets, max in flight, connections, ``mean_held_s`` (how long a served request
+held its slot), ``mean_queued_s`` (time waiting for a slot, queue mode) and
+``mean_service_s``.  ``GET /metrics``: ``vllm:num_requests_running`` and
+``vllm:num_requests_waiting`` in Prometheus text.  A slot is freed when its
+answer is ready, before the answer is written.  HTTP/1.1 with keep-alive.
 """
 
 from __future__ import annotations
@@ -29,13 +39,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import random
 import socket
+import struct
 import threading
 import time
+from collections import deque
+from email.utils import formatdate
 from hashlib import blake2b
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional
+from typing import Any, Optional
 
 __all__ = ["MockJudge", "expected_score", "main"]
 
@@ -45,28 +59,48 @@ def expected_score(user_message: str) -> int:
     return blake2b(user_message.encode(), digest_size=4).digest()[0] % 11
 
 
+class _Bucket:
+    def __init__(self, per_minute: float) -> None:
+        self.rate = per_minute / 60.0
+        self.limit = per_minute
+        self.tokens = self.rate
+        self.at = time.monotonic()
+
+    def take(self, n: float, now: float) -> Optional[float]:
+        """None when ``n`` were taken; else seconds until they could be."""
+        self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < min(n, self.rate):
+            return (min(n, self.rate) - self.tokens) / self.rate
+        self.tokens -= n
+        return None
+
+
 class MockJudge(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
 
     def __init__(
         self, *, port: int = 0, capacity: int = 64, latency_s: float = 0.2, rpm: Optional[float] = None,
-        p_error: float = 0.0, api_key: Optional[str] = None, seed: int = 0,
+        tpm: Optional[float] = None, p_error: float = 0.0, error_status: int = 500, p_reset: float = 0.0,
+        p_hang: float = 0.0, api_key: Optional[str] = None, seed: int = 0, queue: bool = False,
+        latency_dist: str = "fixed", sigma: float = 0.6, ttft_s: float = 0.02, per_token_s: float = 0.002,
+        tokens_mean: int = 150, retry_after: str = "ms", ratelimit_headers: str = "none",
     ) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
-        self.capacity = capacity
-        self.latency_s = latency_s
-        self.rpm = rpm
-        self.p_error = p_error
+        self.capacity, self.latency_s, self.queue = capacity, latency_s, queue
+        self.rpm, self.tpm = (_Bucket(rpm) if rpm else None), (_Bucket(tpm) if tpm else None)
+        self.p_error, self.error_status, self.p_reset, self.p_hang = p_error, error_status, p_reset, p_hang
         self.api_key = api_key
+        self.latency_dist, self.sigma, self.ttft_s, self.per_token_s, self.tokens_mean = latency_dist, sigma, ttft_s, per_token_s, tokens_mean
+        self.retry_after, self.ratelimit_headers = retry_after, ratelimit_headers
         self.fault: Optional[str] = None
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.ends: list[float] = []  # finish times of requests in service
-        self.tokens = (rpm or 0) / 60.0
-        self.refilled = time.monotonic()
-        self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "max_in_flight": 0, "connections": 0}
-        self.held_s = 0.0  # total seconds capacity slots were held by served requests
+        self.waiters: deque[tuple[threading.Event, float]] = deque()  # queue mode: requests waiting for a slot, in order
+        self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "resets": 0, "max_in_flight": 0, "connections": 0}
+        self.held_s = self.queued_s = self.service_s = 0.0
         self._thread: Optional[threading.Thread] = None
         self.open_sockets: list[socket.socket] = []
 
@@ -74,33 +108,63 @@ class MockJudge(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/v1/chat/completions"
 
-    def get_request(self):  # type: ignore[no-untyped-def]
+    def get_request(self) -> tuple[socket.socket, Any]:
         conn = super().get_request()
         with self.lock:
             self.stats["connections"] += 1
             self.open_sockets.append(conn[0])
         return conn
 
-    def admit(self) -> tuple[int, Optional[float]]:
-        """(status, retry_after_s): 200 and None when the request may be served now."""
+    def draw(self) -> tuple[float, int]:
+        """(service seconds, output tokens) of one answer.  Caller holds the lock (the rng)."""
+        if self.latency_dist == "per-token":
+            n = max(1, round(self.tokens_mean * math.exp(self.sigma * self.rng.gauss(0, 1) - self.sigma**2 / 2)))
+            return self.ttft_s + self.per_token_s * n, n
+        if self.latency_dist == "lognormal":
+            return self.latency_s * math.exp(self.sigma * self.rng.gauss(0, 1) - self.sigma**2 / 2), 12
+        return self.latency_s, 12
+
+    def headers(self, now: float) -> dict:
+        """The rate-limit headers the configured provider would send.  Caller holds the lock."""
+        out: dict = {}
+        for kind, b in (("requests", self.rpm), ("tokens", self.tpm)):
+            if b is None or self.ratelimit_headers == "none":
+                continue
+            b.take(0, now)
+            reset = (b.rate - b.tokens) / b.rate
+            if self.ratelimit_headers == "openai":
+                out.update({f"x-ratelimit-limit-{kind}": str(int(b.limit)), f"x-ratelimit-remaining-{kind}": str(int(b.tokens)),
+                            f"x-ratelimit-reset-{kind}": f"{reset * 1000:.0f}ms"})
+            else:
+                at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + reset)) + f".{int((time.time() + reset) % 1 * 1000):03d}Z"
+                out.update({f"anthropic-ratelimit-{kind}-limit": str(int(b.limit)),
+                            f"anthropic-ratelimit-{kind}-remaining": str(int(b.tokens)), f"anthropic-ratelimit-{kind}-reset": at})
+        return out
+
+    def admit(self, tokens: float) -> tuple[int, Optional[float], dict, Optional[threading.Event], float, int, float]:
+        """(status, retry_after_s, headers, event to wait on in queue mode, service s, output tokens, random roll)."""
         now = time.monotonic()
         with self.lock:
+            service, n_tokens = self.draw()
+            roll = self.rng.random()
             self.stats["requests"] += 1
-            if self.rpm:
-                rate = self.rpm / 60.0
-                self.tokens = min(rate, self.tokens + (now - self.refilled) * rate)
-                self.refilled = now
-                if self.tokens < 1.0:
+            for b, need in ((self.rpm, 1.0), (self.tpm, tokens)):
+                wait = b.take(need, now) if b is not None else None
+                if wait is not None:
+                    if b is self.tpm and self.rpm is not None:  # give the request back
+                        self.rpm.tokens += 1.0
                     self.stats["status_429"] += 1
-                    return 429, (1.0 - self.tokens) / rate
+                    return 429, wait, self.headers(now), None, 0.0, 0, roll
             if len(self.ends) >= self.capacity:
-                self.stats["status_429"] += 1
-                return 429, max(0.001, (min(self.ends) if self.ends else now + self.latency_s) - now)
-            if self.rpm:
-                self.tokens -= 1.0
-            self.ends.append(now + self.latency_s)
+                if not self.queue:
+                    self.stats["status_429"] += 1
+                    return 429, max(0.001, (min(self.ends) if self.ends else now + self.latency_s) - now), self.headers(now), None, 0.0, 0, roll
+                ev = threading.Event()
+                self.waiters.append((ev, service))
+                return 200, None, self.headers(now), ev, service, n_tokens, roll
+            self.ends.append(now + service)
             self.stats["max_in_flight"] = max(self.stats["max_in_flight"], len(self.ends))
-            return 200, None
+            return 200, None, self.headers(now), None, service, n_tokens, roll
 
     def finish(self, ok: bool, started: float) -> None:
         with self.lock:
@@ -108,6 +172,10 @@ class MockJudge(ThreadingHTTPServer):
             if ok:
                 self.held_s += time.monotonic() - started
             self.stats["served" if ok else "errors"] += 1
+            if self.waiters:  # the slot passes to the first in the queue
+                ev, service = self.waiters.popleft()
+                self.ends.append(time.monotonic() + service)
+                ev.set()
 
     def start(self) -> MockJudge:
         self._thread = threading.Thread(target=self.serve_forever, name="mock-judge", daemon=True)
@@ -120,6 +188,8 @@ class MockJudge(ThreadingHTTPServer):
         self.server_close()
         with self.lock:
             sockets, self.open_sockets = self.open_sockets, []
+            for ev, _ in self.waiters:
+                ev.set()
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -135,10 +205,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def _send(self, status: int, body: dict, headers: Optional[dict] = None) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, status: int, body: object, headers: Optional[dict] = None, content_type: str = "application/json") -> None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -146,13 +216,28 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802
+        s = self.server
         if self.path == "/stats":
-            s = self.server
             with s.lock:
-                held = s.held_s / s.stats["served"] if s.stats["served"] else 0.0
-                self._send(200, {**s.stats, "in_flight": len(s.ends), "mean_held_s": round(held, 5)})
+                n = s.stats["served"] + s.stats["errors"]
+                self._send(200, {**s.stats, "in_flight": len(s.ends), "waiting": len(s.waiters),
+                                 "mean_held_s": round(s.held_s / s.stats["served"], 5) if s.stats["served"] else 0.0,
+                                 "mean_queued_s": round(s.queued_s / n, 5) if n else 0.0,
+                                 "mean_service_s": round(s.service_s / n, 5) if n else 0.0})
+        elif self.path == "/metrics":
+            with s.lock:
+                text = (f'vllm:num_requests_running{{model_name="mock"}} {len(s.ends)}.0\n'
+                        f'vllm:num_requests_waiting{{model_name="mock"}} {len(s.waiters)}.0\n')
+            self._send(200, text, content_type="text/plain; version=0.0.4")
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+    def _reset(self) -> None:
+        """Drop the connection with a TCP reset, as a crashing proxy does."""
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+        self.close_connection = True
 
     def do_POST(self) -> None:  # noqa: N802
         s = self.server
@@ -173,46 +258,89 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, KeyError, IndexError, TypeError):
             self._send(400, {"error": {"message": "body is not a chat completion request"}})
             return
-        status, retry_after = s.admit()
+        arrived = time.monotonic()
+        status, retry_after, headers, wait, service, n_tokens, roll = s.admit(len(body) / 4 + float(req.get("max_tokens") or 16))
         if status == 429:
-            self._send(429, {"error": {"message": "Rate limit reached", "type": "rate_limit"}},
-                       {"retry-after-ms": f"{retry_after * 1000:.0f}", "Retry-After": str(max(1, round(retry_after)))})
+            ra = retry_after or 0.0
+            if s.retry_after == "ms":
+                headers.update({"retry-after-ms": f"{ra * 1000:.0f}", "Retry-After": str(max(1, round(ra)))})
+            elif s.retry_after == "seconds":
+                headers["Retry-After"] = str(max(1, math.ceil(ra)))
+            elif s.retry_after == "date":
+                headers["Retry-After"] = formatdate(time.time() + max(1.0, ra), usegmt=True)
+            self._send(429, {"error": {"message": "Rate limit reached", "type": "rate_limit"}}, headers)
             return
-        ok, started = False, time.monotonic()
+        if wait is not None:
+            wait.wait()
+        started = time.monotonic()
+        with s.lock:
+            s.queued_s += started - arrived
+            s.service_s += service
+        ok, outcome = False, "error"
         try:
-            if s.fault == "hang":
+            if s.fault == "hang" or roll < s.p_hang:
                 time.sleep(3600)
-            time.sleep(s.latency_s)
-            ok = not (s.fault == "500" or (s.p_error and s.rng.random() < s.p_error))
+            time.sleep(service)
+            if roll < s.p_hang + s.p_reset:
+                outcome = "reset"
+            elif s.fault == "500" or roll < s.p_hang + s.p_reset + s.p_error:
+                outcome = "error"
+            else:
+                ok, outcome = True, "ok"
         finally:
             # The answer is ready: its slot is free before it is written, so a client that
             # sends its next request on reading this one never finds the slot still taken.
             s.finish(ok, started)
+        if outcome == "reset":
+            with s.lock:
+                s.stats["resets"] += 1
+            self._reset()
+            return
         if not ok:
-            self._send(500, {"error": {"message": "injected server error"}})
+            status = 500 if s.fault == "500" else s.error_status
+            self._send(status, {"error": {"message": "injected server error", "type": "server_error"}}, headers)
             return
         content = f"The answer looks reasonable.\nScore: {expected_score(user)}"
         self._send(200, {
             "id": "mock", "object": "chat.completion", "model": req.get("model", "mock"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": 12, "total_tokens": len(user) // 4 + 12},
-        })
+            "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": n_tokens, "total_tokens": len(user) // 4 + n_tokens},
+        }, headers)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="qworker mock-judge", description="An OpenAI-compatible mock judge on 127.0.0.1.")
     ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--capacity", type=int, default=64, help="requests served at once; more get 429")
-    ap.add_argument("--latency", type=float, default=0.2, help="seconds per served request")
+    ap.add_argument("--capacity", type=int, default=64, help="requests served at once; more get 429 (or wait, with --queue)")
+    ap.add_argument("--queue", action="store_true", help="never refuse: queue beyond --capacity, served in order (vLLM-like)")
+    ap.add_argument("--latency", type=float, default=0.2, help="seconds per served request (the mean, for lognormal)")
+    ap.add_argument("--latency-dist", choices=("fixed", "lognormal", "per-token"), default="fixed")
+    ap.add_argument("--sigma", type=float, default=0.6, help="lognormal spread (of latency, or of output tokens for per-token)")
+    ap.add_argument("--per-token", type=float, default=0.002, help="per-token: seconds per output token")
+    ap.add_argument("--ttft", type=float, default=0.02, help="per-token: seconds before the first token")
+    ap.add_argument("--tokens-mean", type=int, default=150, help="per-token: mean output tokens")
     ap.add_argument("--rpm", type=float, help="requests per minute (token bucket, 1 s burst); more get 429")
-    ap.add_argument("--p-error", type=float, default=0.0, help="probability of an injected 500")
+    ap.add_argument("--tpm", type=float, help="tokens per minute (token bucket, 1 s burst); more get 429")
+    ap.add_argument("--retry-after", choices=("ms", "seconds", "date", "none"), default="ms", help="the form of Retry-After on a 429")
+    ap.add_argument("--ratelimit-headers", choices=("none", "openai", "anthropic"), default="none")
+    ap.add_argument("--p-error", type=float, default=0.0, help="probability of an injected error status")
+    ap.add_argument("--error-status", type=int, default=500, help="the injected error's status (e.g. 503)")
+    ap.add_argument("--p-reset", type=float, default=0.0, help="probability of a connection reset instead of an answer")
+    ap.add_argument("--p-hang", type=float, default=0.0, help="probability of never answering")
     ap.add_argument("--api-key-env", help="require the key in this environment variable")
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     import os
 
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    server = MockJudge(port=args.port, capacity=args.capacity, latency_s=args.latency, rpm=args.rpm, p_error=args.p_error, api_key=key)
-    print(f"mock judge on {server.url} (capacity {args.capacity}, latency {args.latency} s, rpm {args.rpm}); stats at /stats", flush=True)
+    server = MockJudge(
+        port=args.port, capacity=args.capacity, latency_s=args.latency, rpm=args.rpm, tpm=args.tpm, p_error=args.p_error,
+        error_status=args.error_status, p_reset=args.p_reset, p_hang=args.p_hang, api_key=key, seed=args.seed, queue=args.queue,
+        latency_dist=args.latency_dist, sigma=args.sigma, ttft_s=args.ttft, per_token_s=args.per_token, tokens_mean=args.tokens_mean,
+        retry_after=args.retry_after, ratelimit_headers=args.ratelimit_headers,
+    )
+    print(f"mock judge on {server.url} (capacity {args.capacity}{' queued' if args.queue else ''}, latency {args.latency} s "
+          f"{args.latency_dist}, rpm {args.rpm}, tpm {args.tpm}); stats at /stats, load at /metrics", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

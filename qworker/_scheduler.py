@@ -257,7 +257,7 @@ class Scheduler:
         for gate in self.gates:
             sent, failed = gate.admit(now, budget)
             if failed:
-                self.table.resolve([Resolution(p, None, None, AUTH_FAILED_ERROR) for p in failed])
+                self.table.resolve([Resolution(p, None, None, why or AUTH_FAILED_ERROR) for p, why in failed])
             if sent:
                 budget -= len(sent)
                 self.queue.extendleft(reversed(sent))

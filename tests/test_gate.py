@@ -61,14 +61,110 @@ def test_401_on_one_endpoint_fails_over_to_another():
     assert sent[0].route == 1 - first
 
 
-def test_retry_after_cools_the_endpoint_down():
+def test_retry_after_delays_only_the_refused_task():
     g = gate()
     p = send_one(g)
-    g.settle(p, outcome(429, retry_after=2.0), None, 1.0)
+    assert g.settle(p, outcome(429, retry_after=2.0), None, 1.0) is True
+    g.queue.appendleft(p)  # as the dispatcher puts a retried task back
     g.queue.append(task(1))
-    assert g.admit(1.5, 10)[0] == []
+    sent, _ = g.admit(1.5, 10)
+    assert [q.key for q in sent] == [task(1).key]  # the other task goes; the refused one waits
     assert g.next_wake(1.5) == pytest.approx(3.0)
-    assert len(g.admit(3.01, 10)[0]) == 1
+    g.settle(sent[0], outcome(200), None, 1.7)
+    assert g.admit(2.9, 10)[0] == []
+    assert [q.key for q in g.admit(3.01, 10)[0]] == [p.key]
+
+
+def test_headers_saying_the_quota_is_spent_cool_the_whole_endpoint():
+    g = gate()
+    p = send_one(g)
+    rl = {"requests": {"limit": 60, "remaining": 0, "reset_s": 30.0}}
+    g.settle(p, {**outcome(429, retry_after=2.0), "ratelimit": rl}, None, 1.0)
+    g.queue.append(task(1))
+    assert g.admit(1.5, 10)[0] == []  # no task goes: the endpoint as a whole is out
+    assert g.endpoints[0].state(1.5) == "cooling" and g.snapshot(1.5)["endpoints"][0]["cool_reason"] == "quota spent"
+
+
+def test_a_streak_of_refusals_across_the_board_cools_the_endpoint():
+    g = gate()
+    g.queue.extend(task(i) for i in range(20))
+    sent, _ = g.admit(0.0, 20)
+    for k, p in enumerate(sent[:16]):
+        g.settle(p, outcome(429, retry_after=1.0), None, 0.5 + k * 0.001)
+    assert g.endpoints[0].state(0.6) == "cooling"
+    assert g.endpoints[0].cool_until == pytest.approx(1.5, abs=0.02)
+
+
+def test_rate_limit_headers_pace_requests_before_any_refusal():
+    g = gate(initial_concurrency=100)  # room under the limit: only pacing holds
+    g.queue.extend(task(i) for i in range(200))
+    sent, _ = g.admit(0.0, 32)
+    rl = {"requests": {"limit": 600, "remaining": 0, "reset_s": 1.0}}  # 10 per second, nothing left now
+    g.settle(sent[-1], {**outcome(200), "ratelimit": rl}, None, 0.2)  # the last one sent: none sent after it
+    assert g.snapshot(0.2)["endpoints"][0]["paced_rpm"] == 600
+    assert len(g.admit(0.2, 200)[0]) == 2  # the 0.2 s of refill since it was counted, and no more
+    assert g.admit(0.25, 200)[0] == []
+    assert len(g.admit(0.31, 200)[0]) == 1  # then one per 0.1 s
+    g.settle(sent[0], {**outcome(200), "ratelimit": rl}, None, 0.4)  # the first one: 34 were sent after it
+    assert g.endpoints[0].sent == 35
+    assert g.endpoints[0].paced_requests.level(0.4) < -20
+
+
+def test_random_503s_within_the_error_budget_leave_the_limit_alone():
+    g = gate()
+    e = g.endpoints[0]
+    e.limit.slow_start = False
+    g.queue.extend(task(i % 250) for i in range(2000))
+    t, errors = 0.0, 0
+    for i in range(2000):
+        sent, _ = g.admit(t, 64)
+        for p in sent:
+            t += 0.005
+            status = 503 if i % 20 == 0 and errors < 100 else 200
+            errors += status == 503
+            if g.settle(p, outcome(status), None, t):
+                g.queue.appendleft(p)
+            break
+    assert e.limit.limit >= 32 and e.limit.drops == 0  # 5% 503s: noise, not overload
+    assert e.error_share() < 0.15
+
+
+def test_503s_beyond_the_error_budget_cut_the_limit():
+    g = gate()
+    e = g.endpoints[0]
+    g.queue.extend(task(i) for i in range(64))
+    sent, _ = g.admit(0.0, 64)
+    for k, p in enumerate(sent):
+        g.settle(p, outcome(503 if k % 2 else 200), None, 0.3 + k * 0.001)
+    assert e.limit.drops >= 1 and e.limit.limit < 32
+
+
+def test_with_every_endpoint_dead_waiting_tasks_fail_within_the_bound_naming_the_endpoint():
+    g = gate({"url": "http://a"}, dead_after_s=10)
+    p = send_one(g)
+    g.settle(p, outcome(0, "connect"), "judge_error: endpoint 0 (http://a): ConnectionRefusedError", 0.1)
+    g.queue.appendleft(p)
+    g.queue.extend(task(i) for i in range(1, 20))
+    failed_at, t = None, 0.1
+    while failed_at is None and t < 30:
+        t = g.next_wake(t) or t + 0.25
+        sent, failed = g.admit(t, 100)
+        for q in sent:  # probes: still refused
+            g.settle(q, outcome(0, "connect"), "judge_error: ConnectionRefusedError", t + 0.001)
+            g.queue.appendleft(q)
+        if failed:
+            failed_at = t
+            why = failed[0][1]
+    assert failed_at is not None and failed_at <= 10.2
+    assert "http://a" in why and "unreachable" in why and "ConnectionRefusedError" in why
+    # it comes back: a new task is the probe, and flows
+    fresh = task(99)
+    fresh.submitted = 40.0
+    g.queue.append(fresh)
+    sent, failed = g.admit(40.0, 10)
+    assert [q.key for q in sent] == [fresh.key] and not failed
+    g.settle(sent[0], outcome(200), None, 40.2)
+    assert g.endpoints[0].state(40.3) == "up"
 
 
 def test_routes_to_the_most_free_capacity_times_weight():

@@ -28,3 +28,58 @@ def test_back_to_back_requests_at_capacity_are_served_and_counted():
         assert 0.002 <= stats["mean_held_s"] < 0.05
     finally:
         m.stop()
+
+
+def post(http, m, i=0, max_tokens=16):
+    body = {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": max_tokens}
+    return http.request("POST", m.url, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+
+
+def stats(http, m):
+    return json.loads(http.request("GET", m.url.replace("/v1/chat/completions", "/stats")).data)
+
+
+def test_queue_mode_never_refuses_and_reports_time_queued():
+    import threading
+
+    m = MockJudge(capacity=2, latency_s=0.05, queue=True).start()
+    try:
+        http = urllib3.PoolManager(maxsize=8)
+        statuses = []
+        threads = [threading.Thread(target=lambda i=i: statuses.append(post(http, m, i).status)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        st = stats(http, m)
+        assert statuses == [200] * 8 and st["status_429"] == 0 and st["max_in_flight"] <= 2
+        assert st["mean_queued_s"] > 0.02  # 8 at 2 at a time: most waited
+        text = http.request("GET", m.url.replace("/v1/chat/completions", "/metrics")).data.decode()
+        assert "vllm:num_requests_running" in text and "vllm:num_requests_waiting" in text
+    finally:
+        m.stop()
+
+
+def test_whole_second_retry_after_and_provider_headers():
+    m = MockJudge(capacity=64, latency_s=0.001, rpm=60, retry_after="seconds", ratelimit_headers="anthropic").start()
+    try:
+        http = urllib3.PoolManager(maxsize=1)
+        first, second = post(http, m, 1), post(http, m, 2)  # a bucket of 1 request per second
+        assert first.status == 200 and second.status == 429
+        assert second.headers["Retry-After"] == "1" and "retry-after-ms" not in second.headers
+        assert second.headers["anthropic-ratelimit-requests-limit"] == "60"
+        assert second.headers["anthropic-ratelimit-requests-remaining"] == "0"
+        assert second.headers["anthropic-ratelimit-requests-reset"].endswith("Z")
+    finally:
+        m.stop()
+
+
+def test_lognormal_latency_spreads_and_per_token_reports_usage():
+    m = MockJudge(capacity=64, latency_s=0.01, latency_dist="lognormal", sigma=0.6)
+    draws = sorted(m.draw()[0] for _ in range(2000))
+    m.server_close()
+    assert 0.009 < sum(draws) / len(draws) < 0.011 and draws[1979] / draws[20] > 5  # p99 / p1: a 10x spread
+    m = MockJudge(latency_dist="per-token", per_token_s=0.001, ttft_s=0.0, tokens_mean=100)
+    lat, n = m.draw()
+    m.server_close()
+    assert lat == 0.001 * n

@@ -3,8 +3,17 @@
 One call to one endpoint per task.  The producer's gate (``_gate``) chose the
 endpoint (``_endpoint``, an index into ``endpoints``) under that endpoint's
 adaptive limit, and it decides what happens after a failure: every outcome
-(status, latency, Retry-After) goes back to it, so the limit is one limit for
-all workers on all hosts.  Nothing here retries or sleeps.
+goes back to it in ``extra["_outcome"]``, so the limit is one limit for all
+workers on all hosts.  Nothing here retries or sleeps.  The outcome's keys:
+
+* ``endpoint`` (int), ``status`` (HTTP status, 0 when there was none),
+  ``failure`` (``""``, ``"timeout"``, ``"connect"``: no connection could be
+  made, ``"reset"``: the connection dropped mid-answer), ``latency_s``;
+* ``retry_after_s``: ``retry-after-ms``, ``Retry-After`` seconds or HTTP-date,
+  in seconds, or ``None``;
+* ``completion_tokens``: ``usage.completion_tokens`` of a 200 reply, or ``None``;
+* ``ratelimit``: the provider's rate-limit headers, parsed by ``_ratelimit.rate_limits``
+  (``{"requests": {"limit", "remaining", "reset_s"}, "tokens": {...}}``), or ``None``.
 
 Params (from the config's ``rewards: llm_judge:`` section, see ``configs/judge.yaml``):
 
@@ -21,7 +30,10 @@ Params (from the config's ``rewards: llm_judge:`` section, see ``configs/judge.y
 A reply with no parsable score fails the task (``bad_result: ...``, the reply
 in the message), it is never a 0.  API keys are read from the environment
 variables named by ``api_key_env`` in the worker, sent only in the
-``Authorization`` header, and removed from every error message.
+``Authorization`` header, and removed (``redact``) from every text that is kept
+or reported: error messages, the reply kept in ``extra["reply"]`` (and so in
+the cache), in its raw, JSON-escaped (``\\/``, ``\\uXXXX``) and URL-encoded
+forms, always before any truncation.
 """
 
 from __future__ import annotations
@@ -30,14 +42,15 @@ import json
 import os
 import re
 import time
+import urllib.parse
 from typing import Any, Optional
 
-from .. import _http
+from .. import _http, _ratelimit
 from .._exceptions import CallFailed
 from .._registry import reward
 from ..transport.wire import OUTCOME_KEY
 
-__all__ = ["llm_judge", "render", "parse_score", "DEFAULT_TEMPLATE"]
+__all__ = ["llm_judge", "render", "parse_score", "redact", "DEFAULT_TEMPLATE"]
 
 DEFAULT_TEMPLATE = (
     "You are grading a model's answer.\n\nQuestion:\n{prompt}\n\nReference answer:\n{ground_truth}\n\n"
@@ -85,19 +98,30 @@ def parse_score(reply: str, *, pattern: Optional[str], json_field: Optional[str]
     return score
 
 
-def _retry_after(headers: dict) -> Optional[float]:
-    ms = headers.get("retry-after-ms")
+def _forms(secret: str) -> list[str]:
+    """The ways a key can appear in a server's text: as is, JSON-escaped, slash-escaped, URL-encoded."""
+    json_escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
+    ascii_escaped = json.dumps(secret, ensure_ascii=True)[1:-1]
+    forms = {secret, json_escaped, ascii_escaped, json_escaped.replace("/", "\\/"), json_escaped.replace("/", "\\u002f"),
+             json_escaped.replace("/", "\\u002F"), urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+    return sorted((f for f in forms if f), key=len, reverse=True)  # the longest first: no form hides inside another's stars
+
+
+def redact(text: str, secret: Optional[str]) -> str:
+    """``text`` with every form of ``secret`` (see ``_forms``) replaced by ``***``.  Call before truncating."""
+    if not secret or not text:
+        return text
+    for form in _forms(secret):
+        text = text.replace(form, "***")
+    return text
+
+
+def _completion_tokens(doc: Any) -> Optional[int]:
     try:
-        if ms is not None:
-            return max(0.0, float(ms) / 1000.0)
-        s = headers.get("retry-after")
-        return max(0.0, float(s)) if s is not None else None
-    except ValueError:
-        return None  # an HTTP date: treated as unknown
-
-
-def _redact(text: str, secret: Optional[str]) -> str:
-    return text.replace(secret, "***") if secret else text
+        n = doc["usage"]["completion_tokens"]
+    except (KeyError, TypeError, IndexError):
+        return None
+    return int(n) if isinstance(n, (int, float)) and n >= 0 else None
 
 
 @reward("llm_judge", kind="io")
@@ -119,6 +143,8 @@ def llm_judge(
     max_attempts: int = 4,  # the gate's: retries are decided in the producer
     ceiling: float = 512,  # the gate's
     initial_concurrency: float = 32,  # the gate's
+    dead_after_s: float = 10.0,  # the gate's
+    error_budget: float = 0.15,  # the gate's
 ) -> dict:
     if not isinstance(payload, dict):
         raise ValueError(f"llm_judge needs a payload object, got {type(payload).__name__}")
@@ -126,7 +152,8 @@ def llm_judge(
     url = ep["url"]
     secret = None
     headers = {"Content-Type": "application/json"}
-    outcome: dict = {"endpoint": _endpoint, "status": 0, "failure": "", "latency_s": 0.0, "retry_after_s": None}
+    outcome: dict = {"endpoint": _endpoint, "status": 0, "failure": "", "latency_s": 0.0, "retry_after_s": None,
+                     "completion_tokens": None, "ratelimit": None}
     env = ep.get("api_key_env")
     if env:
         secret = os.environ.get(env)
@@ -143,18 +170,22 @@ def llm_judge(
         reply = _http.post(url, body, headers, deadline=t0 + timeout_s, pool_size=pool_size)
     except _http.Deadline as exc:
         outcome.update(failure="timeout", latency_s=time.monotonic() - t0)
-        raise CallFailed(f"endpoint {_endpoint} ({url}): {exc} (timeout_s={timeout_s})", outcome=outcome) from None
+        raise CallFailed(redact(f"endpoint {_endpoint} ({url}): {exc} (timeout_s={timeout_s})", secret), outcome=outcome) from None
     except _http.ConnectFailed as exc:
-        outcome.update(failure="connect", latency_s=time.monotonic() - t0)
-        raise CallFailed(_redact(f"endpoint {_endpoint} ({url}): {exc}", secret), outcome=outcome) from None
-    outcome.update(status=reply.status, latency_s=reply.latency_s, retry_after_s=_retry_after(reply.headers))
-    text = reply.body.decode("utf-8", "replace")
+        outcome.update(failure=exc.kind, latency_s=time.monotonic() - t0)
+        raise CallFailed(redact(f"endpoint {_endpoint} ({url}): {exc}", secret), outcome=outcome) from None
+    wall = time.time()
+    outcome.update(status=reply.status, latency_s=reply.latency_s, retry_after_s=_ratelimit.retry_after(reply.headers, wall),
+                   ratelimit=_ratelimit.rate_limits(reply.headers, wall))
+    text = redact(reply.body.decode("utf-8", "replace"), secret)  # before anything is cut, parsed or kept
     if reply.status != 200:
-        raise CallFailed(_redact(f"endpoint {_endpoint} ({url}): HTTP {reply.status}: {text[:MAX_SHOWN]}", secret), outcome=outcome)
+        raise CallFailed(redact(f"endpoint {_endpoint} ({url}): HTTP {reply.status}: ", secret) + text[:MAX_SHOWN], outcome=outcome)
     try:
-        content = json.loads(text)["choices"][0]["message"]["content"]
-        score = parse_score(content or "", pattern=score_pattern, json_field=score_json_field, score_max=score_max)
+        doc = json.loads(text)
+        outcome["completion_tokens"] = _completion_tokens(doc)
+        content = redact(doc["choices"][0]["message"]["content"] or "", secret)  # JSON-decoding may have unescaped a key
+        score = parse_score(content, pattern=score_pattern, json_field=score_json_field, score_max=score_max)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         detail = str(exc) if isinstance(exc, ValueError) else f"not a chat completion ({type(exc).__name__}): {text[:MAX_SHOWN]!r}"
-        raise CallFailed(_redact(f"endpoint {_endpoint}: {detail}", secret), outcome=outcome, kind="bad_result") from None
+        raise CallFailed(f"endpoint {_endpoint}: {detail}", outcome=outcome, kind="bad_result") from None
     return {"score": score, "reply": content, OUTCOME_KEY: outcome}

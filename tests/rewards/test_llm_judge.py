@@ -103,3 +103,63 @@ def test_parse_score():
 
 def test_render_leaves_other_braces_alone():
     assert render('{"x": {response}} {rubric} {other}', {"response": "r"}, "be strict") == '{"x": r} be strict {other}'
+
+
+def test_the_key_in_a_200_reply_is_redacted_in_the_kept_reply(judge, monkeypatch):
+    secret = "sk-proj/ab+cd=ef-4411"
+    monkeypatch.setenv("JUDGE_KEY_FOR_TEST", secret)
+    judge.api_key = secret
+    orig = judge.RequestHandlerClass._send
+
+    def echo(self, status, body, headers=None, content_type="application/json"):  # a judge that quotes the request
+        if status == 200:
+            body["choices"][0]["message"]["content"] = f"You sent {secret} and {secret.replace('/', chr(92) + '/')}\nScore: 3"
+        return orig(self, status, body, headers, content_type)
+
+    monkeypatch.setattr(judge.RequestHandlerClass, "_send", echo)
+    out = call(judge, endpoint={"api_key_env": "JUDGE_KEY_FOR_TEST"})
+    assert out["score"] == 0.3 and secret not in out["reply"] and "ab+cd" not in out["reply"] and "***" in out["reply"]
+
+
+def test_a_json_escaped_key_in_a_401_body_and_a_key_straddling_the_cut_are_redacted(judge, monkeypatch):
+    from qworker.rewards import llm_judge as mod
+
+    secret = "sk-live/very/secret-9931"
+    monkeypatch.setenv("JUDGE_KEY_FOR_TEST", secret)
+    judge.api_key = "sk-other"  # 401, and the mock echoes the key JSON-encoded: json.dumps does not escape '/', so add it
+    orig = judge.RequestHandlerClass._send
+
+    def escaped(self, status, body, headers=None, content_type="application/json"):
+        if status == 401:
+            pad = "x" * (mod.MAX_SHOWN - 40)  # the key straddles the truncation point
+            body = '{"error": {"message": "' + pad + " " + secret.replace("/", "\\/") + ' is not valid"}}'
+        return orig(self, status, body, headers, content_type)
+
+    monkeypatch.setattr(judge.RequestHandlerClass, "_send", escaped)
+    with pytest.raises(CallFailed) as e:
+        call(judge, endpoint={"api_key_env": "JUDGE_KEY_FOR_TEST"})
+    msg = str(e.value)
+    assert "HTTP 401" in msg and "***" in msg
+    for leak in (secret, secret.replace("/", "\\/"), "sk-live", "very\\/secret", "9931"):
+        assert leak not in msg
+
+
+def test_usage_and_rate_limit_headers_reach_the_outcome(monkeypatch):
+    m = MockJudge(capacity=8, latency_s=0.01, latency_dist="per-token", per_token_s=0.0001, rpm=6000,
+                  ratelimit_headers="openai").start()
+    try:
+        out = call(m)["_outcome"]
+        assert out["completion_tokens"] >= 1 and out["ratelimit"]["requests"]["limit"] == 6000
+        assert 0 <= out["ratelimit"]["requests"]["remaining"] <= 100
+    finally:
+        m.stop()
+
+
+def test_a_reset_is_not_a_refused_connection():
+    m = MockJudge(capacity=8, latency_s=0.01, p_reset=1.0).start()
+    try:
+        with pytest.raises(CallFailed) as e:
+            call(m)
+        assert e.value.outcome["failure"] == "reset"
+    finally:
+        m.stop()

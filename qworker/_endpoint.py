@@ -1,0 +1,214 @@
+"""One judge endpoint as the producer's gate sees it: limits, pacing, health.
+
+Owned by the dispatcher thread (only ``LoadPoller`` runs beside it, and it
+only writes one tuple).  Units: seconds (monotonic), requests, tokens.
+
+* ``limit``: the adaptive concurrency limit (``_limiter``).
+* ``rpm`` / ``tpm``: static token buckets from the config (1 s burst).
+* ``paced_requests`` / ``paced_tokens``: buckets learned from the provider's
+  rate-limit headers (``x-ratelimit-*``, ``anthropic-ratelimit-*``): the rate is
+  the announced per-minute limit / 60, the burst is what ``remaining + reset x
+  rate`` says the full bucket holds, and every answer re-synchronises the level
+  (what the server had left when it counted the request, plus the refill and
+  less what we sent since).  So requests are paced before the server refuses.
+* Health: ``down`` (nothing but one probe after ``down_until``), ``cool_until``
+  (the whole endpoint waits: only when the evidence says all of it is out),
+  an error budget over the last ``ERROR_WINDOW`` answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+import urllib.request
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ._limiter import AdaptiveLimit
+
+log = logging.getLogger("qworker")
+
+__all__ = ["Bucket", "Endpoint", "LoadPoller", "parse_vllm_load"]
+
+DOWN_FIRST_S, DOWN_MAX_S = 0.5, 5.0
+ERROR_WINDOW = 200  # answers in the error budget's window
+LOAD_POLL_S = 0.5  # how often a metrics URL is read
+
+
+@dataclass(slots=True)
+class Bucket:
+    """A token bucket: ``rate`` per second, holding at most ``size`` (default: one second's worth)."""
+
+    rate: float
+    size: float = 0.0
+    tokens: float = 0.0
+    at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.size = self.size or self.rate
+
+    def level(self, now: float) -> float:
+        self.tokens = min(self.size, self.tokens + max(0.0, now - self.at) * self.rate)
+        self.at = now
+        return self.tokens
+
+    def ready_at(self, need: float, now: float) -> float:
+        lvl = self.level(now)
+        return now if lvl >= need else now + (min(need, self.size) - lvl) / self.rate
+
+
+@dataclass(slots=True, eq=False)
+class Endpoint:
+    index: int
+    url: str
+    weight: float
+    limit: AdaptiveLimit
+    rpm: Optional[Bucket] = None
+    tpm: Optional[Bucket] = None
+    paced_requests: Optional[Bucket] = None
+    paced_tokens: Optional[Bucket] = None
+    in_flight: int = 0
+    sent: int = 0  # requests sent so far (a sequence number for header sync)
+    cool_until: float = 0.0
+    cool_reason: str = ""
+    down_until: float = 0.0
+    down_for: float = 0.0
+    down_since: float = 0.0
+    down_reason: str = ""
+    last_error: str = ""
+    probing: bool = False
+    error_streak: int = 0
+    refusal_streak: int = 0
+    streak_retry_s: float = math.inf  # the shortest Retry-After in the current refusal streak
+    errors: deque = field(default_factory=lambda: deque(maxlen=ERROR_WINDOW))  # True: a 5xx, reset or 408
+    counts: dict = field(default_factory=lambda: {
+        "requests": 0, "ok": 0, "status_429": 0, "timeouts": 0, "connect_errors": 0, "other_errors": 0, "retries": 0})
+    latencies: deque = field(default_factory=lambda: deque(maxlen=2048))
+    load: Optional[tuple] = None  # (running, waiting, at) from the metrics URL, written by LoadPoller
+    load_used: float = 0.0
+    down_max_s: float = DOWN_MAX_S  # the longest wait between probes of a down endpoint
+
+    def state(self, now: float) -> str:
+        if self.down_reason:
+            return "probing" if self.probing else f"down ({self.down_reason})"
+        return "cooling" if now < self.cool_until else "up"
+
+    def buckets(self) -> list[tuple[Bucket, bool]]:
+        """(bucket, counts tokens rather than requests)."""
+        return [(b, t) for b, t in ((self.rpm, False), (self.paced_requests, False), (self.tpm, True), (self.paced_tokens, True)) if b]
+
+    def free(self, now: float, tokens: float) -> float:
+        """Room for one more request now (0 when none); ``tokens``: the request's estimated tokens."""
+        if self.down_reason:  # one probe, before anything else, once the down time is over
+            return math.inf if (now >= self.down_until and not self.probing) else 0.0
+        if now < self.cool_until:
+            return 0.0
+        for b, is_tokens in self.buckets():
+            if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
+                return 0.0
+        return max(0.0, math.floor(self.limit.limit) - self.in_flight)
+
+    def ready_at(self, now: float, tokens: float) -> Optional[float]:
+        """When pacing next lets a request go (None: pacing does not hold it)."""
+        times = [b.ready_at(min(tokens, b.size) if t else min(1.0, b.size), now) for b, t in self.buckets()]
+        later = [x for x in times if x > now]
+        return max(later) if later else None
+
+    def take(self, now: float, tokens: float) -> None:
+        for b, is_tokens in self.buckets():
+            b.level(now)
+            b.tokens -= tokens if is_tokens else 1.0
+        self.in_flight += 1
+        self.sent += 1
+        self.counts["requests"] += 1
+
+    def learn(self, ratelimit: Optional[dict], now: float, sent_at: float, seq: int, tokens: float) -> None:
+        """Re-synchronise the paced buckets with the headers of an answer to a request sent at ``sent_at`` as number ``seq``."""
+        if not ratelimit:
+            return
+        for kind, attr in (("requests", "paced_requests"), ("tokens", "paced_tokens")):
+            fam = ratelimit.get(kind)
+            if not fam or not fam.get("limit"):
+                continue
+            rate = fam["limit"] / 60.0
+            remaining = fam.get("remaining")
+            size = fam["limit"] if remaining is None else min(fam["limit"], remaining + fam.get("reset_s", 0.0) * rate)
+            b = getattr(self, attr)
+            if b is None or abs(b.rate - rate) > 1e-9:
+                b = Bucket(rate, max(1.0, size), tokens=max(1.0, size), at=now)
+                setattr(self, attr, b)
+                log.info("qworker: judge endpoint %s announces %.0f %s/min; pacing at that rate", self.url, fam["limit"], kind)
+            b.size = max(b.size, size, 1.0)
+            if remaining is not None:  # what it had left then, plus the refill since, less what we sent since
+                unit = tokens if kind == "tokens" else 1.0
+                b.tokens = min(b.size, remaining + rate * max(0.0, now - sent_at) - unit * max(0, self.sent - seq))
+                b.at = now
+
+    def error_share(self) -> float:
+        return sum(self.errors) / len(self.errors) if len(self.errors) >= 20 else 0.0
+
+    def go_down(self, reason: str, now: float, for_s: Optional[float] = None) -> None:
+        if not self.down_reason:
+            log.warning("qworker: judge endpoint %s is down (%s); routing to the others, probing it again", self.url, reason)
+            self.down_since = now
+        self.down_for = for_s or min(self.down_max_s, max(DOWN_FIRST_S, 2 * self.down_for))
+        self.down_until = now + self.down_for
+        self.down_reason = reason
+        self.probing = False
+
+    def come_back(self) -> None:
+        log.info("qworker: judge endpoint %s answered a probe and is back (was: %s)", self.url, self.down_reason)
+        self.down_reason, self.down_for, self.probing, self.error_streak = "", 0.0, False, 0
+        self.limit.reset()
+
+    def cool(self, until: float, reason: str) -> None:
+        if until > self.cool_until:
+            self.cool_until, self.cool_reason = until, reason
+
+
+_METRIC = re.compile(r"^(vllm:num_requests_(?:running|waiting))(?:\{[^}]*\})?\s+([0-9.eE+-]+)", re.M)
+
+
+def parse_vllm_load(text: str) -> Optional[tuple[float, float]]:
+    """(running, waiting) summed over label sets from vLLM's Prometheus text; None when absent."""
+    got = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
+    seen = False
+    for name, value in _METRIC.findall(text):
+        try:
+            got[name] += float(value)
+            seen = True
+        except ValueError:
+            continue
+    return (got["vllm:num_requests_running"], got["vllm:num_requests_waiting"]) if seen else None
+
+
+class LoadPoller(threading.Thread):
+    """Reads an endpoint's metrics URL every ``LOAD_POLL_S`` off the dispatcher thread; ends with the endpoint."""
+
+    def __init__(self, endpoint: Endpoint, url: str, interval_s: float = LOAD_POLL_S) -> None:
+        super().__init__(name=f"qworker-load-{endpoint.index}", daemon=True)
+        self._ref = weakref.ref(endpoint)
+        self.url, self.interval_s = url, interval_s
+        self.failures = 0
+
+    def run(self) -> None:
+        while True:
+            t0 = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url, timeout=min(2.0, 4 * self.interval_s)) as r:  # noqa: S310 (a configured URL)
+                    load = parse_vllm_load(r.read(4 * 1024 * 1024).decode("utf-8", "replace"))
+            except (OSError, ValueError):
+                load = None
+                self.failures += 1
+            ep = self._ref()
+            if ep is None:
+                return
+            if load is not None:
+                ep.load = (load[0], load[1], time.monotonic())
+            del ep
+            time.sleep(max(0.0, self.interval_s - (time.monotonic() - t0)))

@@ -1,0 +1,177 @@
+"""A discrete-event simulation of producers' gates against judge servers (simulated time, no clock, no sockets).
+
+Each client is a real ``Gate`` fed by workers with unlimited credit: it admits
+tasks, the simulated server answers with the same outcome dicts ``llm_judge``
+builds, and ``settle`` decides; a retried task goes back to the front of the
+gate's queue, as the dispatcher puts it.  Servers:
+
+* ``refuse``: at most ``capacity`` in service; more get 429 (after 1-20 ms);
+* ``queue``: ``capacity`` served at once, the rest wait in FIFO order, never refused;
+* a token bucket of ``rate`` per second holding one second's worth (429 when empty);
+* ``retry_after``: ``"ms"`` (exact), ``"s"`` (whole seconds, at least 1) or None;
+* ``headers``: announce the bucket as OpenAI's ``x-ratelimit-*`` do;
+* ``p_error``: a 503 (no Retry-After) with that probability, independent of load;
+* latency: ``lognormal`` with mean ``latency`` and ``sigma``, or fixed +-5%.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from qworker._gate import Gate
+from qworker._pending import Pending
+
+TRANSIT_S = 0.002  # producer -> worker -> server and back
+
+
+@dataclass
+class Server:
+    mode: str = "refuse"
+    capacity: int = 10**9
+    rate: Optional[float] = None
+    latency: float = 0.3
+    sigma: float = 0.0
+    retry_after: Optional[str] = "ms"
+    headers: bool = False
+    p_error: float = 0.0
+    tokens_per_reply: Optional[Callable[[random.Random], int]] = None
+    seed: int = 1
+    busy: int = 0
+    waiting: list = field(default_factory=list)
+    ends: list = field(default_factory=list)
+    bucket: float = 0.0
+    refilled: float = 0.0
+    stats: dict = field(default_factory=lambda: {"requests": 0, "served": 0, "refused": 0, "errors": 0, "queued_s": 0.0, "service_s": 0.0})
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.bucket = self.rate or 0.0
+
+    def service(self) -> tuple[float, Optional[int]]:
+        if self.tokens_per_reply:
+            n = self.tokens_per_reply(self.rng)
+            return self.latency * n, n
+        if self.sigma:
+            return self.latency * math.exp(self.sigma * self.rng.gauss(0, 1) - self.sigma**2 / 2), None
+        return self.latency * self.rng.uniform(0.95, 1.05), None
+
+    def ratelimit(self) -> Optional[dict]:
+        if not (self.headers and self.rate):
+            return None
+        return {"requests": {"limit": int(self.rate * 60), "remaining": int(self.bucket), "reset_s": (self.rate - self.bucket) / self.rate}}
+
+    def arrive(self, sim: Sim, t: float, reply: Callable[[float, dict], None]) -> None:
+        st = self.stats
+        st["requests"] += 1
+        if self.rate is not None:
+            self.bucket = min(self.rate, self.bucket + (t - self.refilled) * self.rate)
+            self.refilled = t
+            if self.bucket < 1.0:
+                st["refused"] += 1
+                wait = (1.0 - self.bucket) / self.rate
+                return reply(t + self.rng.uniform(0.001, 0.02), self._refusal(wait))
+        if self.mode == "refuse" and self.busy >= self.capacity:
+            st["refused"] += 1
+            return reply(t + self.rng.uniform(0.001, 0.02), self._refusal(max(0.001, min(self.ends) - t)))
+        if self.rate is not None:
+            self.bucket -= 1.0
+        rl = self.ratelimit()
+        if self.busy < self.capacity:
+            self._start(sim, t, t, reply, rl)
+        else:
+            self.waiting.append((t, reply, rl))
+
+    def _refusal(self, wait: float) -> dict:
+        after = None if self.retry_after is None else wait if self.retry_after == "ms" else float(max(1, math.ceil(wait)))
+        return {"status": 429, "failure": "", "latency_s": 0.01, "retry_after_s": after, "completion_tokens": None, "ratelimit": self.ratelimit()}
+
+    def _start(self, sim: Sim, arrived: float, t: float, reply, rl) -> None:
+        self.busy += 1
+        s, tokens = self.service()
+        self.stats["queued_s"] += t - arrived
+        self.stats["service_s"] += s
+        self.ends.append(t + s)
+
+        def done(t_end: float) -> None:
+            self.busy -= 1
+            self.ends.remove(min(self.ends))
+            error = self.p_error and self.rng.random() < self.p_error
+            self.stats["errors" if error else "served"] += 1
+            status = 503 if error else 200
+            reply(t_end, {"status": status, "failure": "", "latency_s": t_end - arrived + TRANSIT_S, "retry_after_s": None,
+                          "completion_tokens": tokens or 12, "ratelimit": rl})
+            if self.waiting:
+                a, r, rl2 = self.waiting.pop(0)
+                self._start(sim, a, t_end, r, rl2)
+
+        sim.at(t + s, done)
+
+
+class Client:
+    def __init__(self, sim: Sim, server: Server, n: int, name: str = "c", semaphore: Optional[int] = None, **params) -> None:
+        """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation."""
+        self.sim, self.server, self.n = sim, server, n
+        ep = {"url": "http://sim", "max_concurrency": semaphore} if semaphore else {"url": "http://sim"}
+        if semaphore:
+            params["initial_concurrency"] = semaphore
+        self.gate = Gate({"model": "m", "endpoints": [ep], **params})
+        self.done_at: list[float] = []
+        self.failed: list[str] = []
+        self._wake_at = math.inf
+        for i in range(n):
+            self.gate.queue.append(Pending(f"{name}{i}".encode(), "llm_judge", {}, b"x" * 200, None, None, 0.0))
+        self.pump(0.0)
+
+    def pump(self, t: float) -> None:
+        sent, failed = self.gate.admit(t, 10**9)
+        for p, why in failed:
+            p.resolved = True
+            self.failed.append(why)
+        for p in sent:
+            self.server.arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p: self.sim.at(t_end + TRANSIT_S / 2, lambda tt: self.answer(p, out, tt)))
+        wake = self.gate.next_wake(t)
+        if wake is not None and (wake < self._wake_at or self._wake_at <= t):
+            self._wake_at = wake
+            self.sim.at(wake, self.pump)
+
+    def answer(self, p: Pending, outcome: dict, t: float) -> None:
+        if self.gate.settle(p, outcome, None if outcome["status"] == 200 else f"HTTP {outcome['status']}", t):
+            self.gate.queue.appendleft(p)
+        else:
+            p.resolved = True
+            (self.done_at.append(t) if outcome["status"] == 200 else self.failed.append(str(outcome["status"])))
+        self.pump(t)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.done_at) + len(self.failed) >= self.n
+
+
+class Sim:
+    def __init__(self) -> None:
+        self.events: list = []
+        self.seq = itertools.count()
+        self.t = 0.0
+
+    def at(self, t: float, fn: Callable[[float], None]) -> None:
+        heapq.heappush(self.events, (t, next(self.seq), fn))
+
+    def run(self, clients: list[Client], until: float = 3600.0) -> float:
+        while self.events and not all(c.finished for c in clients):
+            self.t, _, fn = heapq.heappop(self.events)
+            if self.t > until:
+                break
+            fn(self.t)
+        return self.t
+
+
+def run(server: Server, n: int, clients: int = 1, **params) -> tuple[float, list[Client], Server]:
+    """(simulated seconds until every client finished, the clients, the server)."""
+    sim = Sim()
+    cs = [Client(sim, server, n, name=f"c{i}-", **params) for i in range(clients)]
+    return sim.run(cs), cs, server
