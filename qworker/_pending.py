@@ -47,14 +47,28 @@ class Pending:
     holder: Optional[WorkerState] = None  # the worker holding its lease
     resolved: bool = False  # set under the table's lock when the future is claimed
     gate: Optional[Gate] = None  # set when the task calls a rate-limited endpoint
-    route: int = -1  # the endpoint the gate chose for this delivery
+    route: int = wire.NO_ROUTE  # the endpoint the gate chose for this delivery
     routed_at: float = 0.0  # when the gate let it go to that endpoint (monotonic seconds)
     tries: int = 0  # endpoint calls retried by the gate after errors
     throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
 
     def as_task(self) -> wire.Task:
-        params = self.params if self.route < 0 else {**self.params, "_endpoint": self.route}
-        return (self.key, self.reward, params, self.payload, self.timeout_s, self.attempts)
+        return (self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts, self.route)
+
+    def deliver(self) -> None:
+        """It is being sent to a worker: one more delivery, charged."""
+        self.attempts += 1
+        self.deliveries += 1
+
+    def undeliver(self) -> None:
+        """The last delivery does not count: never sent, handed back unrun, or its endpoint call is retried."""
+        self.attempts -= 1
+        self.deliveries -= 1
+
+    def refund(self) -> None:
+        """Its worker was lost, and not because of this task: the delivery is not charged (it still counts
+        toward the cap on deliveries)."""
+        self.attempts -= 1
 
 
 class Resolution(NamedTuple):

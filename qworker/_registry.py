@@ -28,7 +28,8 @@ from typing import Callable, Optional, Union
 
 from ._exceptions import RewardError
 
-__all__ = ["RewardSpec", "reward", "lookup", "resolve", "load_modules", "registered", "modules_to_forward"]
+__all__ = [
+    "EndpointCall", "RewardSpec", "reward", "lookup", "resolve", "load_modules", "registered", "modules_to_forward"]
 
 KINDS = ("cpu", "io")
 BUILTIN_MODULE = "qworker.rewards"
@@ -41,6 +42,20 @@ class RewardSpec:
     kind: str  # "cpu": runs on the worker's main thread; "io": on its thread pool
     timeout_s: Optional[float]  # hard limit; None = the worker's default
     version: Optional[str] = None  # part of the task hash (see _hashing); None = unversioned
+
+
+@dataclass(slots=True)
+class EndpointCall:
+    """Given to a reward whose task the producer's gate routed to an endpoint (``llm_judge``).
+
+    ``endpoint`` is the index the gate chose; the reward records how the call went in
+    ``outcome`` (status, latency, Retry-After, ...; see ``rewards.llm_judge``), or raises
+    ``CallFailed`` carrying it.  The worker returns the outcome to the gate in its own
+    field of the result, never in the reward's ``extra``.
+    """
+
+    endpoint: int
+    outcome: Optional[dict] = None
 
 
 _registry: dict[str, RewardSpec] = {}

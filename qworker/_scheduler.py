@@ -99,8 +99,7 @@ class Scheduler:
             back = [w.leases.pop(k) for k in msg.keys if k in w.leases]
             for p in back:
                 p.holder = None
-                p.attempts -= 1  # it never ran, and was handed back on request
-                p.deliveries -= 1
+                p.undeliver()  # it never ran, and was handed back on request
             self._back_to_queue(back)
         elif isinstance(msg, wire.Bye):
             w = fleet.workers.get(peer.decode(errors="replace"))
@@ -138,7 +137,7 @@ class Scheduler:
     def _on_results(self, w: Optional[WorkerState], peer: bytes, results: list[wire.TaskResult], now: float) -> None:
         worker_id = w.id if w is not None else peer.decode(errors="replace")
         done: list[Resolution] = []
-        for key, score, extra, error, compute_s in results:
+        for key, score, extra, error, compute_s, outcome in results:
             p = w.leases.pop(key, None) if w is not None else None
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
@@ -149,14 +148,13 @@ class Scheduler:
                     p.holder.leases.pop(key, None)
             p.holder = None
             if p.gate is not None:
-                outcome = extra.pop(wire.OUTCOME_KEY, None) if extra else None
                 try:
                     retry = p.gate.settle(p, outcome, error, now)
                 except Exception:  # a bug in the gate must not strand the task: it resolves as reported
                     log.exception("qworker: the judge gate failed on a result; resolving task %s as the worker reported it", key.hex()[:16])
                     retry = False
                 if retry:
-                    p.attempts -= 1  # the delivery worked; the endpoint call is what is retried
+                    p.undeliver()  # the delivery worked; the endpoint call is what is retried
                     p.gate.queue.appendleft(p)
                     continue
                 if error is not None and (p.tries or p.throttled):
@@ -199,7 +197,7 @@ class Scheduler:
             if p.resolved:
                 continue
             if p.key != guilty:
-                p.attempts -= 1  # it did not cause the loss
+                p.refund()
             if p.attempts >= self.max_attempts or p.deliveries >= cap:
                 if p.gate is not None:
                     p.gate.forget(p)
@@ -292,8 +290,7 @@ class Scheduler:
                     if p.gate is not None:
                         p.gate.forget(p)
                     continue
-                p.attempts += 1
-                p.deliveries += 1
+                p.deliver()
                 p.holder = w
                 w.leases[p.key] = p
                 leased.append(p)
@@ -305,7 +302,7 @@ class Scheduler:
                 w.last_sent_at = now
             else:
                 for p in leased:
-                    p.deliveries -= 1  # never sent; _lose refunds the attempt
+                    p.deliveries -= 1  # never sent; _lose refunds the attempt (p.refund)
                 self._lose(w, "unreachable")
             if not queue:
                 return

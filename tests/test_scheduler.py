@@ -56,7 +56,7 @@ def ready(s: Scheduler, wid: str, granted: int, received: int = 0, finished: int
 
 
 def results(s: Scheduler, wid: str, keys: list[bytes], granted: int, received: int, now: float = 0.0) -> None:
-    s.handle(wid.encode(), wire.Results(granted, received, [(k, 1.0, None, None, 0.001) for k in keys]), now)
+    s.handle(wid.encode(), wire.Results(granted, received, [(k, 1.0, None, None, 0.001, None) for k in keys]), now)
 
 
 def lost(s: Scheduler, wid: str, reason: str, task: bytes | None, now: float = 0.0) -> None:

@@ -30,10 +30,9 @@ import zmq
 from .._errors import ErrorKind
 from .._exceptions import CallFailed, RewardError
 from .._options import WorkerOptions
-from .._registry import load_modules, registered, resolve
+from .._registry import EndpointCall, load_modules, registered, resolve
 from ..transport import wire
 from ..transport.sockets import make_socket, readable
-from ..transport.wire import OUTCOME_KEY
 from .slot import TaskSlot
 
 log = logging.getLogger("qworker.worker")
@@ -71,17 +70,23 @@ def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[str]]:
     return score, extra, None
 
 
-def call_reward(spec: Any, payload_bytes: bytes, params: dict) -> tuple[Optional[float], Optional[dict], Optional[str]]:
+Outcome = tuple[Optional[float], Optional[dict], Optional[str], Optional[dict]]  # score, extra, error, endpoint outcome
+
+
+def call_reward(spec: Any, payload_bytes: bytes, params: dict, route: int = wire.NO_ROUTE) -> Outcome:
+    """Run a reward; a task the gate routed gets an ``EndpointCall`` (``call=``) and its outcome comes back."""
+    call = EndpointCall(route) if route != wire.NO_ROUTE else None
     try:
         payload = msgpack.unpackb(payload_bytes, raw=False, strict_map_key=False)
-        out = spec.fn(payload, **params) if params else spec.fn(payload)
+        kwargs = params if call is None else {**params, "call": call}
+        out = spec.fn(payload, **kwargs) if kwargs else spec.fn(payload)
     except KeyboardInterrupt:
         raise
-    except CallFailed as exc:  # the outcome travels to the producer's gate, in extra
-        return None, {OUTCOME_KEY: exc.outcome}, _error(ErrorKind(exc.kind), str(exc))
+    except CallFailed as exc:  # the outcome travels to the producer's gate
+        return None, None, _error(ErrorKind(exc.kind), str(exc)), exc.outcome
     except BaseException as exc:  # math_verify's TimeoutException derives from BaseException
-        return None, None, _error(ErrorKind.REWARD_ERROR, f"{type(exc).__name__}: {exc}")
-    return to_score(out)
+        return None, None, _error(ErrorKind.REWARD_ERROR, f"{type(exc).__name__}: {exc}"), None if call is None else call.outcome
+    return (*to_score(out), None if call is None else call.outcome)
 
 
 class Worker:
@@ -191,46 +196,46 @@ class Worker:
         self.finished += 1
 
     def _run(self, task: wire.Task) -> None:
-        key, name, params, payload_bytes, timeout_s, _attempt = task
+        key, name, params, payload_bytes, timeout_s, _attempt, route = task
         try:
             spec = resolve(name)
         except RewardError as exc:
             detail = str(exc)
             if self.import_errors:
                 detail += "; " + "; ".join(self.import_errors)
-            self._finish((key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0))
+            self._finish((key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0, None))
             return
         limit = timeout_s or spec.timeout_s or self.default_timeout_s
         if spec.kind == "io":
-            self._start_io(key, spec, payload_bytes, params, limit)
+            self._start_io(key, spec, payload_bytes, params, route, limit)
             return
         t0 = time.monotonic()
         if self.slot is not None:
             self.slot.begin(key, t0, t0 + limit)
         try:
-            score, extra, error = call_reward(spec, payload_bytes, params)
+            score, extra, error, outcome = call_reward(spec, payload_bytes, params, route)
         finally:
             if self.slot is not None:
                 self.slot.end()
         dt = time.monotonic() - t0
         self.service_s = dt if self.service_s == 0.0 else 0.8 * self.service_s + 0.2 * dt
-        self._finish((key, score, extra, error, dt))
+        self._finish((key, score, extra, error, dt, outcome))
 
-    def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, limit: float) -> None:
+    def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, route: int, limit: float) -> None:
         if self._io_executor is None:
             self._io_executor = concurrent.futures.ThreadPoolExecutor(self.io_threads, thread_name_prefix="qworker-io")
         t0 = time.monotonic()
         self._io_running[key] = (t0, t0 + limit)
 
         def done(fut: concurrent.futures.Future) -> None:
-            score, extra, error = fut.result()
-            self._io_done.append((key, score, extra, error, time.monotonic() - t0))
+            score, extra, error, outcome = fut.result()
+            self._io_done.append((key, score, extra, error, time.monotonic() - t0, outcome))
             try:
                 os.write(self._wake_w, b"x")
             except BlockingIOError:
                 pass  # the pipe is full: the main loop is awake anyway
 
-        self._io_executor.submit(call_reward, spec, payload_bytes, params).add_done_callback(done)
+        self._io_executor.submit(call_reward, spec, payload_bytes, params, route).add_done_callback(done)
 
     def _collect_io(self) -> None:
         try:
@@ -246,7 +251,7 @@ class Worker:
         for key, (started, deadline) in list(self._io_running.items()):
             if now >= deadline:
                 del self._io_running[key]
-                self._finish((key, None, None, _error(ErrorKind.TIMEOUT, f"io reward passed its {deadline - started:.3g} s limit"), now - started))
+                self._finish((key, None, None, _error(ErrorKind.TIMEOUT, f"io reward passed its {deadline - started:.3g} s limit"), now - started, None))
 
     def _next_io_deadline(self) -> Optional[float]:
         return min((d for _, d in self._io_running.values()), default=None)

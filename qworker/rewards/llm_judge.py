@@ -1,9 +1,10 @@
 """``llm_judge``: score a response with an OpenAI-compatible chat-completions judge.
 
-One call to one endpoint per task.  The producer's gate (``_gate``) chose the
-endpoint (``_endpoint``, an index into ``endpoints``) under that endpoint's
-adaptive limit, and it decides what happens after a failure: every outcome
-goes back to it in ``extra["_outcome"]``, so the limit is one limit for all
+One call to one endpoint per task.  The producer's gate (``judge.gate``) chose the
+endpoint under that endpoint's adaptive limit and hands its index in ``call``
+(an ``EndpointCall``); it decides what happens after a failure.  Every outcome
+goes back to it in ``call.outcome`` (or in the ``CallFailed`` raised), which
+the worker returns in a field of its own, so the limit is one limit for all
 workers on all hosts.  Nothing here retries or sleeps.  The outcome's keys:
 
 * ``endpoint`` (int), ``status`` (HTTP status, 0 when there was none),
@@ -47,8 +48,7 @@ from typing import Any, Optional
 
 from .. import _http, _ratelimit
 from .._exceptions import CallFailed
-from .._registry import reward
-from ..transport.wire import OUTCOME_KEY
+from .._registry import EndpointCall, reward
 
 __all__ = ["llm_judge", "render", "parse_score", "redact", "DEFAULT_TEMPLATE"]
 
@@ -130,7 +130,7 @@ def llm_judge(
     *,
     model: str,
     endpoints: list,
-    _endpoint: int = 0,
+    call: Optional[EndpointCall] = None,
     prompt_template: str = DEFAULT_TEMPLATE,
     system_prompt: Optional[str] = None,
     rubric: str = "",
@@ -146,20 +146,24 @@ def llm_judge(
     dead_after_s: float = 10.0,  # the gate's
     error_budget: float = 0.15,  # the gate's
 ) -> dict:
+    if call is None:
+        raise ValueError("llm_judge runs only as routed by a producer's judge gate (it was given no endpoint)")
     if not isinstance(payload, dict):
         raise ValueError(f"llm_judge needs a payload object, got {type(payload).__name__}")
-    ep = endpoints[_endpoint]
+    index = call.endpoint
+    ep = endpoints[index]
     url = ep["url"]
     secret = None
     headers = {"Content-Type": "application/json"}
-    outcome: dict = {"endpoint": _endpoint, "status": 0, "failure": "", "latency_s": 0.0, "retry_after_s": None,
+    outcome: dict = {"endpoint": index, "status": 0, "failure": "", "latency_s": 0.0, "retry_after_s": None,
                      "completion_tokens": None, "ratelimit": None}
+    call.outcome = outcome  # filled in below; the worker returns it to the gate
     env = ep.get("api_key_env")
     if env:
         secret = os.environ.get(env)
         if not secret:  # to the gate, like a 401: this endpoint cannot be used from here
             outcome["status"] = 401
-            raise CallFailed(f"endpoint {_endpoint} ({url}): environment variable {env} is not set in this worker", outcome=outcome)
+            raise CallFailed(f"endpoint {index} ({url}): environment variable {env} is not set in this worker", outcome=outcome)
         headers["Authorization"] = f"Bearer {secret}"
     messages = [{"role": "user", "content": render(prompt_template, payload, rubric)}]
     if system_prompt:
@@ -170,16 +174,16 @@ def llm_judge(
         reply = _http.post(url, body, headers, deadline=t0 + timeout_s, pool_size=pool_size)
     except _http.Deadline as exc:
         outcome.update(failure="timeout", latency_s=time.monotonic() - t0)
-        raise CallFailed(redact(f"endpoint {_endpoint} ({url}): {exc} (timeout_s={timeout_s})", secret), outcome=outcome) from None
+        raise CallFailed(redact(f"endpoint {index} ({url}): {exc} (timeout_s={timeout_s})", secret), outcome=outcome) from None
     except _http.ConnectFailed as exc:
         outcome.update(failure=exc.kind, latency_s=time.monotonic() - t0)
-        raise CallFailed(redact(f"endpoint {_endpoint} ({url}): {exc}", secret), outcome=outcome) from None
+        raise CallFailed(redact(f"endpoint {index} ({url}): {exc}", secret), outcome=outcome) from None
     wall = time.time()
     outcome.update(status=reply.status, latency_s=reply.latency_s, retry_after_s=_ratelimit.retry_after(reply.headers, wall),
                    ratelimit=_ratelimit.rate_limits(reply.headers, wall))
     text = redact(reply.body.decode("utf-8", "replace"), secret)  # before anything is cut, parsed or kept
     if reply.status != 200:
-        raise CallFailed(redact(f"endpoint {_endpoint} ({url}): HTTP {reply.status}: ", secret) + text[:MAX_SHOWN], outcome=outcome)
+        raise CallFailed(redact(f"endpoint {index} ({url}): HTTP {reply.status}: ", secret) + text[:MAX_SHOWN], outcome=outcome)
     try:
         doc = json.loads(text)
         outcome["completion_tokens"] = _completion_tokens(doc)
@@ -187,5 +191,5 @@ def llm_judge(
         score = parse_score(content, pattern=score_pattern, json_field=score_json_field, score_max=score_max)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         detail = str(exc) if isinstance(exc, ValueError) else f"not a chat completion ({type(exc).__name__}): {text[:MAX_SHOWN]!r}"
-        raise CallFailed(f"endpoint {_endpoint}: {detail}", outcome=outcome, kind="bad_result") from None
-    return {"score": score, "reply": content, OUTCOME_KEY: outcome}
+        raise CallFailed(f"endpoint {index}: {detail}", outcome=outcome, kind="bad_result") from None
+    return {"score": score, "reply": content}

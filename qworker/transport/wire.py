@@ -31,12 +31,14 @@ STATUS = b"S"  # client -> producer: what do you see?
 STATUS_REPLY = b"s"  # producer -> client
 
 KEY_BYTES = 16  # blake2b-128 task keys
-OUTCOME_KEY = "_outcome"  # in a result's extra: how an endpoint call went (read and removed by the producer)
+NO_ROUTE = -1
 
-# (key, reward, params, payload, timeout_s or None, attempt)
-Task = tuple[bytes, str, dict, bytes, Union[float, None], int]
-# (key, score or None, extra or None, error or None, compute_s)
-TaskResult = tuple[bytes, Union[float, None], Union[dict, None], Union[str, None], float]
+# (key, reward, params, payload, timeout_s or None, attempt, route): route is the endpoint index the
+# producer's gate chose for a rate-limited call (``EndpointCall``), NO_ROUTE for every other task
+Task = tuple[bytes, str, dict, bytes, Union[float, None], int, int]
+# (key, score or None, extra or None, error or None, compute_s, outcome): outcome is how a routed
+# endpoint call went, for the gate (None for unrouted tasks)
+TaskResult = tuple[bytes, Union[float, None], Union[dict, None], Union[str, None], float, Union[dict, None]]
 
 
 @dataclass(slots=True)
@@ -207,10 +209,11 @@ def _build_tasks(obj: Any) -> Tasks:
     _expect(isinstance(obj, list), "tasks must be a list")
     tasks: list[Task] = []
     for t in obj:
-        key, reward, params, payload, timeout_s, attempt = _list(t, 6, "task")
+        key, reward, params, payload, timeout_s, attempt, route = _list(t, 7, "task")
         _expect(isinstance(params, dict), "task params must be a map")
         _expect(isinstance(payload, bytes), "task payload must be bytes")
-        tasks.append((_key(key), _str(reward, "reward"), params, payload, _opt_num(timeout_s, "timeout"), _int(attempt, "attempt")))
+        _expect(type(route) is int and route >= NO_ROUTE, "task route must be an int >= -1")
+        tasks.append((_key(key), _str(reward, "reward"), params, payload, _opt_num(timeout_s, "timeout"), _int(attempt, "attempt"), route))
     return Tasks(tasks)
 
 
@@ -219,10 +222,11 @@ def _build_results(obj: Any) -> Results:
     _expect(isinstance(rows, list), "results must be a list")
     results: list[TaskResult] = []
     for r in rows:
-        key, score, extra, error, compute_s = _list(r, 5, "result")
+        key, score, extra, error, compute_s, outcome = _list(r, 6, "result")
         _expect(extra is None or isinstance(extra, dict), "result extra must be a map or nil")
         _expect(error is None or isinstance(error, str), "result error must be a string or nil")
-        results.append((_key(key), _opt_num(score, "score"), extra, error, _num(compute_s, "compute_s")))
+        _expect(outcome is None or isinstance(outcome, dict), "result outcome must be a map or nil")
+        results.append((_key(key), _opt_num(score, "score"), extra, error, _num(compute_s, "compute_s"), outcome))
     return Results(_int(granted, "granted"), _int(received, "received"), results)
 
 

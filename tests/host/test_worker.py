@@ -44,7 +44,7 @@ def test_worker_process_speaks_the_protocol(tmp_path):
         peer, ready = recv(router)
         assert peer == b"t/w0.1" and isinstance(ready, wire.Ready)
         assert ready.granted > 0 and ready.received == 0 and "gsm8k" in ready.rewards
-        tasks = [(bytes([i]) * 16, "gsm8k", {}, encode_payload({"response": f"#### {i}", "ground_truth": "3"}), None, 1) for i in range(5)]
+        tasks = [(bytes([i]) * 16, "gsm8k", {}, encode_payload({"response": f"#### {i}", "ground_truth": "3"}), None, 1, -1) for i in range(5)]
         router.send_multipart([peer, *wire.encode(wire.Tasks(tasks))])
         got = {}
         while len(got) < 5:
@@ -66,7 +66,7 @@ def test_worker_process_speaks_the_protocol(tmp_path):
                 break
             assert time.monotonic() < deadline
         # SIGTERM: it hands back what it has not started and says BYE
-        slow = [(bytes([50 + i]) * 16, "sleep", {"ms": 300}, encode_payload({}), None, 1) for i in range(4)]
+        slow = [(bytes([50 + i]) * 16, "sleep", {"ms": 300}, encode_payload({}), None, 1, -1) for i in range(4)]
         router.send_multipart([peer, *wire.encode(wire.Tasks(slow))])
         time.sleep(0.1)
         os.kill(proc.pid, signal.SIGTERM)

@@ -9,6 +9,7 @@ import pytest
 
 from qworker._exceptions import CallFailed
 from qworker._mockjudge import MockJudge, expected_score
+from qworker._registry import EndpointCall
 from qworker.rewards.llm_judge import llm_judge, parse_score, render
 
 ROW = {"prompt": "What is 2+2?", "response": "4", "ground_truth": "4"}
@@ -22,13 +23,16 @@ def judge():
 
 
 def call(m: MockJudge, **params):
-    return llm_judge(ROW, model="m", endpoints=[{"url": m.url, **params.pop("endpoint", {})}], **params)
+    """One routed call to endpoint 0; the reward's result, with the outcome the worker would send the gate."""
+    routed = EndpointCall(0)
+    out = llm_judge(ROW, model="m", endpoints=[{"url": m.url, **params.pop("endpoint", {})}], call=routed, **params)
+    return {**out, "outcome": routed.outcome}
 
 
 def test_scores_and_keeps_the_reply(judge):
     out = call(judge, prompt_template="Q: {prompt} A: {response} Ref: {ground_truth} {{not a placeholder}}")
     assert out["score"] == expected_score("Q: What is 2+2? A: 4 Ref: 4 {{not a placeholder}}") / 10
-    assert "Score:" in out["reply"] and out["_outcome"]["status"] == 200
+    assert "Score:" in out["reply"] and out["outcome"]["status"] == 200
 
 
 def test_keep_alive_reuses_one_connection(judge):
@@ -60,7 +64,7 @@ def test_401_fails_with_the_servers_message_and_never_the_key(judge, monkeypatch
 def test_the_right_key_is_sent(judge, monkeypatch):
     judge.api_key = "sk-right"
     monkeypatch.setenv("JUDGE_KEY_FOR_TEST", "sk-right")
-    assert call(judge, endpoint={"api_key_env": "JUDGE_KEY_FOR_TEST"})["_outcome"]["status"] == 200
+    assert call(judge, endpoint={"api_key_env": "JUDGE_KEY_FOR_TEST"})["outcome"]["status"] == 200
 
 
 def test_a_missing_key_variable_is_named(judge, monkeypatch):
@@ -74,7 +78,7 @@ def test_connection_refused_is_a_connect_failure():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(CallFailed) as e:
-        llm_judge(ROW, model="m", endpoints=[{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}])
+        llm_judge(ROW, model="m", endpoints=[{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}], call=EndpointCall(0))
     assert e.value.outcome["failure"] == "connect"
 
 
@@ -148,7 +152,7 @@ def test_usage_and_rate_limit_headers_reach_the_outcome(monkeypatch):
     m = MockJudge(capacity=8, latency_s=0.01, latency_dist="per-token", per_token_s=0.0001, rpm=6000,
                   ratelimit_headers="openai").start()
     try:
-        out = call(m)["_outcome"]
+        out = call(m)["outcome"]
         assert out["completion_tokens"] >= 1 and out["ratelimit"]["requests"]["limit"] == 6000
         assert 0 <= out["ratelimit"]["requests"]["remaining"] <= 100
     finally:
@@ -163,3 +167,8 @@ def test_a_reset_is_not_a_refused_connection():
         assert e.value.outcome["failure"] == "reset"
     finally:
         m.stop()
+
+
+def test_an_unrouted_call_is_refused_with_a_reason():
+    with pytest.raises(ValueError, match="routed by a producer's judge gate"):
+        llm_judge(ROW, model="m", endpoints=[{"url": "http://127.0.0.1:9/v1/chat/completions"}])

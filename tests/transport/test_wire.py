@@ -16,8 +16,8 @@ def roundtrip(msg):
 @pytest.mark.parametrize(
     "msg",
     [
-        wire.Tasks([(KEY, "math", {"a": 1}, b"\x80", None, 1), (KEY, "x", {}, b"", 2.5, 3)]),
-        wire.Results(10, 4, [(KEY, 1.0, {"pred": "4"}, None, 0.01), (KEY, None, None, "timeout: x", 2.0)]),
+        wire.Tasks([(KEY, "math", {"a": 1}, b"\x80", None, 1, -1), (KEY, "llm_judge", {}, b"", 2.5, 3, 2)]),
+        wire.Results(10, 4, [(KEY, 1.0, {"pred": "4"}, None, 0.01, None), (KEY, None, None, "timeout: x", 2.0, {"status": 429})]),
         wire.Ready("pool/w0.1", "pool", 123, "host", 8, 0, 0, ["noop"], ["cannot import x"]),
         wire.Giveback(8, 8, [KEY, KEY]),
         wire.Bye("draining"),
@@ -31,7 +31,7 @@ def test_every_message_roundtrips(msg):
 
 
 def test_score_ints_become_floats():
-    kind, body = wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1, None, None, 0]]])
+    kind, body = wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1, None, None, 0, None]]])
     assert wire.decode(kind, body, max_bytes=LIMIT).results[0][1] == 1.0
 
 
@@ -41,13 +41,15 @@ def test_score_ints_become_floats():
         (b"Z", msgpack.packb([]), "unknown message kind"),
         (wire.TASKS, b"\xc1\xc1\xc1", "undecodable"),
         (wire.TASKS, msgpack.packb({"not": "a list"}), "tasks must be a list"),
-        (wire.TASKS, msgpack.packb([[KEY, "r", {}, b""]]), "task must be a list of 6"),
-        (wire.TASKS, msgpack.packb([[b"short", "r", {}, b"", None, 1]]), "16 bytes"),
-        (wire.TASKS, msgpack.packb([[KEY, "r", [], b"", None, 1]]), "params must be a map"),
-        (wire.TASKS, msgpack.packb([[KEY, "r", {}, b"", "soon", 1]]), "timeout must be a number"),
+        (wire.TASKS, msgpack.packb([[KEY, "r", {}, b""]]), "task must be a list of 7"),
+        (wire.TASKS, msgpack.packb([[b"short", "r", {}, b"", None, 1, -1]]), "16 bytes"),
+        (wire.TASKS, msgpack.packb([[KEY, "r", [], b"", None, 1, -1]]), "params must be a map"),
+        (wire.TASKS, msgpack.packb([[KEY, "r", {}, b"", "soon", 1, -1]]), "timeout must be a number"),
+        (wire.TASKS, msgpack.packb([[KEY, "r", {}, b"", None, 1, -2]]), "route must be an int >= -1"),
         (wire.RESULTS, msgpack.packb([1, -1, []]), "received must be a non-negative int"),
-        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, "1.0", None, None, 0.0]]]), "score must be a number"),
-        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1.0, [], None, 0.0]]]), "extra must be a map"),
+        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, "1.0", None, None, 0.0, None]]]), "score must be a number"),
+        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1.0, [], None, 0.0, None]]]), "extra must be a map"),
+        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1.0, None, None, 0.0, "ok"]]]), "outcome must be a map"),
         (wire.READY, msgpack.packb(["w", "p", 1, "h", 1, 1, 1, [1], []]), "rewards must be strings"),
         (wire.POOL, msgpack.packb(["p", "h", 1, "exploded", [], []]), "pool state"),
         (wire.STATUS, msgpack.packb([1]), "status request"),
