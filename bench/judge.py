@@ -337,7 +337,7 @@ def main() -> None:
 
     rows = [r for r in rows if r]
     print("\nthroughput and waste per system: medians over runs; failed and connections are the worst run"
-          " (pool size per worker 128, so 4 workers may open up to 512 connections)")
+          " (connections_per_host 128 per worker, so 4 workers may open up to 512 connections)")
     print(table(
         ["run", "runs", "req/s", "of ceiling", "429s / requests", "failed", "connections", "worker CPU ms/req", "queued/service"],
         [[r["system"], r["runs"], f"{r['throughput']:.0f}", f"{r['throughput'] / r['ceiling']:.1%}", f"{r['429_share']:.2%}", r["failed"],

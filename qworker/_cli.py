@@ -167,7 +167,7 @@ def cache_main(args: argparse.Namespace) -> int:
 
 
 # main --------------------------------------------------------------------------
-_OWN_PARSERS = {"mock-judge": "._mockjudge:main", "serve": ".service.cli:main", "ray-pools": ".launchers.ray:main"}
+_OWN_PARSERS = {"mock-judge": ".judge.mock:main", "serve": ".service.cli:main", "ray-pools": ".launchers.ray:main"}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -26,7 +26,7 @@ from .transport import wire
 
 if TYPE_CHECKING:
     from ._fleet import WorkerState
-    from ._gate import Gate
+    from .judge.gate import Gate
 
 __all__ = ["Pending", "PendingTable", "Resolution"]
 

@@ -23,15 +23,15 @@ from ._catalog import Catalog, Composite
 from ._dispatcher import Dispatcher
 from ._errors import ErrorKind
 from ._exceptions import PoolStartError, ProducerClosed
-from ._gate import JUDGE_REWARD, Gate, hash_params
 from ._hashing import encode_payload, key_prefix, new_packer, params_fingerprint
-from ._judges import JudgeGates
 from ._options import PoolOptions, ProducerOptions
 from ._pending import PendingTable
 from ._registry import modules_to_forward
 from ._result import Result, ResultFuture, gather
 from ._resultcache import ResultCache
 from .host.process import PoolProcess
+from .judge.gate import JUDGE_REWARD, Gate, hash_params
+from .judge.registry import JudgeGates
 from .transport.sockets import new_ipc_endpoint
 
 log = logging.getLogger("qworker")

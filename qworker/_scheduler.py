@@ -30,8 +30,8 @@ from typing import Callable, Iterable, Optional
 
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
-from ._gate import AUTH_FAILED_ERROR, Gate
 from ._pending import Pending, PendingTable, Resolution
+from .judge.gate import AUTH_FAILED_ERROR, Gate
 from .transport import wire
 
 log = logging.getLogger("qworker")

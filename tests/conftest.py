@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+# Ray reads these when it is first imported, by whichever test comes first: every Ray
+# server a test starts must stay on 127.0.0.1 (see ../shared/FIELD-NOTES.md).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 HERE = Path(__file__).resolve().parent
 TEST_REWARDS = str(HERE / "rewards_for_tests.py")
 REPO = HERE.parent

@@ -126,6 +126,9 @@ def init_ray(address: str | None, temp_dir: str | None) -> None:
         ray.init(address=address, include_dashboard=False)
         return
     temp_dir = temp_dir or tempfile.mkdtemp(prefix="qworker-train-ray-")
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if getattr(constants, "ENABLE_RAY_CLUSTER", False):  # Ray was imported before the variable was set
+        constants.ENABLE_RAY_CLUSTER = False  # a local instance stays on loopback
     ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, _temp_dir=temp_dir, log_to_driver=True)
 
 

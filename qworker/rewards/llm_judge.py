@@ -13,7 +13,7 @@ workers on all hosts.  Nothing here retries or sleeps.  The outcome's keys:
 * ``retry_after_s``: ``retry-after-ms``, ``Retry-After`` seconds or HTTP-date,
   in seconds, or ``None``;
 * ``completion_tokens``: ``usage.completion_tokens`` of a 200 reply, or ``None``;
-* ``ratelimit``: the provider's rate-limit headers, parsed by ``_ratelimit.rate_limits``
+* ``ratelimit``: the provider's rate-limit headers, parsed by ``judge.ratelimit.rate_limits``
   (``{"requests": {"limit", "remaining", "reset_s"}, "tokens": {...}}``), or ``None``.
 
 Params (from the config's ``rewards: llm_judge:`` section, see ``configs/judge.yaml``):
@@ -46,9 +46,10 @@ import time
 import urllib.parse
 from typing import Any, Optional
 
-from .. import _http, _ratelimit
 from .._exceptions import CallFailed
 from .._registry import EndpointCall, reward
+from ..judge import http as _http
+from ..judge import ratelimit as _ratelimit
 
 __all__ = ["llm_judge", "render", "parse_score", "redact", "DEFAULT_TEMPLATE"]
 
@@ -139,7 +140,7 @@ def llm_judge(
     score_json_field: Optional[str] = None,
     score_max: float = 10.0,
     timeout_s: float = 60.0,
-    pool_size: int = 128,
+    connections_per_host: int = 128,
     max_attempts: int = 4,  # the gate's: retries are decided in the producer
     ceiling: float = 512,  # the gate's
     initial_concurrency: float = 32,  # the gate's
@@ -171,7 +172,7 @@ def llm_judge(
     body = json.dumps({**(request or {}), "model": model, "messages": messages}).encode()
     t0 = time.monotonic()
     try:
-        reply = _http.post(url, body, headers, deadline=t0 + timeout_s, pool_size=pool_size)
+        reply = _http.post(url, body, headers, deadline=t0 + timeout_s, connections_per_host=connections_per_host)
     except _http.Deadline as exc:
         outcome.update(failure="timeout", latency_s=time.monotonic() - t0)
         raise CallFailed(redact(f"endpoint {index} ({url}): {exc} (timeout_s={timeout_s})", secret), outcome=outcome) from None

@@ -7,7 +7,8 @@ import threading
 import time
 
 from qworker import Producer
-from qworker._mockjudge import MockJudge
+from qworker.judge import gate as _gate
+from qworker.judge.mock import MockJudge
 
 
 def judge_config(*urls_or_eps, **params) -> dict:
@@ -158,7 +159,6 @@ def test_a_typo_in_the_judge_config_is_an_error_at_submission():
 
 
 def test_a_failing_gate_does_not_strand_tasks(monkeypatch, caplog):
-    from qworker import _gate
 
     def broken(self, p, outcome, error, now):
         raise RuntimeError("a bug in the gate")

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from qworker._exceptions import CallFailed
-from qworker._mockjudge import MockJudge, expected_score
 from qworker._registry import EndpointCall
+from qworker.judge.mock import MockJudge, expected_score
 from qworker.rewards.llm_judge import llm_judge, parse_score, render
 
 ROW = {"prompt": "What is 2+2?", "response": "4", "ground_truth": "4"}

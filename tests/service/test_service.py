@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from qworker import Client, RewardError, ServiceUnavailable
-from qworker._mockjudge import MockJudge
+from qworker.judge.mock import MockJudge
 from tests.conftest import REPO, TEST_REWARDS
 
 

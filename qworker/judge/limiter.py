@@ -1,7 +1,7 @@
 """An adaptive concurrency limit for one endpoint, from what its answers say.
 
-The algorithm only; ``_gate`` enforces it (and paces by rate where a provider
-announces its rate limit: that is ``_endpoint``'s business).  Units: seconds,
+The algorithm only; ``gate`` enforces it (and paces by rate where a provider
+announces its rate limit: that is ``endpoint``'s business).  Units: seconds,
 requests.  Only the dispatcher thread calls it.
 
 **Refusals (429, a 503 judged to be overload, a timeout).**

@@ -3,7 +3,7 @@
 Owned by the dispatcher thread (only ``LoadPoller`` runs beside it, and it
 only writes one tuple).  Units: seconds (monotonic), requests, tokens.
 
-* ``limit``: the adaptive concurrency limit (``_limiter``).
+* ``limit``: the adaptive concurrency limit (``limiter``).
 * ``rpm`` / ``tpm``: static token buckets from the config (1 s burst).
 * ``paced_requests`` / ``paced_tokens``: buckets learned from the provider's
   rate-limit headers (``x-ratelimit-*``, ``anthropic-ratelimit-*``): the rate is
@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ._limiter import AdaptiveLimit
+from .limiter import AdaptiveLimit
 
 log = logging.getLogger("qworker")
 

@@ -58,13 +58,13 @@ _client: Optional[urllib3.PoolManager] = None
 _client_lock = threading.Lock()
 
 
-def client(pool_size: int = 128) -> urllib3.PoolManager:
-    """This process's pool manager (created on first use with ``pool_size`` connections per host)."""
+def client(connections_per_host: int = 128) -> urllib3.PoolManager:
+    """This process's pool manager (created on first use, with at most ``connections_per_host`` connections to each host)."""
     global _client
     with _client_lock:
         if _client is None:
             _client = urllib3.PoolManager(
-                num_pools=64, maxsize=pool_size, block=True,
+                num_pools=64, maxsize=connections_per_host, block=True,
                 retries=urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0),
             )
         return _client
@@ -82,7 +82,7 @@ def _discard(resp: urllib3.BaseHTTPResponse) -> None:
     resp.release_conn()
 
 
-def post(url: str, body: bytes, headers: dict, *, deadline: float, pool_size: int = 128) -> Reply:
+def post(url: str, body: bytes, headers: dict, *, deadline: float, connections_per_host: int = 128) -> Reply:
     """POST ``body``; raises ``Deadline`` past ``deadline`` (monotonic seconds) and ``ConnectFailed``."""
     t0 = time.monotonic()
     left = deadline - t0
@@ -90,7 +90,7 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, pool_size: in
         raise Deadline("no time left to send the request")
     timeout = urllib3.Timeout(connect=min(10.0, left), read=left)
     try:
-        resp = client(pool_size).request(
+        resp = client(connections_per_host).request(
             "POST", url, body=body, headers=headers, timeout=timeout, preload_content=False, redirect=False,
         )
     except (urllib3.exceptions.MaxRetryError, NewConnectionError) as exc:

@@ -23,8 +23,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from qworker._gate import Gate
 from qworker._pending import Pending
+from qworker.judge.gate import Gate
 
 TRANSIT_S = 0.002  # producer -> worker -> server and back
 

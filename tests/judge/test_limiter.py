@@ -9,7 +9,7 @@ from typing import Optional
 
 import pytest
 
-from qworker._limiter import AdaptiveLimit
+from qworker.judge.limiter import AdaptiveLimit
 
 from . import judgesim
 from .judgesim import Server
@@ -242,7 +242,7 @@ def test_every_refusal_caps_at_what_was_in_flight():
     assert lim.limit <= 39
 
 
-# ---- gates against simulated judge servers (tests/judgesim.py): the bench's targets, on simulated time ----
+# ---- gates against simulated judge servers (tests/judge/judgesim.py): the bench's targets, on simulated time ----
 
 def against_semaphore(server: Server, n: int = 5000) -> tuple[float, float, judgesim.Server]:
     """(tasks/s with no capacity hint, tasks/s of a client holding exactly ``capacity`` in flight, the server)."""

@@ -2,8 +2,8 @@
 
 A task of ``llm_judge`` does not go to a worker when a worker has credit: it
 waits here until one of the judge's endpoints has room under its adaptive
-limit (``_limiter``), its pacing (static ``rpm``/``tpm``, and the rates the
-provider's headers announce: ``_endpoint``) and any cooldown.  The gate then
+limit (``limiter``), its pacing (static ``rpm``/``tpm``, and the rates the
+provider's headers announce: ``endpoint``) and any cooldown.  The gate then
 picks the endpoint with the most free capacity (times its ``weight``) and the
 dispatcher sends the task with that endpoint's index.  Every answer's outcome
 comes back here.  Because every worker of every pool is fed by this one
@@ -56,9 +56,9 @@ import statistics
 from collections import deque
 from typing import Any, Optional
 
-from ._endpoint import Bucket, Endpoint, LoadPoller
-from ._limiter import AdaptiveLimit
-from ._pending import Pending
+from .._pending import Pending
+from .endpoint import Bucket, Endpoint, LoadPoller
+from .limiter import AdaptiveLimit
 
 log = logging.getLogger("qworker")
 
@@ -67,13 +67,13 @@ __all__ = ["AUTH_FAILED_ERROR", "Gate", "JUDGE_REWARD", "ROUTING_KEYS", "hash_pa
 JUDGE_REWARD = "llm_judge"
 # params that choose where and how a call is made, not what it scores: not part of the task hash
 ROUTING_KEYS = frozenset({
-    "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "pool_size", "dead_after_s", "error_budget"})
+    "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "connections_per_host", "dead_after_s", "error_budget"})
 AUTH_DOWN_S = 60.0
 ERROR_STREAK_DOWN = 5
 MAX_RETRY_AFTER_S = 60.0
 JUDGE_KEYS = frozenset({
     "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
-    "score_max", "timeout_s", "pool_size", "max_attempts", "ceiling", "initial_concurrency", "dead_after_s", "error_budget",
+    "score_max", "timeout_s", "connections_per_host", "max_attempts", "ceiling", "initial_concurrency", "dead_after_s", "error_budget",
 })
 ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm", "metrics_url"})
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times

@@ -6,7 +6,7 @@ import json
 
 import urllib3
 
-from qworker._mockjudge import MockJudge, expected_score
+from qworker.judge.mock import MockJudge, expected_score
 
 
 def test_back_to_back_requests_at_capacity_are_served_and_counted():

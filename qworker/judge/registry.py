@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 
-from ._exceptions import ConfigError
-from ._gate import Gate, identity
+from .._exceptions import ConfigError
+from .gate import Gate, identity
 
 __all__ = ["JudgeGates"]
 
