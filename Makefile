@@ -5,13 +5,15 @@
 # make bench-judge   - the judge benchmark against the mock judge (installs aiohttp and qreward)
 # make train-demo    - a short CPU GRPO training of a tiny model with the bundled trainer; prints first/last mean reward
 # make bench-trainer - trainer steps with a slow judge reward, inline vs overlapped
+# make bench-service - Client through 'qworker serve' (1, 4, 16 client processes) vs an embedded Producer
+# make bench-trl     - a TRL GRPO step on CPU with a slow judge: TRL's async reward vs qworker's overlapped path
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench bench-rewards bench-judge lint clean train-demo bench-trainer
+.PHONY: demo test bench bench-rewards bench-judge lint clean train-demo bench-trainer bench-service bench-trl
 
 $(STAMP): setup.py setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -98,3 +100,9 @@ train-demo: $(STAMP)
 
 bench-trainer: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/trainer.py
+
+bench-service: $(STAMP)
+	$(BIN)/python bench/service.py
+
+bench-trl: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/trl_step.py

@@ -64,6 +64,10 @@ class _Request:
     instance: str = ""  # the service instance that took it
     answered: Optional[cw.Accepted] = None
     taken: threading.Event = field(default_factory=threading.Event)
+    left: int = -1  # futures not yet resolved (set when it is sent)
+
+    def __post_init__(self) -> None:
+        self.left = sum(not f.done() for f in self.futures)
 
 
 class Client:
@@ -278,8 +282,9 @@ class Client:
             fut = req.futures[index]
             if not fut.done():
                 fut.set_result(Result(**{**fields, "latency_s": now - req.submitted}))
-            if all(f.done() for f in req.futures):
-                del self._requests[number]
+                req.left -= 1
+                if req.left == 0:
+                    del self._requests[number]
 
     def _check_silence(self, now: float) -> None:
         silent = now - self._heard

@@ -1,0 +1,291 @@
+"""Service benchmark: what going through ``qworker serve`` and ``qworker.Client`` costs, against an embedded ``Producer``.
+
+The same workloads, with the same number of local workers (``--workers``, 2), run:
+
+  embedded Producer   one process: Producer(local_workers=W); submit_batch every task in requests of
+                      ``--batch`` (256), then gather them all
+  Client x N          one ``qworker serve --workers W`` process and N client processes (1, 4, 16); each
+                      client submits its share of the tasks the same way and gathers it
+
+Workloads: ``--noop`` no-op tasks and ``--spin`` tasks of 1 ms of CPU (the ``spin`` reward with
+``{"ms": 1}``).  Every run has fresh payloads, so nothing comes from the result cache.  A client run's
+throughput is the total tasks / (the last client's finish - the first client's start); the client
+processes are started, connected and warmed up before the clock starts, and start together.  Each
+figure is the median of ``--repeats`` runs.  "added per task" is 1/rate(client) - 1/rate(embedded).
+The CPU per task of the producer's process (embedded: the benchmark's own; client runs: ``qworker
+serve``'s) and of the client processes is measured in the same runs.
+
+Then, on an idle producer and through a Client on an idle service: the single-task round trip
+(``submit(...).result()``, one at a time, ``--rtt`` times), p50 and p99; and one caller submitting
+n no-op tasks in one request (``--one-batch``), to show how a request's size matters.
+
+    python bench/service.py                  # 40k no-op and 4k spin tasks per run, 3 runs each
+    python bench/service.py --quick          # 4k / 400 tasks, 1 run, 500 round trips: a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from itertools import count
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import table  # noqa: E402
+
+RUN_IDS = count()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def payloads(reward: str, n: int, tag: str) -> list[dict]:
+    extra = {"ms": 1} if reward == "spin" else {}
+    return [{"i": i, "run": tag, **extra} for i in range(n)]
+
+
+# -- the embedded producer ----------------------------------------------------
+def submit_all(c: Any, reward: str, batch: list, size: int) -> list:
+    """Every payload, in requests of ``size`` (0: one request), then the futures gathered."""
+    size = size or len(batch)
+    futures = [f for i in range(0, len(batch), size) for f in c.submit_batch(reward, batch[i : i + size])]
+    return c.gather(futures, timeout=600)
+
+
+def embedded_rate(p: Any, reward: str, n: int, size: int) -> float:
+    return embedded_run(p, reward, n, size)[0]
+
+
+def embedded_run(p: Any, reward: str, n: int, size: int) -> tuple[float, float, float, float]:
+    """(tasks/s, wall s, CPU s of this process (the caller and the producer's threads; not the workers), 0)."""
+    batch = payloads(reward, n, f"embedded-{next(RUN_IDS)}")
+    c0, t0 = time.process_time(), time.monotonic()
+    results = submit_all(p, reward, batch, size)
+    elapsed, cpu = time.monotonic() - t0, time.process_time() - c0
+    assert all(r.ok and not r.cached for r in results), next((r.error for r in results if not r.ok), "a cached result")
+    return n / elapsed, elapsed, cpu, 0.0
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads, not its children)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def round_trips_ms(submit: Any, n: int, tag: str) -> list[float]:
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        r = submit("noop", {"rtt": i, "run": tag}).result()
+        times.append((time.perf_counter() - t0) * 1000)
+        assert r.ok and not r.cached, r
+    return times
+
+
+# -- client processes -----------------------------------------------------------
+def client_main(endpoint: str, k: int, size: int, conn: Any) -> None:
+    """One client process: connect, warm up, then for each job build its payloads, wait for "go",
+    submit them in one batch, gather, and report (start, finish, failed)."""
+    from qworker import Client
+
+    with Client(endpoint) as c:
+        c.map("noop", [{"warm": k, "pid": os.getpid(), "i": i} for i in range(20)], timeout=60)
+        conn.send("ready")
+        while True:
+            job = conn.recv()
+            if job is None:
+                return
+            reward, n, tag = job
+            batch = payloads(reward, n, f"{tag}-client-{k}")
+            conn.send("set")
+            assert conn.recv() == "go"
+            c0, t0 = time.process_time(), time.monotonic()
+            results = submit_all(c, reward, batch, size)
+            t1, cpu = time.monotonic(), time.process_time() - c0
+            conn.send((t0, t1, sum(not r.ok for r in results), sum(r.cached for r in results), cpu))
+
+
+def client_one_batch(c: Any, n: int) -> float:
+    batch = payloads("noop", n, f"one-{next(RUN_IDS)}")
+    t0 = time.monotonic()
+    results = c.gather(c.submit_batch("noop", batch), timeout=600)
+    elapsed = time.monotonic() - t0
+    assert all(r.ok and not r.cached for r in results)
+    return n / elapsed
+
+
+class Clients:
+    def __init__(self, endpoint: str, n: int, size: int, service_pid: int) -> None:
+        self.service_pid = service_pid
+        ctx = mp.get_context("spawn")
+        self.conns, self.procs = [], []
+        for k in range(n):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=client_main, args=(endpoint, k, size, child), daemon=True)
+            proc.start()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        for conn in self.conns:
+            if not conn.poll(120):
+                raise RuntimeError("a client process did not start within 120 s")
+            assert conn.recv() == "ready"
+
+    def run(self, reward: str, total: int) -> tuple[float, float, float, float]:
+        """(tasks/s over all clients, median client wall s, CPU s of the service process, of all clients)."""
+        n = len(self.conns)
+        shares = [total // n + (1 if k < total % n else 0) for k in range(n)]
+        tag = f"svc-{next(RUN_IDS)}"
+        for conn, share in zip(self.conns, shares, strict=True):
+            conn.send((reward, share, tag))
+        for conn in self.conns:
+            assert conn.recv() == "set"
+        s0 = proc_cpu_s(self.service_pid)
+        for conn in self.conns:
+            conn.send("go")
+        reports = [conn.recv() for conn in self.conns]
+        service_cpu = proc_cpu_s(self.service_pid) - s0
+        failed, cached = sum(r[2] for r in reports), sum(r[3] for r in reports)
+        assert failed == 0 and cached == 0, f"{failed} failed, {cached} cached"
+        span = max(r[1] for r in reports) - min(r[0] for r in reports)
+        return total / span, statistics.median(r[1] - r[0] for r in reports), service_cpu, sum(r[4] for r in reports)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.send(None)
+        for proc in self.procs:
+            proc.join(30)
+
+
+def serve(port: int, workers: int) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qworker", "serve", "--listen", f"tcp://127.0.0.1:{port}", "--workers", str(workers), "--log-level", "WARNING"],
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    while "clients on" not in line:
+        if proc.poll() is not None or not line:
+            raise RuntimeError(f"qworker serve did not start: {line}{proc.stderr.read()}")
+        line = proc.stderr.readline()
+    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def pct(xs: list[float], q: int) -> float:
+    return statistics.quantiles(xs, n=100)[q - 1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--noop", type=int, default=40_000, help="no-op tasks per run (all clients together)")
+    ap.add_argument("--spin", type=int, default=4_000, help="1 ms CPU tasks per run (all clients together)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--clients", default="1,4,16", help="client process counts, comma-separated")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=256, help="tasks per submit_batch request, embedded and client alike (0: all at once)")
+    ap.add_argument("--rtt", type=int, default=2000, help="single-task round trips for the latency figures")
+    ap.add_argument("--one-batch", default="1000,2000,4000,8000",
+                    help="sizes for 'one Client, one request of n no-op tasks' (empty: skip)")
+    ap.add_argument("--quick", action="store_true", help="4k / 400 tasks, 1 run, 500 round trips, one-batch sizes up to 4000")
+    a = ap.parse_args()
+    if a.quick:
+        a.noop, a.spin, a.repeats, a.rtt, a.one_batch = 4_000, 400, 1, 500, "1000,2000,4000"
+    from qworker import Client, Producer
+
+    workloads = {"no-op": ("noop", a.noop), "1 ms CPU": ("spin", a.spin)}
+    clients = [int(x) for x in a.clients.split(",")]
+    print(f"service benchmark: {a.noop:,} no-op and {a.spin:,} spin(1 ms) tasks per run in requests of {a.batch or 'all'}, {a.workers} workers, "
+          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} at start", flush=True)
+
+    rates: dict[str, dict[str, float]] = {}
+    cpu: dict[str, dict[str, tuple[float, float]]] = {}  # us per task: (producer or service process, client processes)
+
+    def measure(system: str, fn: Any) -> None:
+        for name, (reward, n) in workloads.items():
+            runs = [fn(reward, n) for _ in range(a.repeats)]
+            rate = statistics.median(r[0] for r in runs)
+            rates.setdefault(system, {})[name] = rate
+            cpu.setdefault(system, {})[name] = (statistics.median(r[2] for r in runs) / n * 1e6, statistics.median(r[3] for r in runs) / n * 1e6)
+            print(f"  {system:<20} {name:<9} {rate:>9,.0f} tasks/s   runs: {', '.join(f'{r[0]:,.0f}' for r in runs)}"
+                  f"   median wall per caller: {', '.join(f'{r[1]:.2f} s' for r in runs)}", flush=True)
+
+    with Producer(local_workers=a.workers) as p:
+        p.wait_for_workers(a.workers, timeout=60)
+        p.map("noop", [{"warm": i} for i in range(200)])
+        measure("embedded Producer", lambda reward, n: embedded_run(p, reward, n, a.batch))
+        rtt_embedded = round_trips_ms(p.submit, a.rtt, "embedded")
+        sizes = [int(x) for x in a.one_batch.split(",") if x]
+        one_embedded = {n: embedded_rate(p, "noop", n, 0) for n in sizes}
+
+    port = free_port()
+    service = serve(port, a.workers)
+    endpoint = f"tcp://127.0.0.1:{port}"
+    try:
+        with Client(endpoint) as c:  # the service's workers are up once a task comes back
+            c.map("noop", [{"warm": i} for i in range(200)], timeout=120)
+            rtt_client = round_trips_ms(c.submit, a.rtt, "client")
+            one_client = {n: client_one_batch(c, n) for n in sizes}
+        for n in clients:
+            procs = Clients(endpoint, n, a.batch, service.pid)
+            try:
+                measure(f"Client x {n}", procs.run)
+            finally:
+                procs.close()
+    finally:
+        stop(service)
+
+    base = rates["embedded Producer"]
+    names = list(workloads)
+    print(f"\nthroughput, tasks/s (median of {a.repeats}), {a.workers} workers; client runs: one 'qworker serve' + N client processes, "
+          f"each submitting its share in requests of {a.batch or 'all'}")
+    rows = []
+    for system, by in rates.items():
+        rows.append([system, *[f"{by[k]:,.0f}" for k in names], *[f"{by[k] / base[k]:.2f}x" for k in names],
+                     *[f"{(1 / by[k] - 1 / base[k]) * 1e6:+,.1f}" for k in names]])
+    print(table(["system", *[f"{k} tasks/s" for k in names], *[f"client / embedded, {k}" for k in names],
+                 *[f"added per task us, {k}" for k in names]], rows))
+
+    print("\nCPU per task, us (median): the producer's process (embedded: the caller's; client runs: 'qworker serve'), "
+          "and all client processes together; the workers' CPU is not counted")
+    print(table(["system", *[f"producer process, {k}" for k in names], *[f"clients, {k}" for k in names]], [
+        [system, *[f"{by[k][0]:,.1f}" for k in names], *[f"{by[k][1]:,.1f}" if system != "embedded Producer" else "-" for k in names]]
+        for system, by in cpu.items()]))
+
+    print(f"\nsingle-task round trip on an idle producer / service (no-op, {a.rtt} one at a time)")
+    e50, c50, e99, c99 = statistics.median(rtt_embedded), statistics.median(rtt_client), pct(rtt_embedded, 99), pct(rtt_client, 99)
+    print(table(["measure", "embedded Producer", "Client", "client / embedded", "added"], [
+        ["round trip p50", f"{e50:.3f} ms", f"{c50:.3f} ms", f"{c50 / e50:.2f}x", f"{c50 - e50:+.3f} ms"],
+        ["round trip p99", f"{e99:.3f} ms", f"{c99:.3f} ms", f"{c99 / e99:.2f}x", f"{c99 - e99:+.3f} ms"],
+    ]))
+    if sizes:
+        print("\none caller, one submit_batch of n no-op tasks, then gather (1 run each): tasks/s")
+        print(table(["n", "embedded Producer", "Client", "client / embedded", "Client us per task"], [
+            [f"{n:,}", f"{one_embedded[n]:,.0f}", f"{one_client[n]:,.0f}", f"{one_client[n] / one_embedded[n]:.2f}x",
+             f"{1e6 / one_client[n]:,.0f}"] for n in sizes]))
+    print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
