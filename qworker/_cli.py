@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from typing import Optional
+from typing import Optional, cast
 
 import zmq
 
@@ -21,6 +21,7 @@ from . import _config
 from ._discovery import local_endpoints
 from ._exceptions import ConfigError, QworkerError
 from ._options import PoolOptions
+from ._status import Status
 from .transport import wire
 from .transport.sockets import make_socket
 
@@ -58,7 +59,7 @@ def pool_main(argv: Optional[list[str]] = None, prog: str = "qworker-pool") -> i
 
 
 # status ------------------------------------------------------------------------
-def query_status(endpoint: str, timeout_s: float = 3.0) -> dict:
+def query_status(endpoint: str, timeout_s: float = 3.0) -> Status:
     """Ask the producer at ``endpoint`` for its status."""
     ctx: zmq.Context = zmq.Context.instance()
     sock = make_socket(ctx, zmq.DEALER, connect=endpoint)
@@ -70,12 +71,12 @@ def query_status(endpoint: str, timeout_s: float = 3.0) -> dict:
         msg = wire.decode(kind, body, max_bytes=64 * 2**20)
         if not isinstance(msg, wire.StatusReply):
             raise wire.WireError(f"expected a status reply, got {type(msg).__name__}")
-        return msg.status
+        return cast(Status, msg.status)  # a map, as decode checked; its keys are the producer's
     finally:
         sock.close(linger=0)
 
 
-def format_status(status: dict) -> str:
+def format_status(status: Status) -> str:
     p = status["producer"]
     lines = [
         f"producer {p['endpoint']} (pid {p['pid']} on {p['host']}, up {p['uptime_s']} s)",

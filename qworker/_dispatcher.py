@@ -22,6 +22,7 @@ import zmq
 from ._options import ProducerOptions
 from ._pending import Pending, PendingTable
 from ._scheduler import Scheduler
+from ._status import ProducerStatus, Status
 from .transport import security, wire
 from .transport.sockets import bound_endpoint, make_socket, readable
 
@@ -87,7 +88,7 @@ class Dispatcher(threading.Thread):
             raise TimeoutError("the dispatcher did not answer")
         return box[0]
 
-    def status(self) -> dict:
+    def status(self) -> Status:
         """This producer, its pools, their workers, and the judge endpoints (via ``call``)."""
         return self.call(self._status)
 
@@ -100,15 +101,19 @@ class Dispatcher(threading.Thread):
         os.close(self._wake_w)
 
     # dispatcher thread --------------------------------------------------------
-    def _status(self) -> dict:
+    def _status(self) -> Status:
         now = time.monotonic()
-        s = self.scheduler
-        producer = {
+        s, counts = self.scheduler, self.table.counts
+        producer: ProducerStatus = {
             "endpoint": self.endpoint, "pid": os.getpid(), "host": socket.gethostname(), "uptime_s": round(now - self.started, 1),
             "queued": len(s.queue) + len(self._inbox) + sum(len(g.queue) for g in s.gates), "in_flight": s.in_flight(),
-            "pending": len(self.table), **self.table.counts, "cache_entries": len(self.table.cache), **s.stats,
+            "pending": len(self.table), "submitted": counts["submitted"], "rejected": counts["rejected"],
+            "resolved": counts["resolved"], "failed": counts["failed"], "cache_hits": counts["cache_hits"],
+            "deduplicated": counts["deduplicated"], "cache_entries": len(self.table.cache),
+            "dropped_frames": s.stats["dropped_frames"], "duplicate_results": s.stats["duplicate_results"],
+            "redelivered": s.stats["redelivered"],
         }
-        return {"producer": producer, **s.snapshot(now)}
+        return {"producer": producer, "pools": s.pools(), "judges": s.judges(now)}
 
     def run(self) -> None:
         try:
@@ -174,7 +179,7 @@ class Dispatcher(threading.Thread):
                 s.drop(peer, str(exc))
                 continue
             if isinstance(msg, wire.StatusRequest):
-                self._send(peer, wire.StatusReply(self._status()))
+                self._send(peer, wire.StatusReply(dict(self._status())))
             else:
                 s.handle(peer, msg, time.monotonic())
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ._status import PoolRow, WorkerRow
 from .transport import wire
 
 if TYPE_CHECKING:
@@ -114,14 +115,14 @@ class Fleet:
     def with_credit(self) -> list[WorkerState]:
         return [w for w in self.workers.values() if w.granted > w.sent and not w.quarantined]
 
-    def snapshot(self) -> list[dict]:
+    def snapshot(self) -> list[PoolRow]:
         """Pools and their workers, for ``qworker status``."""
         now = time.monotonic()
-        out = []
+        out: list[PoolRow] = []
         pool_ids = list(self.pools) + sorted({w.pool for w in self.workers.values()} - set(self.pools))
         for pool_id in pool_ids:
             p = self.pools.get(pool_id)
-            rows = []
+            rows: list[WorkerRow] = []
             ids = set(p.reports) if p else set()
             ids |= {w.id for w in self.workers.values() if w.pool == pool_id}
             for wid in sorted(ids):

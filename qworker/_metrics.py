@@ -17,7 +17,9 @@ counted twice and the hot path does no metrics work.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol, cast
+
+from ._status import Status
 
 __all__ = ["serve"]
 
@@ -25,7 +27,7 @@ _OUTCOMES = ("ok", "status_429", "timeouts", "connect_errors", "other_errors", "
 
 
 class _Collector:
-    def __init__(self, status: Callable[[], dict]) -> None:
+    def __init__(self, status: Callable[[], Status]) -> None:
         self._status = status
 
     def collect(self) -> Iterator:
@@ -34,11 +36,12 @@ class _Collector:
         st = self._status()
         p = st["producer"]
         tasks = CounterMetricFamily("qworker_tasks", "Tasks by state", labels=["state"])
-        for state in ("submitted", "resolved", "failed", "cache_hits", "deduplicated"):
-            tasks.add_metric([state], p.get(state, 0))
+        for state, value in (("submitted", p["submitted"]), ("resolved", p["resolved"]), ("failed", p["failed"]),
+                             ("cache_hits", p["cache_hits"]), ("deduplicated", p["deduplicated"])):
+            tasks.add_metric([state], value)
         yield tasks
-        yield GaugeMetricFamily("qworker_tasks_queued", "Tasks waiting for credit", value=p.get("queued", 0))
-        yield GaugeMetricFamily("qworker_tasks_in_flight", "Tasks leased to workers", value=p.get("in_flight", 0))
+        yield GaugeMetricFamily("qworker_tasks_queued", "Tasks waiting for credit", value=p["queued"])
+        yield GaugeMetricFamily("qworker_tasks_in_flight", "Tasks leased to workers", value=p["in_flight"])
         labels = ["endpoint", "model"]
         in_flight = GaugeMetricFamily("qworker_judge_in_flight", "Judge requests in flight", labels=labels)
         limit = GaugeMetricFamily("qworker_judge_limit", "Adaptive concurrency limit", labels=labels)
@@ -47,8 +50,9 @@ class _Collector:
         latency = GaugeMetricFamily("qworker_judge_latency_seconds", "Latency quantiles of recent answers", labels=[*labels, "quantile"])
         errors = GaugeMetricFamily("qworker_judge_error_share", "Errors among the last 200 answers", labels=labels)
         gradient = GaugeMetricFamily("qworker_judge_latency_gradient", "Recent / baseline latency", labels=labels)
-        for judge in st.get("judges", []):
-            for e in judge["endpoints"]:
+        for judge in st["judges"]:
+            for row in judge["endpoints"]:
+                e = cast(Mapping[str, Any], row)  # read by the names in _OUTCOMES
                 lv = [e["url"], e["model"]]
                 in_flight.add_metric(lv, e["in_flight"])
                 limit.add_metric(lv, e["limit"])
@@ -66,7 +70,7 @@ class MetricsServer(Protocol):
     def shutdown(self) -> None: ...
 
 
-def serve(status: Callable[[], dict], port: int, host: str = "127.0.0.1") -> MetricsServer:
+def serve(status: Callable[[], Status], port: int, host: str = "127.0.0.1") -> MetricsServer:
     """Start the metrics HTTP server; returns it (``shutdown()`` stops it)."""
     from prometheus_client import start_http_server
     from prometheus_client.registry import CollectorRegistry

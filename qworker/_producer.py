@@ -29,6 +29,7 @@ from ._pending import PendingTable
 from ._registry import modules_to_forward
 from ._result import Result, ResultFuture, gather
 from ._resultcache import ResultCache
+from ._status import Status
 from .host.process import PoolProcess
 from .judge.gate import JUDGE_REWARD, Gate, hash_params
 from .judge.registry import JudgeGates
@@ -238,7 +239,7 @@ class Producer:
         return self.gather(self.submit_batch(reward, payloads, params=params), timeout=timeout)
 
     # introspection -----------------------------------------------------------
-    def status(self) -> dict:
+    def status(self) -> Status:
         """What ``qworker status`` shows: this producer, its pools and their workers, its judges."""
         if self._closed:
             raise ProducerClosed("status() on a closed Producer")

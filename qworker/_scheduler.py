@@ -31,6 +31,7 @@ from typing import Callable, Iterable, Optional
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
 from ._pending import Pending, PendingTable, Resolution
+from ._status import JudgeStatus, PoolRow
 from .judge.gate import AUTH_FAILED_ERROR, Gate
 from .transport import wire
 
@@ -311,6 +312,10 @@ class Scheduler:
     def in_flight(self) -> int:
         return sum(len(w.leases) for w in self.fleet.workers.values())
 
-    def snapshot(self, now: float) -> dict:
-        """Pools, workers and judge endpoints, for ``qworker status``."""
-        return {"pools": self.fleet.snapshot(), "judges": [g.snapshot(now) for g in self.gates]}
+    def pools(self) -> list[PoolRow]:
+        """Pools and their workers, for ``qworker status``."""
+        return self.fleet.snapshot()
+
+    def judges(self, now: float) -> list[JudgeStatus]:
+        """Judge endpoints, for ``qworker status``."""
+        return [g.snapshot(now) for g in self.gates]

@@ -37,6 +37,7 @@ from . import _config
 from ._catalog import Catalog, Composite
 from ._exceptions import ConfigError, QworkerError, RewardError
 from ._progress import Progress
+from ._status import ProducerStatus
 
 __all__ = ["default_cache_path", "score_main"]
 
@@ -121,7 +122,7 @@ def scored_rows(path: str, inputs: dict[int, Any], reward: str, params: Optional
 def _check_reward(args: argparse.Namespace, params: Optional[dict]) -> Optional[str]:
     """Resolve the reward as the producer will; returns the config's cache_path, if any."""
     loaded = _config.load(args.config)
-    modules = [*(args.rewards or []), *(loaded["producer"].get("rewards") or [])]
+    modules = [*(args.rewards or []), *(loaded["producer"].get("reward_modules") or [])]
     catalog = Catalog(loaded["rewards"], loaded["where"], modules=modules, remote=args.bind is not None)
     target = catalog.resolve(args.reward, params)
     if not isinstance(target, Composite) and args.bind is None and catalog.book.spec(target.reward) is None:
@@ -248,7 +249,7 @@ def _rewrite_in_order(path: str, records: dict[int, dict]) -> None:
 
 def _summary(
     args: argparse.Namespace, records: dict[int, dict], done: dict, submitted: int, inputs: dict,
-    elapsed: float, total_s: float, counts: dict, stopped: Optional[_Stop],
+    elapsed: float, total_s: float, counts: ProducerStatus, stopped: Optional[_Stop],
 ) -> None:
     new = [r for n, r in records.items() if n not in done]
     failed = [r for r in new if r["error"]]

@@ -54,9 +54,10 @@ import logging
 import math
 import statistics
 from collections import deque
-from typing import Any, Optional
+from typing import Optional
 
 from .._pending import Pending
+from .._status import EndpointRow, JudgeStatus
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import AdaptiveLimit
 
@@ -334,15 +335,18 @@ class Gate:
             e.limit.on_server_load(load[0], load[1], e.in_flight, now)
 
     # reporting --------------------------------------------------------------
-    def snapshot(self, now: float) -> dict[str, Any]:
-        eps = []
+    def snapshot(self, now: float) -> JudgeStatus:
+        eps: list[EndpointRow] = []
         for e in self.endpoints:
             lat = sorted(e.latencies)
             q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0] if lat else 0.0] * 99
             paced = e.paced_requests.rate * 60 if e.paced_requests else None
+            c = e.counts
             eps.append({
                 "endpoint": e.index, "url": e.url, "model": self.model, "state": e.state(now), "in_flight": e.in_flight,
-                "limit": round(e.limit.limit, 1), "weight": e.weight, **e.counts,
+                "limit": round(e.limit.limit, 1), "weight": e.weight, "requests": c["requests"], "ok": c["ok"],
+                "status_429": c["status_429"], "timeouts": c["timeouts"], "connect_errors": c["connect_errors"],
+                "other_errors": c["other_errors"], "retries": c["retries"],
                 "latency_p50_s": round(q[49], 4), "latency_p90_s": round(q[89], 4), "latency_p99_s": round(q[98], 4),
                 "latency_gradient": round(e.limit.gradient, 3), "error_share": round(e.error_share(), 4),
                 "paced_rpm": paced, "cool_reason": e.cool_reason if now < e.cool_until else "",

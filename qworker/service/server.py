@@ -28,6 +28,7 @@ import zmq
 from .._exceptions import QworkerError
 from .._producer import Producer
 from .._result import Result
+from .._status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
 from ..transport import security
 from ..transport.sockets import bound_endpoint, make_socket, readable
@@ -125,7 +126,7 @@ class RewardService:
             elif isinstance(msg, cw.Ping):
                 self._send(peer, cw.Pong(self.instance, self._workers()))
             elif isinstance(msg, StatusRequest):
-                self._send(peer, StatusReply(self.status()))
+                self._send(peer, StatusReply(dict(self.status())))
             else:
                 log.warning("qworker service: dropped a %s from %r: not a request", type(msg).__name__, peer[:32])
 
@@ -170,10 +171,10 @@ class RewardService:
         except zmq.ZMQError as exc:  # the client is gone; its results are cached for when it asks again
             log.debug("qworker service: cannot send to %r: %s", peer[:32], exc)
 
-    def status(self) -> dict:
+    def status(self) -> ServiceStatus:
         st = self.producer.status()
-        st["service"] = {"endpoint": self.endpoint, "instance": self.instance, "clients": len(self.clients), "requests": self.requests}
-        return st
+        info: ServiceInfo = {"endpoint": self.endpoint, "instance": self.instance, "clients": len(self.clients), "requests": self.requests}
+        return {"producer": st["producer"], "pools": st["pools"], "judges": st["judges"], "service": info}
 
 
 def serve_forever(service: RewardService, stop: Optional[threading.Event] = None) -> None:

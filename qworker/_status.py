@@ -1,0 +1,106 @@
+"""The shape of a producer's status: what ``Producer.status()``, ``qworker status``,
+the Prometheus metrics and a reward service's status all read.
+
+These ``TypedDict``\\s are the one definition of its keys: the modules that build
+a status (``_dispatcher``, ``_fleet``, ``judge.gate``) and those that read it
+(``_cli``, ``_metrics``, ``service``) are type-checked against them.  Times are
+seconds, sizes MiB where named.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, TypedDict
+
+__all__ = ["Status", "ServiceStatus", "ProducerStatus", "PoolRow", "WorkerRow", "JudgeStatus", "EndpointRow"]
+
+
+class WorkerRow(TypedDict):
+    worker: str
+    pid: int
+    alive: bool
+    in_flight: int
+    quarantined: bool
+    done: int
+    failed: int
+    restarts: int
+    rss_mb: float
+    busy_s: float
+
+
+class PoolRow(TypedDict):
+    pool: str
+    host: str
+    pid: int
+    state: str  # running, draining, stopped, unknown
+    last_seen_s: Optional[float]
+    workers: list[WorkerRow]
+
+
+class EndpointRow(TypedDict):
+    endpoint: int
+    url: str
+    model: str
+    state: str  # up, cooling, probing, down (why)
+    in_flight: int
+    limit: float
+    weight: float
+    requests: int
+    ok: int
+    status_429: int
+    timeouts: int
+    connect_errors: int
+    other_errors: int
+    retries: int
+    latency_p50_s: float
+    latency_p90_s: float
+    latency_p99_s: float
+    latency_gradient: float
+    error_share: float
+    paced_rpm: Optional[float]
+    cool_reason: str
+
+
+class JudgeStatus(TypedDict):
+    model: str
+    queued: int
+    delayed: int
+    endpoints: list[EndpointRow]
+
+
+class ProducerStatus(TypedDict):
+    endpoint: str
+    pid: int
+    host: str
+    uptime_s: float
+    queued: int
+    in_flight: int
+    pending: int
+    submitted: int
+    rejected: int
+    resolved: int
+    failed: int
+    cache_hits: int
+    deduplicated: int
+    cache_entries: int
+    dropped_frames: int
+    duplicate_results: int
+    redelivered: int
+
+
+class Status(TypedDict):
+    producer: ProducerStatus
+    pools: list[PoolRow]
+    judges: list[JudgeStatus]
+
+
+class ServiceInfo(TypedDict):
+    endpoint: str
+    instance: str
+    clients: int
+    requests: int
+
+
+class ServiceStatus(Status):
+    """A reward service's status: its producer's, and the service's own."""
+
+    service: ServiceInfo
