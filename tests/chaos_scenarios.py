@@ -69,10 +69,11 @@ class Outcome:
     stall_bound_s: float
     note: str = ""
     detail: dict = field(default_factory=dict)
+    clean: bool = True  # a scenario's own check (the key leak: found nowhere)
 
     @property
     def ok(self) -> bool:
-        return (self.lost == 0 and self.innocent == 0 and (self.paid_twice or 0) <= self.paid_twice_bound
+        return (self.clean and self.lost == 0 and self.innocent == 0 and (self.paid_twice or 0) <= self.paid_twice_bound
                 and (self.stall_s is None or self.stall_s <= self.stall_bound_s))
 
 
@@ -118,10 +119,36 @@ def paid_twice(counts: Counter) -> int:
     return sum(c - 1 for c in counts.values() if c > 1)
 
 
+def unsent_bound(task_s: float) -> int:
+    """Results a worker may have finished but not yet sent: it sends once ``FLUSH_AFTER_S`` has
+    passed since the first unsent one (or its queue is empty)."""
+    return math.ceil(FLUSH_AFTER_S / task_s) + 1
+
+
 def rerun_bound(task_s: float, workers_lost: int = 1) -> int:
-    """Evaluations a lost worker may take with it: the task it was running, plus the results it had
-    finished but not yet sent (a worker sends a finished result within ``FLUSH_AFTER_S``)."""
-    return workers_lost * (1 + math.ceil(FLUSH_AFTER_S / task_s))
+    """Evaluations a lost worker may take with it: the task it was running, and its unsent results."""
+    return workers_lost * (1 + unsent_bound(task_s))
+
+
+class RestartWatch:
+    """Seconds from a fault until the producer's status shows a worker restarted (polled every 20 ms)."""
+
+    def __init__(self, p: Producer) -> None:
+        self.p, self.t0, self.took = p, time.monotonic(), None
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while time.monotonic() - self.t0 < 60:
+            with contextlib.suppress(Exception):
+                if any(w["restarts"] for pl in self.p.status()["pools"] for w in pl["workers"]):
+                    self.took = time.monotonic() - self.t0
+                    return
+            time.sleep(0.02)
+
+    def result(self) -> str:
+        self._t.join(60)
+        return "never" if self.took is None else f"{self.took:.2f} s"
 
 
 def lost_of(results: list[Optional[Result]], expect_score: bool = True) -> int:
@@ -238,12 +265,13 @@ def worker_sigkill(tmp: Path, n: int) -> Outcome:
         tl = Timeline(futures)
         wait_until(lambda: count_lines(log) >= n * 0.3, 120, "30% of the run")
         os.kill(local_worker_pids(p)[0], signal.SIGKILL)
+        watch = RestartWatch(p)
         results = collect(p, futures, 120)
         status = p.status()
+        replaced = watch.result()
     return Outcome("SIGKILL a worker", "SIGKILL of one of 2 local workers at 30% of the run", n, lost_of(results),
                    paid_twice(evaluations(log)), rerun_bound(0.0005), sum(r is not None and not r.ok for r in results), tl.stall(),
-                   6 * HB, f"restarts {sum(w['restarts'] for w in status['pools'][0]['workers'])}",
-                   {"results": results, "status": status})
+                   6 * HB, f"worker replaced after {replaced}", {"results": results, "status": status})
 
 
 def worker_sigstop(tmp: Path, n: int, *, busy: bool) -> Outcome:
@@ -258,20 +286,23 @@ def worker_sigstop(tmp: Path, n: int, *, busy: bool) -> Outcome:
                 tl = Timeline(futures)
                 wait_until(lambda: count_lines(log) >= n * 0.2, 120, "20% of the run")
                 os.kill(victim, signal.SIGSTOP)
+                watch = RestartWatch(p)
             else:
                 os.kill(victim, signal.SIGSTOP)
+                watch = RestartWatch(p)
                 futures = p.submit_batch("count_eval", payloads)
                 tl = Timeline(futures)
             results = collect(p, futures, 120)
             status = p.status()
+            replaced = watch.result()
         finally:
             with contextlib.suppress(ProcessLookupError):  # the pool should have killed it
                 os.kill(victim, signal.SIGCONT)
-    return Outcome(f"SIGSTOP a {'busy' if busy else 'idle'} worker",
+    return Outcome(f"SIGSTOP {'a busy' if busy else 'an idle'} worker",
                    f"SIGSTOP of one of 2 local workers {'at 20% of the run' if busy else 'before the tasks are submitted'}",
                    n, lost_of(results), paid_twice(evaluations(log)), rerun_bound(0.005) if busy else 0,
                    sum(r is not None and not r.ok for r in results), tl.stall(), 6 * HB + 1.0,
-                   f"restarts {sum(w['restarts'] for w in status['pools'][0]['workers'])}", {"results": results, "status": status})
+                   f"stopped worker killed and replaced after {replaced}", {"results": results, "status": status})
 
 
 def hung_tasks(tmp: Path, n: int, hung: int) -> Outcome:
@@ -292,7 +323,7 @@ def hung_tasks(tmp: Path, n: int, hung: int) -> Outcome:
     normal = [r for j, r in enumerate(results) if j not in bad]
     hung_results = [results[j] for j in sorted(bad)]
     return Outcome("hung tasks among normal ones", f"{hung} tasks hanging in C (GIL held, 1 s limit) among {n} normal 5 ms tasks",
-                   n + hung, lost_of(normal) + sum(r is None for r in hung_results), paid_twice(evaluations(log)), 0,
+                   n + hung, lost_of(normal) + sum(r is None for r in hung_results), paid_twice(evaluations(log)), hung * unsent_bound(0.005),
                    sum(r is not None and not r.ok for r in normal), tl.stall(), 1.0 + 6 * HB,
                    f"hung ones: {Counter(r.error_kind.value if r and r.error_kind else 'unresolved' for r in hung_results)}",
                    {"normal": normal, "hung": hung_results})
@@ -649,4 +680,4 @@ def key_leak(tmp: Path, n: int, capture_log: Any = None) -> Outcome:
                    f"key found in {len(found)} of {places} places x {len(needles)} forms",
                    {"found": sorted(found), "ok1": ok1, "redacted_replies": redacted_replies, "failed2": failed2,
                     "b_requests": b.stats["requests"], "a_requests": a.stats["requests"], "texts": texts, "secret": secret,
-                    "cache_bytes": len(cache_bytes)})
+                    "cache_bytes": len(cache_bytes)}, clean=not found)
