@@ -3,6 +3,7 @@
 # make bench - the transport benchmark (installs Ray into .venv first)
 # make bench-rewards - math scoring inline, on 1 and 2 workers, and mp.Pool
 # make bench-judge   - the judge benchmark against the mock judge (installs aiohttp and qreward)
+# make bench-chaos   - one fault per scenario (killed/stopped workers, pools, producer; judge faults; garbage; a rogue peer; key leaks)
 # make train-demo    - a short CPU GRPO training of a tiny model with the bundled trainer; prints first/last mean reward
 # make bench-trainer - trainer steps with a slow judge reward, inline vs overlapped
 # make bench-service - Client through 'qworker serve' (1, 4, 16 client processes) vs an embedded Producer
@@ -13,7 +14,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench bench-rewards bench-judge lint clean train-demo bench-trainer bench-service bench-trl
+.PHONY: demo test bench bench-rewards bench-judge bench-chaos lint clean train-demo bench-trainer bench-service bench-trl
 
 $(STAMP): setup.py setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +89,9 @@ bench-rewards: $(STAMP)
 bench-judge: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]' qreward
 	$(BIN)/python bench/judge.py
+
+bench-chaos: $(STAMP)
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info
