@@ -52,6 +52,7 @@ class Dispatcher(threading.Thread):
         self.scheduler = Scheduler(
             send=self._send, table=table, max_attempts=options.max_attempts,
             heartbeat_timeout_s=3 * options.heartbeat_s, max_message_bytes=options.max_message_bytes,
+            task_timeout_s=options.task_timeout_s,
         )
         self.started = time.monotonic()
         self._inbox: deque[Pending] = deque()  # appended by other threads

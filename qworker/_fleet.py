@@ -35,7 +35,8 @@ class WorkerState:
     leases: dict[bytes, Pending] = field(default_factory=dict)
     done: int = 0
     failed: int = 0
-    vanished: int = 0  # times its leases were lost in transit: it took tasks and never ran them
+    last_progress: float = 0.0  # when it last returned a result or a task, or was sent work while idle
+    vanished: int = 0  # times its leases vanished: it took tasks and neither ran nor returned them
     quarantined: bool = False  # sent nothing more (see Scheduler)
 
     @property
@@ -89,6 +90,14 @@ class Fleet:
             if w is not None and r.alive:
                 w.last_seen = now
         return p
+
+    def supervised(self, w: WorkerState, now: float) -> bool:
+        """Whether a pool vouches for ``w``: its latest report, within the heartbeat timeout, lists it alive."""
+        pool = self.pools.get(w.pool)
+        if pool is None or now - pool.last_seen > self.heartbeat_timeout_s:
+            return False
+        report = pool.reports.get(w.id)
+        return report is not None and report.alive
 
     def silent_workers(self, now: float) -> list[WorkerState]:
         return [w for w in self.workers.values() if now - w.last_seen > self.heartbeat_timeout_s]

@@ -18,7 +18,10 @@ never ran and are redelivered free.  So that no loss can loop for ever, a task
 is failed after ``MAX_DELIVERIES_FACTOR * max_attempts`` deliveries however they
 ended.  A worker whose leases keep vanishing (it takes tasks and neither runs
 nor returns them: a broken or rogue peer) is quarantined: nothing more is sent
-to it, and the tasks it swallowed are redelivered free.
+to it, and the tasks it swallowed are redelivered free.  Leases vanish when a
+peer says it is idle while holding them, or when a peer no pool vouches for
+holds tasks and returns nothing for longer than their hard limit (a pool's
+watchdog enforces that limit on its own workers; nothing does for a stranger).
 """
 
 from __future__ import annotations
@@ -48,8 +51,12 @@ Send = Callable[[bytes, wire.Message], bool]
 
 
 class Scheduler:
-    def __init__(self, *, send: Send, table: PendingTable, max_attempts: int, heartbeat_timeout_s: float, max_message_bytes: int) -> None:
+    def __init__(
+        self, *, send: Send, table: PendingTable, max_attempts: int, heartbeat_timeout_s: float, max_message_bytes: int,
+        task_timeout_s: float = 60.0,
+    ) -> None:
         self.send = send
+        self.task_timeout_s = task_timeout_s  # the hard limit of a task that names none
         self.table = table
         self.max_attempts = max_attempts
         self.max_message_bytes = max_message_bytes
@@ -97,6 +104,7 @@ class Scheduler:
             if w is None:
                 return
             w.sync_credit(msg.granted, msg.received)
+            w.last_progress = now
             back = [w.leases.pop(k) for k in msg.keys if k in w.leases]
             for p in back:
                 p.holder = None
@@ -127,16 +135,22 @@ class Scheduler:
             # results were lost in transit (e.g. a TCP reconnect).  Resync its credit and resend,
             # free: the tasks did nothing wrong.  A second time, the peer is at fault.
             w.sent = msg.received
-            w.vanished += 1
-            held = fleet.release(w)
-            if w.vanished >= QUARANTINE_AFTER and not w.quarantined:
-                w.quarantined = True
-                log.warning("qworker: worker %s (pool %s, host %s) took %d tasks and neither ran nor returned them, %d times; "
-                            "quarantined: nothing more is sent to it", w.id, w.pool, w.host, len(held), w.vanished)
-            self._requeue(w, held, "lost in transit", guilty=None)
+            self._vanished(w, "lost in transit")
+
+    def _vanished(self, w: WorkerState, reason: str) -> None:
+        """``w``'s leases vanished: redeliver them free; the second time, quarantine it."""
+        w.vanished += 1
+        held = self.fleet.release(w)
+        if w.vanished >= QUARANTINE_AFTER and not w.quarantined:
+            w.quarantined = True
+            log.warning("qworker: worker %s (pool %s, host %s) took %d tasks and neither ran nor returned them, %d times; "
+                        "quarantined: nothing more is sent to it", w.id, w.pool, w.host, len(held), w.vanished)
+        self._requeue(w, held, reason, guilty=None)
 
     def _on_results(self, w: Optional[WorkerState], peer: bytes, results: list[wire.TaskResult], now: float) -> None:
         worker_id = w.id if w is not None else peer.decode(errors="replace")
+        if w is not None and results:
+            w.last_progress = now
         done: list[Resolution] = []
         for key, score, extra, error, compute_s, outcome in results:
             p = w.leases.pop(key, None) if w is not None else None
@@ -230,6 +244,11 @@ class Scheduler:
         for w in self.fleet.silent_workers(now):
             self._lose(w, f"no heartbeat for {now - w.last_seen:.1f} s")
         self.fleet.drop_silent_pools(now)
+        for w in list(self.fleet.workers.values()):
+            if w.leases and not w.quarantined and not self.fleet.supervised(w, now):
+                limit = max(p.timeout_s or self.task_timeout_s for p in w.leases.values()) + self.fleet.heartbeat_timeout_s
+                if now - w.last_progress > limit:
+                    self._vanished(w, f"no result for {now - w.last_progress:.1f} s, past the tasks' {limit:.3g} s, and no pool vouches for it")
 
     # sending --------------------------------------------------------------------
     def _steal(self, now: float) -> None:
@@ -283,6 +302,7 @@ class Scheduler:
             batch: list[wire.Task] = []
             leased: list[Pending] = []
             limit = min(w.credit, share, MAX_BATCH)
+            was_idle = not w.leases
             room = self.max_message_bytes // 2  # a batch stays well under the frame cap
             while queue and len(batch) < limit and (not batch or len(queue[0].payload) < room):
                 p = queue.popleft()
@@ -298,6 +318,8 @@ class Scheduler:
                 batch.append(p.as_task())
             if not batch:
                 continue
+            if was_idle:  # its clock of progress starts now
+                w.last_progress = now
             if self.send(w.id.encode(), wire.Tasks(batch)):
                 w.sent += len(batch)
                 w.last_sent_at = now

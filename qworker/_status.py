@@ -98,6 +98,7 @@ class ServiceInfo(TypedDict):
     instance: str
     clients: int
     requests: int
+    dropped_frames: int
 
 
 class ServiceStatus(Status):

@@ -234,3 +234,36 @@ def test_messages_a_producer_does_not_accept_are_dropped_and_counted(bad):
     s, stub, table = make()
     s.handle(b"peer", bad, 0.0)
     assert s.stats["dropped_frames"] == 1 and not s.fleet.workers
+
+
+def test_a_stranger_claiming_to_be_busy_loses_its_leases_after_their_hard_limit():
+    # No pool vouches for it; it acknowledges its tasks (received = sent) and says it is running them.
+    s, stub, table = make()
+    s.task_timeout_s = 2.0
+    futs = submit(s, table, 20)
+    ready(s, "stranger", granted=10, now=0.0)
+    s.dispatch(0.0)
+    t, received = 0.0, 10
+    while t < 30:
+        t += 1.0
+        w = s.fleet.workers["stranger"]
+        received = w.sent
+        ready(s, "stranger", granted=received + 10, received=received, finished=0, now=t)  # "busy", and offers more
+        s.housekeeping(t)
+        s.dispatch(t)
+    w = s.fleet.workers["stranger"]
+    assert w.quarantined and w.vanished == 2 and not w.leases  # its second stall: nothing more is sent to it
+    assert len(s.queue) == 20 and all(p.attempts == 0 for p in s.queue) and not any(f.done() for f in futs)
+
+
+def test_a_worker_its_pool_vouches_for_may_run_long():
+    s, stub, table = make()
+    s.task_timeout_s = 2.0
+    submit(s, table, 1)
+    ready(s, "w", granted=1, now=0.0)
+    s.dispatch(0.0)
+    for t in range(1, 30):
+        report = wire.PoolReport("pool", "h", 1, "running", [wire.WorkerReport("w", 1, True, float(t), 0, 10.0)], [])
+        s.handle(b"pool:pool", report, float(t))
+        s.housekeeping(float(t))
+    assert len(s.fleet.workers["w"].leases) == 1  # the pool's watchdog enforces its hard limit, not the producer

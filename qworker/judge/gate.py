@@ -20,7 +20,7 @@ After an answer the gate decides:
 429                                    a refusal: the limit is capped/cut; retried
 503, 529                               a refusal when it carries Retry-After or the error
                                        budget is spent; else noise: the limit is capped; retried
-timeout                                limit cut; retried
+timeout                                retried; cuts the limit only when errors are over the error budget
 connection refused / unreachable       endpoint down (probed after 0.5 s, doubling to 5 s); retried elsewhere
 connection reset, 408, 409, other 5xx  retried; within the error budget they leave the limit alone;
                                        5 in a row take the endpoint down
@@ -307,7 +307,10 @@ class Gate:
             return True
         if failure == "timeout":
             e.counts["timeouts"] += 1
-            e.limit.on_drop(in_flight, now, sent_at=p.routed_at, timeout=True)
+            # A request that hangs now and then says nothing about load (the latency statistics see a
+            # server that queues); timeouts cut the limit only when errors are over the budget.
+            if e.error_share() > self.error_budget:
+                e.limit.on_drop(in_flight, now, sent_at=p.routed_at, timeout=True)
             e.probing = False
             return True
         if failure == "connect":

@@ -64,6 +64,7 @@ class RewardService:
         self._stopping = False
         self.clients: set[bytes] = set()
         self.requests = 0
+        self.dropped_frames = 0
         self._thread = threading.Thread(target=self._run, name="qworker-service", daemon=True)
 
     def start(self) -> RewardService:
@@ -118,7 +119,7 @@ class RewardService:
                     raise WireError(f"expected 3 frames, got {len(frames)}")
                 msg = cw.decode(frames[1], frames[2], max_bytes=self.producer.options.max_message_bytes)
             except WireError as exc:
-                log.warning("qworker service: dropped a bad frame from %r: %s", peer[:32], exc)
+                self._drop(peer, str(exc))
                 continue
             self.clients.add(peer)
             if isinstance(msg, cw.Submit):
@@ -128,7 +129,14 @@ class RewardService:
             elif isinstance(msg, StatusRequest):
                 self._send(peer, StatusReply(dict(self.status())))
             else:
-                log.warning("qworker service: dropped a %s from %r: not a request", type(msg).__name__, peer[:32])
+                self._drop(peer, f"a {type(msg).__name__} is not a request")
+
+    def _drop(self, peer: bytes, why: str) -> None:
+        """Count a bad frame; log the first ten, then one in a thousand."""
+        self.dropped_frames += 1
+        n = self.dropped_frames
+        if n <= 10 or n % 1000 == 0:
+            log.warning("qworker service: dropped a bad frame from %r (%s); %d dropped so far", peer[:32], why, n)
 
     def _workers(self) -> int:
         return self.producer._dispatcher.workers_ready
@@ -173,7 +181,8 @@ class RewardService:
 
     def status(self) -> ServiceStatus:
         st = self.producer.status()
-        info: ServiceInfo = {"endpoint": self.endpoint, "instance": self.instance, "clients": len(self.clients), "requests": self.requests}
+        info: ServiceInfo = {"endpoint": self.endpoint, "instance": self.instance, "clients": len(self.clients),
+                             "requests": self.requests, "dropped_frames": self.dropped_frames}
         return {"producer": st["producer"], "pools": st["pools"], "judges": st["judges"], "service": info}
 
 

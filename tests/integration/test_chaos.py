@@ -68,11 +68,6 @@ def test_a_judge_with_random_5xx_resets_and_hangs_fails_nothing_silently(judge_f
     assert o.paid_twice == 0  # no prompt answered twice
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: load-independent hangs drive the judge limit to the floor. Each timeout is taken as overload and caps "
-    "the limit at in_flight-1; as a batch drains in_flight is small, so it ends at ~1 and the next batch starts "
-    "there. Measured: capacity 2000, 0.5% hangs, timeout_s 1, 4 batches of 2000: limit at each end 1.8/1.4/1.3/1.1, "
-    "batches 2-4 took 5.7-6.4 s vs 1.2-1.4 s without hangs."))
 def test_random_hangs_do_not_leave_the_judge_limit_at_the_floor(judge_faults):
     assert judge_faults.detail["endpoint"]["limit"] >= 8, judge_faults.note
 
@@ -90,15 +85,12 @@ def test_garbage_on_every_reachable_socket_is_dropped_and_nothing_stops(garbage)
     assert d["sent"]["producer"] > 100 and d["sent"]["service"] > 100 and d["sent"]["http raw"] > 10
     # a DEALER closed with LINGER 0 may discard its last frames unsent; most arrive, and each one is counted
     assert d["status"]["producer"]["dropped_frames"] >= 0.5 * d["sent"]["producer"]
-    assert d["log"].count("qworker service: dropped") >= 0.5 * d["sent"]["service"]
+    dropped = d["status"]["service"]["dropped_frames"]
+    assert 1 <= d["log"].count("qworker service: dropped") <= 10 + dropped // 1000  # logged, not flooded
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "GAP: the service drops bad frames on its client socket and logs each one (a WARNING per frame, no rate "
-    "limit), but counts none: status()['service'] has no dropped_frames, unlike the producer's. Measured: "
-    "1,848 garbage frames -> 2,277 log lines, no counter."))
 def test_the_service_counts_the_garbage_it_drops(garbage):
-    assert garbage.detail["status"]["service"].get("dropped_frames", 0) >= 0.5 * garbage.detail["sent"]["service"]
+    assert garbage.detail["status"]["service"]["dropped_frames"] >= 0.5 * garbage.detail["sent"]["service"]
 
 
 def test_a_rogue_peer_over_tcp_is_quarantined_and_fails_nothing(tmp_path):
@@ -110,11 +102,6 @@ def test_a_rogue_peer_over_tcp_is_quarantined_and_fails_nothing(tmp_path):
     assert {r.worker.split("/")[0] for r in results} == {"honest"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a peer that acknowledges its tasks and claims to be running them (READY with received=N, finished=0, "
-    "every heartbeat) holds them for ever: the producer has no lease deadline of its own and trusts the claim; "
-    "only a pool's watchdog enforces the hard limit, and a rogue has none. Measured: task_timeout_s 2, 2000 "
-    "tasks beside an honest pool: 1,024 still unresolved after 20 s, never quarantined."))
 def test_a_rogue_peer_claiming_to_be_busy_does_not_hold_tasks_for_ever(tmp_path):
     o = chaos.rogue_peer(tmp_path, 1000, busy=True, task_timeout_s=1.0, wait_s=12)
     assert o.lost == 0, o.note
