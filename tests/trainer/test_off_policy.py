@@ -49,6 +49,25 @@ def test_off_policy_learns_the_toy_task(tiny_model, toy_data, tmp_path):
     assert all(h["rollout_wait_s"] >= 0.0 for h in history)
 
 
+def test_rollout_logprobs_are_the_policys_for_the_same_weights(tiny_model):
+    """Off-policy's old log-probs come from the rollout actor: they must be what the policy computes on
+    the weights that sampled (here: after one update, synced), and differ from the updated policy's."""
+    from trainer.policy import PolicyActor
+    from trainer.rollout_hf import HFRollout
+
+    policy = PolicyActor(str(tiny_model), temperature=0.7, micro_batch_size=3, lr=1e-2)
+    rollout = HFRollout(str(tiny_model))
+    seqs = [([5, 6, 7], [8, 9, 1]), ([5, 6], [10]), ([7, 7, 7, 7], [11, 12]), ([6], [13, 14, 15, 1])]
+    assert rollout.logprobs(seqs, 0.7, 3) == policy.logprobs(seqs)["old"]
+    items = [{"prompt_ids": p, "completion_ids": c, "advantage": a, "old_logp": o}
+             for (p, c), a, o in zip(seqs, [1.0, -1.0, 0.5, -0.5], policy.logprobs(seqs)["old"], strict=True)]
+    policy.optimizer_step(policy.accumulate(items)["denominator"], 1e-2)
+    assert rollout.logprobs(seqs, 0.7, 3) != policy.logprobs(seqs)["old"]   # the rollout still has the sampling weights
+    rollout.load_weights(policy.get_weights())
+    assert rollout.logprobs(seqs, 0.7, 3) == policy.logprobs(seqs)["old"]
+    assert policy.logprobs(seqs, old=False) == {"old": None, "ref": None}
+
+
 def _fingerprint(model: torch.nn.Module) -> str:
     h = hashlib.sha1()
     for p in model.parameters():
