@@ -1,4 +1,4 @@
-"""Trainer benchmark: the same GRPO steps with a slow LLM-judge reward, scored inline and overlapped.
+"""Trainer benchmark: the same GRPO steps with a slow LLM-judge reward, scored inline, overlapped, and one-step off-policy.
 
 A tiny random Qwen2 (CPU) trains on the toy prompts; the reward is qworker's ``llm_judge`` against
 ``qworker mock-judge`` answering each request after ``--latencies`` seconds (capacity 256, and the
@@ -6,7 +6,9 @@ judge's limit starts at 64, so a step's answers go out in one wave).  For each l
 
 - ``inline``: ReasonRL's order, every reward gathered right after generation, before the log-probs;
 - ``overlap``: rewards submitted per group as soon as it is generated, log-probs and backward passes
-  run while the judge answers, and the trainer blocks only when no scored group is left to train on.
+  run while the judge answers, and the trainer blocks only when no scored group is left to train on;
+- ``off-policy``: ``train.off_policy``, step t+1's samples generated (with weights one update old) and
+  submitted to the judge on a background thread while step t waits for its rewards and updates.
 
 "GPU work" (generate + log-probs + update + weight sync) and "reward work" (first submission to last
 answer) are the medians measured in the inline run, where nothing overlaps.  The target for the
@@ -16,6 +18,7 @@ before its backward pass: so the step is bounded below by max(GPU work, generate
 weight sync), the "on-policy floor" column.  It equals max(GPU work, reward work) + 5% only while the
 reward work fits in the log-probs and the updates of the groups already scored; with
 ``--chunks`` > 1 early groups are scored, and trained on, while later ones are generated.
+The off-policy row is not bound by that floor: its rewards are submitted a step earlier.
 The first ``--warmup`` steps of each run (pool start, the judge limit's slow start) are not counted.
 
     python bench/trainer.py [--steps 6] [--latencies 0.2,0.5,1.0] [--hidden 128 --layers 4] [--chunks 4] [--threads 1]
@@ -44,6 +47,7 @@ from trainer.tiny import save_tiny_model  # noqa: E402
 from trainer.toy import write_toy_dataset  # noqa: E402
 
 PORT = 18611
+MODES = ("inline", "overlap", "off-policy")
 
 
 def start_judge(port: int, latency: float) -> subprocess.Popen:
@@ -61,12 +65,16 @@ def start_judge(port: int, latency: float) -> subprocess.Popen:
             time.sleep(0.05)
 
 
-def run(model: Path, data: Path, out: Path, port: int, overlap: bool, a: argparse.Namespace) -> list[dict]:
+def run(model: Path, data: Path, out: Path, port: int, mode: str, a: argparse.Namespace) -> list[dict]:
+    """Train in ``mode`` (inline, overlap or off-policy); the metrics of steps ``a.warmup`` to ``a.steps - 1``.
+    Off-policy runs one step more, not counted: a run's last step has no next batch to generate."""
+    steps = a.steps + 1 if mode == "off-policy" else a.steps
     cfg = config_from_dict({
         "model": {"path": str(model)},
         "data": {"path": str(data)},
         "rollout": {"num_generations": a.gens, "max_new_tokens": a.max_new_tokens, "chunks": a.chunks},
-        "train": {"steps": a.steps, "prompts_per_step": a.prompts, "micro_batch_size": a.gens, "lr": 1e-4, "overlap": overlap},
+        "train": {"steps": steps, "prompts_per_step": a.prompts, "micro_batch_size": a.gens, "lr": 1e-4,
+                  "overlap": mode != "inline", "off_policy": mode == "off-policy"},
         "reward": {"name": "llm_judge"},
         "qworker": {
             "producer": {"local_workers": 2, "cache_path": None},
@@ -78,7 +86,7 @@ def run(model: Path, data: Path, out: Path, port: int, overlap: bool, a: argpars
     })
     with GRPOTrainer(cfg) as t:
         history = t.run()
-    return history[a.warmup:]
+    return history[a.warmup : a.steps]
 
 
 def med(rows: list[dict], key: str) -> float:
@@ -106,26 +114,28 @@ def main() -> None:
     model = save_tiny_model(work / "model", hidden=a.hidden, layers=a.layers)
     data = write_toy_dataset(work / "toy.jsonl", n=256)
     rows, raw = [], {}
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for latency in [float(x) for x in a.latencies.split(",")]:
         judge = start_judge(PORT, latency)
         try:
-            inline = run(model, data, work / f"inline-{latency}", PORT, False, a)
-            over = run(model, data, work / f"overlap-{latency}", PORT, True, a)
+            runs = {mode: run(model, data, work / f"{mode}-{latency}", PORT, mode, a) for mode in MODES}
         finally:
             judge.terminate()
             judge.wait()
-        raw[latency] = {"inline": inline, "overlap": over}
+        raw[latency] = runs
+        inline = runs["inline"]
         gpu, reward = med(inline, "gpu_s"), med(inline, "reward_wait_s")
         bound = max(gpu, reward)
         floor = max(gpu, med(inline, "generate_s") + reward + med(inline, "weight_sync_s"))
-        for name, h in (("inline", inline), ("overlap", over)):
+        for name, h in runs.items():
             step = med(h, "step_s")
             rows.append([
                 f"{latency:.2f}", name, f"{step:.2f}", f"{gpu:.2f}", f"{reward:.2f}", f"{bound:.2f}", f"{floor:.2f}",
                 f"{step / bound:.2f}x", f"{step / floor:.2f}x", f"{med(inline, 'step_s') / step:.2f}x", f"{100 * med(h, 'reward_hidden_frac'):.0f}%",
                 "yes" if step <= 1.05 * bound else "no",
             ])
-    print(f"\nGRPO steps on CPU ({a.threads} torch thread(s)): tiny Qwen2 (hidden {a.hidden}, {a.layers} layers), {a.prompts} prompts x "
+    print(f"\nload average before: {load_before}, after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
+    print(f"GRPO steps on CPU ({a.threads} torch thread(s)): tiny Qwen2 (hidden {a.hidden}, {a.layers} layers), {a.prompts} prompts x "
           f"{a.gens} samples, {a.max_new_tokens} new tokens, {a.chunks} generation chunks; llm_judge on the mock judge; medians of {a.steps - a.warmup} steps after {a.warmup} warm-up")
     print(table(["judge s/answer", "mode", "step s", "GPU work s", "reward work s", "max(GPU, reward)", "on-policy floor",
                  "step / max", "step / floor", "speed-up vs inline", "reward hidden", "<= max + 5%"], rows))

@@ -84,6 +84,7 @@ class OptimConfig:
     loss_aggregation: str = "token"
     kl_coef: float = 0.0
     overlap: bool = True
+    off_policy: bool = False
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
 
@@ -171,6 +172,8 @@ class TrainConfig:
             raise ConfigurationError("train.lr must be > 0, train.kl_coef and train.max_grad_norm >= 0")
         if not 0 <= t.warmup_ratio <= 1 or not 0 <= t.min_lr_ratio <= 1:
             raise ConfigurationError("train.warmup_ratio and train.min_lr_ratio must be in [0, 1]")
+        if t.off_policy and not t.overlap:
+            raise ConfigurationError("train.off_policy: needs train.overlap: true (it scores each group as soon as it is generated)")
         if r.chunks > t.prompts_per_step:
             raise ConfigurationError("rollout.chunks: must not exceed train.prompts_per_step")
         if not self.model.path:

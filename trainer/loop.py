@@ -17,6 +17,28 @@ With ``train.overlap: false`` the step scores every rollout right after generati
 of it before the log-probs (ReasonRL's order): the same algorithm, only the timing differs.
 Arrival order changes only the order in which micro-batch gradients are summed within a mini-batch,
 i.e. floating-point rounding (and, with several mini-batches per step, which groups share one).
+
+``train.off_policy: true`` (one-step off-policy, as verl's one-step-off-policy recipe): while step t
+waits for its rewards and updates the policy, a background thread generates step t+1's batch and
+submits its rewards group by group.  Only then are the weights synced (the driver joins the thread
+first, so a sync never races a generation in flight).  So step t+1's samples come from the weights
+synced after step t-1's update: they are exactly one update behind the policy that trains on them
+(step 0's, and the first step after a resume, are generated in the step and are on-policy).  The
+metric ``staleness`` is that lag in updates.  Correctness:
+
+- the PPO ratio's "old" log-probs are the *sampling* policy's: the rollout actor computes them with
+  its own weights (``rollout.logprobs``, the policy actor's code in ``logprobs.py``) right after each
+  chunk is generated, before any sync can change them.  The policy actor no longer holds those
+  weights when the batch exists (its update is under way), and a second copy of the policy would
+  double its memory; the rollout already holds them.  The clipped ratio pi_t / pi_(t-1) thus
+  corrects for the one step of staleness, as PPO's ratio does for its own later mini-batches;
+- advantages are per group, from that group's rewards, as on-policy; reference log-probs (KL) come
+  from the policy actor's reference, which does not change.
+
+It needs a rollout actor with ``logprobs`` (the hf one; vLLM's is not written yet).  On the
+``local`` backend the thread overlaps the two models' torch kernels, which release the GIL; on ``ray``
+the rollout is its own actor anyway.  Checkpoints store the sampler's position *before* the prefetched
+batch: a run resumed from one regenerates that batch with the checkpoint's weights (on-policy, once).
 """
 
 from __future__ import annotations
@@ -32,14 +54,14 @@ from typing import Any, Optional
 import torch
 
 from . import checkpoint as ckpt
-from .config import TrainConfig
+from .config import ConfigurationError, TrainConfig
 from .data import PromptSampler, read_jsonl
 from .grpo import group_advantages
 from .metrics import MetricsSink
-from .placement import Placement, make_actors
+from .placement import Placement, device_for, make_actors, rollout_backend
 from .rewards import RewardClient, build_payloads
 from .schedule import lr_multiplier
-from .timeline import StepTimeline
+from .timeline import RewardClock, StepTimeline
 
 __all__ = ["GRPOTrainer", "Group"]
 
@@ -55,6 +77,7 @@ class Group:
     done: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     rewards: Optional[list[float]] = None
     advantages: Optional[list[float]] = None
+    version: int = 0  # the number of steps whose updates were in the weights that sampled it
 
 
 def _when_all_done(futures: list, done: concurrent.futures.Future) -> None:
@@ -94,6 +117,8 @@ class GRPOTrainer:
         random.seed(t.seed)
         torch.manual_seed(t.seed)
         self.sampler = PromptSampler(read_jsonl(cfg.data.path), t.prompts_per_step, seed=t.seed, shuffle=cfg.data.shuffle)
+        if t.off_policy and rollout_backend(cfg, device_for(cfg)) == "vllm":
+            raise ConfigurationError("train.off_policy: needs the hf rollout (rollout.backend: hf); the vLLM rollout has no logprobs yet")
         self.ckpt_root = Path(cfg.log.dir) / "checkpoints"
         self.start_step = 0
         resume_from = ckpt.latest(self.ckpt_root) if cfg.checkpoint.resume else None
@@ -119,13 +144,22 @@ class GRPOTrainer:
             resume=resume_from is not None,
         )
         self.history: list[dict[str, Any]] = []
+        self.rollout_version = self.start_step  # steps whose updates the rollout's weights hold
+        # off-policy: the prefetched batch (groups, reward clock), the thread that makes it, and the
+        # sampler's position before it was drawn (what a checkpoint saves)
+        self._next: Optional[tuple[list[Group], RewardClock]] = None
+        self._sampler_state: Optional[dict[str, int]] = None
+        self._prefetcher: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        if t.off_policy:
+            self._prefetcher = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="qworker-rollout", initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),))
 
     # ---- rewards ------------------------------------------------------------------------------------
-    def _submit(self, g: Group, tl: StepTimeline) -> None:
+    def _submit(self, g: Group, clock: RewardClock) -> None:
         g.futures = self.rewards.submit(build_payloads(g.row, g.completions, self.cfg.rollout.max_new_tokens))
-        tl.mark_submit()
+        clock.mark_submit()
         for f in g.futures:
-            f.add_done_callback(tl.mark_result)
+            f.add_done_callback(clock.mark_result)
         _when_all_done(g.futures, g.done)
 
     def _collect(self, g: Group) -> None:
@@ -141,46 +175,105 @@ class GRPOTrainer:
         ]
 
     # ---- one step -----------------------------------------------------------------------------------
-    def step(self, step: int) -> dict[str, Any]:
-        """Run training step ``step`` (0-based) and return its metrics (see ``timeline`` for the times)."""
+    def _generate(self, step: int, rows: list[dict[str, Any]], tl: StepTimeline, clock: RewardClock, submit: bool) -> list[Group]:
+        """Sample step ``step``'s groups for ``rows`` in ``rollout.chunks`` calls (timed as ``generate``
+        on ``tl``).  With ``submit`` each group's rewards go to the pool as soon as its chunk exists
+        (timed on ``clock``).  Off-policy, each chunk's old log-probs are then computed by the rollout
+        actor, on the weights that sampled it (timed as ``logprobs``).  Runs on the prefetch thread
+        off-policy: it only reads ``rollout_version``, which the driver changes after joining it."""
         t, r = self.cfg.train, self.cfg.rollout
-        tl = StepTimeline()
         groups: list[Group] = []
-        for k, chunk in enumerate(_split(self.sampler.next_batch(), r.chunks)):
+        for k, chunk in enumerate(_split(rows, r.chunks)):
             with tl.phase("generate"):
                 outs = self.actors.rollout.call(
                     "generate", [row["prompt"] for row in chunk], r.num_generations, r.max_new_tokens,
                     r.temperature, r.top_p, seed=t.seed * 1_000_003 + step * 101 + k,
                 )
-            for row, comps in zip(chunk, outs, strict=True):
-                g = Group(len(groups), row, comps)
-                groups.append(g)
-                if t.overlap:
-                    self._submit(g, tl)
+            new = [Group(len(groups) + i, row, comps, version=self.rollout_version) for i, (row, comps) in enumerate(zip(chunk, outs, strict=True))]
+            groups += new
+            if submit:
+                for g in new:
+                    self._submit(g, clock)
+            if t.off_policy:
+                comps = [c for g in new for c in g.completions]
+                with tl.phase("logprobs"):
+                    lp = self.actors.rollout.call("logprobs", [(c["prompt_ids"], c["completion_ids"]) for c in comps],
+                                                  r.temperature, t.micro_batch_size)
+                for c, old in zip(comps, lp, strict=True):
+                    c["old_logp"] = old
+        return groups
+
+    def step(self, step: int) -> dict[str, Any]:
+        """Run training step ``step`` (0-based) and return its metrics (see ``timeline`` for the times)."""
+        t = self.cfg.train
+        if t.off_policy:
+            return self._step_off_policy(step)
+        tl = StepTimeline()
+        groups = self._generate(step, self.sampler.next_batch(), tl, tl.rewards, submit=t.overlap)
         if not t.overlap:
             with tl.phase("reward_wait"):
                 for g in groups:
-                    self._submit(g, tl)
+                    self._submit(g, tl.rewards)
                 for g in groups:
                     self._collect(g)
         with tl.phase("logprobs"):
             seqs = [(c["prompt_ids"], c["completion_ids"]) for g in groups for c in g.completions]
             lp = self.actors.policy.call("logprobs", seqs)
-        flat = [c for g in groups for c in g.completions]
-        for i, c in enumerate(flat):
+        for i, c in enumerate(c for g in groups for c in g.completions):
             c["old_logp"] = lp["old"][i]
             if lp["ref"] is not None:
                 c["ref_logp"] = lp["ref"][i]
         stats = self._update(groups, tl, step)
         with tl.phase("weight_sync"):
             self.actors.sync_weights()
-        rewards = torch.tensor([x for g in groups for x in g.rewards])
+        self.rollout_version = step + 1
+        return self._metrics(step, groups, stats, tl)
+
+    def _step_off_policy(self, step: int) -> dict[str, Any]:
+        """Step ``step`` of one-step off-policy training (see the module docstring): train on the batch
+        prefetched during the step before (or generate it now, when there is none) while the
+        prefetch thread generates and submits step ``step + 1``'s; join it, then sync the weights."""
+        t = self.cfg.train
+        if self._next is None:  # the first step, or the first after a resume
+            tl = StepTimeline()
+            groups = self._generate(step, self.sampler.next_batch(), tl, tl.rewards, submit=True)
+        else:
+            groups, clock = self._next
+            self._next = None
+            tl = StepTimeline(clock)
+        self._sampler_state = self.sampler.state()
+        pending, next_clock = None, RewardClock()
+        if step + 1 < t.steps:
+            assert self._prefetcher is not None
+            pending = self._prefetcher.submit(self._generate, step + 1, self.sampler.next_batch(), tl, next_clock, True)
+        try:
+            if t.kl_coef > 0:
+                with tl.phase("logprobs"):
+                    ref = self.actors.policy.call("logprobs", [(c["prompt_ids"], c["completion_ids"]) for g in groups for c in g.completions], False)["ref"]
+                for c, r in zip((c for g in groups for c in g.completions), ref, strict=True):
+                    c["ref_logp"] = r
+            stats = self._update(groups, tl, step)
+        finally:
+            if pending is not None:  # never leave a generation running into a sync, a save or a close
+                with tl.phase("rollout_wait"):
+                    concurrent.futures.wait([pending])
+        if pending is not None:
+            self._next = (pending.result(), next_clock)
+        with tl.phase("weight_sync"):
+            self.actors.sync_weights()
+        self.rollout_version = step + 1
+        return self._metrics(step, groups, stats, tl)
+
+    def _metrics(self, step: int, groups: list[Group], stats: dict[str, float], tl: StepTimeline) -> dict[str, Any]:
+        flat = [c for g in groups for c in g.completions]
+        rewards = torch.tensor([x for g in groups for x in g.rewards or []])
         lengths = torch.tensor([float(len(c["completion_ids"])) for c in flat])
         return {
             "reward_mean": float(rewards.mean()),
             "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
             "response_len_mean": float(lengths.mean()),
             "reward_failures": self.rewards.failures,
+            "staleness": float(step - min(g.version for g in groups)),
             **stats,
             **tl.summary(),
         }
@@ -250,10 +343,15 @@ class GRPOTrainer:
         return self.history
 
     def save(self, next_step: int) -> Path:
-        state = {"step": next_step, "sampler": self.sampler.state(), "config": self.cfg.to_dict()}
+        # off-policy, the batch prefetched for next_step is not saved: the sampler's position before it is,
+        # so a resumed run draws the same prompts and generates them again with the checkpoint's weights
+        sampler = self._sampler_state if self._sampler_state is not None else self.sampler.state()
+        state = {"step": next_step, "sampler": sampler, "config": self.cfg.to_dict()}
         return ckpt.save_checkpoint(self.ckpt_root, next_step, lambda d: self.actors.policy.call("save", d), state, self.cfg.checkpoint.keep)
 
     def close(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.shutdown(wait=True, cancel_futures=True)
         self.sink.close()
         self.actors.shutdown()
         self.rewards.close()

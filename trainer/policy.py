@@ -2,9 +2,10 @@
 
 The contract the loop relies on (``loop.py``):
 
-- ``logprobs(seqs)``: per-token log-probabilities (nats, at the sampling temperature) of each
-  completion under the current policy (``old``) and, when ``kl_coef > 0``, the reference (``ref``:
-  the initial weights; with LoRA, the base model with the adapter disabled).  No gradient.
+- ``logprobs(seqs, old=True)``: per-token log-probabilities (nats, at the sampling temperature) of
+  each completion under the current policy (``old``; ``old=False`` skips them) and, when
+  ``kl_coef > 0``, the reference (``ref``: the initial weights; with LoRA, the base model with the
+  adapter disabled).  No gradient.
 - ``accumulate(micro)``: forward and backward on one micro-batch whose advantages are known; the
   gradient accumulated is that of the loss *numerator* (see ``grpo.aggregate``), unnormalised.
 - ``optimizer_step(denominator, lr)``: divide the accumulated gradient by ``denominator`` (the
@@ -13,8 +14,8 @@ The contract the loop relies on (``loop.py``):
 - ``save(dir)``: the model in Hugging Face format under ``dir/hf`` and the optimizer state; a policy
   built with ``init_from=dir`` resumes from them (the reference stays the original ``model_path``).
 
-A sequence is ``(prompt_ids, completion_ids)``.  Batches are laid out left-padded prompt then
-right-padded completion, with explicit position ids, so every completion starts at the same column.
+A sequence is ``(prompt_ids, completion_ids)``; batching and log-probs are ``logprobs.py``'s, which the
+CPU rollout actor shares (it computes the sampling policy's log-probs in off-policy mode).
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ from typing import Any, Optional
 import torch
 
 from .grpo import aggregate, clipped_policy_loss, kl_k3
+from .logprobs import Seq, batch_sequences, token_logprobs
 from .rollout_hf import load_tokenizer, resolve_dtype
 
 __all__ = ["PolicyActor"]
-
-Seq = tuple[list[int], list[int]]
 
 
 class PolicyActor:
@@ -96,39 +96,26 @@ class PolicyActor:
 
     # ---- batching -------------------------------------------------------------------------------
     def _batch(self, seqs: list[Seq]) -> dict[str, torch.Tensor]:
-        p_max = max(len(p) for p, _ in seqs)
-        c_max = max(max(len(c) for _, c in seqs), 1)
-        ids = torch.full((len(seqs), p_max + c_max), self.pad_id, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        comp_mask = torch.zeros((len(seqs), c_max), dtype=torch.float32)
-        for i, (p, c) in enumerate(seqs):
-            ids[i, p_max - len(p) : p_max] = torch.tensor(p, dtype=torch.long)
-            ids[i, p_max : p_max + len(c)] = torch.tensor(c, dtype=torch.long)
-            attn[i, p_max - len(p) : p_max + len(c)] = 1
-            comp_mask[i, : len(c)] = 1.0
-        pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
-        return {"ids": ids.to(self.device), "attn": attn.to(self.device), "pos": pos.to(self.device),
-                "mask": comp_mask.to(self.device), "p_max": torch.tensor(p_max), "c_max": torch.tensor(c_max)}
+        return batch_sequences(seqs, self.pad_id, self.device)
 
     def _token_logp(self, model: torch.nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
         """``[sequences, c_max]`` log-probs of the completion tokens (garbage where ``mask`` is 0)."""
-        p_max, c_max = int(b["p_max"]), int(b["c_max"])
-        logits = model(input_ids=b["ids"], attention_mask=b["attn"], position_ids=b["pos"]).logits
-        logits = logits[:, p_max - 1 : p_max - 1 + c_max, :].float() / max(self.temperature, 1e-6)
-        targets = b["ids"][:, p_max : p_max + c_max]
-        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        return token_logprobs(model, b, self.temperature)
 
     # ---- the actor's methods ----------------------------------------------------------------------
     @torch.no_grad()
-    def logprobs(self, seqs: list[Seq]) -> dict[str, Optional[list[list[float]]]]:
-        """``{"old": [...], "ref": [...] or None}``, one list of floats per completion token per sequence."""
-        old: list[list[float]] = []
+    def logprobs(self, seqs: list[Seq], old: bool = True) -> dict[str, Optional[list[list[float]]]]:
+        """``{"old": [...] or None, "ref": [...] or None}``: one list of floats per completion token per
+        sequence, under the current policy (``old``; skipped when ``old`` is False, as in off-policy
+        mode, where the rollout actor computed them) and the reference (when ``kl_coef > 0``)."""
+        olds: Optional[list[list[float]]] = [] if old else None
         ref: Optional[list[list[float]]] = [] if self.kl_coef > 0 else None
         for start in range(0, len(seqs), self.micro_batch_size):
             chunk = seqs[start : start + self.micro_batch_size]
             b = self._batch(chunk)
-            lp = self._token_logp(self.model, b).cpu()
-            old += [lp[i, : len(c)].tolist() for i, (_, c) in enumerate(chunk)]
+            if olds is not None:
+                lp = self._token_logp(self.model, b).cpu()
+                olds += [lp[i, : len(c)].tolist() for i, (_, c) in enumerate(chunk)]
             if ref is not None:
                 if self.lora:
                     with self.model.disable_adapter():
@@ -136,7 +123,7 @@ class PolicyActor:
                 else:
                     rp = self._token_logp(self.ref, b).cpu()
                 ref += [rp[i, : len(c)].tolist() for i, (_, c) in enumerate(chunk)]
-        return {"old": old, "ref": ref}
+        return {"old": olds, "ref": ref}
 
     def accumulate(self, micro: list[dict[str, Any]]) -> dict[str, float]:
         """Forward/backward on ``micro``: dicts with ``prompt_ids``, ``completion_ids``, ``advantage``,

@@ -9,6 +9,12 @@ Interface shared by every rollout actor (``rollout_vllm.VllmRollout`` too):
 - ``load_weights(state)``: take the policy's weights (a name -> tensor mapping in the base model's
   names), after each optimizer step.
 - ``eos_token_id`` and ``pad_token_id`` attributes.
+
+And, needed by ``train.off_policy`` (only this actor has it for now):
+
+- ``logprobs(seqs, temperature, micro_batch_size)``: the per-token log-probs of completions under the
+  rollout's *current* weights, i.e. the policy that sampled them (``logprobs.sequence_logprobs``,
+  the same code the policy actor uses).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from .logprobs import sequence_logprobs
 
 __all__ = ["HFRollout", "load_tokenizer", "resolve_dtype"]
 
@@ -83,6 +91,11 @@ class HFRollout:
                 group.append({"prompt_ids": prompt_ids, "completion_ids": gen, "text": text, "finish": finish})
             groups.append(group)
         return groups
+
+    def logprobs(self, seqs: list[tuple[list[int], list[int]]], temperature: float, micro_batch_size: int) -> list[list[float]]:
+        """Log-probs (nats, at ``temperature``) of each ``(prompt_ids, completion_ids)``'s completion
+        tokens under the weights this actor samples with now; no gradient."""
+        return sequence_logprobs(self.model, seqs, self.pad_token_id, self.device, temperature, micro_batch_size)
 
     @torch.no_grad()
     def load_weights(self, state: dict[str, torch.Tensor]) -> None:
