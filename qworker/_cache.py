@@ -50,7 +50,8 @@ class MemoryCache:
         now = time.monotonic()
         with self._lock:
             data = self._data
-            for key, score, extra, *_ in items:
+            for item in items:  # (key, score, extra) or (key, score, extra, reward)
+                key, score, extra = item[0], item[1], item[2]
                 if key in data:
                     data.move_to_end(key)
                 data[key] = (score, extra, now)

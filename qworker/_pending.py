@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from ._errors import ErrorKind
 from ._result import Result, ResultFuture
@@ -71,15 +71,9 @@ class Pending:
         self.attempts -= 1
 
 
-class Resolution(NamedTuple):
-    """How a task ended: a score, or an error text (``ErrorKind.X.error(...)``)."""
-
-    pending: Pending
-    score: Optional[float]
-    extra: Optional[dict]
-    error: Optional[str]
-    worker: str = ""
-    compute_s: float = 0.0
+# How a task ended: (pending, score, extra, error, worker id, compute_s); error is an
+# ``ErrorKind.X.error(...)`` text or None.  A plain tuple: one is made per result.
+Resolution = tuple[Pending, Optional[float], Optional[dict], Optional[str], str, float]
 
 
 class PendingTable:
@@ -128,14 +122,14 @@ class PendingTable:
                     claimed.append(p)
         return claimed
 
-    def resolve(self, done: list[Resolution]) -> None:
+    def resolve(self, done: Sequence[Resolution]) -> None:
         """Resolve tasks from their outcomes (the first outcome of a task wins); cache the scores."""
         now = time.monotonic()
         with self._lock:
             pending = self._pending
             fresh = []
             for d in done:
-                p = d.pending
+                p = d[0]
                 if pending.get(p.key) is p:
                     del pending[p.key]
                     p.resolved = True

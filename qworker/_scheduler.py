@@ -179,7 +179,7 @@ class Scheduler:
                     w.done += 1
                 else:
                     w.failed += 1
-            done.append(Resolution(p, score, extra, error, worker_id, compute_s))
+            done.append((p, score, extra, error, worker_id, compute_s))
         self.table.resolve(done)
 
     def _on_lost(self, lost: wire.Lost) -> None:
@@ -193,7 +193,7 @@ class Scheduler:
                 if p.gate is not None:
                     p.gate.forget(p)
                 w.failed += 1
-                self.table.resolve([Resolution(p, None, None, f"{lost.reason} (worker {w.id} was killed and respawned)", w.id)])
+                self.table.resolve([(p, None, None, f"{lost.reason} (worker {w.id} was killed and respawned)", w.id, 0.0)])
         self._lose(w, lost.reason, guilty=lost.task)
 
     # losing workers -----------------------------------------------------------
@@ -220,7 +220,7 @@ class Scheduler:
                     detail = f"attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})"
                 else:
                     detail = f"delivered {p.deliveries} times, and each time its worker was lost (last: {w.id}, {reason})"
-                failed.append(Resolution(p, None, None, ErrorKind.WORKER_LOST.error(detail), w.id))
+                failed.append((p, None, None, ErrorKind.WORKER_LOST.error(detail), w.id, 0.0))
             else:
                 retry.append(p)
         if failed:
@@ -275,7 +275,7 @@ class Scheduler:
         for gate in self.gates:
             sent, failed = gate.admit(now, budget)
             if failed:
-                self.table.resolve([Resolution(p, None, None, why or AUTH_FAILED_ERROR) for p, why in failed])
+                self.table.resolve([(p, None, None, why or AUTH_FAILED_ERROR, "", 0.0) for p, why in failed])
             if sent:
                 budget -= len(sent)
                 self.queue.extendleft(reversed(sent))

@@ -1,6 +1,6 @@
 """The pending table: sharing, first-result-wins, caching, cancellation (no processes)."""
 
-from qworker._pending import PendingTable, Resolution
+from qworker._pending import PendingTable
 from qworker._resultcache import ResultCache
 
 
@@ -26,17 +26,17 @@ def test_a_task_is_resolved_once_even_if_a_batch_repeats_it():
     # redelivery): the first entry resolves it and the second is dropped, not re-set.
     t = table()
     [fut], [p] = add(t, b"k" * 16)
-    t.resolve([Resolution(p, 1.0, None, None, "w"), Resolution(p, 2.0, None, None, "w")])
+    t.resolve([(p, 1.0, None, None, "w", 0.0), (p, 2.0, None, None, "w", 0.0)])
     assert fut.result(timeout=0).score == 1.0 and p.resolved and len(t) == 0
     assert t.counts["resolved"] == 1
-    t.resolve([Resolution(p, 3.0, None, None, "w")])  # a late duplicate changes nothing
+    t.resolve([(p, 3.0, None, None, "w", 0.0)])  # a late duplicate changes nothing
     assert fut.result(timeout=0).score == 1.0 and t.counts["resolved"] == 1
 
 
 def test_successes_are_cached_and_failures_get_the_fallback():
     t = table()
     [ok, bad], [p, q] = add(t, b"o" * 16, b"f" * 16)
-    t.resolve([Resolution(p, 0.5, {"pred": "4"}, None, "w", 0.01), Resolution(q, None, None, "timeout: x", "w")])
+    t.resolve([(p, 0.5, {"pred": "4"}, None, "w", 0.01), (q, None, None, "timeout: x", "w", 0.0)])
     assert ok.result().score == 0.5 and ok.result().extra == {"pred": "4"} and ok.result().ok
     assert bad.result().score == -1.0 and bad.result().error_kind == "timeout"
     assert t.cache.get(b"o" * 16) == (0.5, {"pred": "4"}) and t.cache.get(b"f" * 16) is None
