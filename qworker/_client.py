@@ -39,7 +39,7 @@ from ._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError,
 from ._result import Result, ResultFuture, gather
 from .transport import client_wire as cw
 from .transport.security import CurveClient
-from .transport.sockets import make_socket, readable
+from .transport.sockets import WakePipe, make_socket, readable
 from .transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -96,9 +96,8 @@ class Client:
         curve = CurveClient(curve_secret_key, curve_server_key) if curve_secret_key and curve_server_key else None
         self._sock = make_socket(self._ctx, zmq.DEALER, connect=self.endpoint, identity=f"client-{secrets.token_hex(6)}".encode(),
                                  curve=curve)
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._waker = WakePipe()
+        self._wake = self._waker.wake
         self._thread = threading.Thread(target=self._run, name="qworker-client", daemon=True)
         self._thread.start()
 
@@ -156,8 +155,7 @@ class Client:
         self._thread.join(10.0)
         for req in list(self._requests.values()):
             self._fail(req, ErrorKind.CANCELLED.error("the client closed"))
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._waker.close()
 
     def __enter__(self) -> Client:
         return self
@@ -166,25 +164,15 @@ class Client:
         self.close()
 
     # the I/O thread ---------------------------------------------------------------
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
-
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._waker.fd, zmq.POLLIN)
         next_ping = time.monotonic()
         try:
             while not self._closed:
                 poller.poll(int(PING_EVERY_S * 1000 / 2))
-                try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except BlockingIOError:
-                    pass
+                self._waker.drain()
                 try:
                     self._send_outbox()
                     self._receive()

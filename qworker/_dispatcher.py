@@ -24,7 +24,7 @@ from ._pending import Pending, PendingTable
 from ._scheduler import Scheduler
 from ._status import ProducerStatus, Status
 from .transport import security, wire
-from .transport.sockets import bound_endpoint, make_socket, readable
+from .transport.sockets import WakePipe, bound_endpoint, make_socket, readable
 
 log = logging.getLogger("qworker")
 
@@ -59,9 +59,7 @@ class Dispatcher(threading.Thread):
         self._calls: deque[tuple[Callable[[], None], threading.Event]] = deque()
         self.workers_seen = threading.Condition()  # notified when a new worker says READY
         self.workers_ready = 0  # workers currently known; written under workers_seen
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._waker = WakePipe()
         self._wake_flag = False
         self._stopping = False
 
@@ -74,10 +72,7 @@ class Dispatcher(threading.Thread):
     def _wake(self) -> None:
         if not self._wake_flag:
             self._wake_flag = True
-            try:
-                os.write(self._wake_w, b"x")
-            except BlockingIOError:
-                pass
+            self._waker.wake()
 
     def call(self, fn: Callable[[], _T], timeout: float = 10.0) -> _T:
         """Run ``fn`` on the dispatcher thread and return its result."""
@@ -98,8 +93,7 @@ class Dispatcher(threading.Thread):
         self._stopping = True
         self._wake()
         self.join(timeout=10.0)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._waker.close()
 
     # dispatcher thread --------------------------------------------------------
     def _status(self) -> Status:
@@ -127,17 +121,13 @@ class Dispatcher(threading.Thread):
     def _loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._waker.fd, zmq.POLLIN)
         s = self.scheduler
         next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         while not self._stopping:
             timer = s.next_timer(time.monotonic()) if s.gates else None
             poller.poll(int(1000 * (HOUSEKEEPING_S if timer is None else min(timer, HOUSEKEEPING_S))) + 1)
-            try:  # drain first, then clear: a wake in between then writes a fresh byte
-                while os.read(self._wake_r, 4096):
-                    pass
-            except BlockingIOError:
-                pass
+            self._waker.drain()  # drain first, then clear: a wake in between then writes a fresh byte
             self._wake_flag = False
             try:
                 inbox = self._inbox

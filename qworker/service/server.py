@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import secrets
 import threading
 import time
@@ -31,7 +30,7 @@ from .._result import Result
 from .._status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
 from ..transport import security
-from ..transport.sockets import bound_endpoint, make_socket, readable
+from ..transport.sockets import WakePipe, bound_endpoint, make_socket, readable
 from ..transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -58,9 +57,8 @@ class RewardService:
             raise
         self.endpoint = bound_endpoint(self._sock)
         self._outbox: deque[tuple[bytes, int, int, Result]] = deque()  # from future callbacks
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._waker = WakePipe()
+        self._wake = self._waker.wake
         self._stopping = False
         self.clients: set[bytes] = set()
         self.requests = 0
@@ -75,28 +73,17 @@ class RewardService:
         self._stopping = True
         self._wake()
         self._thread.join(10.0)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
+        self._waker.close()
 
     # the front thread -----------------------------------------------------------
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._waker.fd, zmq.POLLIN)
         try:
             while not self._stopping:
                 poller.poll(500)
-                try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except BlockingIOError:
-                    pass
+                self._waker.drain()
                 try:
                     self._receive()
                     self._flush()

@@ -17,8 +17,7 @@ from typing import Any, Callable, Optional, Union
 
 import msgpack
 
-from .._exceptions import WireError
-from .wire import StatusReply, StatusRequest, _expect, _int, _list, _opt_num, _str
+from .wire import StatusReply, StatusRequest, _expect, _int, _list, _opt_num, _str, decode_with
 
 __all__ = ["Submit", "Accepted", "Resolved", "Ping", "Pong", "ClientMessage", "encode", "decode", "RESULT_FIELDS"]
 
@@ -94,18 +93,7 @@ def encode(msg: ClientMessage) -> list[bytes]:
 
 def decode(kind: bytes, body: bytes, *, max_bytes: int) -> ClientMessage:
     """Decode and schema-check one message; raise ``WireError`` if it is not valid."""
-    if len(body) > max_bytes:
-        raise WireError(f"message of {len(body)} bytes exceeds the {max_bytes}-byte limit")
-    try:
-        obj = msgpack.unpackb(body, raw=False, strict_map_key=False)
-    except Exception as exc:
-        raise WireError(f"undecodable msgpack body for kind {kind!r}: {exc}") from None
-    try:
-        return _BUILDERS[kind](obj)
-    except KeyError:
-        raise WireError(f"unknown message kind {kind[:8]!r}") from None
-    except (TypeError, ValueError, IndexError) as exc:
-        raise WireError(f"malformed message of kind {kind!r}: {exc}") from None
+    return decode_with(_BUILDERS, kind, body, max_bytes=max_bytes)
 
 
 def _submit(obj: Any) -> Submit:

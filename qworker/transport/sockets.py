@@ -94,3 +94,33 @@ def bound_endpoint(sock: zmq.Socket) -> str:
     """The endpoint a socket actually bound (resolves ``tcp://127.0.0.1:0``)."""
     ep = sock.getsockopt(zmq.LAST_ENDPOINT)
     return ep.decode() if isinstance(ep, bytes) else str(ep)
+
+
+class WakePipe:
+    """A self-pipe that wakes a thread polling sockets: other threads ``wake()`` it; the
+    polling thread registers ``fd`` with its poller and ``drain()``\\s it after each poll.
+
+    Writes never block: a full pipe means the thread is awake anyway.
+    """
+
+    def __init__(self) -> None:
+        self.fd, self._write_fd = os.pipe()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(self._write_fd, False)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._write_fd, b"x")
+        except (BlockingIOError, OSError):
+            pass  # full (the thread is awake anyway), or closed (it has stopped)
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.close(self._write_fd)

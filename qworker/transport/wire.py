@@ -14,11 +14,13 @@ replayed report is harmless and a restarted producer can resynchronise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Callable, Mapping, TypeVar, Union
 
 import msgpack
 
 from .._exceptions import WireError
+
+_M = TypeVar("_M")
 
 READY = b"R"  # worker -> producer: hello, and idle heartbeat carrying credit
 TASKS = b"T"  # producer -> worker: a batch of tasks
@@ -157,6 +159,11 @@ def encode(msg: Message) -> list[bytes]:
 
 def decode(kind: bytes, body: bytes, *, max_bytes: int) -> Message:
     """Decode and schema-check one message; raise ``WireError`` if it is not valid."""
+    return decode_with(_BUILDERS, kind, body, max_bytes=max_bytes)
+
+
+def decode_with(builders: Mapping[bytes, Callable[[Any], _M]], kind: bytes, body: bytes, *, max_bytes: int) -> _M:
+    """Decode a body with the builder of its kind (this protocol's or the client protocol's)."""
     if len(body) > max_bytes:
         raise WireError(f"message of {len(body)} bytes exceeds the {max_bytes}-byte limit")
     try:
@@ -164,11 +171,11 @@ def decode(kind: bytes, body: bytes, *, max_bytes: int) -> Message:
     except Exception as exc:  # msgpack raises several unrelated types
         raise WireError(f"undecodable msgpack body for kind {kind!r}: {exc}") from None
     try:
-        return _BUILDERS[kind](obj)
+        return builders[kind](obj)
     except KeyError:
         raise WireError(f"unknown message kind {kind[:8]!r}") from None
     except (TypeError, ValueError, IndexError) as exc:
-        raise WireError(f"malformed {_NAMES.get(kind, '?')} message: {exc}") from None
+        raise WireError(f"malformed {_NAMES.get(kind) or repr(kind)} message: {exc}") from None
 
 
 def _expect(cond: bool, what: str) -> None:
