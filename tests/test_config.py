@@ -51,3 +51,12 @@ def test_the_shipped_config_is_valid():
     cfg = load(str(REPO / "configs" / "qworker.yaml"))
     assert cfg["producer"]["max_attempts"] == 3 and cfg["pool"]["workers"] == 8
     assert cfg["producer"]["reward_modules"] == () and cfg["pool"]["task_timeout_s"] == 60.0
+
+
+def test_the_shipped_config_lists_every_option():
+    from qworker import PoolOptions, ProducerOptions
+    from tests.conftest import REPO
+
+    cfg = load(str(REPO / "configs" / "qworker.yaml"))
+    assert set(cfg["producer"]) == set(ProducerOptions.yaml_keys())
+    assert set(cfg["pool"]) == set(PoolOptions.yaml_keys())
