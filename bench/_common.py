@@ -1,9 +1,12 @@
-"""Shared helpers for the benchmark scripts: timing, medians, table printing."""
+"""Shared helpers for the benchmark scripts: timing, medians, table printing, a mock judge process."""
 
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
 import time
+import urllib.request
 from typing import Callable
 
 
@@ -27,3 +30,19 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
         return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
 
     return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths), *(line(r) for r in cells[1:])])
+
+
+def start_judge(port: int, latency: float, capacity: int = 256) -> subprocess.Popen:
+    """``qworker mock-judge`` on 127.0.0.1:``port``, returned once it answers ``/stats``."""
+    proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), "--capacity", str(capacity),
+                             "--latency", str(latency)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2).read()
+            return proc
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.05)

@@ -30,17 +30,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import table  # noqa: E402
+from bench._common import start_judge, table  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
 from trainer.loop import GRPOTrainer  # noqa: E402
 from trainer.tiny import save_tiny_model  # noqa: E402
@@ -48,21 +45,6 @@ from trainer.toy import write_toy_dataset  # noqa: E402
 
 PORT = 18611
 MODES = ("inline", "overlap", "off-policy")
-
-
-def start_judge(port: int, latency: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), "--capacity", "256",
-                             "--latency", str(latency)], stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2).read()
-            return proc
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
 
 
 def run(model: Path, data: Path, out: Path, port: int, mode: str, a: argparse.Namespace) -> list[dict]:

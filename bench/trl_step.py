@@ -35,7 +35,6 @@ import os
 import re
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,7 +48,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import table  # noqa: E402
+from bench._common import start_judge, table  # noqa: E402
 from tests.integrations.tiny import WORDS, tokenizer  # noqa: E402
 
 
@@ -57,21 +56,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def start_judge(port: int, latency: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), "--capacity", "256",
-                             "--latency", str(latency)], stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2).read()
-            return proc
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
 
 
 def judge_stats(port: int) -> dict:

@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections import defaultdict, deque
-from typing import Any, Optional
+from typing import Any
 
 import zmq
 
@@ -171,8 +171,3 @@ class RewardService:
         info: ServiceInfo = {"endpoint": self.endpoint, "instance": self.instance, "clients": len(self.clients),
                              "requests": self.requests, "dropped_frames": self.dropped_frames}
         return {"producer": st["producer"], "pools": st["pools"], "judges": st["judges"], "service": info}
-
-
-def serve_forever(service: RewardService, stop: Optional[threading.Event] = None) -> None:
-    """Block until ``stop`` is set (or forever)."""
-    (stop or threading.Event()).wait()
