@@ -37,17 +37,28 @@ def _split(values: Optional[list[str]]) -> list[str]:
 
 
 # pool --------------------------------------------------------------------------
+def add_pool_arguments(ap: argparse.ArgumentParser) -> None:
+    """``--config`` and every ``PoolOptions`` flag (``qworker-pool``, ``qworker ray-pools``)."""
+    ap.add_argument("--config", help="YAML config; its 'pool:' section gives defaults")
+    PoolOptions.add_arguments(ap)
+
+
+def pool_options(args: argparse.Namespace, prog: str) -> PoolOptions:
+    """The pool's options from its flags over the config's ``pool:`` section; ``ConfigError`` without an endpoint."""
+    options = PoolOptions.from_args(args, _config.load(args.config)["pool"], where=args.config or prog)
+    if not options.connect:
+        raise ConfigError("no producer endpoint: pass --connect tcp://HOST:PORT or set pool.connect in the config")
+    return options
+
+
 def pool_main(argv: Optional[list[str]] = None, prog: str = "qworker-pool") -> int:
     from .host.pool import Pool
 
     ap = argparse.ArgumentParser(prog=prog, description="Run a pool of reward workers that serve a producer.")
-    ap.add_argument("--config", help="YAML config; its 'pool:' section gives defaults")
-    PoolOptions.add_arguments(ap)
+    add_pool_arguments(ap)
     args = ap.parse_args(argv)
     try:
-        options = PoolOptions.from_args(args, _config.load(args.config)["pool"], where=args.config or prog)
-        if not options.connect:
-            raise ConfigError("no producer endpoint: pass --connect tcp://HOST:PORT or set pool.connect in the config")
+        options = pool_options(args, prog)
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2

@@ -363,7 +363,7 @@ def start_pools(
 def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> int:
     """Run ``RayPools`` until SIGTERM or Ctrl-C; exit code 0 after a clean stop, 1 when Ray
     cannot be joined, 2 on bad options."""
-    from .. import _config
+    from .._cli import add_pool_arguments, pool_options
     from .._exceptions import ConfigError
 
     ap = argparse.ArgumentParser(prog=prog, description="Run one qworker pool on every node of a Ray cluster until stopped.")
@@ -371,13 +371,10 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> i
     ap.add_argument("--workers-per-node", type=int, help="workers in each pool (default: --workers, else the node's CPUs)")
     ap.add_argument("--reserve-cpus", action="store_true", help="each pool's actor holds as many Ray CPUs as it has workers")
     ap.add_argument("--poll", type=float, default=DEFAULT_POLL_S, help="seconds between looks at the cluster's nodes")
-    ap.add_argument("--config", help="YAML config; its 'pool:' section gives defaults")
-    PoolOptions.add_arguments(ap)
+    add_pool_arguments(ap)
     args = ap.parse_args(argv)
     try:
-        options = PoolOptions.from_args(args, _config.load(args.config)["pool"], where=args.config or prog)
-        if not options.connect:
-            raise ConfigError("no producer endpoint: pass --connect tcp://HOST:PORT or set pool.connect in the config")
+        options = pool_options(args, prog)
         if args.workers_per_node is not None and args.workers_per_node < 1:
             raise ConfigError(f"--workers-per-node must be at least 1, got {args.workers_per_node}")
     except ConfigError as exc:
