@@ -66,14 +66,9 @@ class Pool:
         if not options.connect:
             raise ValueError("a pool needs the producer's endpoint (connect)")
         self.options = options
-        self.connect = options.connect
         self.n_workers = options.workers or os.cpu_count() or 1
         self.host = socket.gethostname()
         self.pool_id = options.pool_id or f"{self.host}-{os.getpid()}"
-        self.max_rss_mb = options.max_rss_mb
-        self.heartbeat_s = options.heartbeat_s
-        self.drain_timeout_s = options.drain_timeout_s
-        self.parent_pid = options.parent_pid
         self.state = "running"
         self.lost: list[wire.Lost] = []
         self._stop_requested = False
@@ -85,7 +80,7 @@ class Pool:
     def run(self) -> int:
         self.ctx = zmq.Context(io_threads=1)
         self.sock = make_socket(
-            self.ctx, zmq.DEALER, connect=self.connect, identity=f"pool:{self.pool_id}".encode(), linger_ms=1000,
+            self.ctx, zmq.DEALER, connect=self.options.connect, identity=f"pool:{self.pool_id}".encode(), linger_ms=1000,
             curve=self.options.curve(),
         )
         slot_dir = runtime_dir()
@@ -96,7 +91,7 @@ class Pool:
         ]
         for child in self.children:
             self._spawn(child)
-        log.info("pool %s: %d workers connecting to %s", self.pool_id, self.n_workers, self.connect)
+        log.info("pool %s: %d workers connecting to %s", self.pool_id, self.n_workers, self.options.connect)
         try:
             self._supervise()
             self._drain()
@@ -167,12 +162,12 @@ class Pool:
             if now >= next_report or respawned:
                 self._check_memory()
                 self._check_frozen(now)
-                next_report = now + self.heartbeat_s
+                next_report = now + self.options.heartbeat_s
                 self._report()
             elif self.lost:
                 self._report()
-            if self.parent_pid is not None and not psutil.pid_exists(self.parent_pid):
-                log.warning("pool %s: parent %d is gone; stopping", self.pool_id, self.parent_pid)
+            if self.options.parent_pid is not None and not psutil.pid_exists(self.options.parent_pid):
+                log.warning("pool %s: parent %d is gone; stopping", self.pool_id, self.options.parent_pid)
                 self._stop_requested = True
 
     def _reap(self, child: _Child) -> None:
@@ -222,7 +217,7 @@ class Pool:
             cpu = times.user + times.system
             share = (cpu - c.cpu_s) / max(now - c.cpu_at, 1e-3)
             c.cpu_s, c.cpu_at = cpu, now
-            if last == 0.0 or now - last <= SILENT_BEATS * self.heartbeat_s or share >= MIN_CPU_SHARE:
+            if last == 0.0 or now - last <= SILENT_BEATS * self.options.heartbeat_s or share >= MIN_CPU_SHARE:
                 continue  # still starting, beating, or computing
             running = c.slot.read()
             c.kill_reason = f"unresponsive: no heartbeat for {now - last:.1f} s and no CPU use (stopped, frozen or swapped out)"
@@ -238,8 +233,8 @@ class Pool:
                 c.rss_mb = psutil.Process(c.proc.pid).memory_info().rss / 2**20
             except psutil.Error:
                 continue
-            if self.max_rss_mb is not None and c.rss_mb > self.max_rss_mb and c.kill_reason is None:
-                c.kill_reason = f"recycled: rss {c.rss_mb:.0f} MB over the {self.max_rss_mb:.0f} MB limit"
+            if self.options.max_rss_mb is not None and c.rss_mb > self.options.max_rss_mb and c.kill_reason is None:
+                c.kill_reason = f"recycled: rss {c.rss_mb:.0f} MB over the {self.options.max_rss_mb:.0f} MB limit"
                 log.warning("pool %s: recycling %s: %s", self.pool_id, c.worker_id, c.kill_reason)
                 c.proc.terminate()  # graceful: it hands back its queued tasks
 
@@ -252,14 +247,14 @@ class Pool:
                 c.kill_reason = c.kill_reason or "drained"
                 c.proc.terminate()
         self._report()
-        deadline = time.monotonic() + self.drain_timeout_s
+        deadline = time.monotonic() + self.options.drain_timeout_s
         for c in self.children:
             if c.proc is None:
                 continue
             try:
                 c.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("pool %s: %s did not drain in %.0f s; killing it", self.pool_id, c.worker_id, self.drain_timeout_s)
+                log.warning("pool %s: %s did not drain in %.0f s; killing it", self.pool_id, c.worker_id, self.options.drain_timeout_s)
                 c.proc.kill()
                 c.proc.wait()
                 self.lost.append(wire.Lost(c.worker_id, "drain timeout", None))

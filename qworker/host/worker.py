@@ -94,17 +94,7 @@ class Worker:
         if not options.connect:
             raise ValueError("a worker needs the producer's endpoint (connect)")
         self.options = options
-        self.connect = options.connect
-        self.worker_id = options.worker_id
-        self.pool_id = options.pool_id
         self.slot = TaskSlot(options.slot_path) if options.slot_path else None
-        self.default_timeout_s = options.task_timeout_s
-        self.heartbeat_s = options.heartbeat_s
-        self.target_hold_s = options.target_hold_s
-        self.max_hold = options.max_hold
-        self.io_threads = options.io_threads
-        self.parent_pid = options.parent_pid
-        self.max_message_bytes = options.max_message_bytes
         self.host = socket.gethostname()
         self.import_errors: list[str] = []  # set by run(), reported in every READY
         self.stopping = False
@@ -127,9 +117,9 @@ class Worker:
         if self.service_s <= 0.0:
             want = 8
         else:
-            want = max(2, min(self.max_hold, math.ceil(self.target_hold_s / self.service_s)))
+            want = max(2, min(self.options.max_hold, math.ceil(self.options.target_hold_s / self.service_s)))
         if self._io_running:
-            want = max(want, 2 * self.io_threads)
+            want = max(want, 2 * self.options.io_threads)
         return want
 
     def _top_up(self) -> None:
@@ -146,12 +136,12 @@ class Worker:
         try:
             self.sock.send_multipart(wire.encode(msg), copy=True, flags=zmq.NOBLOCK)
         except zmq.Again:
-            log.debug("%s: no producer connected; dropped a %s", self.worker_id, type(msg).__name__)
+            log.debug("%s: no producer connected; dropped a %s", self.options.worker_id, type(msg).__name__)
 
     def _ready(self) -> None:
         self._top_up()
         self._send(wire.Ready(
-            self.worker_id, self.pool_id, os.getpid(), self.host,
+            self.options.worker_id, self.options.pool_id, os.getpid(), self.host,
             self.granted, self.received, self.finished, sorted(registered()), self.import_errors,
         ))
 
@@ -166,12 +156,12 @@ class Worker:
         while readable(self.sock):
             frames = self.sock.recv_multipart(copy=True)
             if len(frames) != 2:
-                log.warning("%s: dropped a frame set of %d parts", self.worker_id, len(frames))
+                log.warning("%s: dropped a frame set of %d parts", self.options.worker_id, len(frames))
                 continue
             try:
-                msg = wire.decode(frames[0], frames[1], max_bytes=self.max_message_bytes)
+                msg = wire.decode(frames[0], frames[1], max_bytes=self.options.max_message_bytes)
             except wire.WireError as exc:
-                log.warning("%s: dropped a bad frame: %s", self.worker_id, exc)
+                log.warning("%s: dropped a bad frame: %s", self.options.worker_id, exc)
                 continue
             if isinstance(msg, wire.Tasks):
                 self.received += len(msg.tasks)
@@ -205,7 +195,7 @@ class Worker:
                 detail += "; " + "; ".join(self.import_errors)
             self._finish((key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0, None))
             return
-        limit = timeout_s or spec.timeout_s or self.default_timeout_s
+        limit = timeout_s or spec.timeout_s or self.options.task_timeout_s
         if spec.kind == "io":
             self._start_io(key, spec, payload_bytes, params, route, limit)
             return
@@ -223,7 +213,7 @@ class Worker:
 
     def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, route: int, limit: float) -> None:
         if self._io_executor is None:
-            self._io_executor = concurrent.futures.ThreadPoolExecutor(self.io_threads, thread_name_prefix="qworker-io")
+            self._io_executor = concurrent.futures.ThreadPoolExecutor(self.options.io_threads, thread_name_prefix="qworker-io")
         t0 = time.monotonic()
         self._io_running[key] = (t0, t0 + limit)
 
@@ -263,18 +253,18 @@ class Worker:
         assert self.slot is not None
         while not self.stopping:
             self.slot.beat(time.monotonic())
-            time.sleep(self.heartbeat_s / 2)
+            time.sleep(self.options.heartbeat_s / 2)
 
     def run(self) -> int:
         if self.slot is not None:
             threading.Thread(target=self._beat_forever, name="qworker-beat", daemon=True).start()
         self.import_errors = load_modules(list(self.options.reward_modules))
         for e in self.import_errors:
-            log.error("%s: %s", self.worker_id, e)
+            log.error("%s: %s", self.options.worker_id, e)
         self.ctx = zmq.Context(io_threads=1)
         self.sock = make_socket(
-            self.ctx, zmq.DEALER, connect=self.connect, identity=self.worker_id.encode(),
-            max_message_bytes=self.max_message_bytes, linger_ms=1000, curve=self.options.curve(),
+            self.ctx, zmq.DEALER, connect=self.options.connect, identity=self.options.worker_id.encode(),
+            max_message_bytes=self.options.max_message_bytes, linger_ms=1000, curve=self.options.curve(),
         )
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
@@ -287,18 +277,18 @@ class Worker:
                 if self.results:
                     self._flush()
                     last_sent = time.monotonic()
-                wait_s = self.heartbeat_s
+                wait_s = self.options.heartbeat_s
                 io_deadline = self._next_io_deadline()
                 if io_deadline is not None:
                     wait_s = max(0.0, min(wait_s, io_deadline - time.monotonic()))
                 events = dict(poller.poll(int(wait_s * 1000) + 1))
                 if not events:
                     now = time.monotonic()
-                    if now - last_sent >= self.heartbeat_s:
+                    if now - last_sent >= self.options.heartbeat_s:
                         self._ready()  # heartbeat; lets a restarted producer learn our credit
                         last_sent = now
-                    if self.parent_pid is not None and os.getppid() != self.parent_pid:
-                        log.error("%s: pool process %d is gone; exiting", self.worker_id, self.parent_pid)
+                    if self.options.parent_pid is not None and os.getppid() != self.options.parent_pid:
+                        log.error("%s: pool process %d is gone; exiting", self.options.worker_id, self.options.parent_pid)
                         return 1
                     continue
                 self._drain_socket()
