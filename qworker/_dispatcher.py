@@ -23,8 +23,8 @@ from ._options import ProducerOptions
 from ._pending import Pending, PendingTable
 from ._scheduler import Scheduler
 from ._status import ProducerStatus, Status
-from .transport import security, wire
-from .transport.sockets import WakePipe, bound_endpoint, make_socket, readable
+from .transport import wire
+from .transport.sockets import WakePipe, bind_server, bound_endpoint, close_server, readable
 
 log = logging.getLogger("qworker")
 
@@ -39,15 +39,9 @@ class Dispatcher(threading.Thread):
         super().__init__(name="qworker-dispatcher", daemon=True)
         self.options = options
         self.table = table
-        self._ctx = zmq.Context(io_threads=1)
         # Made here so the endpoint is known at once; used by the dispatcher thread only from start().
-        try:
-            self._sock = make_socket(self._ctx, zmq.ROUTER, bind=bind, max_message_bytes=options.max_message_bytes,
-                                     curve=options.curve(), insecure=options.insecure)
-        except BaseException:
-            security.release(self._ctx)
-            self._ctx.term()
-            raise
+        self._ctx, self._sock = bind_server(bind, max_message_bytes=options.max_message_bytes, curve=options.curve(),
+                                            insecure=options.insecure)
         self.endpoint = bound_endpoint(self._sock)
         self.scheduler = Scheduler(
             send=self._send, table=table, max_attempts=options.max_attempts,
@@ -114,9 +108,7 @@ class Dispatcher(threading.Thread):
         try:
             self._loop()
         finally:
-            self._sock.close(linger=0)
-            security.release(self._ctx)
-            self._ctx.term()
+            close_server(self._ctx, self._sock)
 
     def _loop(self) -> None:
         poller = zmq.Poller()

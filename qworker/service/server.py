@@ -29,8 +29,7 @@ from .._producer import Producer
 from .._result import Result
 from .._status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
-from ..transport import security
-from ..transport.sockets import WakePipe, bound_endpoint, make_socket, readable
+from ..transport.sockets import WakePipe, bind_server, bound_endpoint, close_server, readable
 from ..transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -46,15 +45,8 @@ class RewardService:
         self.instance = secrets.token_hex(8)
         self.no_workers_grace_s = no_workers_grace_s
         self.started = time.monotonic()
-        self._ctx = zmq.Context(io_threads=1)
         opts = producer.options
-        try:
-            self._sock = make_socket(self._ctx, zmq.ROUTER, bind=listen, max_message_bytes=opts.max_message_bytes,
-                                     curve=opts.curve(), insecure=opts.insecure)
-        except BaseException:
-            security.release(self._ctx)
-            self._ctx.term()
-            raise
+        self._ctx, self._sock = bind_server(listen, max_message_bytes=opts.max_message_bytes, curve=opts.curve(), insecure=opts.insecure)
         self.endpoint = bound_endpoint(self._sock)
         self._outbox: deque[tuple[bytes, int, int, Result]] = deque()  # from future callbacks
         self._waker = WakePipe()
@@ -90,9 +82,7 @@ class RewardService:
                 except Exception:
                     log.exception("qworker service: unexpected error (continuing)")
         finally:
-            self._sock.close(linger=0)
-            security.release(self._ctx)
-            self._ctx.term()
+            close_server(self._ctx, self._sock)
 
     def _receive(self) -> None:
         sock = self._sock

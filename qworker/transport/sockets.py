@@ -124,3 +124,26 @@ class WakePipe:
     def close(self) -> None:
         os.close(self.fd)
         os.close(self._write_fd)
+
+
+def bind_server(bind: str, *, max_message_bytes: int, curve: Optional[Curve], insecure: bool) -> tuple[zmq.Context, zmq.Socket]:
+    """A ROUTER bound to ``bind`` in a context of its own (CURVE set up when given).
+
+    For the producer's dispatcher and a reward service, which own their socket from start
+    to close; a failed bind leaves nothing behind.  Close both with ``close_server``.
+    """
+    ctx: zmq.Context = zmq.Context(io_threads=1)
+    try:
+        sock = make_socket(ctx, zmq.ROUTER, bind=bind, max_message_bytes=max_message_bytes, curve=curve, insecure=insecure)
+    except BaseException:
+        security.release(ctx)
+        ctx.term()
+        raise
+    return ctx, sock
+
+
+def close_server(ctx: zmq.Context, sock: zmq.Socket) -> None:
+    """Close a socket from ``bind_server``, its CURVE authenticator and its context."""
+    sock.close(linger=0)
+    security.release(ctx)
+    ctx.term()
