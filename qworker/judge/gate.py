@@ -30,9 +30,12 @@ other 4xx                              fails at once with the server's message
 
 ``Retry-After`` delays the refused task only: it is not sent again before
 then, and the others go on.  The whole endpoint waits only when the evidence
-says it is out: its headers say no request is left, or a streak of refusals
-with no success between them, at least ``max(8, limit / 2)`` long (then for the
-shortest Retry-After of the streak).  The error budget: while at most
+says it is out: its headers say no request is left; or the Retry-After is
+exact (``retry-after-ms`` or fractional seconds, not whole seconds) and at most
+a quarter of a round trip, which is when the server's next token or slot comes
+(so for that long); or a streak of refusals with no success between them, at
+least ``max(8, limit / 2)`` long (then for the shortest Retry-After of the
+streak).  The error budget: while at most
 ``error_budget`` (15%) of the last 200 answers were errors, errors are noise
 (a judge answering 5% 503s at random runs at full speed); beyond it a 5xx is a
 sign of overload and cuts the limit.
@@ -80,6 +83,7 @@ ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "r
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
 AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
 OVERLOAD_STATUSES = (503, 529)
+SHORT_RETRY_AFTER = 0.25  # an exact Retry-After up to this fraction of a round trip holds the whole endpoint
 
 
 def hash_params(params: dict) -> dict:
@@ -302,6 +306,10 @@ class Gate:
             if rl.get("remaining") == 0:  # the quota says the whole endpoint is out
                 rate = rl["limit"] / 60.0 if rl.get("limit") else 1.0
                 e.cool(now + min(MAX_RETRY_AFTER_S, after if after is not None else 1.0 / rate), "quota spent")
+            elif after is not None and after != int(after) and after <= SHORT_RETRY_AFTER * (e.limit.rtt or math.inf):
+                # Exact (not whole seconds) and short: when the server's next slot or token comes
+                # (a token bucket's next refill).  Sending before then is refused too.
+                e.cool(now + after, "retry-after")
             elif e.refusal_streak >= max(8, e.limit.limit / 2) and e.streak_retry_s < math.inf:
                 e.cool(now + min(MAX_RETRY_AFTER_S, e.streak_retry_s), f"{e.refusal_streak} refusals in a row")
             return True

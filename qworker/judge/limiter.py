@@ -40,7 +40,9 @@ output token is far steadier).  By Little's law a server holding ``C`` at once
 and sent ``L > C`` answers ``L / C`` times slower, so ``g = recent / base``
 estimates ``L / C``: above ``queue_cut`` the limit is cut to
 ``queue_target * L / g`` (the knee, plus a queue of a tenth of it), and from
-there it grows by one per round trip until the next cut.  A metrics URL's
+there it grows by one per round trip until the next cut.  A window faster
+than ``stale_base`` times the base says the base was measured while someone
+else loaded the server: it is rebuilt from that window.  A metrics URL's
 ``num_requests_waiting`` / ``num_requests_running`` replace the latency signal
 while they are fresh (``on_server_load``).
 
@@ -75,11 +77,13 @@ class AdaptiveLimit:
     queue_target: float = 1.1  # where a cut puts the limit: the knee estimate times this
     window: int = 128  # answers in the recent latency window
     base_samples: int = 128  # answers at the lowest levels that make the base
+    stale_base: float = 0.8  # g below this: the base was measured while others loaded the server; rebuilt
     limit: float = field(init=False)
     rtt: float = field(init=False, default=0.0)  # EWMA of successful round trips, seconds
     slow_start: bool = field(init=False, default=True)
     drops: int = field(init=False, default=0)
     queue_cuts: int = field(init=False, default=0)
+    rebases: int = field(init=False, default=0)
     last_drop_level: float = field(init=False, default=math.inf)  # where refusals say the capacity is
     knee_level: float = field(init=False, default=math.inf)  # where queueing says it is
     gradient: float = field(init=False, default=1.0)  # the last g (recent / base latency)
@@ -121,16 +125,19 @@ class AdaptiveLimit:
             ox, ol = recent.popleft()
             self._recent_sum[0] -= ox
             self._recent_sum[1] -= ol
-        band = int(math.log(max(1.0, level)) / _LEVEL_BASE)
-        q = self._levels.get(band)
-        if q is None:
-            q = self._levels[band] = deque(maxlen=256)
-        q.append(x)
+        self._keep(x, level)
         self._since_decision += 1
         if len(recent) >= self.window and self._since_decision >= self.window // 2:
             self._since_decision = 0
             return True
         return False
+
+    def _keep(self, x: float, level: float) -> None:
+        band = int(math.log(max(1.0, level)) / _LEVEL_BASE)
+        q = self._levels.get(band)
+        if q is None:
+            q = self._levels[band] = deque(maxlen=256)
+        q.append(x)
 
     def base(self) -> Optional[float]:
         """Mean normalised latency of the answers sent at the lowest levels (None until there are enough)."""
@@ -150,7 +157,12 @@ class AdaptiveLimit:
         n = len(self._recent)
         g = (self._recent_sum[0] / n) / base
         self.gradient = g
-        if g > self.queue_cut:
+        if g < self.stale_base:  # answers far faster than the base: it was measured while others loaded the server
+            self._levels.clear()
+            for x, level in self._recent:
+                self._keep(x, level)
+            self.rebases += 1
+        elif g > self.queue_cut:
             self._queue_free = False
             if now - self._last_cut >= self._round_trip():
                 knee = (self._recent_sum[1] / n) / g

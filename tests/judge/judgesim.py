@@ -47,6 +47,7 @@ class Server:
     bucket: float = 0.0
     refilled: float = 0.0
     stats: dict = field(default_factory=lambda: {"requests": 0, "served": 0, "refused": 0, "errors": 0, "queued_s": 0.0, "service_s": 0.0})
+    waits: list = field(default_factory=list)  # (time service started, seconds queued before it)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -94,6 +95,7 @@ class Server:
         self.busy += 1
         s, tokens = self.service()
         self.stats["queued_s"] += t - arrived
+        self.waits.append((t, t - arrived))
         self.stats["service_s"] += s
         self.ends.append(t + s)
 
@@ -113,8 +115,13 @@ class Server:
 
 
 class Client:
-    def __init__(self, sim: Sim, server: Server, n: int, name: str = "c", semaphore: Optional[int] = None, **params) -> None:
-        """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation."""
+    def __init__(self, sim: Sim, server: Server, n: int, name: str = "c", semaphore: Optional[int] = None,
+                 metrics: bool = False, **params) -> None:
+        """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation.
+
+        ``metrics``: read the server's running and waiting counts every 0.5 s, as
+        ``LoadPoller`` reads vLLM's metrics URL.
+        """
         self.sim, self.server, self.n = sim, server, n
         ep = {"url": "http://sim", "max_concurrency": semaphore} if semaphore else {"url": "http://sim"}
         if semaphore:
@@ -125,7 +132,14 @@ class Client:
         self._wake_at = math.inf
         for i in range(n):
             self.gate.queue.append(Pending(f"{name}{i}".encode(), "llm_judge", {}, b"x" * 200, None, None, 0.0))
-        self.pump(0.0)
+        if metrics:
+            self._poll(sim.t)
+        self.pump(sim.t)
+
+    def _poll(self, t: float) -> None:
+        if not self.finished:
+            self.gate.endpoints[0].load = (float(self.server.busy), float(len(self.server.waiting)), t)
+            self.sim.at(t + 0.5, self._poll)
 
     def pump(self, t: float) -> None:
         sent, failed = self.gate.admit(t, 10**9)
@@ -175,3 +189,16 @@ def run(server: Server, n: int, clients: int = 1, **params) -> tuple[float, list
     sim = Sim()
     cs = [Client(sim, server, n, name=f"c{i}-", **params) for i in range(clients)]
     return sim.run(cs), cs, server
+
+
+def run_staggered(server: Server, n: int, starts: list[float], until: float, sim: Optional[Sim] = None, **params) -> list[Client]:
+    """Clients starting at ``starts`` (simulated seconds), each with ``n`` tasks; run ``sim`` (default: a new one) until ``until``."""
+    sim = sim or Sim()
+    clients: list[Client] = []
+    for i, at in enumerate(starts):
+        sim.at(at, lambda t, i=i: clients.append(Client(sim, server, n, name=f"c{i}-", **params)))
+    while sim.events and sim.events[0][0] <= until:
+        t, _, fn = heapq.heappop(sim.events)
+        sim.t = t
+        fn(t)
+    return clients

@@ -85,6 +85,21 @@ def test_headers_saying_the_quota_is_spent_cool_the_whole_endpoint():
     assert g.endpoints[0].state(1.5) == "cooling" and g.snapshot(1.5)["endpoints"][0]["cool_reason"] == "quota spent"
 
 
+@pytest.mark.parametrize(("after", "cools"), [(0.005, True), (0.2, False), (1.0, False)])
+def test_a_short_exact_retry_after_holds_the_whole_endpoint_that_long(after, cools):
+    # 5 ms (retry-after-ms) is when a token bucket's next token comes: nothing sent before then
+    # would be accepted.  Beyond a quarter of a round trip (0.2 s of 0.4 s), or in whole seconds,
+    # it delays the refused task only.
+    g = gate()
+    g.settle(send_one(g), outcome(200, latency=0.4), None, 0.4)
+    g.settle(send_one(g, 0.4), outcome(429, retry_after=after), None, 0.41)
+    g.queue.append(task(1))
+    assert (g.admit(0.412, 10)[0] == []) is cools
+    assert (g.endpoints[0].state(0.412) == "cooling") is cools
+    if cools:
+        assert len(g.admit(0.41 + after + 0.001, 10)[0]) == 1  # and goes once it is over
+
+
 def test_a_streak_of_refusals_across_the_board_cools_the_endpoint():
     g = gate()
     g.queue.extend(task(i) for i in range(20))

@@ -300,3 +300,38 @@ def test_random_503s_do_not_collapse_the_limit():
     server = Server(capacity=64, latency=0.3, sigma=0.6, p_error=0.05)
     rate, ideal, srv = against_semaphore(server)
     assert rate >= 0.95 * ideal  # the semaphore client suffers the same errors
+
+
+def _window(clients: list, server: Server, lo: float, hi: float) -> tuple[list[float], float, float]:
+    """(each client's share of the answers in (lo, hi], mean seconds queued at the server, mean service seconds)."""
+    counts = [sum(1 for x in c.done_at if lo < x <= hi) for c in clients]
+    waits = [w for t, w in server.waits if lo < t <= hi]
+    service = server.stats["service_s"] / max(1, len(server.waits))
+    return [n / max(1, sum(counts)) for n in counts], sum(waits) / max(1, len(waits)), service
+
+
+def test_a_latecomer_on_a_queueing_server_gets_a_share_when_its_metrics_url_steers():
+    # The second producer starts while the first holds the whole server: both read running/waiting
+    # from the server, cut in proportion to what they hold, and converge; the queue stays short.
+    server = Server(mode="queue", capacity=64, latency=0.3, sigma=0.6)
+    clients = judgesim.run_staggered(server, 40000, [0.0, 20.0], until=60.0, metrics=True)
+    shares, queued, service = _window(clients, server, 40.0, 60.0)
+    assert shares[1] >= 0.3, shares
+    assert queued <= 0.25 * service
+    done = sum(1 for c in clients for x in c.done_at if 40.0 < x <= 60.0) / 20.0
+    assert done >= 0.9 * 64 / 0.3
+
+
+def test_a_base_measured_under_someone_elses_load_is_rebuilt_when_it_leaves():
+    # Another client holds 56 of a 64-wide queueing server when this one starts, so the latencies of
+    # its lowest levels, its base, include that queue.  Once the other leaves, answers come back far
+    # faster than that base; the base is rebuilt from them and the queue shrinks (without the
+    # rebuild: limit 132, queued 0.76 x the service time).
+    server = Server(mode="queue", capacity=64, latency=0.3, sigma=0.6)
+    background, = judgesim.run_staggered(server, 3000, [0.0], until=0.0, semaphore=56)
+    clients = judgesim.run_staggered(server, 40000, [2.0], until=60.0, sim=background.sim)
+    assert max(background.done_at) < 40.0
+    _, queued, service = _window(clients, server, 40.0, 60.0)
+    limit = clients[0].gate.endpoints[0].limit
+    assert limit.rebases >= 1 and limit.limit < 1.5 * 64
+    assert queued <= 0.5 * service
