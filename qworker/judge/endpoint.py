@@ -62,7 +62,7 @@ class Bucket:
         return now if lvl >= need else now + (min(need, self.size) - lvl) / self.rate
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(eq=False)  # no slots: LoadPoller holds a weak reference to it
 class Endpoint:
     index: int
     url: str

@@ -27,7 +27,7 @@ It serves ``POST /v1/chat/completions`` on 127.0.0.1 as real judges behave:
 
 The reply's last line is ``Score: N``, N in 0..10, a hash of the last user
 message (``expected_score``).  ``GET /stats``: requests, served, 429s, errors,
-resets, max in flight, connections, ``mean_held_s`` (how long a served request
+resets, max in flight, connections, reads of ``/metrics``, ``mean_held_s`` (how long a served request
 held its slot), ``mean_queued_s`` (time waiting for a slot, queue mode) and
 ``mean_service_s``.  ``GET /metrics``: ``vllm:num_requests_running`` and
 ``vllm:num_requests_waiting`` in Prometheus text.  A slot is freed when its
@@ -99,7 +99,8 @@ class MockJudge(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.ends: list[float] = []  # finish times of requests in service
         self.waiters: deque[tuple[threading.Event, float]] = deque()  # queue mode: requests waiting for a slot, in order
-        self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "resets": 0, "max_in_flight": 0, "connections": 0}
+        self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "resets": 0, "max_in_flight": 0, "connections": 0,
+                      "metrics_reads": 0}
         self.held_s = self.queued_s = self.service_s = 0.0
         self._thread: Optional[threading.Thread] = None
         self.open_sockets: list[socket.socket] = []
@@ -226,6 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
                                  "mean_service_s": round(s.service_s / n, 5) if n else 0.0})
         elif self.path == "/metrics":
             with s.lock:
+                s.stats["metrics_reads"] += 1
                 text = (f'vllm:num_requests_running{{model_name="mock"}} {len(s.ends)}.0\n'
                         f'vllm:num_requests_waiting{{model_name="mock"}} {len(s.waiters)}.0\n')
             self._send(200, text, content_type="text/plain; version=0.0.4")

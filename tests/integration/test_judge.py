@@ -188,6 +188,22 @@ def test_lognormal_latency_from_real_processes_every_task_scored():
         m.stop()
 
 
+def test_a_metrics_url_steers_the_limit_on_a_queueing_server():
+    # vLLM-like: never refuses, queues beyond its batch of 8; /metrics says how many run and wait.
+    m = MockJudge(capacity=8, latency_s=0.05, latency_dist="lognormal", sigma=0.6, queue=True).start()
+    try:
+        cfg = judge_config({"url": m.url, "metrics_url": m.url.replace("/v1/chat/completions", "/metrics")})
+        with Producer(local_workers=2, config=cfg) as p:
+            results = p.map("llm_judge", rows(800, "metrics"), timeout=120)
+            judge = p.status()["judges"][0]["endpoints"][0]
+        assert all(r.ok for r in results), next(r.error for r in results if not r.ok)
+        assert m.stats["metrics_reads"] >= 3  # read by the producer's poller while the tasks ran
+        assert judge["limit"] <= 16  # held near the batch, not grown into the server's queue (ceiling 512)
+        assert m.queued_s <= 0.5 * m.service_s
+    finally:
+        m.stop()
+
+
 def test_a_dead_endpoint_fails_tasks_with_an_explicit_error_and_recovers():
     import socket
 
