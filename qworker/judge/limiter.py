@@ -44,7 +44,9 @@ there it grows by one per round trip until the next cut.  A window faster
 than ``stale_base`` times the base says the base was measured while someone
 else loaded the server: it is rebuilt from that window.  A metrics URL's
 ``num_requests_waiting`` / ``num_requests_running`` replace the latency signal
-while they are fresh (``on_server_load``).
+while they are fresh (``on_server_load``): a reading with a queue longer than
+a tenth of what runs cuts to what keeps it so; one without lets the limit grow
+(x1.5 in slow start, else by one).
 
 Little's law gives the target: a judge that serves C requests at once with
 latency R sustains C/R requests/s; holding exactly C in flight gets all of it.
@@ -186,6 +188,11 @@ class AdaptiveLimit:
                 self._cut(self.knee_level, now)
         else:
             self._queue_free = True
+            in_use = in_flight >= self.limit - max(2.0, self.limit / 8)
+            if in_use and self.limit < self.last_drop_level - 1.0:  # x1.5 (slow start) or one more per reading with no queue
+                step = self.limit * self.slow_start_step if self.slow_start else 1.0
+                self.limit = min(self.ceiling, self.limit + step, self.last_drop_level - 1.0)
+                self.knee_level = max(self.knee_level, self.limit) if self.knee_level < math.inf else self.knee_level
 
     # answers ----------------------------------------------------------------
     def on_success(self, rtt: float, in_flight: int, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None) -> None:
@@ -205,6 +212,8 @@ class AdaptiveLimit:
             self._decide(now)
         if now - self._last_drop < self._round_trip():
             return  # answers to requests sent before the last drop say nothing about more room
+        if now - self._load_at <= 2.0:
+            return  # a metrics URL steers: the limit grows by its readings (on_server_load)
         if in_flight < self.limit - max(2.0, self.limit / 8):
             return  # grow only a limit that is in use
         below = self.last_drop_level - 1.0  # just under where the last refusal happened
