@@ -17,6 +17,8 @@ do by hand) and backs off exponentially; qreward (when installed) gets it as
   C     two endpoints, capacity 32 and 96 (ceiling 640 req/s); then a longer run in
         which the capacity-96 endpoint is killed and restarted
   TWO   two producers x 4 workers on one capacity-64 lognormal endpoint: each one's share
+  LATE  a queueing server (batch 64): a second producer starts 8 s after the first; its share
+        and the server's queue in the two 10 s windows after, with and without ``metrics_url``
 
 It prints throughput (tasks resolved / wall time), 429s as a share of the
 requests the server saw, failed tasks, connections the server accepted, and
@@ -87,8 +89,10 @@ def bodies(n: int, tag: str) -> list[dict]:
     return [{"model": "judge", "messages": [{"role": "user", "content": f"Question {tag}-{i}: grade it"}], "max_tokens": 16} for i in range(n)]
 
 
-def run_qworker(servers: list[Server], n: int, tag: str, workers: int = 4, during=None, done_at: list | None = None) -> dict:
-    cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": [{"url": s.url} for s in servers], "timeout_s": 30, "ceiling": 512}}}
+def run_qworker(servers: list[Server], n: int, tag: str, workers: int = 4, during=None, done_at: list | None = None,
+                metrics: bool = False) -> dict:
+    eps = [{"url": s.url, **({"metrics_url": f"http://127.0.0.1:{s.port}/metrics"} if metrics else {})} for s in servers]
+    cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": eps, "timeout_s": 30, "ceiling": 512}}}
     with Producer(local_workers=workers, config=cfg) as p:
         procs = psutil.Process(p._pool.pid).children() if p._pool else []
         cpu0 = sum(sum(x.cpu_times()[:2]) for x in procs)
@@ -294,6 +298,42 @@ def two_producers(n: int, runs: int) -> dict:
             "cpu_ms": None, "queued": None, "shares": worst["shares"]}
 
 
+def latecomer(n: int, metrics: bool, late_s: float = 8.0, window_s: float = 10.0) -> None:
+    """A queueing server (batch 64); a second producer starts ``late_s`` after the first holds all of it."""
+    server = Server(PORTS[0], *LOGNORMAL, "--capacity", "64", "--queue")
+    done: list[list[float]] = [[], []]
+    snaps: list[tuple[float, dict]] = []
+    t0 = time.monotonic()
+
+    def one(i: int) -> None:
+        time.sleep(i * late_s)
+        run_qworker([server], 2 * n if i == 0 else n, f"late{i}", done_at=done[i], metrics=metrics)
+
+    def watch() -> None:
+        for k in range(3):
+            time.sleep(max(0.0, t0 + late_s + k * window_s - time.monotonic()))
+            snaps.append((time.monotonic() - t0, server.stats()))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)] + [threading.Thread(target=watch)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        server.stop()
+    label = "with metrics_url" if metrics else "latency only"
+    print(f"  LATE ({label}): producer 2 starts {late_s:g} s after producer 1, both 4 workers, queueing server (batch 64)")
+    for (a, sa), (b, sb) in zip(snaps, snaps[1:], strict=False):
+        counts = [sum(1 for x in d if t0 + a < x <= t0 + b) for d in done]
+        served = (sb["served"] + sb["errors"]) - (sa["served"] + sa["errors"])
+        queued = sb["mean_queued_s"] * (sb["served"] + sb["errors"]) - sa["mean_queued_s"] * (sa["served"] + sa["errors"])
+        service = sb["mean_service_s"] * (sb["served"] + sb["errors"]) - sa["mean_service_s"] * (sa["served"] + sa["errors"])
+        print(f"     {a - late_s:4.0f}-{b - late_s:.0f} s after it started: {sum(counts) / (b - a):.0f} req/s "
+              f"({sum(counts) / (b - a) / (64 / 0.3):.0%} of 213), producer 2's share {counts[1] / max(1, sum(counts)):.2f}, "
+              f"queued / service {queued / max(1e-9, service):.2f} ({served} served)", flush=True)
+
+
 LOGNORMAL = ("--latency", "0.3", "--latency-dist", "lognormal", "--sigma", "0.6")
 
 
@@ -302,7 +342,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=3, help="runs of each qworker and aiohttp scenario (medians are reported)")
     ap.add_argument("--quick", action="store_true", help="2,000 requests per run, 1 run")
-    ap.add_argument("--only", action="append", default=[], help="run only these scenarios: L64 L64s TB TBh Q64 E5 A B C failover TWO")
+    ap.add_argument("--only", action="append", default=[], help="run only these scenarios: L64 L64s TB TBh Q64 E5 A B C failover TWO LATE")
     ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, or a scenario name")
     args = ap.parse_args()
     n, runs = (2000, 1) if args.quick else (args.tasks, args.runs)
@@ -334,6 +374,9 @@ def main() -> None:
         failover(3 * n)
     if want("TWO"):
         rows.append(two_producers(n, runs))
+    if want("LATE"):
+        for metrics in (True, False):
+            latecomer(n, metrics)
 
     rows = [r for r in rows if r]
     print("\nthroughput and waste per system: medians over runs; failed and connections are the worst run"
