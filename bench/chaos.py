@@ -1,6 +1,6 @@
 """Chaos: inject one fault per scenario into real processes and count what it cost.
 
-Each scenario (``tests/chaos_scenarios.py``, the same code the fast cases in
+Each scenario (``tests/chaos_scenarios/``, the same code the fast cases in
 ``tests/integration/test_chaos.py`` run small) reports:
 
 * tasks lost: unresolved, or missing from the results (a reward scoring its own

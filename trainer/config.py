@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from .grpo import ADVANTAGE_MODES, AGGREGATIONS
-from .schedule import SCHEDULES
+from .grpo import ADVANTAGE_MODES, AGGREGATIONS, AdvantageMode, Aggregation
+from .schedule import SCHEDULES, Schedule
 
 __all__ = ["TrainConfig", "load_config", "config_from_dict", "ConfigurationError"]
 
@@ -74,14 +74,14 @@ class OptimConfig:
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: list = field(default_factory=lambda: [0.9, 0.999])
-    lr_schedule: str = "constant"
+    lr_schedule: Schedule = "constant"
     warmup_ratio: float = 0.0
     min_lr_ratio: float = 0.0
     max_grad_norm: float = 1.0
-    advantage: str = "grpo"
+    advantage: AdvantageMode = "grpo"
     clip_range_left: float = 0.2
     clip_range_right: float = 0.28
-    loss_aggregation: str = "token"
+    loss_aggregation: Aggregation = "token"
     kl_coef: float = 0.0
     overlap: bool = True
     off_policy: bool = False
@@ -183,7 +183,7 @@ class TrainConfig:
         return self
 
 
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigurationError(f"{key}: {value!r} is not one of {list(allowed)}")
 
@@ -205,7 +205,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
 
 
 def _coerce(hint: Any, value: Any, where: str) -> Any:
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, where)
     optional = get_origin(hint) is Union and type(None) in get_args(hint)
     if value is None:
@@ -213,6 +213,9 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             return None
         raise ConfigurationError(f"{where}: must not be null")
     base = next(a for a in get_args(hint) if a is not type(None)) if optional else hint
+    if get_origin(base) is Literal:  # one of a few strings; the error lists them
+        _choice(where, value, get_args(base))
+        return value
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if base is float and isinstance(value, str):

@@ -50,7 +50,7 @@ class PromptSampler:
         return order
 
     def next_batch(self) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         while len(out) < self.batch_size:
             if self.pos >= len(self._order):
                 self.epoch, self.pos = self.epoch + 1, 0

@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-__all__ = ["ADVANTAGE_MODES", "AGGREGATIONS", "STD_EPS", "group_advantages", "clipped_policy_loss", "kl_k3", "aggregate"]
+__all__ = ["ADVANTAGE_MODES", "AGGREGATIONS", "AdvantageMode", "Aggregation", "STD_EPS", "group_advantages", "clipped_policy_loss", "kl_k3", "aggregate"]
 
 AdvantageMode = Literal["raw", "grpo", "grpo_no_std"]
 Aggregation = Literal["token", "sequence"]

@@ -168,6 +168,7 @@ class GRPOTrainer:
 
     @staticmethod
     def _items(g: Group) -> list[dict[str, Any]]:
+        assert g.advantages is not None, "a group's items exist once it is scored"
         return [
             {"prompt_ids": c["prompt_ids"], "completion_ids": c["completion_ids"], "advantage": a,
              "old_logp": c["old_logp"], "ref_logp": c.get("ref_logp")}
@@ -291,7 +292,8 @@ class GRPOTrainer:
             else:
                 pending.append(g)
         in_mini, denom, steps = 0, 0.0, 0
-        sums = collections.Counter()
+        summed = ("loss_sum", "denominator", "clipped_tokens", "kl_sum", "tokens")
+        sums = dict.fromkeys(summed, 0.0)
         grad_norm = 0.0
         while queue or pending:
             need = min(t.micro_batch_size, mini - in_mini)
@@ -301,7 +303,8 @@ class GRPOTrainer:
                     s = self.actors.policy.call("accumulate", micro)
                 in_mini += len(micro)
                 denom += s["denominator"]
-                sums.update({k: s[k] for k in ("loss_sum", "denominator", "clipped_tokens", "kl_sum", "tokens")})
+                for k in summed:
+                    sums[k] += s[k]
                 if in_mini == mini or (not queue and not pending):
                     with tl.phase("update"):
                         grad_norm = self.actors.policy.call("optimizer_step", denom, lr)["grad_norm"]

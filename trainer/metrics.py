@@ -15,11 +15,17 @@ __all__ = ["MetricsSink", "format_line"]
 
 
 def format_line(step: int, m: dict[str, Any]) -> str:
-    """The stdout line: step, reward, loss, then the timeline in seconds and the hidden reward share."""
+    """The stdout line: step, reward, loss, then the timeline in seconds and the hidden reward share.
+
+    ``rollout wait`` (``train.off_policy``: the driver blocked on the next batch) shows only when the
+    step spent any time in it, so on-policy lines do not carry a column that is always 0."""
+    rollout_wait = m.get("rollout_wait_s") or 0.0
     return (
         f"step {step:4d}  reward {m.get('reward_mean', 0.0):.3f}  loss {m.get('loss', 0.0):+.4f}  "
         f"lr {m.get('lr', 0.0):.2e} | step {m['step_s']:.2f}s = gen {m['generate_s']:.2f} + logp {m['logprobs_s']:.2f} "
-        f"+ reward wait {m['reward_wait_s']:.2f} + update {m['update_s']:.2f} + sync {m['weight_sync_s']:.2f}"
+        f"+ reward wait {m['reward_wait_s']:.2f} + update {m['update_s']:.2f}"
+        + (f" + rollout wait {rollout_wait:.2f}" if rollout_wait > 0 else "")
+        + f" + sync {m['weight_sync_s']:.2f}"
         f" | reward {m['reward_span_s']:.2f}s, hidden {m['reward_hidden_s']:.2f}s ({100 * m['reward_hidden_frac']:.0f}%)"
     )
 

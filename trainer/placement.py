@@ -127,12 +127,14 @@ def init_ray(address: str | None, temp_dir: str | None) -> None:
         return
     temp_dir = temp_dir or tempfile.mkdtemp(prefix="qworker-train-ray-")
     constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
-    if getattr(constants, "ENABLE_RAY_CLUSTER", False):  # Ray was imported before the variable was set
+    if constants is not None and getattr(constants, "ENABLE_RAY_CLUSTER", False):  # Ray was imported before the variable was set
         constants.ENABLE_RAY_CLUSTER = False  # a local instance stays on loopback
     ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, _temp_dir=temp_dir, log_to_driver=True)
 
 
-def _ray_actors(cfg: TrainConfig, device: str, init_from: str | None, pcls: type, rcls: type, rargs: tuple, rkwargs: dict) -> Placement:
+def _ray_actors(
+    cfg: TrainConfig, device: str, init_from: str | None, pcls: type[Any], rcls: type[Any], rargs: tuple, rkwargs: dict
+) -> Placement:
     import ray
 
     init_ray(cfg.placement.ray.address, cfg.placement.ray.temp_dir)

@@ -21,13 +21,17 @@ CPU rollout actor shares (it computes the sampling policy's log-probs in off-pol
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from .grpo import aggregate, clipped_policy_loss, kl_k3
+from .grpo import Aggregation, aggregate, clipped_policy_loss, kl_k3
 from .logprobs import Seq, batch_sequences, token_logprobs
 from .rollout_hf import load_tokenizer, resolve_dtype
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
 
 __all__ = ["PolicyActor"]
 
@@ -49,7 +53,7 @@ class PolicyActor:
         temperature: float = 1.0,
         clip_range_left: float = 0.2,
         clip_range_right: float = 0.28,
-        loss_aggregation: str = "token",
+        loss_aggregation: Aggregation = "token",
         max_grad_norm: float = 1.0,
         micro_batch_size: int = 8,
         gradient_checkpointing: bool = False,
@@ -62,34 +66,41 @@ class PolicyActor:
         self.device, self.kl_coef, self.temperature = device, kl_coef, temperature
         self.clip = (clip_range_left, clip_range_right)
         self.loss_aggregation, self.max_grad_norm, self.micro_batch_size = loss_aggregation, max_grad_norm, micro_batch_size
-        self.lora = bool(lora and lora.get("enabled"))
+        lora_cfg = lora if lora and lora.get("enabled") else None
+        self.lora = lora_cfg is not None
         torch_dtype = resolve_dtype(dtype, device)
         self.tokenizer = load_tokenizer(model_path)
         self.pad_id = int(self.tokenizer.pad_token_id)
         hf_dir = os.path.join(init_from, "hf") if init_from else None  # init_from: a checkpoint directory
         base_from = model_path if self.lora or not hf_dir else hf_dir
-        model = AutoModelForCausalLM.from_pretrained(base_from, dtype=torch_dtype)
+        base = AutoModelForCausalLM.from_pretrained(base_from, dtype=torch_dtype)
         if gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        if self.lora:
+            base.gradient_checkpointing_enable()
+        self.model: PreTrainedModel | PeftModel = base  # a PeftModel with LoRA
+        if lora_cfg is not None:
             from peft import LoraConfig, PeftModel, get_peft_model
 
             if hf_dir:
-                model = PeftModel.from_pretrained(model, hf_dir, is_trainable=True)
+                self.model = PeftModel.from_pretrained(base, hf_dir, is_trainable=True)
             else:
                 cfg = LoraConfig(
-                    r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
-                    target_modules=list(lora["target_modules"]), task_type="CAUSAL_LM",
+                    r=lora_cfg["r"], lora_alpha=lora_cfg["alpha"], lora_dropout=lora_cfg["dropout"],
+                    target_modules=list(lora_cfg["target_modules"]), task_type="CAUSAL_LM",
                 )
-                model = get_peft_model(model, cfg)
-        self.model = model.to(device)
+                self.model = get_peft_model(base, cfg)
+        # transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to), which mypy reads as the
+        # unbound Module.to (self first): the ignores on .to(device) are for that.  to() moves in place.
+        self.model.to(device)  # type: ignore[arg-type]
         self.model.train()
-        self.ref = None
+        self.ref: Optional[PreTrainedModel] = None
         if kl_coef > 0 and not self.lora:
-            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(device).eval()
+            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype)
+            self.ref.to(device)  # type: ignore[arg-type]
+            self.ref.eval()
             self.ref.requires_grad_(False)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        beta1, beta2 = betas
+        self.optimizer = torch.optim.AdamW(params, lr=lr, betas=(beta1, beta2), weight_decay=weight_decay)
         if init_from and os.path.exists(os.path.join(init_from, "optimizer.pt")):
             self.optimizer.load_state_dict(torch.load(os.path.join(init_from, "optimizer.pt"), map_location=device))
         self.optimizer.zero_grad(set_to_none=True)
@@ -97,6 +108,13 @@ class PolicyActor:
     # ---- batching -------------------------------------------------------------------------------
     def _batch(self, seqs: list[Seq]) -> dict[str, torch.Tensor]:
         return batch_sequences(seqs, self.pad_id, self.device)
+
+    def _peft(self) -> PeftModel:
+        """``self.model`` as the ``PeftModel`` it is with LoRA (the adapter's methods are only there)."""
+        from peft import PeftModel
+
+        assert isinstance(self.model, PeftModel), "only with LoRA"
+        return self.model
 
     def _token_logp(self, model: torch.nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
         """``[sequences, c_max]`` log-probs of the completion tokens (garbage where ``mask`` is 0)."""
@@ -118,9 +136,10 @@ class PolicyActor:
                 olds += [lp[i, : len(c)].tolist() for i, (_, c) in enumerate(chunk)]
             if ref is not None:
                 if self.lora:
-                    with self.model.disable_adapter():
+                    with self._peft().disable_adapter():
                         rp = self._token_logp(self.model, b).cpu()
                 else:
+                    assert self.ref is not None  # kl_coef > 0 without LoRA
                     rp = self._token_logp(self.ref, b).cpu()
                 ref += [rp[i, : len(c)].tolist() for i, (_, c) in enumerate(chunk)]
         return {"old": olds, "ref": ref}
@@ -154,13 +173,14 @@ class PolicyActor:
     def optimizer_step(self, denominator: float, lr: float) -> dict[str, float]:
         """Scale the accumulated gradient by ``1/denominator``, clip to ``max_grad_norm`` (0: no clip), step at ``lr``."""
         params = [p for p in self.model.parameters() if p.requires_grad and p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None]
         scale = 1.0 / max(denominator, 1e-8)
-        for p in params:
-            p.grad.mul_(scale)
+        for g in grads:
+            g.mul_(scale)
         if self.max_grad_norm > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
         else:
-            norm = float(torch.norm(torch.stack([p.grad.norm() for p in params]))) if params else 0.0
+            norm = float(torch.norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -172,16 +192,17 @@ class PolicyActor:
         """The full weights under the base model's parameter names (LoRA merged), on CPU."""
         if not self.lora:
             return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        self.model.merge_adapter()
+        peft = self._peft()
+        peft.merge_adapter()
         try:
             out = {}
-            for k, v in self.model.base_model.model.state_dict().items():
+            for k, v in peft.get_base_model().state_dict().items():  # LoRA: base_model.model
                 if "lora_" in k:
                     continue
                 out[k.replace(".base_layer.", ".")] = v.detach().to("cpu", copy=True)
             return out
         finally:
-            self.model.unmerge_adapter()
+            peft.unmerge_adapter()
 
     def save(self, directory: str) -> None:
         """Write ``directory/hf`` (model or LoRA adapter, and tokenizer) and ``directory/optimizer.pt``."""

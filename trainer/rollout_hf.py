@@ -52,7 +52,10 @@ class HFRollout:
 
         self.device = device
         self.tokenizer = load_tokenizer(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=resolve_dtype(dtype, device)).to(device)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=resolve_dtype(dtype, device))
+        # transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to), which mypy reads as the
+        # unbound Module.to (self first): the ignore is for that.  to() moves the model in place.
+        self.model.to(device)  # type: ignore[arg-type]
         self.model.eval()
         self.eos_token_id = int(self.tokenizer.eos_token_id)
         self.pad_token_id = int(self.tokenizer.pad_token_id)
@@ -64,7 +67,9 @@ class HFRollout:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         enc = {k: v.to(self.device) for k, v in enc.items()}
         torch.manual_seed(seed)
-        out = self.model.generate(
+        # transformers types generate's self as GenerativePreTrainedModel, which its own auto class's
+        # return type (_BaseModelWithGenerate) does not match: the ignore is for that.
+        out = self.model.generate(  # type: ignore[misc]
             **enc,
             do_sample=temperature > 0,
             temperature=temperature if temperature > 0 else None,

@@ -18,15 +18,16 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-__all__ = ["SCHEDULES", "lr_multiplier"]
+__all__ = ["SCHEDULES", "Schedule", "lr_multiplier"]
 
+Schedule = Literal["constant", "cosine"]
 SCHEDULES = ("constant", "cosine")
 
 
 def lr_multiplier(
     step: int,
     total_steps: int,
-    kind: Literal["constant", "cosine"] = "constant",
+    kind: Schedule = "constant",
     warmup_ratio: float = 0.0,
     min_lr_ratio: float = 0.0,
 ) -> float:

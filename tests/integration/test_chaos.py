@@ -1,6 +1,6 @@
 """Chaos: one fault at a time, injected into real processes over real sockets (issue 11).
 
-The scenarios live in ``tests/chaos_scenarios.py``; ``bench/chaos.py`` runs the same
+The scenarios live in ``tests/chaos_scenarios/``; ``bench/chaos.py`` runs the same
 ones larger and prints the table.  Already covered elsewhere, and not repeated here:
 SIGKILL of a worker, SIGSTOP of a busy and of an idle worker, hung tasks among normal
 ones (``test_reliability.py``); a killed producer with the disk cache on a counting

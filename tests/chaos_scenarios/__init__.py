@@ -1,0 +1,47 @@
+"""Chaos scenarios: real processes, real sockets, one fault injected each.
+
+Shared by ``tests/integration/test_chaos.py`` (small sizes, with assertions) and
+``bench/chaos.py`` (larger sizes, one table).  Each scenario returns an
+``Outcome`` with the figures issue 11 asks for:
+
+* **lost**: tasks unresolved, or resolved with the wrong score (a reward whose
+  score is its input index shows a missing or misplaced result);
+* **paid twice**: judge calls answered twice for one prompt, counted by the judge
+  itself (``RecordingJudge``); elsewhere, evaluations counted by ``count_eval``,
+  which appends a line per call;
+* **innocent failures**: tasks that failed but were not the faulty ones;
+* **stall**: the longest gap with no result while work was pending.
+
+The judge is the only thing mocked (``qworker.judge.mock.MockJudge``, in this
+process, so it counts every call server-side).
+
+The modules, by scenario family:
+
+* ``workers``: a killed or stopped local worker, hung tasks, a killed pool daemon;
+* ``producer``: a killed trainer with the disk cache, scoring with a judge;
+* ``judges``: a judge's 503s, resets and hangs; the API key searched for everywhere;
+* ``peers``: garbage on every reachable socket; a rogue peer;
+
+and what they share: ``measure`` (``Outcome`` and its counts), ``processes``
+(pools, ports, waiting), ``recording_judge`` (the judge that counts).
+"""
+
+from __future__ import annotations
+
+from qworker._diskcache import COMMIT_WITHIN_S
+
+from .judges import judge_faults, key_leak
+from .measure import Outcome
+from .peers import garbage, rogue_peer
+from .processes import HB
+from .producer import producer_sigkill_judge
+from .recording_judge import RecordingJudge
+from .workers import hung_tasks, pool_sigkill, worker_sigkill, worker_sigstop
+
+__all__ = [
+    "COMMIT_WITHIN_S", "HB", "Outcome", "RecordingJudge",
+    "worker_sigkill", "worker_sigstop", "hung_tasks", "pool_sigkill",
+    "producer_sigkill_judge",
+    "judge_faults", "key_leak",
+    "garbage", "rogue_peer",
+]
