@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -50,6 +51,7 @@ from _common import table  # noqa: E402
 from qworker import Producer  # noqa: E402
 
 PORTS = (18501, 18502)
+_SEEDS = itertools.count(1)
 
 
 class Server:
@@ -57,7 +59,10 @@ class Server:
 
     def __init__(self, port: int, *args: str) -> None:
         self.port, self.args = port, args
-        self.proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), *args], stdout=subprocess.DEVNULL)
+        # A seed of its own: with the same seed every run replays nearly the same sequence of
+        # latencies and faults onto the same tasks, and three runs are not three samples.
+        seed = ("--seed", str(next(_SEEDS)))
+        self.proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), *seed, *args], stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
             try:
