@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import statistics
@@ -51,18 +50,18 @@ from _common import table  # noqa: E402
 from qworker import Producer  # noqa: E402
 
 PORTS = (18501, 18502)
-_SEEDS = itertools.count(1)
 
 
 class Server:
     """A ``qworker mock-judge`` in its own process."""
 
-    def __init__(self, port: int, *args: str) -> None:
+    def __init__(self, port: int, *args: str, seed: int = 0) -> None:
+        """``seed``: the mock's random draws.  Runs of one scenario take seeds 1, 2, 3 (the same for
+        each system, so they meet the same draws): with one seed, every run replays nearly the same
+        latencies and faults onto the same content-hashed tasks, and three runs are not three samples."""
         self.port, self.args = port, args
-        # A seed of its own: with the same seed every run replays nearly the same sequence of
-        # latencies and faults onto the same tasks, and three runs are not three samples.
-        seed = ("--seed", str(next(_SEEDS)))
-        self.proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), *seed, *args], stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), "--seed", str(seed), *args],
+                                     stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -187,7 +186,7 @@ def measured(name: str, ceiling: float, server_stats: list[dict], out: dict) -> 
 
 def repeated(runs: int, name: str, n: int, ceiling: float, server_args: list[tuple[str, ...]], system: str, sem: int = 64) -> dict:
     """The scenario ``runs`` times: medians of throughput, 429 share and CPU; the worst of failures and connections."""
-    rows = [r for r in (scenario(name, n, ceiling, server_args, system, sem) for _ in range(runs)) if r]
+    rows = [r for r in (scenario(name, n, ceiling, server_args, system, sem, seed=i + 1) for i in range(runs)) if r]
     if not rows:
         return {}
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
@@ -197,8 +196,8 @@ def repeated(runs: int, name: str, n: int, ceiling: float, server_args: list[tup
             "cpu_ms": med("cpu_ms") if rows[0]["cpu_ms"] is not None else None}
 
 
-def scenario(name: str, n: int, ceiling: float, server_args: list[tuple[str, ...]], system: str, sem: int = 64) -> dict:
-    servers = [Server(PORTS[i], *args) for i, args in enumerate(server_args)]
+def scenario(name: str, n: int, ceiling: float, server_args: list[tuple[str, ...]], system: str, sem: int = 64, seed: int = 1) -> dict:
+    servers = [Server(PORTS[i], *args, seed=seed + 100 * i) for i, args in enumerate(server_args)]
     try:
         if system == "qworker":
             out = run_qworker(servers, n, name)
@@ -272,8 +271,8 @@ def failover(n: int) -> None:
 def two_producers(n: int, runs: int) -> dict:
     """Two producers x 4 workers on one capacity-64 lognormal endpoint; shares counted when the first one finishes."""
     rows = []
-    for _ in range(runs):
-        server = Server(PORTS[0], *LOGNORMAL, "--capacity", "64")
+    for run in range(runs):
+        server = Server(PORTS[0], *LOGNORMAL, "--capacity", "64", seed=run + 1)
         done: list[list[float]] = [[], []]
         outs: list[dict] = [{}, {}]
         try:
