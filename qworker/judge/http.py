@@ -14,6 +14,7 @@ read, and raises ``Deadline`` when it passes.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -63,6 +64,9 @@ def client(connections_per_host: int = 128) -> urllib3.PoolManager:
     global _client
     with _client_lock:
         if _client is None:
+            # The gate reports an endpoint that refuses connections once ("is down"); urllib3 would
+            # also warn on every connection retry of every request, from every worker.
+            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
             _client = urllib3.PoolManager(
                 num_pools=64, maxsize=connections_per_host, block=True,
                 retries=urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0),
