@@ -55,6 +55,13 @@ class Reply:
     latency_s: float
 
 
+def _no_retry_warnings(record: logging.LogRecord) -> bool:
+    """Drop urllib3's warning on each connection retry: the gate reports an endpoint that refuses
+    connections once ("is down"), where urllib3 would warn for every request of every worker.
+    Its other records (DEBUG included, when asked for) pass."""
+    return not (record.levelno == logging.WARNING and record.getMessage().startswith("Retrying ("))
+
+
 _client: Optional[urllib3.PoolManager] = None
 _client_lock = threading.Lock()
 
@@ -64,9 +71,7 @@ def client(connections_per_host: int = 128) -> urllib3.PoolManager:
     global _client
     with _client_lock:
         if _client is None:
-            # The gate reports an endpoint that refuses connections once ("is down"); urllib3 would
-            # also warn on every connection retry of every request, from every worker.
-            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+            logging.getLogger("urllib3.connectionpool").addFilter(_no_retry_warnings)
             _client = urllib3.PoolManager(
                 num_pools=64, maxsize=connections_per_host, block=True,
                 retries=urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0),

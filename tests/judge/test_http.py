@@ -1,0 +1,23 @@
+"""The pooled HTTP client: a refused connection is one ConnectFailed, with no urllib3 warning per retry."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import pytest
+
+from qworker.judge import http
+
+
+def test_a_refused_connection_raises_once_without_urllib3_retry_warnings(caplog):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    caplog.set_level(logging.DEBUG, logger="urllib3")
+    with pytest.raises(http.ConnectFailed) as exc:
+        http.post(f"http://127.0.0.1:{port}/v1/chat/completions", b"{}", {}, deadline=time.monotonic() + 5)
+    assert exc.value.kind == "connect"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("urllib3")]
+    assert any(r.levelno == logging.DEBUG and r.name.startswith("urllib3") for r in caplog.records)  # DEBUG still passes
