@@ -62,7 +62,7 @@ from typing import Optional
 from .._pending import Pending
 from .._status import EndpointRow, JudgeStatus
 from .endpoint import Bucket, Endpoint, LoadPoller
-from .limiter import AdaptiveLimit
+from .limiter import LOAD_FRESH_S, AdaptiveLimit
 
 log = logging.getLogger("qworker")
 
@@ -341,7 +341,7 @@ class Gate:
 
     def _read_load(self, e: Endpoint, now: float) -> None:
         load = e.load
-        if load is not None and load[2] > e.load_used and now - load[2] < 2.0:
+        if load is not None and load[2] > e.load_used and now - load[2] < LOAD_FRESH_S:
             e.load_used = load[2]
             e.limit.on_server_load(load[0], load[1], e.in_flight, now)
 

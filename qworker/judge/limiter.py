@@ -59,9 +59,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["AdaptiveLimit"]
+__all__ = ["AdaptiveLimit", "LOAD_FRESH_S"]
 
 _LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
+LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
 
 
 @dataclass(slots=True)
@@ -188,11 +189,19 @@ class AdaptiveLimit:
                 self._cut(self.knee_level, now)
         else:
             self._queue_free = True
-            in_use = in_flight >= self.limit - max(2.0, self.limit / 8)
-            if in_use and self.limit < self.last_drop_level - 1.0:  # x1.5 (slow start) or one more per reading with no queue
+            if self._in_use(in_flight) and self.limit < self.last_drop_level - 1.0:  # x1.5 (slow start) or one more per reading with no queue
                 step = self.limit * self.slow_start_step if self.slow_start else 1.0
                 self.limit = min(self.ceiling, self.limit + step, self.last_drop_level - 1.0)
-                self.knee_level = max(self.knee_level, self.limit) if self.knee_level < math.inf else self.knee_level
+                self._raise_knee(self.limit)
+
+    def _in_use(self, in_flight: int) -> bool:
+        """Growth is earned only by a limit that is in use."""
+        return in_flight >= self.limit - max(2.0, self.limit / 8)
+
+    def _raise_knee(self, level: float) -> None:
+        """Growth above a queueing server's knee that brought no queue moves the knee up (an unknown knee stays unknown)."""
+        if self.knee_level < math.inf:
+            self.knee_level = max(self.knee_level, level)
 
     # answers ----------------------------------------------------------------
     def on_success(self, rtt: float, in_flight: int, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None) -> None:
@@ -208,14 +217,14 @@ class AdaptiveLimit:
         self._answers_rtt += rtt
         while answers[0][0] < now - max(1.0, 4 * self.rtt):
             self._answers_rtt -= answers.popleft()[1]
-        if self._record(rtt, float(level if level is not None else in_flight), tokens) and now - self._load_at > 2.0:
+        if self._record(rtt, float(level if level is not None else in_flight), tokens) and now - self._load_at > LOAD_FRESH_S:
             self._decide(now)
         if now - self._last_drop < self._round_trip():
             return  # answers to requests sent before the last drop say nothing about more room
-        if now - self._load_at <= 2.0:
+        if now - self._load_at <= LOAD_FRESH_S:
             return  # a metrics URL steers: the limit grows by its readings (on_server_load)
-        if in_flight < self.limit - max(2.0, self.limit / 8):
-            return  # grow only a limit that is in use
+        if not self._in_use(in_flight):
+            return
         below = self.last_drop_level - 1.0  # just under where the last refusal happened
         if self.slow_start:
             grown = self.limit + self._slow_start_step() if self._queue_free else self.limit
@@ -225,7 +234,7 @@ class AdaptiveLimit:
             return
         elif self.limit < below:  # above the knee of a queueing server: one per round trip
             grown = min(self.limit + 1.0 / self.limit, below)
-            self.knee_level = max(self.knee_level, grown) if self.knee_level < math.inf else self.knee_level
+            self._raise_knee(grown)
         else:  # probe: the same per round trip for every client sharing the endpoint
             grown = self.limit + self.probe / max(1.0, self.limit)
         self.limit = min(self.ceiling, grown)
