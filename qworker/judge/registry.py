@@ -1,6 +1,6 @@
 """The producer's judge gates: one ``Gate`` per judge, shared by every task that calls it.
 
-A judge is identified by its model, endpoints and ceiling (``_gate.identity``),
+A judge is identified by its model, endpoints and ceiling (``gate.identity``),
 so two reward names that reach the same endpoints share one limit.  Used from the
 caller's thread at submission; the gates themselves are driven by the dispatcher.
 """

@@ -39,6 +39,7 @@ forms, always before any truncation.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -99,13 +100,14 @@ def parse_score(reply: str, *, pattern: Optional[str], json_field: Optional[str]
     return score
 
 
-def _forms(secret: str) -> list[str]:
+@functools.lru_cache(maxsize=16)  # every 200 reply is redacted twice: the forms are worked out once per key
+def _forms(secret: str) -> tuple[str, ...]:
     """The ways a key can appear in a server's text: as is, JSON-escaped, slash-escaped, URL-encoded."""
     json_escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
     ascii_escaped = json.dumps(secret, ensure_ascii=True)[1:-1]
     forms = {secret, json_escaped, ascii_escaped, json_escaped.replace("/", "\\/"), json_escaped.replace("/", "\\u002f"),
              json_escaped.replace("/", "\\u002F"), urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
-    return sorted((f for f in forms if f), key=len, reverse=True)  # the longest first: no form hides inside another's stars
+    return tuple(sorted((f for f in forms if f), key=len, reverse=True))  # the longest first: no form hides inside another's stars
 
 
 def redact(text: str, secret: Optional[str]) -> str:
