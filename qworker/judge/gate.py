@@ -306,7 +306,7 @@ class Gate:
             if rl.get("remaining") == 0:  # the quota says the whole endpoint is out
                 rate = rl["limit"] / 60.0 if rl.get("limit") else 1.0
                 e.cool(now + min(MAX_RETRY_AFTER_S, after if after is not None else 1.0 / rate), "quota spent")
-            elif after is not None and after != int(after) and after <= SHORT_RETRY_AFTER * (e.limit.rtt or math.inf):
+            elif after is not None and after != int(after) and after <= SHORT_RETRY_AFTER * e.limit.rtt:  # rtt 0 (no answer yet): never
                 # Exact (not whole seconds) and short: when the server's next slot or token comes
                 # (a token bucket's next refill).  Sending before then is refused too.
                 e.cool(now + after, "retry-after")
