@@ -258,10 +258,9 @@ class Scheduler:
         changes, a slow worker can hold tasks that idle workers could finish.  It
         gives back up to half of what it holds beyond the task it is running.
         """
-        workers = self.fleet.workers.values()
-        if not any(w.credit > 0 and not w.leases for w in workers):
+        if not any(not w.leases for w in self.fleet.with_credit()):  # a quarantined worker's credit is no idle worker
             return
-        for w in workers:
+        for w in self.fleet.workers.values():
             spare = (len(w.leases) - 1) // 2
             if spare > 0 and now - w.last_revoke_at >= REVOKE_EVERY_S:
                 w.last_revoke_at = now
@@ -269,7 +268,7 @@ class Scheduler:
 
     def _admit(self, now: float) -> None:
         """Move tasks whose endpoint has room from the gates to the front of the queue."""
-        budget = sum(w.credit for w in self.fleet.workers.values()) - len(self.queue)
+        budget = sum(w.credit for w in self.fleet.with_credit()) - len(self.queue)
         if budget <= 0:
             return
         for gate in self.gates:

@@ -219,6 +219,26 @@ def test_a_rogue_peer_that_swallows_tasks_is_quarantined_and_costs_no_attempts()
     assert max(f.result().attempts for f in futs) == 1
 
 
+def test_a_quarantined_peers_credit_neither_asks_workers_to_give_back_nor_admits_work():
+    s, stub, table = make(max_attempts=3)
+    submit(s, table, 50)
+    ready(s, "rogue", granted=512, now=0.0)
+    s.dispatch(0.0)
+    t = 0.0
+    for _ in range(6):
+        t += HB + 0.5
+        ready(s, "rogue", granted=512, received=0, finished=0, now=t)
+        s.dispatch(t)
+    assert s.fleet.workers["rogue"].quarantined
+    ready(s, "good", granted=100, now=t)
+    s.dispatch(t)
+    stub.take()
+    for _ in range(5):  # the rogue keeps its credit and holds nothing: it is no idle worker to give work to
+        t += 0.06
+        s.dispatch(t)
+    assert not [m for _, m in stub.take() if isinstance(m, wire.Revoke)]
+
+
 def test_an_unreachable_worker_is_lost_and_its_batch_redelivered():
     s, stub, table = make()
     submit(s, table, 3)
