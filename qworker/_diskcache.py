@@ -179,7 +179,10 @@ class DiskCache:
                     log.error("disk cache %s: write of %d results failed: %s", self.path, len(batch), exc)
             if self.ttl_s is not None and time.monotonic() - last_purge > 60:
                 last_purge = time.monotonic()
-                conn.execute("DELETE FROM results WHERE created < ?", (time.time() - self.ttl_s,))
+                try:  # like a failed write, a failed purge must not end the writer: every later put would wait for ever
+                    conn.execute("DELETE FROM results WHERE created < ?", (time.time() - self.ttl_s,))
+                except sqlite3.Error as exc:
+                    log.error("disk cache %s: purge of expired results failed: %s", self.path, exc)
             for w in waiters:
                 w.set()
             if stop:
