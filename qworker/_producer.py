@@ -104,7 +104,11 @@ class Producer:
                 curve_secret_key=opts.curve_secret_key if opts.curve() else None,
                 curve_server_key=opts.curve_secret_key if opts.curve() else None,
             ))
-            self.wait_for_workers(n, timeout=opts.ready_timeout_s)
+            try:
+                self.wait_for_workers(n, timeout=opts.ready_timeout_s)
+            except BaseException:  # the dispatcher, socket, pool and cache writer started above must not outlive a failed start
+                self.close()
+                raise
 
     def wait_for_workers(self, n: int, timeout: float = 60.0) -> None:
         """Block until ``n`` workers have said READY (woken by each READY, not polled)."""
