@@ -229,6 +229,9 @@ class Client:
                     req.instance, req.answered = msg.instance, msg
                     if msg.error is not None:
                         del self._requests[msg.request]
+                        # A resubmission after a restart has no caller waiting to raise this: its futures
+                        # are out, so they fail (a first submission's futures were never handed out).
+                        self._fail(req, ErrorKind.SERVICE_LOST.error(f"the restarted reward service refused the request: {msg.error}"))
                     req.taken.set()
             elif isinstance(msg, cw.Resolved):
                 self._see(msg.instance)

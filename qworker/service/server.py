@@ -127,8 +127,9 @@ class RewardService:
             return
         try:
             futures = self.producer.submit_batch(msg.reward, msg.payloads, params=msg.params, timeout_s=msg.timeout_s)
-        except QworkerError as exc:  # ConfigError, RewardError: the client raises the same
-            self._send(peer, cw.Accepted(msg.request, self.instance, str(exc), type(exc).__name__))
+        except Exception as exc:  # ConfigError, RewardError (the client raises the same), or a bad request: answered, never silent
+            text = str(exc) if isinstance(exc, QworkerError) else f"bad request ({type(exc).__name__}: {exc})"
+            self._send(peer, cw.Accepted(msg.request, self.instance, text, type(exc).__name__))
             return
         self._send(peer, cw.Accepted(msg.request, self.instance, None, ""))
         for i, fut in enumerate(futures):
