@@ -1,7 +1,7 @@
 """Adapters that let RL frameworks score rewards with qworker.
 
 Each adapter lives in its own module and imports its framework only when that
-module is imported (``pip install 'qworker[verl]'``, ``[trl]``, ``[openrlhf]``):
+module is imported (``pip install 'qworker-rl[verl]'``, ``[trl]``, ``[openrlhf]``):
 
 * ``qworker.integrations.verl``: ``compute_score`` and ``QworkerRewardManager``;
 * ``qworker.integrations.trl``: ``QworkerReward`` / ``AsyncQworkerReward`` for
