@@ -8,12 +8,13 @@ its params from the config, through the service's producer:
     ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``.  A query is the
     prompt followed by the response, so the response is what follows the prompt.
 ``POST /`` or ``/score``  slime's ``--rm-url``: ``{"prompt", "response", "label"}``
-    (or a list of such objects) -> ``{"score": s, ...extra}`` (or a list).
+    (or a list of such objects) -> ``{"score": s, ...extra}`` (or a list).  slime's
+    ``remote_rm`` keeps the whole object as the reward: run slime with ``--reward-key score``.
 ``GET /health``  200 while the service has workers, else 503.
 
 A failed task is never a silent 0: the whole request answers HTTP 502 with
-``{"error": ..., "failed": [{"index", "error"}]}``, so the framework's client
-retries or reports it.  Malformed requests answer 400 naming the problem.
+``{"error": ..., "failed": [{"index", "error"}]}``: the framework's client sees an
+error status (slime's ``remote_rm`` retries it with backoff, then raises).  Malformed requests answer 400 naming the problem.
 Binds 127.0.0.1 unless told otherwise.
 """
 
