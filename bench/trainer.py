@@ -10,8 +10,10 @@ judge's limit starts at 64, so a step's answers go out in one wave).  For each l
 - ``off-policy``: ``train.off_policy``, step t+1's samples generated (with weights one update old) and
   submitted to the judge on a background thread while step t waits for its rewards and updates.
 
-"GPU work" (generate + log-probs + update + weight sync) and "reward work" (first submission to last
-answer) are the medians measured in the inline run, where nothing overlaps.  The target for the
+"GPU work" (generate + log-probs + update + weight sync) and "reward work" (the inline run's wait for
+its rewards, ``reward_wait_s``) are the medians measured in the inline run, where nothing overlaps.
+The judge answers in a fixed time, so a step's answers come back together; a real judge's heavy
+latency tail makes reward work the slowest of a step's answers.  The target for the
 overlapped step is max(GPU work, reward work) + 5%.  An on-policy step cannot start scoring before
 its first samples exist, and the last group's rewards (submitted when generation ends) must be in
 before its backward pass: so the step is bounded below by max(GPU work, generate + reward work +
