@@ -15,9 +15,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-import msgpack
-
-from .wire import StatusReply, StatusRequest, _expect, _int, _list, _opt_num, _str, decode_with
+from .wire import (
+    STATUS,
+    STATUS_REPLY,
+    StatusReply,
+    StatusRequest,
+    _build_status_reply,
+    _build_status_request,
+    _expect,
+    _int,
+    _list,
+    _opt_num,
+    _pack,
+    _str,
+    decode_with,
+)
 
 __all__ = ["Submit", "Accepted", "Resolved", "Ping", "Pong", "ClientMessage", "encode", "decode", "RESULT_FIELDS"]
 
@@ -26,8 +38,6 @@ ACCEPTED = b"A"  # service -> client: the request is taken (or refused, with why
 RESOLVED = b"Z"  # service -> client: results of earlier requests
 PING = b"I"  # client -> service: are you there?
 PONG = b"O"  # service -> client
-STATUS = b"S"  # the producer's status request and reply, unchanged
-STATUS_REPLY = b"s"
 
 RESULT_FIELDS = ("score", "extra", "error", "cached", "attempts", "worker", "latency_s", "compute_s", "key")
 
@@ -67,10 +77,6 @@ class Pong:
 
 
 ClientMessage = Union[Submit, Accepted, Resolved, Ping, Pong, StatusRequest, StatusReply]
-
-
-def _pack(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
 
 
 def encode(msg: ClientMessage) -> list[bytes]:
@@ -130,17 +136,7 @@ def _pong(obj: Any) -> Pong:
     return Pong(_str(instance, "instance"), _int(workers, "workers"))
 
 
-def _status_request(obj: Any) -> StatusRequest:
-    _expect(obj == [], "status request must be an empty list")
-    return StatusRequest()
-
-
-def _status_reply(obj: Any) -> StatusReply:
-    _expect(isinstance(obj, dict), "status reply must be a map")
-    return StatusReply(obj)
-
-
 _BUILDERS: dict[bytes, Callable[[Any], ClientMessage]] = {
     SUBMIT: _submit, ACCEPTED: _accepted, RESOLVED: _resolved, PING: _ping, PONG: _pong,
-    STATUS: _status_request, STATUS_REPLY: _status_reply,
+    STATUS: _build_status_request, STATUS_REPLY: _build_status_reply,  # the producer's, unchanged
 }
