@@ -100,8 +100,8 @@ class _Options:
             parser.add_argument(_flag(f), *f.metadata["aliases"], **kw)
 
     @classmethod
-    def from_args(cls: type[_O], args: argparse.Namespace, *layers: Mapping[str, Any], where: str = "command line") -> _O:
-        """Options from parsed flags over ``layers`` (e.g. a config file's section)."""
+    def given(cls, args: argparse.Namespace) -> dict[str, Any]:
+        """The options the command line set, by field name (a flag equal to its default included)."""
         given: dict[str, Any] = {}
         for f, tp in cls._fields():
             value = getattr(args, f.name, None)
@@ -110,7 +110,12 @@ class _Options:
             if tp is tuple:
                 value = tuple(m for v in value for m in str(v).split(",") if m)
             given[f.name] = value
-        return cls.from_mapping(*layers, given, where=where, internal=True)
+        return given
+
+    @classmethod
+    def from_args(cls: type[_O], args: argparse.Namespace, *layers: Mapping[str, Any], where: str = "command line") -> _O:
+        """Options from parsed flags over ``layers`` (e.g. a config file's section)."""
+        return cls.from_mapping(*layers, cls.given(args), where=where, internal=True)
 
     def to_argv(self) -> list[str]:
         """Flags that rebuild these options in a child process (``from_argv``)."""

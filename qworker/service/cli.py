@@ -48,7 +48,8 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        producer = Producer(config=args.config, options=ProducerOptions.from_args(args))
+        # the flags given, as overrides: they win over the config file even when equal to a default
+        producer = Producer(config=args.config, **ProducerOptions.given(args))
     except QworkerError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
