@@ -36,6 +36,7 @@ from typing import Any, Optional, TextIO
 from . import _config
 from ._catalog import Catalog, Composite
 from ._exceptions import ConfigError, QworkerError, RewardError
+from ._options import ProducerOptions
 from ._progress import Progress
 from ._status import ProducerStatus
 
@@ -122,8 +123,10 @@ def scored_rows(path: str, inputs: dict[int, Any], reward: str, params: Optional
 def _check_reward(args: argparse.Namespace, params: Optional[dict]) -> Optional[str]:
     """Resolve the reward as the producer will; returns the config's cache_path, if any."""
     loaded = _config.load(args.config)
-    modules = [*(args.rewards or []), *(loaded["producer"].get("reward_modules") or [])]
-    catalog = Catalog(loaded["rewards"], loaded["where"], modules=modules, remote=args.bind is not None)
+    # the modules the producer will load: --rewards replaces the config's reward_modules, as in Producer()
+    modules = ProducerOptions.from_mapping(loaded["producer"], {"reward_modules": args.rewards or None},
+                                           where=loaded["where"] + ": producer").reward_modules
+    catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(modules), remote=args.bind is not None)
     target = catalog.resolve(args.reward, params)
     if not isinstance(target, Composite) and args.bind is None and catalog.book.spec(target.reward) is None:
         if ":" in target.reward:
@@ -173,7 +176,7 @@ def _score(args: argparse.Namespace) -> int:
         if len(done) == len(inputs):
             print(f"qworker score: all {len(inputs)} rows of {args.input} are already scored in {args.out}; "
                   "nothing to do (--overwrite scores them again)", file=sys.stderr)
-            return 1 if args.strict and any(r["error"] for r in done.values()) else 0
+            return 0  # kept rows are scored rows: failed ones are scored again
         producer = Producer(
             config=args.config, local_workers=args.workers, bind=args.bind, reward_modules=args.rewards or None,
             cache_path=cache_path, task_timeout_s=args.timeout,
