@@ -41,7 +41,7 @@ async def rm(args: Any, sample: Any, **kwargs: Any) -> Reward:
 
 async def group_rm(args: Any, samples: Sequence[Any], **kwargs: Any) -> list[Reward]:
     """A group's rewards, in order (``--custom-rm-path qworker.integrations.slime.group_rm --group-rm``)."""
-    futures, names = _submit(args, samples)
+    futures, names = await asyncio.to_thread(_submit, args, samples)  # off the loop: a service acknowledges each batch
     results = list(await asyncio.gather(*futures))
     for name in dict.fromkeys(names):
         warn_failed("slime rm", name, [r for r, n in zip(results, names, strict=True) if n == name], "fallback_score")

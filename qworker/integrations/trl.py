@@ -143,7 +143,8 @@ class AsyncQworkerReward(QworkerReward):
 
     async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],  # type: ignore[override]
                        completion_ids: Optional[Sequence[Sequence[int]]] = None, **kwargs: Any) -> list[Optional[float]]:
-        futures = self._futures(self.payloads(prompts, completions, completion_ids, kwargs))
+        payloads = self.payloads(prompts, completions, completion_ids, kwargs)
+        futures = await asyncio.to_thread(self._futures, payloads)  # off the loop: a service acknowledges each batch
         results = await asyncio.wait_for(asyncio.gather(*futures), self.timeout)
         return self._scores(list(results), kwargs)
 
