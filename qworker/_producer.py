@@ -156,6 +156,9 @@ class Producer:
             hashed = hash_params(params)
             if timeout_s is None:  # the hard limit sits past the request's own deadline
                 timeout_s = float(params.get("timeout_s", 60.0)) + 5.0
+        if timeout_s is None:  # the reward's own @reward(timeout=...), as a worker applies it: the producer's limits match
+            spec = self.catalog.book.spec(reward)
+            timeout_s = spec.timeout_s if spec is not None else None
         prefix = key_prefix(reward, params_fingerprint(hashed), self.catalog.version(reward))
         futures: list[ResultFuture] = []
         chunk: list[Any] = []
