@@ -64,7 +64,7 @@ class _Request:
     instance: str = ""  # the service instance that took it
     answered: Optional[cw.Accepted] = None
     taken: threading.Event = field(default_factory=threading.Event)
-    left: int = -1  # futures not yet resolved (set when it is sent)
+    left: int = field(init=False)  # futures not yet resolved
 
     def __post_init__(self) -> None:
         self.left = sum(not f.done() for f in self.futures)
@@ -143,6 +143,7 @@ class Client:
         self._outbox.append(("status", done, box))
         self._wake()
         if not done.wait(timeout):
+            done.set()  # given up: a late reply must not go to it, nor every later reply to the waiter before its own
             raise ServiceUnavailable(f"the reward service at {self.endpoint} did not answer within {timeout:.0f} s")
         return box[0]
 
@@ -239,6 +240,8 @@ class Client:
             elif isinstance(msg, cw.Pong):
                 self._see(msg.instance)
             elif isinstance(msg, StatusReply):
+                while self._status_waiters and self._status_waiters[0][0].is_set():
+                    self._status_waiters.popleft()  # its caller timed out
                 if self._status_waiters:
                     done, box = self._status_waiters.popleft()
                     box.append(msg.status)
