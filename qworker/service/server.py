@@ -146,7 +146,7 @@ class RewardService:
         by_peer: dict[bytes, list] = defaultdict(list)
         while self._outbox:
             peer, request, index, r = self._outbox.popleft()
-            by_peer[peer].append([request, index, {k: getattr(r, k) for k in cw.RESULT_FIELDS}])
+            by_peer[peer].append([request, index, r.to_dict()])
         for peer, rows in by_peer.items():
             for i in range(0, len(rows), FLUSH_EVERY):
                 self._send(peer, cw.Resolved(self.instance, rows[i : i + FLUSH_EVERY]))

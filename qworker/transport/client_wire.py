@@ -12,9 +12,11 @@ Payloads travel as msgpack values, results as maps of ``Result``'s fields.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
+from .._result import Result
 from .wire import (
     STATUS,
     STATUS_REPLY,
@@ -39,7 +41,8 @@ RESOLVED = b"Z"  # service -> client: results of earlier requests
 PING = b"I"  # client -> service: are you there?
 PONG = b"O"  # service -> client
 
-RESULT_FIELDS = ("score", "extra", "error", "cached", "attempts", "worker", "latency_s", "compute_s", "key")
+RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Result))  # a result travels as Result.to_dict()
+_RESULT_FIELD_SET = frozenset(RESULT_FIELDS)
 
 
 @dataclass(slots=True)
@@ -122,7 +125,7 @@ def _resolved(obj: Any) -> Resolved:
         request, index, fields = _list(row, 3, "result")
         _int(request, "request")
         _int(index, "index")
-        _expect(isinstance(fields, dict) and set(fields) == set(RESULT_FIELDS), f"a result must be a map of {RESULT_FIELDS}")
+        _expect(isinstance(fields, dict) and fields.keys() == _RESULT_FIELD_SET, f"a result must be a map of {RESULT_FIELDS}")
     return Resolved(_str(instance, "instance"), rows)
 
 
