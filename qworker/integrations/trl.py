@@ -38,7 +38,7 @@ from trl import GRPOTrainer
 
 from .._result import Result, ResultFuture
 from ._client import RewardClient, reward_client
-from ._outcome import choose, failure_keys, warn_failed
+from ._outcome import ERROR_KEY, FAILED_KEY, choose, failure_keys, warn_failed
 from ._payload import from_trl
 
 __all__ = ["QworkerReward", "AsyncQworkerReward", "QworkerGRPOTrainer"]
@@ -114,9 +114,9 @@ class QworkerReward:
         keys = [failure_keys(r) for r in results]
         log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         if callable(log_metric):  # every call logs it, so all ranks log the same names
-            log_metric(f"qworker/{self.__name__}/failed", sum(k["qworker_failed"] for k in keys) / max(1, len(keys)))
+            log_metric(f"qworker/{self.__name__}/failed", sum(k[FAILED_KEY] for k in keys) / max(1, len(keys)))
         if callable(log_extra):
-            log_extra(f"qworker_error/{self.__name__}", [k["qworker_error"] or None for k in keys])
+            log_extra(f"qworker_error/{self.__name__}", [k[ERROR_KEY] or None for k in keys])
         return [float(r.score) if r.ok else self.fallback for r in results]
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Optional[Sequence[Sequence[int]]] = None,

@@ -24,7 +24,7 @@ import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional
+from typing import Any
 
 from .._exceptions import GatherTimeout, QworkerError
 from .._producer import Producer
@@ -78,7 +78,6 @@ class HttpFront(ThreadingHTTPServer):
         self.producer = producer
         self.reward = reward
         self.timeout_s = timeout_s
-        self._thread: Optional[threading.Thread] = None
 
     @property
     def url(self) -> str:
@@ -86,8 +85,7 @@ class HttpFront(ThreadingHTTPServer):
         return f"http://{host!s}:{port}"
 
     def start(self) -> HttpFront:
-        self._thread = threading.Thread(target=self.serve_forever, name="qworker-http", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self.serve_forever, name="qworker-http", daemon=True).start()
         return self
 
     def stop(self) -> None:
