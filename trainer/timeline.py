@@ -95,14 +95,6 @@ class StepTimeline:
                 self.phases[name] += t1 - t0
                 self.intervals[name].append((t0, t1))
 
-    def mark_submit(self) -> None:
-        """``rewards.mark_submit``."""
-        self.rewards.mark_submit()
-
-    def mark_result(self, _future: object = None) -> None:
-        """``rewards.mark_result`` (a done-callback for reward futures)."""
-        self.rewards.mark_result(_future)
-
     def summary(self) -> dict[str, float]:
         """``step_s``, each phase in seconds, ``gpu_s`` (every phase but the waits), the generation run
         under the driver's reward wait and update, and the reward figures."""
