@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import statistics
 import subprocess
 import sys
@@ -32,17 +34,42 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
     return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths), *(line(r) for r in cells[1:])])
 
 
-def start_judge(port: int, latency: float, capacity: int = 256) -> subprocess.Popen:
-    """``qworker mock-judge`` on 127.0.0.1:``port``, returned once it answers ``/stats``."""
-    proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), "--capacity", str(capacity),
-                             "--latency", str(latency)], stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2).read()
-            return proc
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A ``qworker mock-judge`` on 127.0.0.1:``port`` in its own process, returned once it answers ``/stats``."""
+
+    def __init__(self, port: int, *args: str, seed: int = 0) -> None:
+        """``args``: mock-judge flags.  ``seed``: its random draws; give each run of a scenario its own (the
+        same for each system compared), or every run replays nearly the same latencies and faults onto
+        the same content-hashed tasks, and three runs are not three samples."""
+        self.port, self.args = port, args
+        self.proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), "--seed", str(seed), *args],
+                                     stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                self.stats()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.proc.kill()
+                    raise
+                time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/chat/completions"
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as r:
+            return json.load(r)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()

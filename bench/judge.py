@@ -32,57 +32,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import table  # noqa: E402
+from _common import Server, table  # noqa: E402
 
 from qworker import Producer  # noqa: E402
 
 PORTS = (18501, 18502)
-
-
-class Server:
-    """A ``qworker mock-judge`` in its own process."""
-
-    def __init__(self, port: int, *args: str, seed: int = 0) -> None:
-        """``seed``: the mock's random draws.  Runs of one scenario take seeds 1, 2, 3 (the same for
-        each system, so they meet the same draws): with one seed, every run replays nearly the same
-        latencies and faults onto the same content-hashed tasks, and three runs are not three samples."""
-        self.port, self.args = port, args
-        self.proc = subprocess.Popen([sys.executable, "-m", "qworker", "mock-judge", "--port", str(port), "--seed", str(seed), *args],
-                                     stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.stats()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1/chat/completions"
-
-    def stats(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as r:
-            return json.load(r)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait()
 
 
 def payloads(n: int, tag: str) -> list[dict]:

@@ -29,7 +29,6 @@ import argparse
 import multiprocessing as mp
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,15 +39,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import table  # noqa: E402
+from _common import free_port, table  # noqa: E402
 
 RUN_IDS = count()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def payloads(reward: str, n: int, tag: str) -> list[dict]:

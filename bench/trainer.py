@@ -39,7 +39,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import start_judge, table  # noqa: E402
+from bench._common import Server, table  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
 from trainer.loop import GRPOTrainer  # noqa: E402
 from trainer.tiny import save_tiny_model  # noqa: E402
@@ -100,12 +100,11 @@ def main() -> None:
     rows, raw = [], {}
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for latency in [float(x) for x in a.latencies.split(",")]:
-        judge = start_judge(PORT, latency)
+        judge = Server(PORT, "--capacity", "256", "--latency", str(latency))
         try:
             runs = {mode: run(model, data, work / f"{mode}-{latency}", PORT, mode, a) for mode in MODES}
         finally:
-            judge.terminate()
-            judge.wait()
+            judge.stop()
         raw[latency] = runs
         inline = runs["inline"]
         gpu, reward = med(inline, "gpu_s"), med(inline, "reward_wait_s")

@@ -33,12 +33,10 @@ import argparse
 import asyncio
 import os
 import re
-import socket
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +46,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import start_judge, table  # noqa: E402
+from bench._common import Server, free_port, table  # noqa: E402
 from tests.integrations.tiny import WORDS, tokenizer  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def judge_stats(port: int) -> dict:
-    import json
-
-    return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5).read())
 
 
 def save_model(path: Path, hidden: int, layers: int, tok: Any) -> None:
@@ -239,7 +225,7 @@ def main() -> None:
     ]
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     requests: dict[tuple[str, str], int] = {}
-    judge = start_judge(port, a.latency)
+    judge = Server(port, "--capacity", "256", "--latency", str(a.latency))
     try:
         with Producer(local_workers=a.workers, cache_max_entries=0) as p:
             use_client(p)
@@ -253,18 +239,17 @@ def main() -> None:
                         if key in a.skip:
                             continue
                         timer = Timer()
-                        before = judge_stats(port)["served"]
+                        before = judge.stats()["served"]
                         t0 = time.perf_counter()
                         steps = results[model, label] = run(mode, model_dir, work / f"{model}-{key}", make(timer), timer, a)
-                        requests[model, label] = judge_stats(port)["served"] - before
+                        requests[model, label] = judge.stats()["served"] - before
                         shown = ", ".join(f"{s['step']:.2f}" for s in steps)
                         print(f"  {model:<7} {label:<40} step {med(steps, 'step'):.2f} s   ({time.perf_counter() - t0:.0f} s for the run; "
                               f"steps counted: {shown})", flush=True)
             finally:
                 use_client(None)
     finally:
-        judge.terminate()
-        judge.wait()
+        judge.stop()
 
     print(f"\nTRL {trl.__version__} GRPO steps on CPU ({a.threads} torch thread(s)): tiny Qwen2 (HIDDENxLAYERS), {a.batch} completions a step "
           f"({a.batch // a.gens} prompts x {a.gens}), up to {a.max_new_tokens} new tokens, beta {a.beta}; judge: qworker mock-judge at "
