@@ -28,6 +28,7 @@ from typing import Any
 
 from .._exceptions import GatherTimeout, QworkerError
 from .._producer import Producer
+from ..integrations._payload import from_openrlhf
 
 log = logging.getLogger("qworker")
 
@@ -53,8 +54,7 @@ def openrlhf_payloads(body: Any) -> list[dict]:
     for i, (q, p, label) in enumerate(zip(queries, prompts, labels, strict=True)):
         if not isinstance(q, str) or not isinstance(p, str):
             raise BadRequest(f"query[{i}] and prompts[{i}] must be strings")
-        response = q[len(p):] if q.startswith(p) else q
-        out.append({"prompt": p, "response": response, "ground_truth": label})
+        out.append(from_openrlhf(q, p, label))  # as openrlhf_reward_func builds it: one hash, one cache entry
     return out
 
 
