@@ -47,6 +47,7 @@ class _Child:
     generation: int = 0
     restarts: int = 0
     proc: Optional[subprocess.Popen] = None
+    ps: Optional[psutil.Process] = None  # the same process, for its CPU and memory (made once per spawn)
     pidfd: Optional[int] = None
     worker_id: str = ""
     started: float = 0.0
@@ -112,6 +113,7 @@ class Pool:
         cmd = [sys.executable, "-m", "qworker.host.worker", *worker.to_argv()]
         child.slot.reset()
         child.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        child.ps = psutil.Process(child.proc.pid)
         child.cpu_s, child.cpu_at = 0.0, time.monotonic()
         child.pidfd = os.pidfd_open(child.proc.pid)
         child.started = time.monotonic()
@@ -166,7 +168,7 @@ class Pool:
                 self._report()
             elif self.lost:
                 self._report()
-            if self.options.parent_pid is not None and not psutil.pid_exists(self.options.parent_pid):
+            if self.options.parent_pid is not None and os.getppid() != self.options.parent_pid:  # reparented: it is gone
                 log.warning("pool %s: parent %d is gone; stopping", self.pool_id, self.options.parent_pid)
                 self._stop_requested = True
 
@@ -207,11 +209,11 @@ class Pool:
         frozen or swapped out.  Its tasks are redelivered; a worker busy in C code that holds
         the GIL does not beat either, but it uses CPU, and its deadline is the watchdog's."""
         for c in self.children:
-            if c.proc is None or c.kill_reason is not None:
+            if c.proc is None or c.ps is None or c.kill_reason is not None:
                 continue
             last = c.slot.last_beat()
             try:
-                times = psutil.Process(c.proc.pid).cpu_times()
+                times = c.ps.cpu_times()
             except psutil.Error:
                 continue
             cpu = times.user + times.system
@@ -227,10 +229,10 @@ class Pool:
 
     def _check_memory(self) -> None:
         for c in self.children:
-            if c.proc is None:
+            if c.proc is None or c.ps is None:
                 continue
             try:
-                c.rss_mb = psutil.Process(c.proc.pid).memory_info().rss / 2**20
+                c.rss_mb = c.ps.memory_info().rss / 2**20
             except psutil.Error:
                 continue
             if self.options.max_rss_mb is not None and c.rss_mb > self.options.max_rss_mb and c.kill_reason is None:
