@@ -20,9 +20,10 @@ from typing import Any, Callable, Iterable, TypeVar
 import zmq
 
 from ._options import ProducerOptions
-from ._pending import Pending, PendingTable
+from ._pending import PendingTable
 from ._scheduler import Scheduler
 from ._status import ProducerStatus, Status
+from ._task import Pending
 from .transport import wire
 from .transport.sockets import WakePipe, bind_server, bound_endpoint, close_server, readable
 
@@ -109,6 +110,8 @@ class Dispatcher(threading.Thread):
             self._loop()
         finally:
             close_server(self._ctx, self._sock)
+            if not self._stopping:  # nothing would resolve what is pending: the table's invariant needs it closed
+                self.table.close("the producer's dispatcher thread stopped unexpectedly")
 
     def _loop(self) -> None:
         poller = zmq.Poller()

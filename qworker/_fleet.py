@@ -18,7 +18,7 @@ from ._status import PoolRow, WorkerRow
 from .transport import wire
 
 if TYPE_CHECKING:
-    from ._pending import Pending
+    from ._task import Pending
 
 
 @dataclass(slots=True, eq=False)

@@ -1,79 +1,55 @@
-"""The pending table: every submitted task not yet resolved, and its resolution.
+"""The pending table: the one owner of a task's lifetime, from registration to resolution.
 
-``Pending`` is one unresolved task; duplicate submissions share it (and its
-future).  ``PendingTable`` is the one place a task's future is resolved:
+``PendingTable`` holds every submitted task not yet resolved (a ``Pending``,
+``_task``); duplicate submissions share one entry and its future.
 
-* the caller's thread ``add``\\s tasks (sharing the pending entry of an
-  identical task already in flight);
-* the dispatcher thread ``resolve``\\s them from results; the first result for a
-  task wins (``claim``), later ones are dropped;
-* a resolution writes the result cache and counts the outcome.
+**Invariant: every future the table hands out resolves exactly once.**  It is
+kept here, not by each caller:
 
-Thread-safe: one lock guards the table; futures are resolved outside it.
+* A task enters only through ``registering``, a context in which the
+  submitting thread owns what it registered until it hands the tasks on (to
+  the dispatcher) or resolves them (from a slower cache tier).  If anything
+  raises inside the context (a cache tier, the hand-over, ``close()`` from
+  another thread), the tasks it registered and did not hand on are resolved as
+  ``cancelled``, naming the exception, and the exception propagates.
+* Once handed on, the dispatcher resolves a task from its result (``resolve``:
+  the first outcome wins, ``claim`` guards every other resolution).
+* ``close`` refuses every later registration (``ProducerClosed``) and resolves
+  whatever is still pending as ``cancelled``; a submission racing it either
+  registers before (and its tasks are cancelled) or raises.
+
+Thread-safe: one lock guards the table; futures are resolved outside it, and
+the result cache is written after them, so a cache that raises costs only the
+caching.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional, Sequence
 
 from ._errors import ErrorKind
+from ._exceptions import ProducerClosed
 from ._result import Result, ResultFuture
 from ._resultcache import ResultCache
-from .transport import wire
+from ._task import Pending, Resolution, TaskGate
 
-if TYPE_CHECKING:
-    from ._fleet import WorkerState
-    from .judge.gate import Gate
+log = logging.getLogger("qworker")
 
-__all__ = ["Pending", "PendingTable", "Resolution"]
+__all__ = ["Pending", "PendingTable", "Registration", "Resolution"]
 
 
 @dataclass(slots=True, eq=False)
-class Pending:
-    """One unresolved task."""
+class Registration:
+    """What one submission registered: a future per entry, in order, and the tasks it created."""
 
-    key: bytes
-    reward: str
-    params: dict
-    payload: bytes
-    timeout_s: Optional[float]
-    future: ResultFuture
-    submitted: float  # monotonic seconds
-    attempts: int = 0  # deliveries charged to this task (a loss it did not cause is refunded)
-    deliveries: int = 0  # every delivery, refunded or not: bounds redelivery loops
-    holder: Optional[WorkerState] = None  # the worker holding its lease
-    resolved: bool = False  # set under the table's lock when the future is claimed
-    gate: Optional[Gate] = None  # set when the task calls a rate-limited endpoint
-    route: int = wire.NO_ROUTE  # the endpoint the gate chose for this delivery
-    routed_at: float = 0.0  # when the gate let it go to that endpoint (monotonic seconds)
-    tries: int = 0  # endpoint calls retried by the gate after errors
-    throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
-
-    def as_task(self) -> wire.Task:
-        return (self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts, self.route)
-
-    def deliver(self) -> None:
-        """It is being sent to a worker: one more delivery, charged."""
-        self.attempts += 1
-        self.deliveries += 1
-
-    def undeliver(self) -> None:
-        """The last delivery does not count: never sent, handed back unrun, or its endpoint call is retried."""
-        self.attempts -= 1
-        self.deliveries -= 1
-
-    def refund(self) -> None:
-        """Its worker was lost, and not because of this task: the delivery is not charged (it still counts
-        toward the cap on deliveries)."""
-        self.attempts -= 1
-
-
-# How a task ended: (pending, score, extra, error, worker id, compute_s); error is an
-# ``ErrorKind.X.error(...)`` text or None.  A plain tuple: one is made per result.
-Resolution = tuple[Pending, Optional[float], Optional[dict], Optional[str], str, float]
+    futures: list[ResultFuture]
+    new: list[Pending]
+    handed_on: bool = field(default=False)
 
 
 class PendingTable:
@@ -82,6 +58,7 @@ class PendingTable:
         self.fallback_score = fallback_score
         self._lock = threading.Lock()
         self._pending: dict[bytes, Pending] = {}
+        self._closed: Optional[str] = None  # why, once closed
         # "submitted", "rejected", "cache_hits", "deduplicated": the caller's thread; "resolved", "failed": the dispatcher's
         self.counts = {"submitted": 0, "rejected": 0, "resolved": 0, "failed": 0, "cache_hits": 0, "deduplicated": 0}
 
@@ -91,15 +68,31 @@ class PendingTable:
     def get(self, key: bytes) -> Optional[Pending]:
         return self._pending.get(key)
 
-    def add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-            gate: Optional[Gate], now: float) -> tuple[list[ResultFuture], list[Pending]]:
-        """Register ``(key, payload bytes)`` entries; returns their futures, in order, and the new tasks.
+    @contextmanager
+    def registering(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
+                    gate: Optional[TaskGate], now: float) -> Iterator[Registration]:
+        """Register ``(key, payload bytes)`` entries for the block's duration of ownership.
 
-        An entry whose key is already pending shares that task's future.
+        An entry whose key is already pending shares that task's future.  The
+        block hands ``new`` on (and sets ``handed_on``) or resolves them; if it
+        raises first, its new tasks still pending are cancelled.  Raises
+        ``ProducerClosed`` once the table is closed.
         """
+        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now)
+        try:
+            yield reg
+        except BaseException as exc:
+            if not reg.handed_on:
+                self._cancel(reg.new, f"the submission that registered it failed ({type(exc).__name__}: {exc})")
+            raise
+
+    def _add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
+             gate: Optional[TaskGate], now: float) -> Registration:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
         with self._lock:
+            if self._closed is not None:
+                raise ProducerClosed(f"cannot submit: {self._closed}")
             pending = self._pending
             for key, payload in entries:
                 p = pending.get(key)
@@ -108,9 +101,9 @@ class PendingTable:
                     new.append(p)
                 futures.append(p.future)
         self.counts["deduplicated"] += len(entries) - len(new)
-        return futures, new
+        return Registration(futures, new)
 
-    def claim(self, tasks: list[Pending]) -> list[Pending]:
+    def claim(self, tasks: Sequence[Pending]) -> list[Pending]:
         """Take the right to resolve each task; returns those still unresolved, each once."""
         claimed = []
         with self._lock:
@@ -147,22 +140,36 @@ class PendingTable:
                 score=score, extra=extra, error=error, attempts=p.attempts, worker=worker,
                 latency_s=now - p.submitted, compute_s=compute_s, key=p.key.hex(),
             ))
-        self.cache.put_many(to_cache)
         self.counts["failed"] += failed
         self.counts["resolved"] += len(fresh)
+        self._cache(self.cache.put_many, to_cache)
 
     def resolve_cached(self, tasks: list[Pending], found: dict[bytes, tuple[float, dict]]) -> None:
         """Resolve tasks whose results a slower cache tier had (the memory tier learns them)."""
         hits = self.claim(tasks)
-        self.cache.remember([(p.key, *found[p.key]) for p in hits])
         self.counts["cache_hits"] += len(hits)
         for p in hits:
             score, extra = found[p.key]
             p.future.set_result(Result(score=score, extra=extra, cached=True, key=p.key.hex()))
+        self._cache(self.cache.remember, [(p.key, *found[p.key]) for p in hits])
 
-    def cancel_all(self, why: str) -> None:
-        """Resolve every task still pending as cancelled."""
+    @staticmethod
+    def _cache(put: Callable[[list], None], rows: list) -> None:
+        if not rows:
+            return
+        try:
+            put(rows)
+        except Exception:  # the futures are resolved already; only the caching is lost
+            log.exception("qworker: could not cache %d results", len(rows))
+
+    def close(self, why: str) -> None:
+        """Refuse later registrations, and resolve every task still pending as cancelled."""
         with self._lock:
+            self._closed = why
             left = list(self._pending.values())
-        for p in self.claim(left):
-            p.future.set_result(Result(score=self.fallback_score, error=ErrorKind.CANCELLED.error(why), attempts=p.attempts, key=p.key.hex()))
+        self._cancel(left, why)
+
+    def _cancel(self, tasks: Sequence[Pending], why: str) -> None:
+        for p in self.claim(tasks):
+            p.future.set_result(Result(score=self.fallback_score, error=ErrorKind.CANCELLED.error(why), attempts=p.attempts,
+                                       key=p.key.hex()))

@@ -211,19 +211,21 @@ class Producer:
             futures.append(None)
             misses.append((key, payload_bytes))
         table = self._table
-        shared, new = table.add(misses, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=time.monotonic())
-        for i, fut in zip(at, shared, strict=True):
-            futures[i] = fut
-        counts = table.counts
-        counts["submitted"] += len(payloads)
-        counts["rejected"] += rejected
-        counts["cache_hits"] += hits
-        if new:
-            found = self.cache.get_persistent(p.key for p in new)
-            if found:
-                table.resolve_cached([p for p in new if p.key in found], found)
-                new = [p for p in new if p.key not in found]
-            self._dispatcher.submit(new)
+        with table.registering(misses, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=time.monotonic()) as reg:
+            for i, fut in zip(at, reg.futures, strict=True):
+                futures[i] = fut
+            counts = table.counts
+            counts["submitted"] += len(payloads)
+            counts["rejected"] += rejected
+            counts["cache_hits"] += hits
+            new = reg.new
+            if new:
+                found = self.cache.get_persistent(p.key for p in new)
+                if found:
+                    table.resolve_cached([p for p in new if p.key in found], found)
+                    new = [p for p in new if p.key not in found]
+                self._dispatcher.submit(new)
+            reg.handed_on = True
         return futures  # type: ignore[return-value]  # every None was replaced
 
     def _done(self, *, score: Optional[float] = None, extra: Optional[dict] = None, error: Optional[str] = None,
@@ -263,7 +265,7 @@ class Producer:
         if self._metrics is not None:
             self._metrics.shutdown()
         self._dispatcher.stop()
-        self._table.cancel_all("the producer closed")
+        self._table.close("the producer closed")
         self.cache.close()
         _discovery.unregister(self._note)
 

@@ -33,9 +33,10 @@ from typing import Callable, Iterable, Optional
 
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
-from ._pending import Pending, PendingTable, Resolution
+from ._pending import PendingTable
 from ._status import JudgeStatus, PoolRow
-from .judge.gate import AUTH_FAILED_ERROR, Gate
+from ._task import Pending, Resolution, TaskGate
+from .judge.gate import AUTH_FAILED_ERROR
 from .transport import wire
 
 log = logging.getLogger("qworker")
@@ -62,7 +63,7 @@ class Scheduler:
         self.max_message_bytes = max_message_bytes
         self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
         self.queue: deque[Pending] = deque()  # waiting for credit; retries go first
-        self.gates: list[Gate] = []  # tasks waiting for an endpoint's capacity
+        self.gates: list[TaskGate] = []  # tasks waiting for an endpoint's capacity
         self.stats = {"dropped_frames": 0, "duplicate_results": 0, "redelivered": 0}
         self._import_errors_logged: set[str] = set()
 

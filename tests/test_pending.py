@@ -1,5 +1,11 @@
 """The pending table: sharing, first-result-wins, caching, cancellation (no processes)."""
 
+import threading
+import time
+
+import pytest
+
+from qworker._exceptions import ProducerClosed
 from qworker._pending import PendingTable
 from qworker._resultcache import ResultCache
 
@@ -9,7 +15,10 @@ def table() -> PendingTable:
 
 
 def add(t: PendingTable, *keys: bytes):
-    return t.add([(k, b"payload") for k in keys], reward="noop", params={}, timeout_s=None, gate=None, now=0.0)
+    """Register ``keys`` and hand them on (as the producer does once they reach the dispatcher)."""
+    with t.registering([(k, b"payload") for k in keys], reward="noop", params={}, timeout_s=None, gate=None, now=0.0) as reg:
+        reg.handed_on = True
+    return reg.futures, reg.new
 
 
 def test_identical_tasks_share_one_entry_and_future():
@@ -46,5 +55,56 @@ def test_successes_are_cached_and_failures_get_the_fallback():
 def test_close_cancels_what_is_left():
     t = table()
     [fut], _ = add(t, b"c" * 16)
-    t.cancel_all("the producer closed")
+    t.close("the producer closed")
     assert fut.result(timeout=0).error == "cancelled: the producer closed" and len(t) == 0
+
+
+def test_a_registration_that_raises_cancels_what_it_registered_and_nothing_else():
+    # Issue 18 (1): a disk-tier read that raised between registering and handing on left the
+    # tasks pending for ever, and every later submission of the same payload shared the dead future.
+    t = table()
+    [handed], _ = add(t, b"h" * 16)
+    with pytest.raises(OSError, match="disk I/O error"):
+        with t.registering([(b"n" * 16, b"p"), (b"h" * 16, b"p")], reward="noop", params={}, timeout_s=None,
+                           gate=None, now=0.0) as reg:
+            raise OSError("disk I/O error")
+    fut_new, fut_shared = reg.futures
+    assert fut_new.result(timeout=0).error_kind == "cancelled" and "disk I/O error" in fut_new.result().error
+    assert not handed.done() and fut_shared is handed  # the task another submission handed on is not this one's
+    assert t.get(b"n" * 16) is None and len(t) == 1
+    [again], [p] = add(t, b"n" * 16)  # submitted again: a new task, not the dead one
+    assert not again.done() and again is not fut_new and p.key == b"n" * 16
+
+
+def test_after_close_nothing_registers_and_everything_registered_resolves():
+    t = table()
+    [fut], _ = add(t, b"a" * 16)
+    t.close("the producer closed")
+    with pytest.raises(ProducerClosed, match="the producer closed"):
+        add(t, b"b" * 16)
+    assert fut.done() and len(t) == 0
+
+
+def test_close_racing_registrations_from_other_threads_leaves_no_future_pending():
+    # Issue 18 (4): close() on another thread while a large batch registered left futures pending for ever.
+    t = table()
+    got: list = []
+    start = threading.Barrier(3)
+
+    def submit(prefix: bytes) -> None:
+        start.wait()
+        try:
+            for i in range(100_000):
+                got.extend(add(t, prefix + i.to_bytes(8, "big"))[0])
+        except ProducerClosed:
+            pass
+
+    threads = [threading.Thread(target=submit, args=(p * 8,)) for p in (b"x", b"y")]
+    for th in threads:
+        th.start()
+    start.wait()
+    time.sleep(0.01)
+    t.close("the producer closed")
+    for th in threads:
+        th.join(60)
+    assert got and all(f.done() for f in got) and len(t) == 0

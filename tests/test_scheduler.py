@@ -45,10 +45,11 @@ def make(max_attempts: int = 3) -> tuple[Scheduler, StubTransport, PendingTable]
 
 
 def submit(s: Scheduler, table: PendingTable, n: int, start: int = 0):
-    futs, new = table.add([(i.to_bytes(16, "big"), b"p") for i in range(start, start + n)], reward="noop", params={},
-                          timeout_s=None, gate=None, now=0.0)
-    s.add(new)
-    return futs
+    with table.registering([(i.to_bytes(16, "big"), b"p") for i in range(start, start + n)], reward="noop", params={},
+                           timeout_s=None, gate=None, now=0.0) as reg:
+        s.add(reg.new)
+        reg.handed_on = True
+    return reg.futures
 
 
 def ready(s: Scheduler, wid: str, granted: int, received: int = 0, finished: int = 0, now: float = 0.0, pool: str = "pool") -> None:
