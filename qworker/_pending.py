@@ -9,9 +9,11 @@ kept here, not by each caller:
 * A task enters only through ``registering``, a context in which the
   submitting thread owns what it registered until it hands the tasks on (to
   the dispatcher) or resolves them (from a slower cache tier).  If anything
-  raises inside the context (a cache tier, the hand-over, ``close()`` from
-  another thread), the tasks it registered and did not hand on are resolved as
-  ``cancelled``, naming the exception, and the exception propagates.
+  raises inside the context before the hand-over (a cache tier, a bug), the
+  tasks it registered and did not resolve are handed on all the same (a
+  submission that shares one of them must not fail because this one did), or,
+  if even that raises, resolved as ``cancelled`` naming the exception; the
+  exception propagates to the caller.
 * Once handed on, the dispatcher resolves a task from its result (``resolve``:
   the first outcome wins, ``claim`` guards every other resolution).
 * ``close`` refuses every later registration (``ProducerClosed``) and resolves
@@ -49,7 +51,13 @@ class Registration:
 
     futures: list[ResultFuture]
     new: list[Pending]
+    _hand_on: Callable[[list[Pending]], None]
     handed_on: bool = field(default=False)
+
+    def hand_on(self, tasks: list[Pending]) -> None:
+        """Give ``tasks`` (those of ``new`` not resolved here) to whoever resolves them from here on."""
+        self._hand_on(tasks)
+        self.handed_on = True
 
 
 class PendingTable:
@@ -70,24 +78,30 @@ class PendingTable:
 
     @contextmanager
     def registering(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-                    gate: Optional[TaskGate], now: float) -> Iterator[Registration]:
-        """Register ``(key, payload bytes)`` entries for the block's duration of ownership.
+                    gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None]) -> Iterator[Registration]:
+        """Register ``(key, payload bytes)`` entries; the block owns the new tasks until ``reg.hand_on``.
 
         An entry whose key is already pending shares that task's future.  The
-        block hands ``new`` on (and sets ``handed_on``) or resolves them; if it
-        raises first, its new tasks still pending are cancelled.  Raises
+        block resolves some of ``reg.new`` or none, and passes the rest to
+        ``reg.hand_on``.  If it raises first, the new tasks still pending go to
+        ``hand_on`` all the same, or are cancelled if that raises too.  Raises
         ``ProducerClosed`` once the table is closed.
         """
-        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now)
+        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now, hand_on=hand_on)
         try:
             yield reg
         except BaseException as exc:
             if not reg.handed_on:
-                self._cancel(reg.new, f"the submission that registered it failed ({type(exc).__name__}: {exc})")
+                left = [p for p in reg.new if not p.resolved]
+                try:
+                    hand_on(left)
+                except BaseException as again:
+                    self._cancel(left, f"the submission that registered it failed ({type(exc).__name__}: {exc}; then "
+                                       f"{type(again).__name__}: {again})")
             raise
 
     def _add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-             gate: Optional[TaskGate], now: float) -> Registration:
+             gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None]) -> Registration:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
         with self._lock:
@@ -101,7 +115,7 @@ class PendingTable:
                     new.append(p)
                 futures.append(p.future)
         self.counts["deduplicated"] += len(entries) - len(new)
-        return Registration(futures, new)
+        return Registration(futures, new, hand_on)
 
     def claim(self, tasks: Sequence[Pending]) -> list[Pending]:
         """Take the right to resolve each task; returns those still unresolved, each once."""

@@ -211,7 +211,8 @@ class Producer:
             futures.append(None)
             misses.append((key, payload_bytes))
         table = self._table
-        with table.registering(misses, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=time.monotonic()) as reg:
+        with table.registering(misses, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=time.monotonic(),
+                               hand_on=self._dispatcher.submit) as reg:
             for i, fut in zip(at, reg.futures, strict=True):
                 futures[i] = fut
             counts = table.counts
@@ -224,8 +225,7 @@ class Producer:
                 if found:
                     table.resolve_cached([p for p in new if p.key in found], found)
                     new = [p for p in new if p.key not in found]
-                self._dispatcher.submit(new)
-            reg.handed_on = True
+            reg.hand_on(new)
         return futures  # type: ignore[return-value]  # every None was replaced
 
     def _done(self, *, score: Optional[float] = None, extra: Optional[dict] = None, error: Optional[str] = None,

@@ -16,8 +16,9 @@ def table() -> PendingTable:
 
 def add(t: PendingTable, *keys: bytes):
     """Register ``keys`` and hand them on (as the producer does once they reach the dispatcher)."""
-    with t.registering([(k, b"payload") for k in keys], reward="noop", params={}, timeout_s=None, gate=None, now=0.0) as reg:
-        reg.handed_on = True
+    with t.registering([(k, b"payload") for k in keys], reward="noop", params={}, timeout_s=None, gate=None, now=0.0,
+                       hand_on=lambda tasks: None) as reg:
+        reg.hand_on(reg.new)
     return reg.futures, reg.new
 
 
@@ -59,21 +60,38 @@ def test_close_cancels_what_is_left():
     assert fut.result(timeout=0).error == "cancelled: the producer closed" and len(t) == 0
 
 
-def test_a_registration_that_raises_cancels_what_it_registered_and_nothing_else():
+def test_a_registration_that_raises_still_hands_on_what_it_registered():
     # Issue 18 (1): a disk-tier read that raised between registering and handing on left the
     # tasks pending for ever, and every later submission of the same payload shared the dead future.
     t = table()
-    [handed], _ = add(t, b"h" * 16)
+    handed: list = []
     with pytest.raises(OSError, match="disk I/O error"):
-        with t.registering([(b"n" * 16, b"p"), (b"h" * 16, b"p")], reward="noop", params={}, timeout_s=None,
-                           gate=None, now=0.0) as reg:
+        with t.registering([(b"n" * 16, b"p")], reward="noop", params={}, timeout_s=None, gate=None, now=0.0,
+                           hand_on=handed.extend) as reg:
+            raise OSError("disk I/O error")
+    assert [p.key for p in handed] == [b"n" * 16]  # a sharer of that task is not failed by this submission's error
+    [shared], [] = add(t, b"n" * 16)
+    assert shared is reg.futures[0]
+
+
+def test_a_registration_that_cannot_hand_on_cancels_only_what_it_registered():
+    t = table()
+    [other], _ = add(t, b"h" * 16)
+
+    def refuse(tasks: list) -> None:
+        raise RuntimeError("the dispatcher is gone")
+
+    with pytest.raises(OSError, match="disk I/O error"):
+        with t.registering([(b"n" * 16, b"p"), (b"h" * 16, b"p")], reward="noop", params={}, timeout_s=None, gate=None,
+                           now=0.0, hand_on=refuse) as reg:
             raise OSError("disk I/O error")
     fut_new, fut_shared = reg.futures
-    assert fut_new.result(timeout=0).error_kind == "cancelled" and "disk I/O error" in fut_new.result().error
-    assert not handed.done() and fut_shared is handed  # the task another submission handed on is not this one's
+    r = fut_new.result(timeout=0)
+    assert r.error_kind == "cancelled" and "disk I/O error" in r.error and "the dispatcher is gone" in r.error
+    assert fut_shared is other and not other.done()  # registered and handed on by another submission: not this one's
     assert t.get(b"n" * 16) is None and len(t) == 1
     [again], [p] = add(t, b"n" * 16)  # submitted again: a new task, not the dead one
-    assert not again.done() and again is not fut_new and p.key == b"n" * 16
+    assert not again.done() and again is not fut_new
 
 
 def test_after_close_nothing_registers_and_everything_registered_resolves():

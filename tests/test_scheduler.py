@@ -46,9 +46,8 @@ def make(max_attempts: int = 3) -> tuple[Scheduler, StubTransport, PendingTable]
 
 def submit(s: Scheduler, table: PendingTable, n: int, start: int = 0):
     with table.registering([(i.to_bytes(16, "big"), b"p") for i in range(start, start + n)], reward="noop", params={},
-                           timeout_s=None, gate=None, now=0.0) as reg:
-        s.add(reg.new)
-        reg.handed_on = True
+                           timeout_s=None, gate=None, now=0.0, hand_on=s.add) as reg:
+        reg.hand_on(reg.new)
     return reg.futures
 
 
