@@ -20,9 +20,10 @@ kept here, not by each caller:
   whatever is still pending as ``cancelled``; a submission racing it either
   registers before (and its tasks are cancelled) or raises.
 
-Thread-safe: one lock guards the table; futures are resolved outside it, and
-the result cache is written after them, so a cache that raises costs only the
-caching.
+Thread-safe: one lock guards the table.  A result is cached as its task leaves
+the table, under the lock, so an identical submission finds the task or its
+score and never pays again; futures are resolved outside the lock, and a cache
+that raises costs only the caching.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class PendingTable:
              gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None]) -> Registration:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
+        hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]] = []
+        cache_get = self.cache.get
         with self._lock:
             if self._closed is not None:
                 raise ProducerClosed(f"cannot submit: {self._closed}")
@@ -111,10 +114,21 @@ class PendingTable:
             for key, payload in entries:
                 p = pending.get(key)
                 if p is None:
+                    # The caller missed the cache just before; ``resolve`` caches under this lock, so a task
+                    # that resolved in between is found here, not paid for again.
+                    hit = cache_get(key)
+                    if hit is not None:
+                        fut = ResultFuture()
+                        hits.append((fut, key, hit))
+                        futures.append(fut)
+                        continue
                     p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, gate=gate)
                     new.append(p)
                 futures.append(p.future)
-        self.counts["deduplicated"] += len(entries) - len(new)
+        for fut, key, (score, extra) in hits:
+            fut.set_result(Result(score=score, extra=extra, cached=True, key=key.hex()))
+        self.counts["cache_hits"] += len(hits)
+        self.counts["deduplicated"] += len(entries) - len(new) - len(hits)
         return Registration(futures, new, hand_on)
 
     def claim(self, tasks: Sequence[Pending]) -> list[Pending]:
@@ -130,7 +144,11 @@ class PendingTable:
         return claimed
 
     def resolve(self, done: Sequence[Resolution]) -> None:
-        """Resolve tasks from their outcomes (the first outcome of a task wins); cache the scores."""
+        """Resolve tasks from their outcomes (the first outcome of a task wins); cache the scores.
+
+        The scores are cached before the tasks leave the table, under its lock, so
+        an identical submission at any moment finds either the task or its score.
+        """
         now = time.monotonic()
         with self._lock:
             pending = self._pending
@@ -141,22 +159,20 @@ class PendingTable:
                     del pending[p.key]
                     p.resolved = True
                     fresh.append(d)
-        to_cache = []
+            # the disk cache records each row's reward
+            self._cache(self.cache.put_many, [(d[0].key, d[1], d[2] or {}, d[0].reward) for d in fresh
+                                              if d[3] is None and d[1] is not None])
         failed = 0
         for p, score, extra, error, worker, compute_s in fresh:
-            extra = extra or {}
-            if error is None and score is not None:
-                to_cache.append((p.key, score, extra, p.reward))  # the disk cache records each row's reward
-            else:
+            if error is not None or score is None:
                 score = self.fallback_score
                 failed += 1
             p.future.set_result(Result(
-                score=score, extra=extra, error=error, attempts=p.attempts, worker=worker,
+                score=score, extra=extra or {}, error=error, attempts=p.attempts, worker=worker,
                 latency_s=now - p.submitted, compute_s=compute_s, key=p.key.hex(),
             ))
         self.counts["failed"] += failed
         self.counts["resolved"] += len(fresh)
-        self._cache(self.cache.put_many, to_cache)
 
     def resolve_cached(self, tasks: list[Pending], found: dict[bytes, tuple[float, dict]]) -> None:
         """Resolve tasks whose results a slower cache tier had (the memory tier learns them)."""

@@ -121,7 +121,9 @@ def test_close_racing_registrations_from_other_threads_leaves_no_future_pending(
     for th in threads:
         th.start()
     start.wait()
-    time.sleep(0.01)
+    deadline = time.monotonic() + 30
+    while len(got) < 1000 and time.monotonic() < deadline:  # both are registering (waits on progress, not on a clock)
+        time.sleep(0.001)
     t.close("the producer closed")
     for th in threads:
         th.join(60)
