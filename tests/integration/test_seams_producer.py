@@ -67,3 +67,10 @@ def test_close_racing_a_large_submission_leaves_no_future_pending():
     assert "closed" in out or futures
     with pytest.raises(ProducerClosed):
         p.submit("spin", {"ms": 0, "i": -1})
+
+
+def test_random_interleavings_of_submit_close_and_a_failing_disk_tier_lose_nothing(tmp_path):
+    from tests.chaos_scenarios.seams_producer import submit_close_interleavings
+
+    o = submit_close_interleavings(tmp_path, 500, rounds=2, threads=3, seed=7)
+    assert o.tasks > 0 and o.lost == 0 and o.innocent == 0 and o.paid_twice == 0, o
