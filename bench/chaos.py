@@ -58,6 +58,7 @@ def scenarios(quick: bool) -> list:
         ("rogue", lambda d: chaos.rogue_peer(d, n(5_000))),
         ("rogue-busy", lambda d: chaos.rogue_peer(d, n(2_000), busy=True, task_timeout_s=1.0, wait_s=15)),
         ("key", lambda d: chaos.key_leak(d, n(100) // 2)),
+        ("submit-close", lambda d: chaos.submit_close_interleavings(d, n(5_000), rounds=4)),
     ]
 
 

@@ -21,6 +21,8 @@ The modules, by scenario family:
 * ``producer``: a killed trainer with the disk cache, scoring with a judge;
 * ``judges``: a judge's 503s, resets and hangs; the API key searched for everywhere;
 * ``peers``: garbage on every reachable socket; a rogue peer;
+* ``seams_*``: faults between components (issue 18): ``seams_producer``, several
+  threads submitting while a cache tier raises and another thread closes;
 
 and what they share: ``measure`` (``Outcome`` and its counts), ``processes``
 (pools, ports, waiting), ``recording_judge`` (the judge that counts).
@@ -36,6 +38,7 @@ from .peers import garbage, rogue_peer
 from .processes import HB
 from .producer import producer_sigkill_judge
 from .recording_judge import RecordingJudge
+from .seams_producer import submit_close_interleavings
 from .workers import hung_tasks, pool_sigkill, worker_sigkill, worker_sigstop
 
 __all__ = [
@@ -44,4 +47,5 @@ __all__ = [
     "producer_sigkill_judge",
     "judge_faults", "key_leak",
     "garbage", "rogue_peer",
+    "submit_close_interleavings",
 ]
