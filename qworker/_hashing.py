@@ -1,15 +1,16 @@
 """Task identity: a blake2b-128 hash of a canonical encoding.
 
 ``task_key(reward, params, payload, version)`` hashes the reward's name, its
-declared ``version`` (``@reward(..., version="2")``, when the producer knows
-it), its params and the payload, with every map's keys sorted, so two payloads
-that compare equal as JSON-like values get the same key whatever their key
-order.  Tuples encode as lists.  Changing a judge prompt, a weight or a
-reward's version never returns a stale cached score; changing a reward's *code*
-without bumping its version does (the hash cannot see code).
+``version``, its params and the payload, with every map's keys sorted, so two
+payloads that compare equal as JSON-like values get the same key whatever their
+key order.  Tuples encode as lists.  The version is the one the reward declares
+(``@reward(..., version="2")``), else a fingerprint of its code
+(``_fingerprint``), when the producer knows the reward.  Changing a judge
+prompt, a weight, a reward's code or its declared version never returns a
+stale cached score.
 
-A reward without a version hashes exactly as before versions existed, so
-existing cache files stay valid.
+``version=None`` (a reward the producer does not know) gives the prefix of a
+reward without a version.
 
 ``encode_payload`` returns the canonical msgpack bytes of the payload, which are
 both hashed and sent to the worker, so a payload is packed once.

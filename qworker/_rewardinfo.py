@@ -35,6 +35,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from . import _registry
 from ._exceptions import ConfigError, RewardError
+from ._fingerprint import code_fingerprint
 from ._registry import RewardSpec
 
 __all__ = ["RewardBook"]
@@ -95,6 +96,7 @@ class RewardBook:
                         "and their params are not checked here)", line)
         self.complete = complete and not self.import_errors
         self._signatures: dict[Callable, _Signature] = {}
+        self._fingerprints: dict[Callable, str] = {}
         self._unknown: set[str] = set()  # names looked up and not found (warned once)
         self._unimportable: set[str] = set()  # module:function names that did not import here
         self._lock = threading.Lock()
@@ -115,12 +117,19 @@ class RewardBook:
         return sorted(n for n in _registry.registered() if ":" not in n)
 
     def version(self, name: str) -> Optional[str]:
-        """The version hashed for ``name``'s tasks (None: unversioned, or unknown here, warned once)."""
+        """What ``name``'s tasks hash besides name, params and payload: its declared ``version``, else its
+        code fingerprint (``_fingerprint``); None when unknown here (warned once)."""
         spec = self.spec(name)
         if spec is None:
             self._warn_unknown(name)
             return None
-        return spec.version
+        if spec.version is not None:
+            return spec.version
+        fp = self._fingerprints.get(spec.fn)
+        if fp is None:
+            # NUL cannot appear in a declared version: a fingerprint never equals one
+            fp = self._fingerprints[spec.fn] = "\0code " + code_fingerprint(spec.fn)
+        return fp
 
     def _warn_unknown(self, name: str) -> None:
         with self._lock:

@@ -1,0 +1,65 @@
+"""A reward's code is part of its cache identity unless it declares a version (issue 20, item 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from qworker._fingerprint import code_fingerprint
+
+REWARD = '''
+from qworker import reward
+
+@reward("t_fp_edited"{version})
+def edited(payload):
+    return {score}
+'''
+
+RUN = '''
+import json, sys
+from qworker import Producer
+path, db = sys.argv[1], sys.argv[2]
+with Producer(local_workers=1, reward_modules=[path], cache_path=db) as p:
+    [r] = p.map("t_fp_edited", [{"x": 1}], timeout=60)
+print(json.dumps({"score": r.score, "cached": r.cached, "error": r.error}))
+'''
+
+
+def test_the_fingerprint_follows_the_code_and_only_the_code():
+    def a(payload):
+        return 1.0
+
+    def b(payload):
+        return 2.0
+
+    def a_again(payload):
+        return 1.0
+
+    assert code_fingerprint(a) == code_fingerprint(a) == code_fingerprint(a_again)  # names and lines do not count
+    assert code_fingerprint(a) != code_fingerprint(b)
+
+
+def _score_twice(tmp: Path, version: str) -> tuple[dict, dict]:
+    path, db, script = tmp / "edited_reward.py", tmp / "cache.sqlite", tmp / "run.py"
+    script.write_text(RUN)
+    out = []
+    for score in ("1.0", "2.0"):  # the user edits the reward between the two runs
+        path.write_text(textwrap.dedent(REWARD.format(version=version, score=score)))
+        done = subprocess.run([sys.executable, str(script), str(path), str(db)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        out.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return out[0], out[1]
+
+
+def test_an_edited_reward_is_scored_again_not_served_from_the_cache(tmp_path):
+    first, second = _score_twice(tmp_path, "")
+    assert (first["score"], first["cached"]) == (1.0, False)
+    assert (second["score"], second["cached"]) == (2.0, False)
+
+
+def test_a_declared_version_keeps_scores_across_edits(tmp_path):
+    first, second = _score_twice(tmp_path, ', version="1"')
+    assert (first["score"], second["score"], second["cached"]) == (1.0, 1.0, True)
