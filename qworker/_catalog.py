@@ -152,6 +152,7 @@ class Catalog:
                 raise RewardError(f"reward {name!r} is a composite: give params to its components in the config, not at submission")
             return self._composite(name, entry)
         plain = self._plain(name, dict(params or {}), ())
+        self.book.check_runnable(plain.reward, name)
         # the params tasks will carry: unknown names were checked at start for the config's own
         self.book.check_params(plain.reward, plain.params, f"params for reward {name!r}", complete=True)
         return plain

@@ -22,7 +22,7 @@ from . import _composite, _config, _discovery, _metrics
 from ._catalog import Catalog, Composite
 from ._dispatcher import Dispatcher
 from ._errors import ErrorKind
-from ._exceptions import PoolStartError, ProducerClosed
+from ._exceptions import PoolStartError, ProducerClosed, QworkerError
 from ._hashing import encode_payload, key_prefix, new_packer, params_fingerprint
 from ._options import PoolOptions, ProducerOptions
 from ._pending import PendingTable
@@ -68,6 +68,12 @@ class Producer:
     ) -> None:
         """``overrides`` are ``ProducerOptions`` fields (``local_workers=4``, ``bind=...``, ...);
         they win over ``options``, which wins over the config's ``producer:`` section."""
+        worker = os.environ.get("QWORKER_WORKER_ID")
+        if worker:  # a worker importing a reward module that is a script without the guard: no pools in pools
+            raise QworkerError(
+                f"Producer() was called inside qworker worker {worker}: a script named as a reward module runs its "
+                "top-level code in every worker that imports it; put the training code under "
+                "'if __name__ == \"__main__\":' (as multiprocessing requires)")
         loaded = _config.load(config)
         unknown = set(overrides) - set(ProducerOptions.yaml_keys())
         if unknown:

@@ -167,6 +167,17 @@ def load_modules(modules: list[str]) -> list[str]:
     return errors
 
 
+def unimportable_origin(fn: Callable) -> Optional[str]:
+    """Where ``fn`` was defined, if no worker process can import it from there (a REPL, a notebook,
+    ``python -c``, ``python -``); None when its module can be imported or forwarded."""
+    if getattr(fn, "__module__", None) != "__main__":
+        return None
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if path and os.path.isfile(path):
+        return None
+    return "an interactive session (a REPL, a notebook, or python -c)" if not path else f"{path!r} (standard input)"
+
+
 def modules_to_forward() -> list[str]:
     """Modules a local pool must import to know the rewards registered here."""
     out: list[str] = []
@@ -176,8 +187,8 @@ def modules_to_forward() -> list[str]:
             continue
         if module == "__main__":
             path = getattr(sys.modules["__main__"], "__file__", None)
-            if path is None:
-                continue  # an interactive session: nothing importable to forward
+            if path is None or unimportable_origin(spec.fn) is not None:
+                continue  # nothing importable to forward: its tasks are refused at submission
             module = os.path.abspath(path)
         if module not in out:
             out.append(module)

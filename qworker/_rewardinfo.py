@@ -26,6 +26,7 @@ anything.  ``llm_judge`` is not checked here: its gate checks its own params.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import logging
 import os
@@ -149,6 +150,30 @@ class RewardBook:
             self._warn_unknown(name)
             return
         raise ConfigError(f"{where}: {name!r} is not a known reward; known rewards: {', '.join(self.known_names())}")
+
+    def check_runnable(self, name: str, asked: str) -> None:
+        """Raise ``RewardError`` at submission for a reward no worker can run: a name unknown here, or a
+        function defined where no worker can import it from.  Only a warning (once) when a remote pool
+        this process cannot see may bring it (``complete`` is false), or for ``module:function`` names."""
+        spec = self.spec(name)
+        if spec is None:
+            if ":" in name or not self.complete:
+                return  # version() warns once
+            near = difflib.get_close_matches(name, self.known_names(), 3)
+            hint = f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
+            raise RewardError(f"unknown reward {asked!r}{hint} (known rewards: {', '.join(self.known_names())})")
+        origin = _registry.unimportable_origin(spec.fn)
+        if origin is None:
+            return
+        why = (f"reward {name!r} is defined in {origin}, which worker processes cannot import: put it in a module file "
+               "and name it in Producer(reward_modules=['my_rewards']) (or a .py path)")
+        if self.complete:
+            raise RewardError(why)
+        with self._lock:
+            if name in self._unknown:
+                return
+            self._unknown.add(name)
+        log.warning("qworker: %s; only a remote pool that registers it can run it", why)
 
     def check_params(self, name: str, params: Mapping[str, object], where: str, *, complete: bool) -> None:
         """Raise ``ConfigError`` if ``name``'s function cannot take ``params``.
