@@ -63,7 +63,7 @@ class Scheduler:
         self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
         self.queue: deque[Pending] = deque()  # waiting for credit; retries go first
         self.gates: list[Gate] = []  # tasks waiting for an endpoint's capacity
-        self.stats = {"dropped_frames": 0, "duplicate_results": 0, "redelivered": 0}
+        self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
         self._import_errors_logged: set[str] = set()
 
     # input --------------------------------------------------------------------
@@ -89,10 +89,17 @@ class Scheduler:
         fleet = self.fleet
         if isinstance(msg, wire.Results):
             w = fleet.workers.get(peer.decode(errors="replace"))
-            if w is not None:
-                w.sync_credit(msg.granted, msg.received)
-                w.last_seen = now
-            self._on_results(w, peer, msg.results, now)
+            if w is None or w.quarantined:
+                # Its leases were released and redelivered when it was lost or quarantined; what it says
+                # about them now (a stranger's or a rogue's word) must not resolve a task.
+                self.stats["dropped_results"] += len(msg.results)
+                self.drop(peer, f"{len(msg.results)} results from a {'quarantined' if w else 'unknown'} peer")
+                if w is not None:
+                    w.last_seen = now
+                return
+            w.sync_credit(msg.granted, msg.received)
+            w.last_seen = now
+            self._on_results(w, msg.results, now)
         elif isinstance(msg, wire.Ready):
             self._on_ready(peer, msg, now)
         elif isinstance(msg, wire.PoolReport):
@@ -142,18 +149,17 @@ class Scheduler:
         w.vanished += 1
         held = self.fleet.release(w)
         if w.vanished >= QUARANTINE_AFTER and not w.quarantined:
-            w.quarantined = True
+            self.fleet.quarantine(w)
             log.warning("qworker: worker %s (pool %s, host %s) took %d tasks and neither ran nor returned them, %d times; "
                         "quarantined: nothing more is sent to it", w.id, w.pool, w.host, len(held), w.vanished)
         self._requeue(w, held, reason, guilty=None)
 
-    def _on_results(self, w: Optional[WorkerState], peer: bytes, results: list[wire.TaskResult], now: float) -> None:
-        worker_id = w.id if w is not None else peer.decode(errors="replace")
-        if w is not None and results:
+    def _on_results(self, w: WorkerState, results: list[wire.TaskResult], now: float) -> None:
+        if results:
             w.last_progress = now
         done: list[Resolution] = []
         for key, score, extra, error, compute_s, outcome in results:
-            p = w.leases.pop(key, None) if w is not None else None
+            p = w.leases.pop(key, None)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
                 if p is None:
@@ -174,12 +180,11 @@ class Scheduler:
                     continue
                 if error is not None and (p.tries or p.throttled):
                     error = f"{error} (after {p.tries + p.throttled + 1} calls)"
-            if w is not None:
-                if error is None:
-                    w.done += 1
-                else:
-                    w.failed += 1
-            done.append((p, score, extra, error, worker_id, compute_s))
+            if error is None:
+                w.done += 1
+            else:
+                w.failed += 1
+            done.append((p, score, extra, error, w.id, compute_s))
         self.table.resolve(done)
 
     def _on_lost(self, lost: wire.Lost) -> None:

@@ -19,6 +19,7 @@ Binding a non-loopback address without CURVE is refused unless the caller says
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import threading
@@ -74,12 +75,26 @@ def _load(path: str, *, secret: bool) -> tuple[bytes, Optional[bytes]]:
     return public_key, secret_key
 
 
+LOCAL_SCHEMES = ("ipc://", "inproc://")  # local by construction: a path on this host, or this process
+
+
 def is_loopback(endpoint: str) -> bool:
-    """True for ``ipc://`` and ``inproc://`` endpoints and TCP on 127.0.0.0/8, localhost or ::1."""
-    if not endpoint.startswith("tcp://"):
+    """True for ``ipc://`` and ``inproc://`` endpoints and TCP on 127.0.0.0/8, localhost or ::1.
+
+    Every other transport (``tipc://``, ``pgm://``, ``epgm://``, ``vmci://``, ``udp://``, ...) reaches
+    beyond this host, or may: it needs CURVE or ``insecure`` like a non-loopback TCP address.
+    """
+    if endpoint.startswith(LOCAL_SCHEMES):
         return True
+    if not endpoint.startswith("tcp://"):
+        return False
     host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
-    return host == "localhost" or host == "::1" or host.startswith("127.")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback  # 127.0.0.0/8 and ::1; not a name like 127.example.com
+    except ValueError:
+        return False  # "*", an interface name, or a host name: it may reach beyond this host
 
 
 def check_bind(endpoint: str, curve: Optional[Curve], *, insecure: bool) -> None:
