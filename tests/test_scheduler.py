@@ -330,7 +330,7 @@ def test_results_from_a_quarantined_peer_resolve_nothing_and_are_counted():
     s.dispatch(t)
     sent = [k for k, *_ in stub.tasks_to("good")]
     results(s, "good", sent, granted=100, received=len(sent), now=t)
-    assert all(f.result(timeout=0).score == 1.0 and f.result().extra is None for f in futs)
+    assert all(f.result(timeout=0).score == 1.0 and not f.result().extra for f in futs)
 
 
 def test_results_from_an_unknown_peer_resolve_nothing_and_are_counted():
