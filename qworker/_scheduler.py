@@ -31,6 +31,8 @@ import math
 from collections import deque
 from typing import Callable, Iterable, Optional
 
+import msgpack
+
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
 from ._pending import Pending, PendingTable, Resolution
@@ -46,6 +48,26 @@ MAX_BATCH = 512  # tasks per TASKS message
 REVOKE_EVERY_S = 0.05  # at most one REVOKE per worker per this interval
 MAX_DELIVERIES_FACTOR = 3  # deliveries of a task, charged or not, at most this times max_attempts
 QUARANTINE_AFTER = 2  # a worker is quarantined the second time its leases vanish
+TASK_OVERHEAD = 64  # msgpack bytes of a task besides its payload, reward name and params (an upper bound)
+MESSAGE_OVERHEAD = 64  # bytes of a TASKS message besides its tasks
+
+
+class _TaskSizer:
+    """Upper bounds on tasks' sizes in a TASKS message.  The params of a batch of tasks are one shared
+    dict (one ``submit_batch``), so their packed size is computed once per run of the same dict."""
+
+    __slots__ = ("_params", "_reward", "_fixed")
+
+    def __init__(self) -> None:
+        self._params: Optional[dict] = None
+        self._reward = ""
+        self._fixed = 0
+
+    def task_bytes(self, p: Pending) -> int:
+        if p.params is not self._params or p.reward is not self._reward:
+            self._params, self._reward = p.params, p.reward
+            self._fixed = TASK_OVERHEAD + len(msgpack.packb([p.reward, p.params], use_bin_type=True))
+        return len(p.payload) + self._fixed
 
 Send = Callable[[bytes, wire.Message], bool]
 
@@ -65,6 +87,7 @@ class Scheduler:
         self.gates: list[Gate] = []  # tasks waiting for an endpoint's capacity
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
         self._import_errors_logged: set[str] = set()
+        self._sizer = _TaskSizer()
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
@@ -307,14 +330,22 @@ class Scheduler:
             leased: list[Pending] = []
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
-            room = self.max_message_bytes // 2  # a batch stays well under the frame cap
-            while queue and len(batch) < limit and (not batch or len(queue[0].payload) < room):
-                p = queue.popleft()
-                room -= len(p.payload) + 64
+            room = self.max_message_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
+            while queue and len(batch) < limit:
+                p = queue[0]
                 if p.resolved:  # resolved meanwhile (a late result of an earlier delivery)
+                    queue.popleft()
                     if p.gate is not None:
                         p.gate.forget(p)
                     continue
+                size = self._sizer.task_bytes(p)
+                if batch and size > room:
+                    break
+                queue.popleft()
+                if size + MESSAGE_OVERHEAD > self.max_message_bytes:  # no worker could receive it
+                    self._fail_oversized(p, size)
+                    continue
+                room -= size
                 p.deliver()
                 p.holder = w
                 w.leases[p.key] = p
@@ -333,6 +364,13 @@ class Scheduler:
                 self._lose(w, "unreachable")
             if not queue:
                 return
+
+    def _fail_oversized(self, p: Pending, size: int) -> None:
+        if p.gate is not None:
+            p.gate.forget(p)
+        self.table.resolve([(p, None, None, ErrorKind.BAD_PAYLOAD.error(
+            f"the task is {size} bytes encoded (payload, reward name and params), over the {self.max_message_bytes}-byte "
+            "message limit (max_message_bytes); keep max_payload_bytes and params well under it"), "", 0.0)])
 
     # status ---------------------------------------------------------------------
     def in_flight(self) -> int:

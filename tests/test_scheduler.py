@@ -343,3 +343,21 @@ def test_results_from_an_unknown_peer_resolve_nothing_and_are_counted():
     assert not any(f.done() for f in futs) and s.stats["dropped_results"] == 3 and s.stats["dropped_frames"] == 1
     results(s, "a", keys, granted=3, received=3, now=0.2)
     assert all(f.result(timeout=0).score == 1.0 for f in futs)
+
+
+def test_task_batches_are_cut_by_bytes_counting_params_and_an_oversized_task_fails_alone():
+    s, stub, table = make()  # 1 MiB frames
+    params = {"reference": "r" * 20_000}  # one dict shared by the batch, as submit_batch does
+    entries = [(i.to_bytes(16, "big"), b"p" * 30_000) for i in range(100)]
+    entries[50] = (entries[50][0], b"p" * (2 << 20))  # alone it is over the frame limit
+    futs, new = table.add(entries, reward="noop", params=params, timeout_s=None, gate=None, now=0.0)
+    s.add(new)
+    ready(s, "a", granted=500)
+    for i in range(200):
+        s.dispatch(i / 100)
+    batches = [m for _, m in stub.take() if isinstance(m, wire.Tasks)]
+    assert len(batches) > 1 and sum(len(b.tasks) for b in batches) == 99
+    assert all(len(wire.encode(b)[1]) <= (1 << 20) // 2 + 64 for b in batches)  # well under the frame limit
+    bad = futs[50].result(timeout=0)
+    assert bad.error_kind == "bad_payload" and f"{1 << 20}-byte message limit" in bad.error and bad.attempts == 0
+    assert not any(f.done() for i, f in enumerate(futs) if i != 50)
