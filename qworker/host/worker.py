@@ -37,7 +37,7 @@ from .._exceptions import CallFailed, RewardError
 from .._options import WorkerOptions
 from .._registry import EndpointCall, load_modules, registered, resolve
 from ..transport import wire
-from ..transport.sockets import make_socket, readable
+from ..transport.sockets import Redialer, make_socket, readable
 from .slot import TaskSlot
 
 log = logging.getLogger("qworker.worker")
@@ -168,6 +168,7 @@ class Worker:
             self.sock.send_multipart(wire.encode(msg), copy=True, flags=zmq.NOBLOCK)
         except zmq.Again:
             log.debug("%s: no producer connected; dropped a %s", self.options.worker_id, type(msg).__name__)
+            self.redial.no_peer()  # a producer that refused our key may admit it later
 
     def _ready(self) -> None:
         self._top_up()
@@ -302,6 +303,7 @@ class Worker:
             self.ctx, zmq.DEALER, connect=self.options.connect, identity=self.options.worker_id.encode(),
             max_message_bytes=self.options.max_message_bytes, linger_ms=1000, curve=self.options.curve(),
         )
+        self.redial = Redialer(self.sock, str(self.options.connect))
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
