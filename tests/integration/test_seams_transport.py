@@ -132,3 +132,11 @@ def test_a_key_added_after_start_is_admitted_without_a_restart(keys):
             stop(late)
     assert all(r.ok and r.worker.startswith("late/") for r in results)
     print(f"pool late admitted {took:.1f} s after its key was added")
+
+
+def test_the_big_results_chaos_scenario_loses_nothing_and_fails_only_the_over_limit_ones(tmp_path):
+    from tests.chaos_scenarios.seams_transport import big_results
+
+    out = big_results(tmp_path, 50)
+    assert out.ok, out
+    assert len(out.detail["over_limit"]) == 2 and not out.detail["quarantined"]
