@@ -22,6 +22,13 @@ to it, and the tasks it swallowed are redelivered free.  Leases vanish when a
 peer says it is idle while holding them, or when a peer no pool vouches for
 holds tasks and returns nothing for longer than their hard limit (a pool's
 watchdog enforces that limit on its own workers; nothing does for a stranger).
+Quarantine is by peer identity and outlasts a BYE or a loss.  Results from a
+quarantined peer, or from a peer that is not a known worker, resolve nothing:
+they are counted (``dropped_results``, and one dropped frame per message).
+
+A TASKS message holds at most half of ``max_message_bytes`` of tasks (payload,
+reward name and params counted), or one bigger task alone; a task that fits no
+frame fails as ``bad_payload`` instead of being sent.
 """
 
 from __future__ import annotations
