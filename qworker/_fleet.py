@@ -65,6 +65,9 @@ class Fleet:
         self.workers: dict[str, WorkerState] = {}
         self.pools: dict[str, PoolState] = {}
         self.retired: set[str] = set()  # workers that said BYE or were declared lost
+        # Quarantine is by identity and outlives the WorkerState: a peer that says BYE then READY,
+        # or is lost and comes back, is still sent nothing.  (A pool's respawned worker has a new id.)
+        self.quarantined: set[str] = set()
 
     def on_ready(self, msg: wire.Ready, now: float) -> tuple[WorkerState, bool]:
         """Record a READY; returns the worker and whether it is new."""
@@ -73,11 +76,16 @@ class Fleet:
         if w is None:
             if msg.worker in self.retired:
                 self.retired.discard(msg.worker)  # it came back (e.g. after a network partition)
-            w = WorkerState(msg.worker, msg.pool, msg.pid, msg.host, sent=msg.received)
+            w = WorkerState(msg.worker, msg.pool, msg.pid, msg.host, sent=msg.received, quarantined=msg.worker in self.quarantined)
             self.workers[msg.worker] = w
         w.sync_credit(msg.granted, msg.received)
         w.last_seen = now
         return w, new
+
+    def quarantine(self, w: WorkerState) -> None:
+        """Send ``w`` nothing more, and accept no result from it, for as long as this producer runs."""
+        w.quarantined = True
+        self.quarantined.add(w.id)
 
     def on_pool_report(self, msg: wire.PoolReport, now: float) -> PoolState:
         p = self.pools.get(msg.pool)

@@ -160,8 +160,8 @@ class RewardBook:
             if ":" in name or not self.complete:
                 return  # version() warns once
             near = difflib.get_close_matches(name, self.known_names(), 3)
-            hint = f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
-            raise RewardError(f"unknown reward {asked!r}{hint} (known rewards: {', '.join(self.known_names())})")
+            hint = f" (did you mean {' or '.join(map(repr, near))}?)" if near else ""
+            raise RewardError(f"{asked!r} is not a known reward; known rewards: {', '.join(self.known_names())}{hint}")
         origin = _registry.unimportable_origin(spec.fn)
         if origin is None:
             return

@@ -22,6 +22,13 @@ to it, and the tasks it swallowed are redelivered free.  Leases vanish when a
 peer says it is idle while holding them, or when a peer no pool vouches for
 holds tasks and returns nothing for longer than their hard limit (a pool's
 watchdog enforces that limit on its own workers; nothing does for a stranger).
+Quarantine is by peer identity and outlasts a BYE or a loss.  Results from a
+quarantined peer, or from a peer that is not a known worker, resolve nothing:
+they are counted (``dropped_results``, and one dropped frame per message).
+
+A TASKS message holds at most half of ``max_message_bytes`` of tasks (payload,
+reward name and params counted), or one bigger task alone; a task that fits no
+frame fails as ``bad_payload`` instead of being sent.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import logging
 import math
 from collections import deque
 from typing import Callable, Iterable, Optional
+
+import msgpack
 
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
@@ -47,6 +56,26 @@ MAX_BATCH = 512  # tasks per TASKS message
 REVOKE_EVERY_S = 0.05  # at most one REVOKE per worker per this interval
 MAX_DELIVERIES_FACTOR = 3  # deliveries of a task, charged or not, at most this times max_attempts
 QUARANTINE_AFTER = 2  # a worker is quarantined the second time its leases vanish
+TASK_OVERHEAD = 64  # msgpack bytes of a task besides its payload, reward name and params (an upper bound)
+MESSAGE_OVERHEAD = 64  # bytes of a TASKS message besides its tasks
+
+
+class _TaskSizer:
+    """Upper bounds on tasks' sizes in a TASKS message.  The params of a batch of tasks are one shared
+    dict (one ``submit_batch``), so their packed size is computed once per run of the same dict."""
+
+    __slots__ = ("_params", "_reward", "_fixed")
+
+    def __init__(self) -> None:
+        self._params: Optional[dict] = None
+        self._reward = ""
+        self._fixed = 0
+
+    def task_bytes(self, p: Pending) -> int:
+        if p.params is not self._params or p.reward is not self._reward:
+            self._params, self._reward = p.params, p.reward
+            self._fixed = TASK_OVERHEAD + len(msgpack.packb([p.reward, p.params], use_bin_type=True))
+        return len(p.payload) + self._fixed
 
 Send = Callable[[bytes, wire.Message], bool]
 
@@ -64,8 +93,9 @@ class Scheduler:
         self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
         self.queue: deque[Pending] = deque()  # waiting for credit; retries go first
         self.gates: list[TaskGate] = []  # tasks waiting for an endpoint's capacity
-        self.stats = {"dropped_frames": 0, "duplicate_results": 0, "redelivered": 0}
+        self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
         self._import_errors_logged: set[str] = set()
+        self._sizer = _TaskSizer()
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
@@ -90,10 +120,17 @@ class Scheduler:
         fleet = self.fleet
         if isinstance(msg, wire.Results):
             w = fleet.workers.get(peer.decode(errors="replace"))
-            if w is not None:
-                w.sync_credit(msg.granted, msg.received)
-                w.last_seen = now
-            self._on_results(w, peer, msg.results, now)
+            if w is None or w.quarantined:
+                # Its leases were released and redelivered when it was lost or quarantined; what it says
+                # about them now (a stranger's or a rogue's word) must not resolve a task.
+                self.stats["dropped_results"] += len(msg.results)
+                self.drop(peer, f"{len(msg.results)} results from a {'quarantined' if w else 'unknown'} peer")
+                if w is not None:
+                    w.last_seen = now
+                return
+            w.sync_credit(msg.granted, msg.received)
+            w.last_seen = now
+            self._on_results(w, msg.results, now)
         elif isinstance(msg, wire.Ready):
             self._on_ready(peer, msg, now)
         elif isinstance(msg, wire.PoolReport):
@@ -143,18 +180,17 @@ class Scheduler:
         w.vanished += 1
         held = self.fleet.release(w)
         if w.vanished >= QUARANTINE_AFTER and not w.quarantined:
-            w.quarantined = True
+            self.fleet.quarantine(w)
             log.warning("qworker: worker %s (pool %s, host %s) took %d tasks and neither ran nor returned them, %d times; "
                         "quarantined: nothing more is sent to it", w.id, w.pool, w.host, len(held), w.vanished)
         self._requeue(w, held, reason, guilty=None)
 
-    def _on_results(self, w: Optional[WorkerState], peer: bytes, results: list[wire.TaskResult], now: float) -> None:
-        worker_id = w.id if w is not None else peer.decode(errors="replace")
-        if w is not None and results:
+    def _on_results(self, w: WorkerState, results: list[wire.TaskResult], now: float) -> None:
+        if results:
             w.last_progress = now
         done: list[Resolution] = []
         for key, score, extra, error, compute_s, outcome in results:
-            p = w.leases.pop(key, None) if w is not None else None
+            p = w.leases.pop(key, None)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
                 if p is None:
@@ -175,12 +211,11 @@ class Scheduler:
                     continue
                 if error is not None and (p.tries or p.throttled):
                     error = f"{error} (after {p.tries + p.throttled + 1} calls)"
-            if w is not None:
-                if error is None:
-                    w.done += 1
-                else:
-                    w.failed += 1
-            done.append((p, score, extra, error, worker_id, compute_s))
+            if error is None:
+                w.done += 1
+            else:
+                w.failed += 1
+            done.append((p, score, extra, error, w.id, compute_s))
         self.table.resolve(done)
 
     def _on_lost(self, lost: wire.Lost) -> None:
@@ -303,14 +338,22 @@ class Scheduler:
             leased: list[Pending] = []
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
-            room = self.max_message_bytes // 2  # a batch stays well under the frame cap
-            while queue and len(batch) < limit and (not batch or len(queue[0].payload) < room):
-                p = queue.popleft()
-                room -= len(p.payload) + 64
+            room = self.max_message_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
+            while queue and len(batch) < limit:
+                p = queue[0]
                 if p.resolved:  # resolved meanwhile (a late result of an earlier delivery)
+                    queue.popleft()
                     if p.gate is not None:
                         p.gate.forget(p)
                     continue
+                size = self._sizer.task_bytes(p)
+                if batch and size > room:
+                    break
+                queue.popleft()
+                if size + MESSAGE_OVERHEAD > self.max_message_bytes:  # no worker could receive it
+                    self._fail_oversized(p, size)
+                    continue
+                room -= size
                 p.deliver()
                 p.holder = w
                 w.leases[p.key] = p
@@ -329,6 +372,13 @@ class Scheduler:
                 self._lose(w, "unreachable")
             if not queue:
                 return
+
+    def _fail_oversized(self, p: Pending, size: int) -> None:
+        if p.gate is not None:
+            p.gate.forget(p)
+        self.table.resolve([(p, None, None, ErrorKind.BAD_PAYLOAD.error(
+            f"the task is {size} bytes encoded (payload, reward name and params), over the {self.max_message_bytes}-byte "
+            "message limit (max_message_bytes); keep max_payload_bytes and params well under it"), "", 0.0)])
 
     # status ---------------------------------------------------------------------
     def in_flight(self) -> int:

@@ -83,6 +83,7 @@ class ProducerStatus(TypedDict):
     deduplicated: int
     cache_entries: int
     dropped_frames: int
+    dropped_results: int  # results from quarantined or unknown peers: they resolve nothing
     duplicate_results: int
     redelivered: int
 

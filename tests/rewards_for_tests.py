@@ -70,3 +70,9 @@ def io_wait(payload: dict) -> dict:
 def io_hang(payload: dict) -> float:
     time.sleep(60)
     return 1.0
+
+
+@reward("big_extra")
+def big_extra(payload: dict) -> dict:
+    """Returns an ``extra`` of ``payload["bytes"]`` bytes (a blob of one repeated byte), score ``payload["i"]``."""
+    return {"score": float(payload["i"]), "blob": bytes([payload["i"] % 251]) * payload["bytes"]}

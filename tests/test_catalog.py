@@ -101,7 +101,10 @@ def test_params_at_submission_are_checked():
         c.resolve("math_strict", {"strikt": False})
     with pytest.raises(ConfigError, match="unknown params 'a', 'b' for reward 'gsm8k'; it takes: format_score, score"):
         c.resolve("gsm8k", {"a": 1, "b": 2})
-    assert c.resolve("no_such_reward", {"a": 1}) == Plain("no_such_reward", {"a": 1})  # unknown here: the workers say
+    with pytest.raises(RewardError, match="'no_such_reward' is not a known reward"):  # no worker can have it
+        c.resolve("no_such_reward", {"a": 1})
+    remote = Catalog(remote=True)  # a remote pool may bring it: the workers say
+    assert remote.resolve("no_such_reward", {"a": 1}) == Plain("no_such_reward", {"a": 1})
     assert c.resolve("llm_judge", {"modle": "m"}).params == {"modle": "m"}  # the judge's gate checks its own
 
 

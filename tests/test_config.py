@@ -39,7 +39,7 @@ def test_missing_file_is_a_config_error(tmp_path):
 
 def test_producer_takes_a_config_dict():
     with Producer(config={"producer": {"local_workers": 1, "fallback_score": -1.0}}) as p:
-        [r] = p.map("no_such_reward_z", [{}])
+        [r] = p.map("no_such_module_z:fn", [{}])
     assert r.error and r.score == -1.0
     with pytest.raises(ConfigError):
         Producer(config={"producer": {"local_wrokers": 1}})

@@ -51,10 +51,10 @@ def test_params_are_part_of_the_identity(producer):
 
 
 def test_failures_are_explicit_never_a_silent_zero(producer):
-    boom, unknown, bad, ok = producer.map("boom", [{"i": 1}]) + producer.map("no_such_reward", [{}]) + \
+    boom, unknown, bad, ok = producer.map("boom", [{"i": 1}]) + producer.map("no_such_module_q:fn", [{}]) + \
         producer.map("not_a_score", [{}]) + producer.map("noop", [{}])
     assert boom.error_kind == "reward_error" and "RuntimeError: boom on 1" in boom.error
-    assert unknown.error_kind == "unknown_reward" and "no_such_reward" in unknown.error
+    assert unknown.error_kind == "unknown_reward" and "no_such_module_q" in unknown.error  # a path only a worker could import
     assert bad.error_kind == "bad_result" and "str" in bad.error
     assert ok.ok
     assert boom.score == unknown.score == bad.score == 0.0  # the fallback, flagged by error

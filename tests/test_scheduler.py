@@ -287,3 +287,78 @@ def test_a_worker_its_pool_vouches_for_may_run_long():
         s.handle(b"pool:pool", report, float(t))
         s.housekeeping(float(t))
     assert len(s.fleet.workers["w"].leases) == 1  # the pool's watchdog enforces its hard limit, not the producer
+
+
+def quarantine_rogue(s: Scheduler) -> float:
+    """Make "rogue" swallow its tasks twice (it is quarantined); returns the time."""
+    ready(s, "rogue", granted=512, now=0.0)
+    s.dispatch(0.0)
+    t = 0.0
+    for _ in range(6):
+        t += HB + 0.5
+        ready(s, "rogue", granted=512, received=0, finished=0, now=t)
+        s.dispatch(t)
+    assert s.fleet.workers["rogue"].quarantined
+    return t
+
+
+def test_quarantine_sticks_when_the_peer_says_bye_then_ready_again():
+    s, stub, table = make()
+    submit(s, table, 20)
+    t = quarantine_rogue(s)
+    s.handle(b"rogue", wire.Bye("draining"), t)
+    assert "rogue" not in s.fleet.workers
+    stub.take()
+    ready(s, "rogue", granted=512, received=0, finished=0, now=t + 0.1)  # a fresh hello under the same identity
+    s.dispatch(t + 0.1)
+    assert s.fleet.workers["rogue"].quarantined and not stub.tasks_to("rogue")
+    s.housekeeping(t + 10 * HB)  # lost for silence, then back again: still quarantined
+    assert "rogue" not in s.fleet.workers
+    ready(s, "rogue", granted=512, now=t + 10 * HB + 1)
+    s.dispatch(t + 10 * HB + 1)
+    assert s.fleet.workers["rogue"].quarantined and not stub.tasks_to("rogue") and len(s.queue) == 20
+
+
+def test_results_from_a_quarantined_peer_resolve_nothing_and_are_counted():
+    s, stub, table = make()
+    futs = submit(s, table, 20)
+    t = quarantine_rogue(s)
+    swallowed = sorted({k for k, *_ in stub.tasks_to("rogue")})
+    s.handle(b"rogue", wire.Results(512, 20, [(k, 0.0, {"forged": True}, None, 0.0, None) for k in swallowed]), t)
+    assert not any(f.done() for f in futs) and s.stats["dropped_results"] == 20 and s.stats["dropped_frames"] == 1
+    ready(s, "good", granted=100, now=t)
+    s.dispatch(t)
+    sent = [k for k, *_ in stub.tasks_to("good")]
+    results(s, "good", sent, granted=100, received=len(sent), now=t)
+    assert all(f.result(timeout=0).score == 1.0 and not f.result().extra for f in futs)
+
+
+def test_results_from_an_unknown_peer_resolve_nothing_and_are_counted():
+    s, stub, table = make()
+    futs = submit(s, table, 3)
+    ready(s, "a", granted=3)
+    s.dispatch(0.0)
+    keys = [k for k, *_ in stub.tasks_to("a")]
+    s.handle(b"stranger", wire.Results(0, 0, [(k, 0.0, None, None, 0.0, None) for k in keys]), 0.1)
+    assert not any(f.done() for f in futs) and s.stats["dropped_results"] == 3 and s.stats["dropped_frames"] == 1
+    results(s, "a", keys, granted=3, received=3, now=0.2)
+    assert all(f.result(timeout=0).score == 1.0 for f in futs)
+
+
+def test_task_batches_are_cut_by_bytes_counting_params_and_an_oversized_task_fails_alone():
+    s, stub, table = make()  # 1 MiB frames
+    params = {"reference": "r" * 20_000}  # one dict shared by the batch, as submit_batch does
+    entries = [(i.to_bytes(16, "big"), b"p" * 30_000) for i in range(100)]
+    entries[50] = (entries[50][0], b"p" * (2 << 20))  # alone it is over the frame limit
+    with table.registering(entries, reward="noop", params=params, timeout_s=None, gate=None, now=0.0, hand_on=s.add) as reg:
+        reg.hand_on(reg.new)
+    futs = reg.futures
+    ready(s, "a", granted=500)
+    for i in range(200):
+        s.dispatch(i / 100)
+    batches = [m for _, m in stub.take() if isinstance(m, wire.Tasks)]
+    assert len(batches) > 1 and sum(len(b.tasks) for b in batches) == 99
+    assert all(len(wire.encode(b)[1]) <= (1 << 20) // 2 + 64 for b in batches)  # well under the frame limit
+    bad = futs[50].result(timeout=0)
+    assert bad.error_kind == "bad_payload" and f"{1 << 20}-byte message limit" in bad.error and bad.attempts == 0
+    assert not any(f.done() for i, f in enumerate(futs) if i != 50)

@@ -29,7 +29,7 @@ import zmq
 from .._errors import ErrorKind
 from .._options import PoolOptions
 from ..transport import wire
-from ..transport.sockets import make_socket, runtime_dir
+from ..transport.sockets import Redialer, make_socket, runtime_dir
 from .slot import TaskSlot
 
 log = logging.getLogger("qworker.pool")
@@ -84,6 +84,7 @@ class Pool:
             self.ctx, zmq.DEALER, connect=self.options.connect, identity=f"pool:{self.pool_id}".encode(), linger_ms=1000,
             curve=self.options.curve(),
         )
+        self.redial = Redialer(self.sock, str(self.options.connect))
         slot_dir = runtime_dir()
         tag = secrets.token_hex(3)
         self.children = [
@@ -137,6 +138,7 @@ class Pool:
             self.sock.send_multipart(wire.encode(msg), flags=zmq.NOBLOCK)
         except zmq.Again:
             log.debug("pool %s: no producer to report to", self.pool_id)
+            self.redial.no_peer()  # a producer that refused our key may admit it later
             return
         self.lost = []
 

@@ -6,6 +6,11 @@ grants credit so that it holds about ``target_hold_s`` of work (by its measured
 service time), never more than ``max_hold`` tasks: a slow worker holds few tasks
 and cannot hoard a batch others could run.
 
+Results are bounded in bytes: a RESULTS message carries at most half of
+``max_message_bytes`` of results (a bigger one travels alone), so the producer's
+frame limit never drops an honest worker's batch.  A result that alone would not
+fit a frame fails its task as ``bad_result``, naming its size and the limit.
+
 Contract: a task may run more than once (it is redelivered if its worker is
 lost); the producer keeps the first result for each task key.
 """
@@ -32,18 +37,42 @@ from .._exceptions import CallFailed, RewardError
 from .._options import WorkerOptions
 from .._registry import EndpointCall, load_modules, registered, resolve
 from ..transport import wire
-from ..transport.sockets import make_socket, readable
+from ..transport.sockets import Redialer, make_socket, readable
 from .slot import TaskSlot
 
 log = logging.getLogger("qworker.worker")
 
 MAX_ERROR_CHARS = 2000
 FLUSH_RESULTS = 256  # results per RESULTS message, at most
+RESULT_OVERHEAD = 64  # bytes of msgpack around a result's key, score, error text and time (an upper bound)
+MESSAGE_OVERHEAD = 64  # bytes of a RESULTS message besides its results (credit totals, array headers)
 FLUSH_AFTER_S = 0.005  # a finished result waits at most this long for company
 
 
 def _error(kind: ErrorKind, detail: str) -> str:
     return kind.error(detail)[:MAX_ERROR_CHARS]
+
+
+def result_bytes(result: wire.TaskResult) -> int:
+    """An upper bound on ``result``'s size in a RESULTS message; exact (packed) when it has an extra or outcome."""
+    _key, _score, extra, error, _compute_s, outcome = result
+    if extra is None and outcome is None:
+        return RESULT_OVERHEAD + (len(error.encode("utf-8", "replace")) if error else 0)
+    return len(msgpack.packb(result, use_bin_type=True)) + RESULT_OVERHEAD
+
+
+def fit_frame(result: wire.TaskResult, max_message_bytes: int) -> tuple[wire.TaskResult, int]:
+    """``result`` and its size if it fits one RESULTS frame; else a small ``bad_result`` failure in its place."""
+    size = result_bytes(result)
+    if size + MESSAGE_OVERHEAD <= max_message_bytes:
+        return result, size
+    key, compute_s, outcome = result[0], result[4], result[5]
+    if outcome is not None and result_bytes((key, None, None, None, compute_s, outcome)) * 4 > max_message_bytes:
+        outcome = None  # an endpoint call's outcome is a few numbers; one this big is not worth keeping
+    failed = (key, None, None, _error(ErrorKind.BAD_RESULT, (
+        f"the result is {size} bytes encoded, over the {max_message_bytes}-byte message limit (max_message_bytes); "
+        "return a smaller extra, or raise the limit on the producer and its pools")), compute_s, outcome)
+    return failed, result_bytes(failed)
 
 
 def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[str]]:
@@ -104,6 +133,8 @@ class Worker:
         self.service_s = 0.0  # EWMA of a CPU task's time in the reward; 0 = unknown
         self.inbox: deque[wire.Task] = deque()
         self.results: list[wire.TaskResult] = []
+        self.results_bytes = 0  # result_bytes() of self.results
+        self.batch_bytes = options.max_message_bytes // 2  # a RESULTS message's results, at most (unless one alone)
         self.first_unflushed = 0.0
         self._io_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._io_running: dict[bytes, tuple[float, float]] = {}  # key -> (started, deadline)
@@ -137,6 +168,7 @@ class Worker:
             self.sock.send_multipart(wire.encode(msg), copy=True, flags=zmq.NOBLOCK)
         except zmq.Again:
             log.debug("%s: no producer connected; dropped a %s", self.options.worker_id, type(msg).__name__)
+            self.redial.no_peer()  # a producer that refused our key may admit it later
 
     def _ready(self) -> None:
         self._top_up()
@@ -151,6 +183,7 @@ class Worker:
         self._top_up()
         self._send(wire.Results(self.granted, self.received, self.results))
         self.results = []
+        self.results_bytes = 0
 
     def _drain_socket(self) -> None:
         while readable(self.sock):
@@ -180,6 +213,10 @@ class Worker:
 
     # running ----------------------------------------------------------------
     def _finish(self, result: wire.TaskResult) -> None:
+        result, size = fit_frame(result, self.options.max_message_bytes)
+        if self.results and self.results_bytes + size > self.batch_bytes:
+            self._flush()  # what is batched goes now; this one starts the next message
+        self.results_bytes += size
         if not self.results:
             self.first_unflushed = time.monotonic()
         self.results.append(result)
@@ -266,6 +303,7 @@ class Worker:
             self.ctx, zmq.DEALER, connect=self.options.connect, identity=self.options.worker_id.encode(),
             max_message_bytes=self.options.max_message_bytes, linger_ms=1000, curve=self.options.curve(),
         )
+        self.redial = Redialer(self.sock, str(self.options.connect))
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)

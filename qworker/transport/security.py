@@ -13,15 +13,21 @@ address; a peer with no key (or a raw TCP client) fails the CURVE handshake and
 is logged by a socket monitor (libzmq does not report its address there).
 Nothing such a peer sends reaches the producer.
 
+The allowed-keys directory is reread when it changes (checked every second;
+``reload_all`` rereads at once), and a key removed from it stops being served
+on connections already open (``allowlist``).
+
 Binding a non-loopback address without CURVE is refused unless the caller says
 ``insecure`` explicitly.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -31,10 +37,11 @@ from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
 from .._exceptions import ConfigError
+from .allowlist import RELOAD_EVERY_S, AllowList, GuardedRouter, reload_all
 
 log = logging.getLogger("qworker")
 
-__all__ = ["CurveServer", "CurveClient", "Curve", "create_keys", "check_bind", "is_loopback", "secure", "release"]
+__all__ = ["CurveServer", "CurveClient", "Curve", "create_keys", "check_bind", "is_loopback", "secure", "release", "reload_all"]
 
 
 @dataclass(frozen=True)
@@ -74,12 +81,26 @@ def _load(path: str, *, secret: bool) -> tuple[bytes, Optional[bytes]]:
     return public_key, secret_key
 
 
+LOCAL_SCHEMES = ("ipc://", "inproc://")  # local by construction: a path on this host, or this process
+
+
 def is_loopback(endpoint: str) -> bool:
-    """True for ``ipc://`` and ``inproc://`` endpoints and TCP on 127.0.0.0/8, localhost or ::1."""
-    if not endpoint.startswith("tcp://"):
+    """True for ``ipc://`` and ``inproc://`` endpoints and TCP on 127.0.0.0/8, localhost or ::1.
+
+    Every other transport (``tipc://``, ``pgm://``, ``epgm://``, ``vmci://``, ``udp://``, ...) reaches
+    beyond this host, or may: it needs CURVE or ``insecure`` like a non-loopback TCP address.
+    """
+    if endpoint.startswith(LOCAL_SCHEMES):
         return True
+    if not endpoint.startswith("tcp://"):
+        return False
     host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
-    return host == "localhost" or host == "::1" or host.startswith("127.")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback  # 127.0.0.0/8 and ::1; not a name like 127.example.com
+    except ValueError:
+        return False  # "*", an interface name, or a host name: it may reach beyond this host
 
 
 def check_bind(endpoint: str, curve: Optional[Curve], *, insecure: bool) -> None:
@@ -95,10 +116,14 @@ def check_bind(endpoint: str, curve: Optional[Curve], *, insecure: bool) -> None
     log.warning("qworker: binding %s without authentication or encryption (insecure, as asked)", endpoint)
 
 
+REFUSAL_LOG_EVERY_S = 60.0  # refusals of one address are logged at WARNING at most this often (refused peers re-dial)
+
+
 class _Authenticator(ThreadAuthenticator):
-    """pyzmq's ZAP handler, logging every refusal at WARNING with the peer's address."""
+    """pyzmq's ZAP handler, logging refusals at WARNING with the peer's address (once a minute per address)."""
 
     _address = ""
+    _logged: dict[str, float]
 
     async def handle_zap_message(self, msg: list[bytes]) -> None:  # a coroutine since pyzmq 25
         self._address = msg[3].decode(errors="replace") if len(msg) > 3 else "?"
@@ -106,14 +131,42 @@ class _Authenticator(ThreadAuthenticator):
 
     def _send_zap_reply(self, request_id: bytes, status_code: bytes, status_text: bytes, user_id: str = "anonymous") -> None:
         if status_code != b"200":
-            log.warning("qworker: refused a peer from %s: %s (its key is not among the allowed keys)", self._address,
-                        status_text.decode(errors="replace"))
+            now = time.monotonic()
+            logged = self.__dict__.setdefault("_logged", {})
+            last = logged.get(self._address)
+            level = logging.WARNING if last is None or now - last >= REFUSAL_LOG_EVERY_S else logging.DEBUG
+            if level == logging.WARNING:
+                if len(logged) > 10_000:
+                    logged.clear()
+                logged[self._address] = now
+            log.log(level, "qworker: refused a peer from %s: %s (its key is not among the allowed keys)", self._address,
+                    status_text.decode(errors="replace"))
         super()._send_zap_reply(request_id, status_code, status_text, user_id)
 
 
 _FAILED = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-_guards: dict[int, list] = {}  # id(context) -> [authenticator, monitor threads...]
+
+
+@dataclass
+class _Guard:
+    """What guards one context's CURVE server sockets: the ZAP handler, its allow-list and the list's reloader."""
+
+    auth: _Authenticator
+    allow: AllowList
+    stop: threading.Event
+    threads: list[threading.Thread]
+
+
+_guards: dict[int, _Guard] = {}  # id(context) -> its guard
 _lock = threading.Lock()
+
+
+def _reload_every(allow: AllowList, stop: threading.Event) -> None:
+    while not stop.wait(RELOAD_EVERY_S):
+        try:
+            allow.reload()
+        except Exception:  # a bug here must not end the rereading
+            log.exception("qworker: rereading the allowed CURVE keys in %s failed", allow.directory)
 
 
 def _watch(sock: zmq.Socket, endpoint: str) -> threading.Thread:
@@ -149,17 +202,22 @@ def secure(ctx: zmq.Context, sock: zmq.Socket, curve: Optional[Curve], endpoint:
         if not os.path.isdir(curve.allowed_dir):
             raise ConfigError(f"CURVE allowed-keys directory {curve.allowed_dir} does not exist")
         with _lock:
-            guards = _guards.get(id(ctx))
-            if guards is None:
+            guard = _guards.get(id(ctx))
+            if guard is None:
+                allow = AllowList(curve.allowed_dir, public_key)  # with its own key: a producer's local pool connects with it
                 auth = _Authenticator(ctx, log=logging.getLogger("qworker.zap"))
                 auth.start()
-                auth.configure_curve(domain="*", location=curve.allowed_dir)
-                auth.certs["*"][public_key] = True  # its own key: a producer's local pool connects with it
-                guards = _guards[id(ctx)] = [auth]
+                auth.configure_curve_callback(domain="*", credentials_provider=allow)
+                stop = threading.Event()
+                reloader = threading.Thread(target=_reload_every, args=(allow, stop), name="qworker-allowlist", daemon=True)
+                reloader.start()
+                guard = _guards[id(ctx)] = _Guard(auth, allow, stop, [reloader])
         sock.curve_secretkey = secret_key
         sock.curve_publickey = public_key
         sock.curve_server = True
-        guards.append(_watch(sock, endpoint))
+        if isinstance(sock, GuardedRouter):
+            sock.guard(guard.allow)
+        guard.threads.append(_watch(sock, endpoint))
     else:
         public_key, secret_key = _load(curve.secret_key_file, secret=True)
         server_key, _ = _load(curve.server_key_file, secret=False)
@@ -169,8 +227,9 @@ def secure(ctx: zmq.Context, sock: zmq.Socket, curve: Optional[Curve], endpoint:
 
 
 def release(ctx: zmq.Context) -> None:
-    """Stop the authenticator of ``ctx`` (before its sockets close and it terminates)."""
+    """Stop the authenticator of ``ctx`` and its allow-list's reloader (before its sockets close and it terminates)."""
     with _lock:
-        guards = _guards.pop(id(ctx), None)
-    if guards:
-        guards[0].stop()
+        guard = _guards.pop(id(ctx), None)
+    if guard is not None:
+        guard.stop.set()
+        guard.auth.stop()

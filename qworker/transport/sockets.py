@@ -11,12 +11,14 @@ import logging
 import os
 import secrets
 import tempfile
+import time
 from typing import Optional
 
 import zmq
 
 from .._options import DEFAULT_MAX_MESSAGE_BYTES
 from . import security
+from .allowlist import GuardedRouter
 from .security import Curve
 
 log = logging.getLogger("qworker")
@@ -58,7 +60,10 @@ def make_socket(
     """
     if (bind is None) == (connect is None):
         raise ValueError("give exactly one of bind= or connect=")
-    sock = ctx.socket(kind)
+    if kind == zmq.ROUTER and isinstance(curve, security.CurveServer):
+        sock: zmq.Socket = ctx.socket(kind, socket_class=GuardedRouter)  # stops serving keys revoked while it runs
+    else:
+        sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)
     sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
     sock.setsockopt(zmq.RCVHWM, 0)
@@ -85,8 +90,44 @@ def make_socket(
     return sock
 
 
+REDIAL_EVERY_S = 5.0  # a connecting socket with no connection is re-dialled at most this often
+
+
+class Redialer:
+    """Re-dials a connecting socket that libzmq has given up on.
+
+    libzmq retries a connection that fails or drops, but not one whose handshake the
+    server refused (a CURVE key not, or not yet, in its allow-list): that connection's
+    session ends for good, and non-blocking sends raise ``zmq.Again``.  Call
+    ``no_peer()`` on each such send; every ``REDIAL_EVERY_S`` it disconnects and
+    connects again, so a key added to the server's allow-list is taken up without a
+    restart.  While the server is merely down, sends queue and this is not called.
+    """
+
+    def __init__(self, sock: zmq.Socket, endpoint: str) -> None:
+        self.sock = sock
+        self.endpoint = endpoint
+        self.last = time.monotonic()
+
+    def no_peer(self) -> None:
+        now = time.monotonic()
+        if now - self.last < REDIAL_EVERY_S:
+            return
+        self.last = now
+        try:
+            self.sock.disconnect(self.endpoint)
+        except zmq.ZMQError:
+            pass  # nothing left to disconnect
+        self.sock.connect(self.endpoint)
+        log.debug("qworker: no connection to %s; dialled again", self.endpoint)
+
+
 def readable(sock: zmq.Socket) -> bool:
-    """Whether a message is waiting (``ZMQ_EVENTS``: no system call, unlike a poll)."""
+    """Whether a message is waiting (``ZMQ_EVENTS``: no system call, unlike a poll).
+
+    On a CURVE server's ROUTER, messages from peers whose key was revoked are dropped here."""
+    if isinstance(sock, GuardedRouter):
+        return sock.poll_allowed()
     return bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
 
 

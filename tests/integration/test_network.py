@@ -97,7 +97,7 @@ def test_garbage_on_the_producer_socket_is_dropped_and_counted():
             [wire.TASKS, b"\xc1\xc1"],  # bad msgpack
             [b"Z", msgpack.packb([])],  # unknown kind
             [wire.RESULTS, msgpack.packb([1, 1, [[b"short", 1.0, None, None, 0.0, None]]])],  # bad key
-            [wire.RESULTS, msgpack.packb([1, 1, [[key, 1.0, None, None, 0.0, None]]])],  # a result nobody asked for
+            [wire.RESULTS, msgpack.packb([1, 1, [[key, 1.0, None, None, 0.0, None]]])],  # a result from a peer that is no worker
             wire.encode(wire.Tasks([(key, "noop", {}, b"\x80", None, 1, -1)])),  # wrong direction
             wire.encode(wire.Ready("someone-else", "p", 1, "h", 5, 0, 0, [], [])),  # spoofed name
             [wire.TASKS, b"x" * (2 << 20)],  # over MAXMSGSIZE: libzmq drops the connection
@@ -109,8 +109,7 @@ def test_garbage_on_the_producer_socket_is_dropped_and_counted():
         st = p.status()["producer"]
         s.close()
     assert all(r.ok for r in results)
-    assert st["dropped_frames"] >= 6
-    assert st["duplicate_results"] >= 1
+    assert st["dropped_frames"] >= 7
 
 
 def test_status_cli_reads_a_running_producer():

@@ -107,3 +107,18 @@ def test_qworker_keys_writes_a_pair(tmp_path):
     out = subprocess.run([console_script("qworker"), "keys", str(tmp_path / "k"), "--name", "host1"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "k" / "host1.key").exists() and (tmp_path / "k" / "host1.key_secret").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("endpoint", ["ipc:///tmp/x.sock", "inproc://x", "tcp://127.0.0.1:5", "tcp://127.1.2.3:5", "tcp://localhost:5",
+                                      "tcp://[::1]:5"])
+def test_local_endpoints_are_loopback(endpoint):
+    assert is_loopback(endpoint)
+
+
+@pytest.mark.parametrize("endpoint", ["tipc://{5560,0,0}", "pgm://eth0;239.192.1.1:5555", "epgm://eth0;239.192.1.1:5555",
+                                      "vmci://1:5555", "udp://10.0.0.1:5555", "ws://127.0.0.1:5", "tcp://127.example.com:5",
+                                      "tcp://eth0:5", "tcp://0.0.0.0:5", "tcp://*:5"])
+def test_every_other_scheme_or_host_needs_curve_or_insecure(endpoint):
+    assert not is_loopback(endpoint)
+    with pytest.raises(ConfigError, match="refusing to bind"):
+        check_bind(endpoint, None, insecure=False)
