@@ -86,7 +86,7 @@ _ROW_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.Programmi
                OverflowError, TypeError, ValueError)
 
 
-def connect(path: str, busy_s: float) -> sqlite3.Connection:
+def default_connect(path: str, busy_s: float) -> sqlite3.Connection:
     """The default ``Connect``: WAL, ``synchronous=NORMAL``, autocommit (transactions are explicit)."""
     conn = sqlite3.connect(path, timeout=busy_s, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -153,14 +153,15 @@ class _Throttled:
 class DiskCache:
     """Results by task key, in SQLite at ``path`` (parent directories are created).
 
-    ``connect`` opens each connection (tests pass one that injects disk faults).
+    ``connect`` opens each connection (default ``default_connect``; tests inject disk faults with
+    their own, or by replacing ``default_connect`` for the caches a producer makes).
     Counters, read from any thread: ``commits``, ``max_commit_lag_s``,
     ``write_errors`` (failed write attempts), ``rows_dropped``, ``read_errors``,
     ``corrupt_rows``; ``unwritten`` is the rows handed over and not yet committed.
     """
 
     def __init__(self, path: str, *, max_entries: Optional[int] = None, ttl_s: Optional[float] = None,
-                 connect: Connect = connect) -> None:
+                 connect: Optional[Connect] = None) -> None:
         self.path = path
         self.max_entries = max_entries
         self.ttl_s = ttl_s
@@ -171,7 +172,7 @@ class DiskCache:
         self.read_errors = 0
         self.corrupt_rows = 0
         self.last_error = ""  # the last failed write's error, as SQLite put it
-        self._connect = connect
+        self._connect = connect if connect is not None else default_connect  # looked up now: tests may replace it
         self._local = threading.local()
         self._queue: queue.Queue = queue.Queue()
         self._cond = threading.Condition()

@@ -100,7 +100,7 @@ class Dispatcher(threading.Thread):
             "resolved": counts["resolved"], "failed": counts["failed"], "cache_hits": counts["cache_hits"],
             "deduplicated": counts["deduplicated"], "cache_entries": len(self.table.cache),
             "dropped_frames": s.stats["dropped_frames"], "duplicate_results": s.stats["duplicate_results"],
-            "redelivered": s.stats["redelivered"],
+            "redelivered": s.stats["redelivered"], **self.table.cache.health(),
         }
         return {"producer": producer, "pools": s.pools(), "judges": s.judges(now)}
 

@@ -2,7 +2,8 @@
 
 * ``DiskFull``: a ``connect`` for ``DiskCache`` whose connections hit SQLITE_FULL
   while it is ``fill()``\\ed: it caps ``PRAGMA max_page_count`` at the file's
-  current size on every connection it made; ``free()`` lifts the cap.
+  current size on every connection it made; ``free()`` lifts the cap.  For the
+  cache a ``Producer`` makes: ``with full.installed(): Producer(cache_path=...)``.
 * ``Tmpfs``: a small tmpfs mount (root only) filled with a filler file until
   the kernel answers ENOSPC: the disk itself is full, WAL included.
 * ``Lock``: a second connection holding ``BEGIN EXCLUSIVE`` for a while, as a
@@ -13,15 +14,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
 import subprocess
 import threading
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
-from qworker._diskcache import connect as default_connect
+from qworker import _diskcache
+
+_REAL_CONNECT = _diskcache.default_connect
 
 GARBAGE = {
     "format": b"\xc1",  # a byte msgpack never uses: FormatError
@@ -39,8 +43,18 @@ class DiskFull:
         self._conns: list[sqlite3.Connection] = []
         self.full = False
 
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[DiskFull]:
+        """Every ``DiskCache`` made inside opens its connections here."""
+        saved = _diskcache.default_connect
+        _diskcache.default_connect = self.connect
+        try:
+            yield self
+        finally:
+            _diskcache.default_connect = saved
+
     def connect(self, path: str, busy_s: float) -> sqlite3.Connection:
-        conn = default_connect(path, busy_s)  # check_same_thread=False: the pragma below may run from the test's thread
+        conn = _REAL_CONNECT(path, busy_s)  # check_same_thread=False: the pragma below may run from the test's thread
         with self._lock:
             self._conns.append(conn)
             if self.full:
