@@ -132,22 +132,27 @@ def _decode(score: Any, extra: Any) -> Optional[Entry]:
 
 
 class _Throttled:
-    """Log the first failure of a kind at once, then at most one line per ``WARN_EVERY_S`` saying how many were not logged."""
+    """Log the first failure of each kind at once, then at most one line per kind per ``WARN_EVERY_S``
+    saying how many were not logged (a kind: SQLite's error name, or the exception's type)."""
 
     def __init__(self, level: int) -> None:
         self.level = level
-        self._next = 0.0
-        self._quiet = 0
+        self._kinds: dict[str, tuple[float, int]] = {}  # kind -> (next line due, lines held back)
 
-    def __call__(self, msg: str, *args: Any) -> None:
+    def __call__(self, kind: str, msg: str, *args: Any) -> None:
         now = time.monotonic()
-        if now < self._next:
-            self._quiet += 1
+        due, quiet = self._kinds.get(kind, (0.0, 0))
+        if now < due:
+            self._kinds[kind] = (due, quiet + 1)
             return
-        if self._quiet:
-            msg += f" ({self._quiet} more like it since the last report)"
-        self._next, self._quiet = now + WARN_EVERY_S, 0
+        if quiet:
+            msg += f" ({quiet} more like it since the last report)"
+        self._kinds[kind] = (now + WARN_EVERY_S, 0)
         log.log(self.level, msg, *args)
+
+
+def _kind(exc: BaseException) -> str:
+    return getattr(exc, "sqlite_errorname", None) or type(exc).__name__
 
 
 class DiskCache:
@@ -233,7 +238,7 @@ class DiskCache:
                         found[bytes(key)] = entry
         except Exception as exc:  # sqlite3.Error (locked, I/O error, malformed page), MemoryError...
             self.read_errors += 1
-            self._read_warn("disk cache %s: a read failed, its keys count as misses: %s: %s", self.path, type(exc).__name__, exc)
+            self._read_warn(_kind(exc), "disk cache %s: a read failed, its keys count as misses: %s: %s", self.path, type(exc).__name__, exc)
             if getattr(exc, "sqlite_errorname", "") != "SQLITE_BUSY":
                 self._drop_reader()
         return found
@@ -246,7 +251,7 @@ class DiskCache:
         self._corrupt_seen.add(key)
         self.corrupt_rows += 1
         self._forget.append((key, extra))
-        self._read_warn("disk cache %s: skipped a damaged row (key %s); it counts as a miss and is deleted", self.path, key.hex())
+        self._read_warn("damaged", "disk cache %s: skipped a damaged row (key %s); it counts as a miss and is deleted", self.path, key.hex())
 
     def _drop_reader(self) -> None:
         conn = getattr(self._local, "reader", None)
@@ -356,6 +361,9 @@ class DiskCache:
                     if conn is None:
                         conn = self._connect(self.path, WRITE_BUSY_S)
                     self._commit(conn)
+                    if retry_at is not None:
+                        log.warning("disk cache %s: writing again after failed attempts (the last: %s); %d results wait",
+                                    self.path, self.last_error, len(held))
                     retry_at, delay = None, RETRY_FIRST_S
                     if held:  # more than one transaction's worth: what arrived meanwhile joins the next commit
                         stop = self._take(time.monotonic(), stop_only=True) or stop
@@ -371,7 +379,7 @@ class DiskCache:
             except Exception as exc:  # the writer never ends on an error: every later row would be lost
                 self.write_errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                self._write_warn("disk cache %s: writing %d results failed (%s); they stay queued and are retried in %.1f s",
+                self._write_warn(_kind(exc), "disk cache %s: writing %d results failed (%s); they stay queued and are retried in %.1f s",
                                  self.path, len(held), self.last_error, delay)
                 if conn is not None and getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_FULL"):
                     _rollback(conn)
@@ -425,7 +433,7 @@ class DiskCache:
         first = self._settled
         self.rows_dropped += n
         self._settle(n, [(first, first + n)])
-        self._drop_warn("disk cache %s: over %d results wait for the disk (%s); dropped the oldest %d (%d in all)",
+        self._drop_warn("bound", "disk cache %s: over %d results wait for the disk (%s); dropped the oldest %d (%d in all)",
                         self.path, MAX_UNWRITTEN, self.last_error or "not written yet", n, self.rows_dropped)
 
     def _commit(self, conn: sqlite3.Connection) -> None:
@@ -451,7 +459,7 @@ class DiskCache:
         first = self._settled
         if bad:
             self.rows_dropped += len(bad)
-            self._drop_warn("disk cache %s: SQLite refused %d results (e.g. a NaN score); they are not cached", self.path, len(bad))
+            self._drop_warn("refused", "disk cache %s: SQLite refused %d results (e.g. a NaN score); they are not cached", self.path, len(bad))
         self._settle(len(chunk), [(first + i, first + i + 1) for i in bad])
 
     @staticmethod

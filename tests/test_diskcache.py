@@ -294,3 +294,27 @@ def test_rows_waiting_for_the_disk_are_bounded(tmp_path, monkeypatch, caplog):
     c.put_many(_rows(10, 5000))
     assert c.flush(timeout=60) is True
     c.close()
+
+
+def test_cache_clear_on_a_locked_file_says_so(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from qworker._cli import cache_main
+
+    path = str(tmp_path / "c.sqlite")
+    c = DiskCache(path)
+    c.put_many(_rows(10))
+    assert c.close()
+    monkeypatch.setattr(_diskcache, "MAINTENANCE_BUSY_S", 0.2)
+    locks = []
+    clear = DiskCache.clear
+
+    def clear_while_locked(self, reward=None):  # a producer takes the file between open and clear
+        locks.append(Lock(path, 3.0).start())
+        return clear(self, reward)
+
+    monkeypatch.setattr(DiskCache, "clear", clear_while_locked)
+    rc = cache_main(argparse.Namespace(cache=path, action="clear", reward=None, json=False))
+    locks[0].join()
+    assert rc == 2 and "clear failed" in capsys.readouterr().err  # was a traceback
+    assert len(_visible(path)) == 10

@@ -8,6 +8,7 @@ import time
 
 from qworker import Producer
 from qworker._metrics import _Collector
+from tests.chaos_scenarios.seams_disk import disk_faults
 from tests.conftest import TEST_REWARDS
 from tests.faults.disk import GARBAGE, DiskFull, corrupt_pages, corrupt_row
 
@@ -78,3 +79,10 @@ def test_a_full_disk_during_a_run_loses_no_result(tmp_path):
         _wait(lambda: p.status()["producer"]["cache_unwritten"] == 0)
         assert p.status()["producer"]["cache_rows_dropped"] == 0
     assert _rows(db) == 500
+
+
+def test_the_disk_chaos_scenario_loses_nothing_and_leaves_nothing_unwritten(tmp_path):
+    o = disk_faults(tmp_path, 300)
+    assert o.detail["faulted"], o.note  # the disk filled and the lock refused writes: the faults happened
+    assert o.lost == 0 and o.innocent == 0 and o.detail["unwritten"] == 0 and o.detail["on_disk"] == 300, o.note
+    assert o.paid_twice == o.detail["damaged"] == o.detail["recomputed"], o.note  # only the damaged rows paid again
