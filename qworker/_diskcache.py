@@ -383,7 +383,10 @@ class DiskCache:
                                  self.path, len(held), self.last_error, delay)
                 if conn is not None and getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_FULL"):
                     _rollback(conn)
-                    conn.close()  # an I/O error may have left it unusable: reopen for the next try
+                    try:  # an I/O error may have left it unusable: reopen for the next try
+                        conn.close()
+                    except sqlite3.Error:
+                        pass
                     conn = None
                 retry_at = time.monotonic() + delay
                 delay = min(2 * delay, RETRY_MAX_S)
