@@ -7,7 +7,7 @@ import time
 import msgpack
 import pytest
 
-from qworker import _diskcache
+from qworker import _diskcache, _diskwriter
 from qworker._diskcache import COMMIT_WITHIN_S, UNRECORDED, DiskCache
 from tests.faults.disk import GARBAGE, DiskFull, Lock, Tmpfs, corrupt_pages, corrupt_row
 
@@ -279,7 +279,7 @@ def test_a_row_sqlite_refuses_does_not_sink_its_batch(tmp_path):
 
 
 def test_rows_waiting_for_the_disk_are_bounded(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(_diskcache, "MAX_UNWRITTEN", 1000)
+    monkeypatch.setattr(_diskwriter, "MAX_UNWRITTEN", 1000)
     path = str(tmp_path / "c.sqlite")
     full = DiskFull()
     c = DiskCache(path, connect=full.connect)
