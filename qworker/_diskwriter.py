@@ -18,7 +18,8 @@ At most ``MAX_UNWRITTEN`` rows wait; beyond that the oldest are dropped and
 counted (``rows_dropped``), as are single rows SQLite refuses (a NaN score).
 ``flush`` says whether every row handed over before it was committed (False
 while the disk still fails, or if rows were dropped); ``close`` keeps retrying
-for its timeout, then logs how many rows it could not write.  Each kind of
+for its timeout (one try on a damaged file), then logs how many rows it could
+not write.  Each kind of
 failure is logged at most once per ``WARN_EVERY_S``.
 """
 
@@ -71,7 +72,7 @@ class Throttled:
         if quiet:
             msg += f" ({quiet} more like it since the last report)"
         self._kinds[kind] = (now + WARN_EVERY_S, 0)
-        log.log(self.level, msg, *args)
+        log.log(self.level, msg, *args, stacklevel=2)
 
 
 def kind(exc: BaseException) -> str:
@@ -118,6 +119,7 @@ class DiskWriter:
         self._write_warn = Throttled(logging.ERROR)
         self._drop_warn = Throttled(logging.ERROR)
         self._close_by = float("inf")
+        self._damaged_file = False  # the last write failed on a damaged file (SQLITE_CORRUPT, SQLITE_NOTADB)
         self._thread = threading.Thread(target=self._write_loop, name="qworker-diskcache", daemon=True)
         self._thread.start()
 
@@ -158,8 +160,9 @@ class DiskWriter:
         return any(lo < end and hi > first for lo, hi in self._drops)
 
     def close(self, timeout: float = 10.0) -> bool:
-        """Commit what is queued and stop the writer, retrying failed writes for up to ``timeout`` s.
-        Returns whether everything was written; logs an error naming the rows that were not."""
+        """Commit what is queued and stop the writer, retrying failed writes for up to ``timeout`` s
+        (one try when the file is damaged).  Returns whether everything was written; logs an error
+        naming the rows that were not."""
         self._close_by = time.monotonic() + timeout
         self._queue.put(_STOP)
         self._thread.join(timeout=timeout + 5.0)
@@ -179,8 +182,8 @@ class DiskWriter:
         while True:
             try:
                 if retry_at is not None:  # back off, still taking rows (and a stop) from the queue
-                    if stop and time.monotonic() >= self._close_by:
-                        break
+                    if stop and (time.monotonic() >= self._close_by or self._damaged_file):
+                        break  # a damaged file will not heal while we wait: do not hold up the exit
                     if self._take(min(retry_at, self._close_by), stop_only=True) and not stop:
                         stop, retry_at = True, time.monotonic()  # closing: try once more now, then until close's timeout
                     if time.monotonic() < retry_at:
@@ -211,6 +214,7 @@ class DiskWriter:
             except Exception as exc:  # the writer never ends on an error: every later row would be lost
                 self.write_errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                self._damaged_file = kind(exc) in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
                 self._write_warn(kind(exc), "disk cache %s: writing %d results failed (%s); they stay queued and are retried in %.1f s",
                                  self.path, len(held), self.last_error, delay)
                 if conn is not None and getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_FULL"):
