@@ -1,8 +1,8 @@
 """Disk faults for an SQLite file, made for real (SQLite itself fails; nothing is mocked).
 
 * ``DiskFull``: a ``connect`` for ``DiskCache`` whose connections hit SQLITE_FULL
-  while it is ``fill()``\\ed: it caps ``PRAGMA max_page_count`` at the file's
-  current size on every connection it made; ``free()`` lifts the cap.  For the
+  between ``fill()`` and ``free()``: ``fill`` caps ``PRAGMA max_page_count`` at the file's
+  current size on every connection it made; ``free`` lifts the cap.  For the
   cache a ``Producer`` makes: ``with full.installed(): Producer(cache_path=...)``.
 * ``Tmpfs``: a small tmpfs mount (root only) filled with a filler file until
   the kernel answers ENOSPC: the disk itself is full, WAL included.
