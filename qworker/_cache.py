@@ -2,16 +2,61 @@
 
 Only successful results are cached; a failed task is tried again next time.
 Thread-safe: the caller's thread reads it in ``submit``, the dispatcher writes.
+
+The cache owns its entries: ``put`` keeps its own copy of ``extra`` and ``get``
+hands out a fresh one, so a caller mutating ``Result.extra`` (even nested
+values) never changes what later hits see.  A flat ``extra`` (every value a
+str, number, bool, None or bytes: the usual case) is kept as a shallow copy and
+handed out as one; a nested one is kept msgpack-packed (it came over msgpack
+from a worker) and unpacked per hit.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections import OrderedDict
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
+
+import msgpack
 
 Entry = tuple[float, dict]  # (score, extra)
+
+_IMMUTABLE = (str, int, float, bool, type(None), bytes)
+
+
+class _Deep:
+    """An ``extra`` msgpack cannot pack: deep-copied in and out."""
+
+    __slots__ = ("extra",)
+
+    def __init__(self, extra: dict) -> None:
+        self.extra = copy.deepcopy(extra)
+
+
+_Owned = Union[dict, bytes, _Deep]
+
+
+def _own(extra: dict) -> _Owned:
+    """A copy of ``extra`` that nobody else holds."""
+    for value in extra.values():
+        if not isinstance(value, _IMMUTABLE):
+            try:
+                return msgpack.packb(extra, use_bin_type=True)
+            except Exception:  # not msgpack-native (a local reward returned a tuple key, a set...)
+                return _Deep(extra)
+    return dict(extra)
+
+
+def _hand_out(owned: _Owned) -> dict:
+    """A fresh copy for one cache hit."""
+    if type(owned) is dict:
+        return dict(owned)
+    if type(owned) is bytes:
+        out: dict = msgpack.unpackb(owned, raw=False, strict_map_key=False)
+        return out
+    return copy.deepcopy(owned.extra)  # type: ignore[union-attr]
 
 
 class MemoryCache:
@@ -20,7 +65,7 @@ class MemoryCache:
             raise ValueError("max_entries must be >= 0")
         self.max_entries = max_entries
         self.ttl_s = ttl_s
-        self._data: OrderedDict[bytes, tuple[float, dict, float]] = OrderedDict()
+        self._data: OrderedDict[bytes, tuple[float, _Owned, float]] = OrderedDict()
         self._lock = threading.Lock()
         self.evictions = 0
 
@@ -37,7 +82,7 @@ class MemoryCache:
                 del self._data[key]
                 return None
             self._data.move_to_end(key)
-            return score, extra
+        return score, _hand_out(extra)
 
     def put(self, key: bytes, score: float, extra: dict) -> None:
         self.put_many([(key, score, extra)])
@@ -47,11 +92,11 @@ class MemoryCache:
         as the disk cache takes them) is ignored."""
         if self.max_entries == 0 or not items:
             return
+        owned = [(item[0], item[1], _own(item[2])) for item in items]  # copied outside the lock
         now = time.monotonic()
         with self._lock:
             data = self._data
-            for item in items:  # (key, score, extra) or (key, score, extra, reward)
-                key, score, extra = item[0], item[1], item[2]
+            for key, score, extra in owned:
                 if key in data:
                     data.move_to_end(key)
                 data[key] = (score, extra, now)

@@ -143,6 +143,8 @@ def status_main(args: argparse.Namespace) -> int:
 # cache -------------------------------------------------------------------------
 def cache_main(args: argparse.Namespace) -> int:
     """``qworker cache stats|clear``: what the persistent result cache holds; clear all of it or one reward's rows."""
+    import sqlite3
+
     from ._diskcache import UNRECORDED, DiskCache
     from ._score import default_cache_path
 
@@ -161,6 +163,9 @@ def cache_main(args: argparse.Namespace) -> int:
             print(f"deleted {deleted} rows" + (f" of reward {args.reward!r}" if args.reward else "") + f" from {path}")
             return 0
         st = cache.stats()
+    except sqlite3.Error as exc:  # locked by a producer for over 30 s, a full disk, a damaged file
+        print(f"qworker cache: {args.action} failed on {path}: {exc}", file=sys.stderr)
+        return 2
     finally:
         cache.close()
     rewards = st["rewards"] if not args.reward else {k: v for k, v in st["rewards"].items() if k == args.reward}

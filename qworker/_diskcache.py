@@ -3,18 +3,25 @@
 WAL mode lets readers and one writer work at once across processes.  Writes go
 through a background thread, so the dispatcher never waits on the disk.
 
-Durability is bounded in time, whatever the arrival pattern: a row handed to
-``put_many`` is committed within ``COMMIT_WITHIN_S`` (0.1 s).  The writer
-collects rows for at most ``LINGER_S`` (20 ms) counted from when the *oldest*
-uncommitted row was handed over (not from the last arrival, so a steady stream
-cannot postpone the commit), or until it holds ``MAX_ROWS`` rows, then commits
-them in one transaction.  The rest of the bound is the commit itself: a few ms
-for thousands of rows on a local disk.  It holds while the disk keeps up with
-the arrival rate (``bench/diskcache.py`` measures both); a producer killed with
-SIGKILL therefore loses at most the results it received in the last 0.1 s, and
-a rerun pays only for those again.  ``synchronous=NORMAL``: a committed row
-survives the process dying; an OS crash or power loss may lose the last
-commits.
+Durability is bounded in time: a row handed to ``put_many`` is committed within
+``COMMIT_WITHIN_S`` (0.1 s) while the disk keeps up with the arrival rate
+(``_diskwriter`` says how; ``bench/diskcache.py`` measures it); a producer
+killed with SIGKILL therefore loses at most the results it received in the
+last 0.1 s, and a rerun pays only for those again.  ``synchronous=NORMAL``: a
+committed row survives the process dying; an OS crash or power loss may lose
+the last commits.
+
+When the disk fails (full, locked by another process, I/O errors), no result
+is dropped silently: the rows stay queued and are retried with backoff, up to
+``MAX_UNWRITTEN`` rows (the oldest beyond are dropped and counted), and
+``unwritten``, ``write_errors`` and ``rows_dropped`` say so (the producer's
+status reports them).  ``flush`` and ``close`` return whether every row was
+written, and ``close`` logs how many were not.
+
+Reads never raise: a failed read (locked for over ``READ_BUSY_S``, I/O error,
+a damaged page) answers the keys as misses (``read_errors``), and a row that
+does not decode is skipped, counted once (``corrupt_rows``) and deleted by the
+writer; each kind of failure is logged at most once per ``WARN_EVERY_S``.
 
 Bounded by ``max_entries`` (oldest inserts evicted) and ``ttl_s`` (older rows
 are ignored and purged).  Each row records the reward that produced it, so
@@ -27,21 +34,22 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import sqlite3
 import threading
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import msgpack
 
 from ._cache import Entry
+from ._diskwriter import COMMIT_WITHIN_S, MAX_UNWRITTEN, WARN_EVERY_S, Connect, DiskWriter, Throttled, kind, rollback
+
+__all__ = ["COMMIT_WITHIN_S", "MAX_UNWRITTEN", "UNRECORDED", "WARN_EVERY_S", "Connect", "DiskCache", "default_connect"]
 
 log = logging.getLogger("qworker")
 
-COMMIT_WITHIN_S = 0.1  # the stated bound from put_many to commit, seconds
-LINGER_S = 0.02  # how long the writer collects rows, from the oldest uncommitted row's hand-over
-MAX_ROWS = 5000  # rows per transaction, so one commit stays short
+READ_BUSY_S = 1.0  # a read waits this long for a lock, then answers misses
+MAINTENANCE_BUSY_S = 30.0  # stats and clear, from the command line
 UNRECORDED = "(unrecorded)"  # how stats name rows written before rewards were recorded
 
 _SCHEMA = (
@@ -50,11 +58,11 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS results_created ON results(created)",
 )
 _BATCH = 900  # below SQLite's default limit of bound parameters
-_STOP = object()
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=True)
+def default_connect(path: str, busy_s: float) -> sqlite3.Connection:
+    """The default ``Connect``: WAL, ``synchronous=NORMAL``, autocommit (transactions are explicit)."""
+    conn = sqlite3.connect(path, timeout=busy_s, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     return conn
@@ -73,51 +81,130 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         conn.execute("CREATE INDEX IF NOT EXISTS results_reward ON results(reward)")
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback(conn)
         raise
 
 
-class DiskCache:
-    """Results by task key, in SQLite at ``path`` (parent directories are created)."""
+def _decode(score: Any, extra: Any) -> Optional[Entry]:
+    """A row's entry, or None when it does not decode (a damaged row)."""
+    if type(score) is not float and type(score) is not int:
+        return None
+    try:
+        value = msgpack.unpackb(extra, raw=False, strict_map_key=False)
+    except Exception:  # FormatError, ExtraData, UnpackValueError, TypeError (not bytes)
+        return None
+    return (float(score), value) if isinstance(value, dict) else None
 
-    def __init__(self, path: str, *, max_entries: Optional[int] = None, ttl_s: Optional[float] = None) -> None:
+
+class DiskCache:
+    """Results by task key, in SQLite at ``path`` (parent directories are created).
+
+    ``connect`` opens each connection (default ``default_connect``; tests inject disk faults with
+    their own, or by replacing ``default_connect`` for the caches a producer makes).
+    Counters, read from any thread: ``read_errors``, ``corrupt_rows``, and the writer's
+    (``unwritten``, ``write_errors``, ``rows_dropped``, ``commits``, ``max_commit_lag_s``).
+    """
+
+    def __init__(self, path: str, *, max_entries: Optional[int] = None, ttl_s: Optional[float] = None,
+                 connect: Optional[Connect] = None) -> None:
         self.path = path
-        self.max_entries = max_entries
         self.ttl_s = ttl_s
-        self.commits = 0
-        self.max_commit_lag_s = 0.0  # the longest put-to-commit time seen, seconds
+        self.read_errors = 0
+        self.corrupt_rows = 0
+        self._connect = connect if connect is not None else default_connect  # looked up now: tests may replace it
         self._local = threading.local()
-        self._queue: queue.Queue = queue.Queue()
+        self._corrupt_seen: set[bytes] = set()
+        self._read_warn = Throttled(logging.WARNING)
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
         _migrate(self._conn(), path)  # fails here on a bad path
-        self._writer = threading.Thread(target=self._write_loop, name="qworker-diskcache", daemon=True)
-        self._writer.start()
+        self._writer = DiskWriter(path, connect=self._connect, max_entries=max_entries, ttl_s=ttl_s)
+
+    # the writer's counters
+    @property
+    def unwritten(self) -> int:
+        """Rows handed over and not yet committed (nor dropped)."""
+        return self._writer.unwritten
+
+    @property
+    def write_errors(self) -> int:
+        """Failed write attempts (each retried)."""
+        return self._writer.write_errors
+
+    @property
+    def rows_dropped(self) -> int:
+        return self._writer.rows_dropped
+
+    @property
+    def commits(self) -> int:
+        return self._writer.commits
+
+    @property
+    def max_commit_lag_s(self) -> float:
+        """The longest put-to-commit time seen, seconds."""
+        return self._writer.max_commit_lag_s
 
     def _conn(self) -> sqlite3.Connection:
+        """This thread's connection for maintenance (stats, clear)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = _connect(self.path)
+            conn = self._local.conn = self._connect(self.path, MAINTENANCE_BUSY_S)
         return conn
 
+    # reads (the caller's thread) ------------------------------------------------
     def get_many(self, keys: Iterable[bytes]) -> dict[bytes, Entry]:
-        """The cached entries among ``keys`` (missing and expired ones left out)."""
-        keys = list(keys)
+        """The cached entries among ``keys`` (missing, expired and damaged ones left out).  Never raises:
+        a failed read answers misses."""
         found: dict[bytes, Entry] = {}
-        conn = self._conn()
-        oldest = time.time() - self.ttl_s if self.ttl_s is not None else 0.0
-        for i in range(0, len(keys), _BATCH):
-            chunk = keys[i : i + _BATCH]
-            marks = ",".join("?" * len(chunk))
-            rows = conn.execute(
-                f"SELECT key, score, extra FROM results WHERE created >= ? AND key IN ({marks})", [oldest, *chunk]
-            )
-            for key, score, extra in rows:
-                found[bytes(key)] = (score, msgpack.unpackb(extra, raw=False, strict_map_key=False))
+        try:
+            keys = list(keys)
+            if not keys:
+                return found
+            conn = getattr(self._local, "reader", None)
+            if conn is None:
+                conn = self._local.reader = self._connect(self.path, READ_BUSY_S)
+            oldest = time.time() - self.ttl_s if self.ttl_s is not None else 0.0
+            for i in range(0, len(keys), _BATCH):
+                chunk = keys[i : i + _BATCH]
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    f"SELECT key, score, extra FROM results WHERE created >= ? AND key IN ({marks})", [oldest, *chunk]
+                )
+                for key, score, extra in rows:
+                    entry = _decode(score, extra)
+                    if entry is None:
+                        self._damaged(bytes(key), extra)
+                    else:
+                        found[bytes(key)] = entry
+        except Exception as exc:  # sqlite3.Error (locked, I/O error, malformed page), MemoryError...
+            self.read_errors += 1
+            self._read_warn(kind(exc), "disk cache %s: a read failed, its keys count as misses: %s: %s", self.path, type(exc).__name__, exc)
+            if getattr(exc, "sqlite_errorname", "") != "SQLITE_BUSY":
+                self._drop_reader()
         return found
 
+    def _damaged(self, key: bytes, extra: Any) -> None:
+        if key in self._corrupt_seen:  # reported already; the writer deletes it
+            return
+        if len(self._corrupt_seen) > 100_000:
+            self._corrupt_seen.clear()
+        self._corrupt_seen.add(key)
+        self.corrupt_rows += 1
+        self._writer.forget(key, extra)
+        self._read_warn("damaged", "disk cache %s: skipped a damaged row (key %s); it counts as a miss and is deleted", self.path, key.hex())
+
+    def _drop_reader(self) -> None:
+        conn = getattr(self._local, "reader", None)
+        self._local.reader = None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    # writes -----------------------------------------------------------------------
     def put(self, key: bytes, score: float, extra: dict, reward: Optional[str] = None) -> None:
-        """Queue a write; it is committed within ``COMMIT_WITHIN_S`` (``flush`` waits for it)."""
+        """Queue a write; it is committed within ``COMMIT_WITHIN_S`` while the disk keeps up (``flush`` waits for it)."""
         self.put_many([(key, score, extra, reward)])
 
     def put_many(self, items: Sequence[tuple]) -> None:
@@ -125,18 +212,18 @@ class DiskCache:
         if items:
             now = time.time()
             rows = [(it[0], it[1], msgpack.packb(it[2], use_bin_type=True), now, it[3] if len(it) > 3 else None) for it in items]
-            self._queue.put((time.monotonic(), rows))
+            self._writer.put(rows)
 
-    def flush(self, timeout: float = 30.0) -> None:
-        """Commit everything queued so far now; returns when it is committed (or after ``timeout`` s)."""
-        done = threading.Event()
-        self._queue.put(done)
-        done.wait(timeout)
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Commit what is queued now.  True once every row handed over before the call is committed;
+        False after ``timeout`` s while the disk still fails (the rows stay queued), or when rows handed
+        over since the previous flush were dropped."""
+        return self._writer.flush(timeout)
 
-    def close(self) -> None:
-        """Commit what is queued and stop the writer."""
-        self._queue.put(_STOP)
-        self._writer.join(timeout=30.0)
+    def close(self, timeout: float = 10.0) -> bool:
+        """Commit what is queued and stop the writer, retrying failed writes for up to ``timeout`` s.
+        Returns whether everything was written; logs an error naming the rows that were not."""
+        return self._writer.close(timeout)
 
     # maintenance (the caller's thread) ------------------------------------------
     def stats(self) -> dict:
@@ -163,67 +250,3 @@ class DiskCache:
         except sqlite3.OperationalError as exc:
             log.info("disk cache %s: not compacted (%s)", self.path, exc)
         return deleted
-
-    # the writer thread ------------------------------------------------------------
-    def _write_loop(self) -> None:
-        conn = self._conn()
-        last_purge = time.monotonic()
-        while True:
-            batch, waiters, stop, oldest = self._collect()
-            if batch:
-                try:
-                    self._write(conn, batch)
-                    self.commits += 1
-                    self.max_commit_lag_s = max(self.max_commit_lag_s, time.monotonic() - oldest)
-                except sqlite3.Error as exc:
-                    log.error("disk cache %s: write of %d results failed: %s", self.path, len(batch), exc)
-            if self.ttl_s is not None and time.monotonic() - last_purge > 60:
-                last_purge = time.monotonic()
-                try:  # like a failed write, a failed purge must not end the writer: every later put would wait for ever
-                    conn.execute("DELETE FROM results WHERE created < ?", (time.time() - self.ttl_s,))
-                except sqlite3.Error as exc:
-                    log.error("disk cache %s: purge of expired results failed: %s", self.path, exc)
-            for w in waiters:
-                w.set()
-            if stop:
-                conn.close()
-                return
-
-    def _collect(self) -> tuple[list, list[threading.Event], bool, float]:
-        """Block for the next item, then gather rows until the oldest is ``LINGER_S`` old,
-        ``MAX_ROWS`` are held, or a flush or stop asks for a commit now."""
-        item = self._queue.get()
-        batch: list = []
-        waiters: list[threading.Event] = []
-        oldest = time.monotonic()
-        while True:
-            if item is _STOP:
-                return batch, waiters, True, oldest
-            if isinstance(item, threading.Event):
-                waiters.append(item)
-                return batch, waiters, False, oldest
-            handed, rows = item
-            if not batch:
-                oldest = handed
-            batch.extend(rows)
-            left = oldest + LINGER_S - time.monotonic()
-            if len(batch) >= MAX_ROWS or left <= 0:
-                return batch, waiters, False, oldest
-            try:
-                item = self._queue.get(timeout=left)
-            except queue.Empty:
-                return batch, waiters, False, oldest
-
-    def _write(self, conn: sqlite3.Connection, batch: list) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany("INSERT OR REPLACE INTO results(key, score, extra, created, reward) VALUES (?,?,?,?,?)", batch)
-            if self.max_entries is not None:
-                # rowids grow with each insert, so this keeps the newest max_entries rows
-                conn.execute(
-                    "DELETE FROM results WHERE rowid <= (SELECT max(rowid) FROM results) - ?", (self.max_entries,)
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise

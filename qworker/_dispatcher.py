@@ -100,8 +100,8 @@ class Dispatcher(threading.Thread):
             "pending": len(self.table), "submitted": counts["submitted"], "rejected": counts["rejected"],
             "resolved": counts["resolved"], "failed": counts["failed"], "cache_hits": counts["cache_hits"],
             "deduplicated": counts["deduplicated"], "cache_entries": len(self.table.cache),
-            "dropped_frames": s.stats["dropped_frames"], "dropped_results": s.stats["dropped_results"], "duplicate_results": s.stats["duplicate_results"],
-            "redelivered": s.stats["redelivered"],
+            "dropped_frames": s.stats["dropped_frames"], "dropped_results": s.stats["dropped_results"],
+            "duplicate_results": s.stats["duplicate_results"], "redelivered": s.stats["redelivered"], **self.table.cache.health(),
         }
         return {"producer": producer, "pools": s.pools(), "judges": s.judges(now)}
 

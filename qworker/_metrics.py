@@ -6,6 +6,11 @@ counted twice and the hot path does no metrics work.
 
 * ``qworker_tasks_total{state}``: submitted, resolved, failed, cache_hits, deduplicated
 * ``qworker_tasks_queued``, ``qworker_tasks_in_flight``
+* the disk cache: ``qworker_cache_unwritten_rows`` (handed to it, not yet committed:
+  above zero for more than a moment, the disk fails), ``qworker_cache_write_errors_total``
+  (failed write attempts, each retried), ``qworker_cache_read_errors_total`` (failed
+  reads, answered as misses), ``qworker_cache_corrupt_rows_total`` (damaged rows skipped),
+  ``qworker_cache_dropped_rows_total`` (results that will not be on disk)
 * per judge endpoint (labels ``endpoint``, ``model``): ``qworker_judge_in_flight``,
   ``qworker_judge_limit``, ``qworker_judge_requests_total{outcome}`` (ok,
   status_429, timeouts, connect_errors, other_errors, retries),
@@ -42,6 +47,15 @@ class _Collector:
         yield tasks
         yield GaugeMetricFamily("qworker_tasks_queued", "Tasks waiting for credit", value=p["queued"])
         yield GaugeMetricFamily("qworker_tasks_in_flight", "Tasks leased to workers", value=p["in_flight"])
+        yield GaugeMetricFamily("qworker_cache_unwritten_rows", "Results handed to the disk cache, not yet committed",
+                                value=p["cache_unwritten"])
+        for name, value, doc in (
+            ("qworker_cache_write_errors", p["cache_write_errors"], "Failed disk cache write attempts (each retried)"),
+            ("qworker_cache_read_errors", p["cache_read_errors"], "Failed disk cache reads (answered as misses)"),
+            ("qworker_cache_corrupt_rows", p["cache_corrupt_rows"], "Damaged disk cache rows skipped"),
+            ("qworker_cache_dropped_rows", p["cache_rows_dropped"], "Results the disk cache could not keep"),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
         labels = ["endpoint", "model"]
         in_flight = GaugeMetricFamily("qworker_judge_in_flight", "Judge requests in flight", labels=labels)
         limit = GaugeMetricFamily("qworker_judge_limit", "Adaptive concurrency limit", labels=labels)

@@ -4,6 +4,9 @@ The caller's thread reads the memory tier for every submitted task (``get``)
 and the disk tier once per batch of misses (``get_persistent``); the dispatcher
 thread writes both tiers when tasks resolve (``put_many``).  Only successful
 results are cached.
+
+A failing disk tier never fails the caller: its reads answer misses and its
+writes are retried (see ``_diskcache``); ``health`` reports both for ``status()``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Iterable, Optional, Sequence
 
 from ._cache import Entry, MemoryCache
 from ._diskcache import DiskCache
+from ._status import CacheHealth
 
 __all__ = ["ResultCache"]
 
@@ -29,8 +33,18 @@ class ResultCache:
         return self.memory.get(key)
 
     def get_persistent(self, keys: Iterable[bytes]) -> dict[bytes, Entry]:
-        """The disk tier, for keys the memory tier missed (empty without a disk tier)."""
+        """The disk tier, for keys the memory tier missed (empty without a disk tier).  Never raises:
+        a failed read or a damaged row is a miss (logged, counted in ``health``)."""
         return self.disk.get_many(keys) if self.disk is not None else {}
+
+    def health(self) -> CacheHealth:
+        """The disk tier's counters, as the producer's status names them (all 0 without a disk tier)."""
+        d = self.disk
+        if d is None:
+            return {"cache_unwritten": 0, "cache_write_errors": 0, "cache_read_errors": 0, "cache_corrupt_rows": 0,
+                    "cache_rows_dropped": 0}
+        return {"cache_unwritten": d.unwritten, "cache_write_errors": d.write_errors, "cache_read_errors": d.read_errors,
+                "cache_corrupt_rows": d.corrupt_rows, "cache_rows_dropped": d.rows_dropped}
 
     def put_many(self, items: Sequence[tuple]) -> None:
         """Record fresh ``(key, score, extra, reward)`` results in every tier (the disk tier keeps the reward name)."""
@@ -42,7 +56,6 @@ class ResultCache:
         """Record results found in the disk tier in the memory tier."""
         self.memory.put_many(items)
 
-    def close(self) -> None:
-        """Flush and close the disk tier."""
-        if self.disk is not None:
-            self.disk.close()
+    def close(self) -> bool:
+        """Flush and close the disk tier; False (and an error logged) if some rows could not be written."""
+        return self.disk.close() if self.disk is not None else True

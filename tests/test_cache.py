@@ -27,3 +27,28 @@ def test_zero_entries_disables_the_cache():
     c = MemoryCache(max_entries=0)
     c.put(b"a", 1.0, {})
     assert c.get(b"a") is None
+
+
+def test_a_caller_mutating_extra_does_not_change_later_hits():
+    # defect 9: the cache and every Result shared one extra dict
+    c = MemoryCache()
+    flat = {"pred": "4"}
+    nested = {"steps": [1, 2], "judge": {"votes": [1]}}
+    c.put_many([(b"f", 1.0, flat, "r"), (b"n", 0.5, nested, "r")])
+    flat["pred"] = "changed by the producer"  # the dict the dispatcher put in its Result
+    nested["steps"].append(3)
+    assert c.get(b"f") == (1.0, {"pred": "4"}) and c.get(b"n") == (0.5, {"steps": [1, 2], "judge": {"votes": [1]}})
+    for key in (b"f", b"n"):  # a caller mutating what a hit handed out
+        _, extra = c.get(key)
+        extra.clear()
+    _, hit = c.get(b"n")
+    hit["judge"]["votes"].append(0)
+    assert c.get(b"f") == (1.0, {"pred": "4"}) and c.get(b"n") == (0.5, {"steps": [1, 2], "judge": {"votes": [1]}})
+
+
+def test_an_extra_msgpack_cannot_pack_is_still_copied():
+    c = MemoryCache()
+    odd = {"s": {1, 2}}
+    c.put(b"k", 1.0, odd)
+    odd["s"].add(3)
+    assert c.get(b"k") == (1.0, {"s": {1, 2}})

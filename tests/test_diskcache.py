@@ -1,10 +1,15 @@
+import contextlib
 import multiprocessing as mp
 import sqlite3
+import threading
 import time
 
 import msgpack
+import pytest
 
+from qworker import _diskcache, _diskwriter
 from qworker._diskcache import COMMIT_WITHIN_S, UNRECORDED, DiskCache
+from tests.faults.disk import GARBAGE, DiskFull, Lock, Tmpfs, corrupt_pages, corrupt_row
 
 
 def _writer(path: str, start: int) -> None:
@@ -122,3 +127,194 @@ def test_a_file_from_before_rewards_were_recorded_is_migrated(tmp_path):
     assert {k: v["rows"] for k, v in c.stats()["rewards"].items()} == {UNRECORDED: 1, "math": 1}
     c.close()
     DiskCache(path).close()  # opening a migrated file again is a no-op
+
+
+# disk faults (issue 18, defect 6): made for real by tests/faults/disk.py -------------------
+def _keys(n: int, start: int = 0) -> list[bytes]:
+    return [i.to_bytes(16, "little") for i in range(start, start + n)]
+
+
+def _rows(n: int, start: int = 0, reward: str = "r") -> list[tuple]:
+    return [(k, float(int.from_bytes(k, "little")), {"pad": "x" * 200}, reward) for k in _keys(n, start)]
+
+
+def _wait(cond, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_full_disk_keeps_results_queued_until_space_is_freed(tmp_path, caplog):
+    # on main: the ROLLBACK after SQLITE_FULL raised "cannot rollback", which replaced the error in
+    # the log, the batch was dropped, and flush returned as if it had been committed
+    path = str(tmp_path / "c.sqlite")
+    full = DiskFull()
+    c = DiskCache(path, connect=full.connect)
+    full.fill()
+    for start in range(0, 2000, 100):
+        c.put_many(_rows(100, start))
+    assert c.flush(timeout=1.0) is False
+    assert c.unwritten == 2000 and c.write_errors >= 1 and len(_visible(path)) == 0
+    assert "database or disk is full" in caplog.text and "cannot rollback" not in caplog.text
+    full.free()
+    assert c.flush(timeout=60) is True
+    assert c.unwritten == 0 and _visible(path) == set(range(2000)) and c.rows_dropped == 0
+    c.close()
+
+
+def test_a_full_tmpfs_for_real(tmp_path, caplog):
+    where = tmp_path / "small"
+    if not Tmpfs.available(where):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    with Tmpfs(where, 2 << 20) as fs:
+        path = str(where / "c.sqlite")
+        c = DiskCache(path)
+        fs.fill()
+        for start in range(0, 3000, 100):
+            c.put_many(_rows(100, start))
+        assert c.flush(timeout=1.0) is False and c.unwritten > 0
+        assert "disk is full" in caplog.text or "disk I/O error" in caplog.text
+        fs.free()
+        assert c.flush(timeout=60) is True
+        assert _visible(path) == set(range(3000))
+        c.close()
+
+
+def test_a_lock_held_by_another_connection_is_waited_out(tmp_path, caplog):
+    path = str(tmp_path / "c.sqlite")
+    c = DiskCache(path)
+    lock = Lock(path, 3.0).start()
+    c.put_many(_rows(500))
+    _wait(lambda: c.write_errors >= 1)  # the writer gives up waiting after WRITE_BUSY_S and retries later
+    assert "database is locked" in caplog.text and "cannot rollback" not in caplog.text
+    lock.join()
+    assert c.flush(timeout=60) is True
+    assert _visible(path) == set(range(500))
+    c.close()
+
+
+def test_vacuum_and_clear_from_another_process_lose_no_rows(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    c = DiskCache(path)
+    other = DiskCache(path)
+    other.put_many(_rows(200, 10_000, reward="other"))
+    other.flush()
+    stop = threading.Event()
+
+    def maintain() -> None:  # `qworker cache clear --reward other` and VACUUM, over and over
+        while not stop.is_set():
+            with contextlib.suppress(sqlite3.OperationalError):
+                other.clear("other")
+
+    t = threading.Thread(target=maintain)
+    t.start()
+    try:
+        for start in range(0, 5000, 50):
+            c.put_many(_rows(50, start))
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        t.join(60)
+    assert c.flush(timeout=60) is True
+    assert _visible(path) == set(range(5000)) and c.rows_dropped == 0
+    c.close()
+    other.close()
+
+
+@pytest.mark.parametrize("garbage", sorted(GARBAGE))
+def test_a_damaged_row_is_a_miss_logged_once_and_deleted(tmp_path, caplog, garbage):
+    path = str(tmp_path / "c.sqlite")
+    c = DiskCache(path)
+    c.put_many(_rows(10))
+    assert c.flush()
+    bad = _keys(1, 3)[0]
+    corrupt_row(path, bad, GARBAGE[garbage])
+    found = c.get_many(_keys(10))  # on main: msgpack's error came out of here
+    assert set(found) == set(_keys(10)) - {bad} and c.corrupt_rows == 1
+    assert "damaged row" in caplog.text
+    assert bad not in c.get_many(_keys(10)) and c.corrupt_rows == 1  # not counted again
+    c.flush()  # wakes the writer, which deletes it
+    _wait(lambda: 3 not in _visible(path))
+    c.put_many(_rows(1, 3))  # a fresh result for that key is cached again
+    c.flush()
+    assert bad in c.get_many([bad])
+    c.close()
+
+
+def test_damaged_pages_make_misses_not_errors(tmp_path, caplog):
+    path = str(tmp_path / "c.sqlite")
+    c = DiskCache(path)
+    c.put_many(_rows(2000))
+    assert c.flush()
+    c.close()
+    corrupt_pages(path)  # the schema page is intact; reading the rows fails
+    again = DiskCache(path)
+    assert isinstance(again.get_many(_keys(2000)), dict)
+    assert again.read_errors >= 1 and "read failed" in caplog.text
+    again.close(timeout=1)
+
+
+def test_close_names_the_rows_it_could_not_write(tmp_path, caplog):
+    path = str(tmp_path / "c.sqlite")
+    full = DiskFull()
+    c = DiskCache(path, connect=full.connect)
+    full.fill()
+    c.put_many(_rows(1000))
+    assert c.close(timeout=1.0) is False
+    assert "closed with 1000 results not written" in caplog.text and "database or disk is full" in caplog.text
+
+
+def test_a_row_sqlite_refuses_does_not_sink_its_batch(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    c = DiskCache(path)
+    rows = _rows(100)
+    rows[40] = (rows[40][0], float("nan"), {}, "r")  # NOT NULL: SQLite stores NaN as NULL
+    c.put_many(rows)
+    assert c.flush() is False  # one row handed over was not committed
+    assert _visible(path) == set(range(100)) - {40} and c.rows_dropped == 1
+    c.put_many(_rows(10, 100))
+    assert c.flush() is True
+    c.close()
+
+
+def test_rows_waiting_for_the_disk_are_bounded(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(_diskwriter, "MAX_UNWRITTEN", 1000)
+    path = str(tmp_path / "c.sqlite")
+    full = DiskFull()
+    c = DiskCache(path, connect=full.connect)
+    full.fill()
+    for start in range(0, 3000, 100):
+        c.put_many(_rows(100, start))
+    _wait(lambda: c.rows_dropped == 2000)
+    assert c.unwritten == 1000 and "dropped the oldest" in caplog.text
+    full.free()
+    assert c.flush(timeout=60) is False  # rows handed over before it were dropped
+    assert _visible(path) == set(range(2000, 3000))  # the newest were kept
+    c.put_many(_rows(10, 5000))
+    assert c.flush(timeout=60) is True
+    c.close()
+
+
+def test_cache_clear_on_a_locked_file_says_so(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from qworker._cli import cache_main
+
+    path = str(tmp_path / "c.sqlite")
+    c = DiskCache(path)
+    c.put_many(_rows(10))
+    assert c.close()
+    monkeypatch.setattr(_diskcache, "MAINTENANCE_BUSY_S", 0.2)
+    locks = []
+    clear = DiskCache.clear
+
+    def clear_while_locked(self, reward=None):  # a producer takes the file between open and clear
+        locks.append(Lock(path, 3.0).start())
+        return clear(self, reward)
+
+    monkeypatch.setattr(DiskCache, "clear", clear_while_locked)
+    rc = cache_main(argparse.Namespace(cache=path, action="clear", reward=None, json=False))
+    locks[0].join()
+    assert rc == 2 and "clear failed" in capsys.readouterr().err  # was a traceback
+    assert len(_visible(path)) == 10
