@@ -59,6 +59,8 @@ def scenarios(quick: bool) -> list:
         ("rogue-busy", lambda d: chaos.rogue_peer(d, n(2_000), busy=True, task_timeout_s=1.0, wait_s=15)),
         ("key", lambda d: chaos.key_leak(d, n(100) // 2)),
         ("submit-close", lambda d: chaos.submit_close_interleavings(d, n(5_000), rounds=4)),
+        ("disk-faults", lambda d: chaos.disk_faults(d, n(2_000))),
+        ("big-results", lambda d: chaos.big_results(d, n(1_000))),
     ]
 
 

@@ -23,6 +23,8 @@ The modules, by scenario family:
 * ``peers``: garbage on every reachable socket; a rogue peer;
 * ``seams_*``: faults between components (issue 18): ``seams_producer``, several
   threads submitting while a cache tier raises and another thread closes;
+  ``seams_disk``, a cache disk that fills, locks and holds damaged rows;
+  ``seams_transport``, results near and over the frame limit;
 
 and what they share: ``measure`` (``Outcome`` and its counts), ``processes``
 (pools, ports, waiting), ``recording_judge`` (the judge that counts).
@@ -38,7 +40,9 @@ from .peers import garbage, rogue_peer
 from .processes import HB
 from .producer import producer_sigkill_judge
 from .recording_judge import RecordingJudge
+from .seams_disk import disk_faults
 from .seams_producer import submit_close_interleavings
+from .seams_transport import big_results
 from .workers import hung_tasks, pool_sigkill, worker_sigkill, worker_sigstop
 
 __all__ = [
@@ -47,5 +51,5 @@ __all__ = [
     "producer_sigkill_judge",
     "judge_faults", "key_leak",
     "garbage", "rogue_peer",
-    "submit_close_interleavings",
+    "submit_close_interleavings", "disk_faults", "big_results",
 ]
