@@ -23,7 +23,7 @@ class ErrorKind(str, enum.Enum):
     BAD_PAYLOAD = "bad_payload"  # the payload could not be encoded, or was too large
     BAD_RESULT = "bad_result"  # the reward returned something that is not a score
     JUDGE_ERROR = "judge_error"  # an LLM judge's endpoints refused or failed the call
-    CANCELLED = "cancelled"  # the producer (or the client) closed before the task finished
+    CANCELLED = "cancelled"  # the producer (or the client) closed first, or its submission failed before handing it on
     SERVICE_LOST = "service_lost"  # a Client's reward service stopped answering and did not come back in time
 
     def error(self, detail: str) -> str:
