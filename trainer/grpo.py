@@ -35,21 +35,25 @@ def group_advantages(rewards: torch.Tensor, mode: AdvantageMode) -> torch.Tensor
 
     - ``raw``: the reward itself.
     - ``grpo``: ``(r - mean) / (std + STD_EPS)`` within each group, with the sample (n - 1) standard
-      deviation; a group whose rewards are all equal gets advantage 0.  Needs ``n >= 2``.
+      deviation; a group whose rewards are all equal gets advantage exactly 0 (whatever the value:
+      computed in float64 and zeroed, not left to rounding).  Needs ``n >= 2``.
     - ``grpo_no_std``: ``r - mean`` within each group (Dr. GRPO's unbiased variant).
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [groups, n], got shape {tuple(rewards.shape)}")
-    r = rewards.to(torch.float32)
     if mode == "raw":
-        return r.clone()
-    centred = r - r.mean(dim=1, keepdim=True)
+        return rewards.to(torch.float32).clone()
+    if mode == "grpo" and rewards.shape[1] < 2:
+        raise ValueError("advantage mode 'grpo' needs num_generations >= 2")
+    # float64, and an exact 0 for a group whose rewards are all equal: in float32 the mean of eight
+    # 0.7s is not 0.7, and (r - mean) / (std + eps) turned that rounding into +0.056 on every sample
+    r = rewards.to(torch.float64)
+    constant = (r == r[:, :1]).all(dim=1, keepdim=True)
+    centred = torch.where(constant, torch.zeros_like(r), r - r.mean(dim=1, keepdim=True))
     if mode == "grpo_no_std":
-        return centred
+        return centred.to(torch.float32)
     if mode == "grpo":
-        if r.shape[1] < 2:
-            raise ValueError("advantage mode 'grpo' needs num_generations >= 2")
-        return centred / (r.std(dim=1, keepdim=True, unbiased=True) + STD_EPS)
+        return (centred / (r.std(dim=1, keepdim=True, unbiased=True) + STD_EPS)).to(torch.float32)
     raise ValueError(f"unknown advantage mode {mode!r}; expected one of {ADVANTAGE_MODES}")
 
 
