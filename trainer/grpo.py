@@ -81,9 +81,14 @@ def clipped_policy_loss(
     return loss, (clipped < unclipped).to(logp.dtype)
 
 
-def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token KL(policy || reference) estimate ``exp(ref - logp) - (ref - logp) - 1`` (Schulman's k3; >= 0)."""
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token KL(policy || reference) estimate ``exp(ref - logp) - (ref - logp) - 1`` (Schulman's k3; >= 0).
+
+    With ``mask``, the difference is zeroed where ``mask`` is 0 *before* the exponential, so padding
+    gives 0 and no gradient: ``exp`` of a pad slot's difference can overflow to inf, and inf * 0 is NaN."""
     d = ref_logp - logp
+    if mask is not None:
+        d = torch.where(mask > 0, d, torch.zeros_like(d))
     return torch.exp(d) - d - 1.0
 
 

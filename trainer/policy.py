@@ -128,6 +128,16 @@ class PolicyActor:
         mode, where the rollout actor computed them) and the reference (when ``kl_coef > 0``)."""
         olds: Optional[list[list[float]]] = [] if old else None
         ref: Optional[list[list[float]]] = [] if self.kl_coef > 0 else None
+        # eval mode: these are the sampling policy's log-probs, and the rollout samples without dropout
+        # (LoRA's dropout made the "old" log-probs random and the on-policy ratio != 1)
+        self.model.eval()
+        try:
+            self._logprobs_into(seqs, olds, ref)
+        finally:
+            self.model.train()
+        return {"old": olds, "ref": ref}
+
+    def _logprobs_into(self, seqs: list[Seq], olds: Optional[list[list[float]]], ref: Optional[list[list[float]]]) -> None:
         for start in range(0, len(seqs), self.micro_batch_size):
             chunk = seqs[start : start + self.micro_batch_size]
             b = self._batch(chunk)
@@ -142,7 +152,6 @@ class PolicyActor:
                     assert self.ref is not None  # kl_coef > 0 without LoRA
                     rp = self._token_logp(self.ref, b).cpu()
                 ref += [rp[i, : len(c)].tolist() for i, (_, c) in enumerate(chunk)]
-        return {"old": olds, "ref": ref}
 
     def accumulate(self, micro: list[dict[str, Any]]) -> dict[str, float]:
         """Forward/backward on ``micro``: dicts with ``prompt_ids``, ``completion_ids``, ``advantage``,
@@ -162,7 +171,7 @@ class PolicyActor:
         per_token, clipped = clipped_policy_loss(logp, pad("old_logp"), adv, *self.clip)
         kl_sum = 0.0
         if self.kl_coef > 0:
-            kl = kl_k3(logp, pad("ref_logp"))
+            kl = kl_k3(logp, pad("ref_logp"), mask)  # masked before exp: pad slots hold 0.0, logp there is real
             per_token = per_token + self.kl_coef * kl
             kl_sum = float((kl.detach() * mask).sum())
         numerator, denominator = aggregate(per_token, mask, self.loss_aggregation)
