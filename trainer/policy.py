@@ -9,7 +9,7 @@ The contract the loop relies on (``loop.py``):
 - ``accumulate(micro)``: forward and backward on one micro-batch whose advantages are known; the
   gradient accumulated is that of the loss *numerator* (see ``grpo.aggregate``), unnormalised.
 - ``optimizer_step(denominator, lr)``: divide the accumulated gradient by ``denominator`` (the
-  mini-batch's token or sequence count), clip its norm, step, zero the gradient.
+  mini-batch's token or sequence count, or sequences * ``max_new_tokens``), clip its norm, step, zero the gradient.
 - ``get_weights()``: the weights under the base model's names (LoRA merged in), for the rollout.
 - ``save(dir)``: the model in Hugging Face format under ``dir/hf`` and the optimizer state; a policy
   built with ``init_from=dir`` resumes from them (the reference stays the original ``model_path``).
@@ -54,6 +54,7 @@ class PolicyActor:
         clip_range_left: float = 0.2,
         clip_range_right: float = 0.28,
         loss_aggregation: Aggregation = "token",
+        max_new_tokens: Optional[int] = None,
         max_grad_norm: float = 1.0,
         micro_batch_size: int = 8,
         gradient_checkpointing: bool = False,
@@ -66,6 +67,7 @@ class PolicyActor:
         self.device, self.kl_coef, self.temperature = device, kl_coef, temperature
         self.clip = (clip_range_left, clip_range_right)
         self.loss_aggregation, self.max_grad_norm, self.micro_batch_size = loss_aggregation, max_grad_norm, micro_batch_size
+        self.max_new_tokens = max_new_tokens  # the dr_grpo aggregation's constant
         lora_cfg = lora if lora and lora.get("enabled") else None
         self.lora = lora_cfg is not None
         torch_dtype = resolve_dtype(dtype, device)
@@ -174,7 +176,7 @@ class PolicyActor:
             kl = kl_k3(logp, pad("ref_logp"), mask)  # masked before exp: pad slots hold 0.0, logp there is real
             per_token = per_token + self.kl_coef * kl
             kl_sum = float((kl.detach() * mask).sum())
-        numerator, denominator = aggregate(per_token, mask, self.loss_aggregation)
+        numerator, denominator = aggregate(per_token, mask, self.loss_aggregation, self.max_new_tokens)
         numerator.backward()
         return {"loss_sum": float(numerator.detach()), "denominator": denominator,
                 "clipped_tokens": float((clipped * mask).sum()), "kl_sum": kl_sum, "tokens": float(mask.sum())}
