@@ -121,7 +121,7 @@ class LogConfig:
 
 @dataclass
 class CheckpointConfig:
-    every: int = 0
+    every: int = 20  # a crash loses at most this many steps; 0 = only at the end
     keep: int = 2
     resume: bool = True
 

@@ -121,8 +121,10 @@ class GRPOTrainer:
         self.ckpt_root = Path(cfg.log.dir) / "checkpoints"
         self.start_step = 0
         resume_from = ckpt.latest(self.ckpt_root) if cfg.checkpoint.resume else None
+        wandb_run_id: Optional[str] = None
         if resume_from is not None:
             state = ckpt.read_state(resume_from)
+            wandb_run_id = state.get("wandb_run_id")
             self.start_step = int(state["step"])
             self.sampler.load_state(state["sampler"])
             print(f"resuming from {resume_from} at step {self.start_step}", flush=True)
@@ -140,7 +142,7 @@ class GRPOTrainer:
             jsonl_path=str(Path(log.dir) / "metrics.jsonl") if log.jsonl else None,
             tensorboard_dir=str(Path(log.dir) / "tensorboard") if log.tensorboard else None,
             wandb_project=log.wandb_project, wandb_config=cfg.to_dict(), print_every=log.print_every,
-            resume=resume_from is not None,
+            resume=resume_from is not None, wandb_run_id=wandb_run_id,
         )
         self.history: list[dict[str, Any]] = []
         self.rollout_version = self.start_step  # steps whose updates the rollout's weights hold
@@ -352,7 +354,7 @@ class GRPOTrainer:
         # off-policy, the batch prefetched for next_step is not saved: the sampler's position before it is,
         # so a resumed run draws the same prompts and generates them again with the checkpoint's weights
         sampler = self._sampler_state if self._sampler_state is not None else self.sampler.state()
-        state = {"step": next_step, "sampler": sampler, "config": self.cfg.to_dict()}
+        state = {"step": next_step, "sampler": sampler, "config": self.cfg.to_dict(), "wandb_run_id": self.sink.wandb_run_id}
         return ckpt.save_checkpoint(self.ckpt_root, next_step, lambda d: self.actors.policy.call("save", d), state, self.cfg.checkpoint.keep)
 
     def close(self) -> None:
