@@ -46,7 +46,10 @@ shm_file       33 ms                     0.19 s                    25-45 s
 
 Where the engine must stay in its own process, ``shm_file`` is the better route for any real model.
 One in-process engine per process: vLLM's parallel state is process-global, and dropping an
-in-process engine tears it down under any other still alive.  The chosen route is logged when the
+in-process engine tears it down under any other still alive.  On CPU the in-process engine also
+binds this process's torch threads (vLLM's CPU worker: "Reducing Torch threads ... for serving"),
+so a CPU policy in the same process trains on fewer threads.  vLLM logs "RotaryEmbedding: Failed
+to load weights" at each sync: the rotary cache is computed, not a checkpoint weight, and is kept.  The chosen route is logged when the
 engine starts.  After a sync the prefix cache is reset (its KV blocks came from the old weights).
 Weights travel through host memory: right for small models and the CPU tests; large models on GPUs
 want NCCL or CUDA IPC (vLLM's RLHF examples).
