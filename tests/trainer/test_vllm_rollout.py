@@ -95,6 +95,17 @@ def test_vllm_logprobs_are_the_policys(engine, model_dir, temperature):
     assert diff < FP32_TOL
 
 
+def test_a_stopped_completion_ends_with_eos_as_the_hf_rollouts_do(engine, model_dir):
+    """The policy must score the EOS token that ended a completion (it learns to stop from it)."""
+    engine.load_weights(PolicyActor(str(model_dir)).get_weights())
+    comps = [c for g in engine.generate(PROBES, 16, 30, temperature=1.0, seed=5) for c in g]
+    stopped = [c for c in comps if c["finish"] == "stop"]
+    assert stopped and len(stopped) < len(comps)   # a random model over 53 tokens: EOS within 30 tokens about half the time
+    assert all(c["completion_ids"][-1] == engine.eos_token_id for c in stopped)
+    assert all(engine.eos_token_id not in c["completion_ids"] and len(c["completion_ids"]) == 30
+               for c in comps if c["finish"] == "length")
+
+
 def test_a_prompt_too_long_for_max_model_len_is_refused_up_front(engine):
     with pytest.raises(ValueError, match="max_model_len 128"):
         engine.generate(["1" * 100], 2, 40)
