@@ -51,12 +51,16 @@ binds this process's torch threads (vLLM's CPU worker: "Reducing Torch threads .
 so a CPU policy in the same process trains on fewer threads.  vLLM logs "RotaryEmbedding: Failed
 to load weights" at each sync: the rotary cache is computed, not a checkpoint weight, and is kept.  The chosen route is logged when the
 engine starts.  After a sync the prefix cache is reset (its KV blocks came from the old weights).
+Shapes are checked against the checkpoint's before anything is sent: vLLM's in-place reload moves
+each layer to meta tensors first, so a reload that fails inside vLLM leaves the engine unusable
+(generation then fails with "Cannot copy out of meta tensor"; build a new engine).
 Weights travel through host memory: right for small models and the CPU tests; large models on GPUs
 want NCCL or CUDA IPC (vLLM's RLHF examples).
 """
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import tempfile
@@ -97,9 +101,10 @@ class WeightSyncExtension:
     def qworker_stage_packed(self, packed: list[tuple[str, str, list[int], bytes]]) -> int:
         """``rpc_bytes``: ``(name, dtype name, shape, raw bytes)`` per tensor."""
         device = self._qworker_device()
-        self._qworker_staged().extend(
-            (n, torch.frombuffer(bytearray(buf), dtype=getattr(torch, dt)).reshape(shape).to(device))
-            for n, dt, shape, buf in packed)
+        for n, dt, shape, buf in packed:
+            dtype = getattr(torch, dt)
+            t = torch.frombuffer(bytearray(buf), dtype=dtype) if buf else torch.empty(0, dtype=dtype)
+            self._qworker_staged().append((n, t.reshape(shape).to(device)))
         return len(packed)
 
     def qworker_stage_file(self, path: str) -> int:
@@ -109,6 +114,10 @@ class WeightSyncExtension:
         state = load_file(path, device=str(self._qworker_device()))
         self._qworker_staged().extend(state.items())
         return len(state)
+
+    def qworker_discard(self) -> None:
+        """Drop what a failed sync staged, so the next sync does not load it."""
+        self._qworker_weights = []
 
     def qworker_commit(self) -> int:
         weights, self._qworker_weights = self._qworker_staged(), []
@@ -129,11 +138,23 @@ def _batches(state: dict[str, torch.Tensor]) -> Iterable[list[tuple[str, torch.T
         yield batch
 
 
+def _checkpoint_shapes(model_path: str) -> dict[str, list[int]]:
+    """Name -> shape of every tensor in ``model_path``'s safetensors files (header only); {} without any."""
+    from safetensors import safe_open
+
+    shapes: dict[str, list[int]] = {}
+    for f in sorted(glob.glob(os.path.join(model_path, "*.safetensors"))):
+        with safe_open(f, framework="pt") as st:
+            for k in st.keys():
+                shapes[k] = list(st.get_slice(k).get_shape())
+    return shapes
+
+
 def _pack(batch: list[tuple[str, torch.Tensor]]) -> list[tuple[str, str, list[int], bytes]]:
     out = []
     for name, t in batch:
         t = t.detach().to("cpu").contiguous()
-        raw = t.view(torch.uint8) if t.numel() else t.to(torch.uint8)  # bfloat16 has no numpy dtype: go by bytes
+        raw = t.reshape(-1).view(torch.uint8)  # bfloat16 has no numpy dtype: go by bytes
         out.append((name, str(t.dtype).removeprefix("torch."), list(t.shape), raw.numpy().tobytes()))
     return out
 
@@ -171,6 +192,7 @@ class VllmRollout:
             else:
                 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = saved
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.shapes = _checkpoint_shapes(model_path)
         log.warning("vLLM rollout: weight sync route %r (engine %s), max_model_len %d", self.weight_sync,
                     "in this process" if self.weight_sync == "inprocess" else "in a spawned process", self.max_model_len)
 
@@ -203,6 +225,22 @@ class VllmRollout:
 
     def load_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Load the policy's weights (base-model names) into every vLLM worker, then drop the prefix cache."""
+        wrong = [f"{k}: {list(v.shape)}, the checkpoint's {self.shapes[k]}" for k, v in state.items()
+                 if k in self.shapes and list(v.shape) != self.shapes[k]]
+        if wrong:  # checked here: a reload that fails inside vLLM leaves its model half-loaded, unusable
+            raise ValueError(f"weights of the wrong shape for this vLLM engine: {'; '.join(wrong[:3])}")
+        rpc = self.llm.collective_rpc
+        try:
+            loaded = self._send(state)
+        except BaseException:
+            rpc("qworker_discard")
+            raise
+        if loaded != len(state):
+            raise RuntimeError(f"vLLM loaded {loaded} of {len(state)} tensors")
+        self.llm.reset_prefix_cache()
+
+    def _send(self, state: dict[str, torch.Tensor]) -> int:
+        """Stage ``state`` on the workers by this rollout's route, then commit; returns the count loaded."""
         rpc = self.llm.collective_rpc
         if self.weight_sync == "inprocess":
             rpc("qworker_stage_tensors", args=(list(state.items()),))
@@ -220,7 +258,4 @@ class VllmRollout:
                 rpc("qworker_stage_file", args=(path,))
             finally:
                 os.unlink(path)
-        loaded = min(rpc("qworker_commit"))
-        if loaded != len(state):
-            raise RuntimeError(f"vLLM loaded {loaded} of {len(state)} tensors")
-        self.llm.reset_prefix_cache()
+        return min(rpc("qworker_commit"))

@@ -95,6 +95,20 @@ def test_vllm_logprobs_are_the_policys(engine, model_dir, temperature):
     assert diff < FP32_TOL
 
 
+def test_weights_of_the_wrong_shape_are_refused_before_vllm_sees_them(engine, model_dir):
+    policy = PolicyActor(str(model_dir), lr=5e-2)
+    _update(policy, model_dir, 7)
+    state = policy.get_weights()
+    bad = dict(state)
+    bad["lm_head.weight"] = bad["lm_head.weight"][:-1]   # a wrong shape: vLLM's loader refuses it
+    with pytest.raises(ValueError, match="lm_head.weight: \\[52, 64\\], the checkpoint's \\[53, 64\\]"):
+        engine.load_weights(bad)   # refused before vLLM's reload, which would leave the engine half-loaded
+    engine.load_weights(state)
+    hf = HFRollout(str(model_dir))
+    hf.load_weights(state)
+    assert _greedy(engine) == _greedy(hf)
+
+
 def test_a_stopped_completion_ends_with_eos_as_the_hf_rollouts_do(engine, model_dir):
     """The policy must score the EOS token that ended a completion (it learns to stop from it)."""
     engine.load_weights(PolicyActor(str(model_dir)).get_weights())
