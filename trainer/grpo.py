@@ -13,6 +13,10 @@ micro-batches whose membership is decided late (the trainer consumes groups in t
 rewards arrive): the numerators of the micro-batches are summed, their denominators are summed, and
 the gradient is divided once at the end.  ``token`` mode: sum of token losses / number of tokens.
 ``sequence`` mode: sum over sequences of (mean token loss of the sequence) / number of sequences.
+``dr_grpo`` mode (Dr. GRPO, Liu et al. 2025, "Understanding R1-Zero-Like Training"; TRL's
+``loss_type="dr_grpo"``): sum of token losses / (number of sequences * ``max_tokens``), a constant
+per sequence, so neither a sequence's length nor the batch's token count rescales its tokens' weight.
+Dr. GRPO is that loss *and* the ``grpo_no_std`` advantage (no division by the group's std).
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ import torch
 __all__ = ["ADVANTAGE_MODES", "AGGREGATIONS", "AdvantageMode", "Aggregation", "STD_EPS", "group_advantages", "clipped_policy_loss", "kl_k3", "aggregate"]
 
 AdvantageMode = Literal["raw", "grpo", "grpo_no_std"]
-Aggregation = Literal["token", "sequence"]
+Aggregation = Literal["token", "sequence", "dr_grpo"]
 ADVANTAGE_MODES = ("raw", "grpo", "grpo_no_std")
-AGGREGATIONS = ("token", "sequence")
+AGGREGATIONS = ("token", "sequence", "dr_grpo")
 STD_EPS = 1e-6  # added to the group's standard deviation in "grpo" mode
 
 
@@ -35,21 +39,26 @@ def group_advantages(rewards: torch.Tensor, mode: AdvantageMode) -> torch.Tensor
 
     - ``raw``: the reward itself.
     - ``grpo``: ``(r - mean) / (std + STD_EPS)`` within each group, with the sample (n - 1) standard
-      deviation; a group whose rewards are all equal gets advantage 0.  Needs ``n >= 2``.
-    - ``grpo_no_std``: ``r - mean`` within each group (Dr. GRPO's unbiased variant).
+      deviation; a group whose rewards are all equal gets advantage exactly 0 (whatever the value:
+      computed in float64 and zeroed, not left to rounding).  Needs ``n >= 2``.
+    - ``grpo_no_std``: ``r - mean`` within each group: Dr. GRPO's advantage (it also drops the
+      per-sequence length normalisation: ``loss_aggregation`` ``dr_grpo``).
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [groups, n], got shape {tuple(rewards.shape)}")
-    r = rewards.to(torch.float32)
     if mode == "raw":
-        return r.clone()
-    centred = r - r.mean(dim=1, keepdim=True)
+        return rewards.to(torch.float32).clone()
+    if mode == "grpo" and rewards.shape[1] < 2:
+        raise ValueError("advantage mode 'grpo' needs num_generations >= 2")
+    # float64, and an exact 0 for a group whose rewards are all equal: in float32 the mean of eight
+    # 0.7s is not 0.7, and (r - mean) / (std + eps) turned that rounding into +0.056 on every sample
+    r = rewards.to(torch.float64)
+    constant = (r == r[:, :1]).all(dim=1, keepdim=True)
+    centred = torch.where(constant, torch.zeros_like(r), r - r.mean(dim=1, keepdim=True))
     if mode == "grpo_no_std":
-        return centred
+        return centred.to(torch.float32)
     if mode == "grpo":
-        if r.shape[1] < 2:
-            raise ValueError("advantage mode 'grpo' needs num_generations >= 2")
-        return centred / (r.std(dim=1, keepdim=True, unbiased=True) + STD_EPS)
+        return (centred / (r.std(dim=1, keepdim=True, unbiased=True) + STD_EPS)).to(torch.float32)
     raise ValueError(f"unknown advantage mode {mode!r}; expected one of {ADVANTAGE_MODES}")
 
 
@@ -77,17 +86,23 @@ def clipped_policy_loss(
     return loss, (clipped < unclipped).to(logp.dtype)
 
 
-def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token KL(policy || reference) estimate ``exp(ref - logp) - (ref - logp) - 1`` (Schulman's k3; >= 0)."""
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token KL(policy || reference) estimate ``exp(ref - logp) - (ref - logp) - 1`` (Schulman's k3; >= 0).
+
+    With ``mask``, the difference is zeroed where ``mask`` is 0 *before* the exponential, so padding
+    gives 0 and no gradient: ``exp`` of a pad slot's difference can overflow to inf, and inf * 0 is NaN."""
     d = ref_logp - logp
+    if mask is not None:
+        d = torch.where(mask > 0, d, torch.zeros_like(d))
     return torch.exp(d) - d - 1.0
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: Aggregation) -> tuple[torch.Tensor, float]:
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: Aggregation, max_tokens: int | None = None) -> tuple[torch.Tensor, float]:
     """``(numerator, denominator)`` of the aggregated loss of one micro-batch (see the module docstring).
 
     The aggregated loss of a whole mini-batch is ``sum(numerators) / sum(denominators)``.  A sequence
-    with no tokens contributes nothing in ``sequence`` mode (it is not counted).
+    with no tokens contributes nothing in ``sequence`` mode (it is not counted).  ``dr_grpo`` needs
+    ``max_tokens``, the generation budget (``rollout.max_new_tokens``); every sequence counts.
     """
     mask = mask.to(per_token.dtype)
     if mode == "token":
@@ -97,4 +112,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: Aggregation) ->
         present = lengths > 0
         per_seq = (per_token * mask).sum(dim=1)[present] / lengths[present]
         return per_seq.sum(), float(present.sum().item())
+    if mode == "dr_grpo":
+        if not max_tokens or max_tokens < 1:
+            raise ValueError("loss aggregation 'dr_grpo' needs max_tokens >= 1 (rollout.max_new_tokens)")
+        return (per_token * mask).sum(), float(per_token.shape[0] * max_tokens)
     raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {AGGREGATIONS}")

@@ -5,13 +5,25 @@ log-probs in ``train.off_policy`` mode), so both compute them with the same batc
 A sequence is ``(prompt_ids, completion_ids)``.  Batches are laid out left-padded prompt then
 right-padded completion, with explicit position ids, so every completion starts at the same column.
 Log-probs are in nats, of the distribution at the sampling ``temperature`` (logits / temperature).
+
+Memory: the model is asked for the logits of the last ``c_max + 1`` positions only (``logits_to_keep``,
+where its ``forward`` takes it; every current Hugging Face causal LM does), not the prompt's, and the
+float32 log-softmax over the vocabulary is taken ``CHUNK_TOKENS`` completion positions at a time.
+With gradient each chunk is recomputed in the backward pass (``torch.utils.checkpoint``), so what is
+kept is the model-dtype logits of the completion, never a float32 ``[n, tokens, vocab]`` copy: at a
+152k vocabulary, 8 sequences of 2k tokens, that copy alone was ~10 GB (plus the prompt's share).
 """
 
 from __future__ import annotations
 
-import torch
+import inspect
 
-__all__ = ["Seq", "batch_sequences", "token_logprobs", "sequence_logprobs"]
+import torch
+from torch.utils.checkpoint import checkpoint
+
+__all__ = ["CHUNK_TOKENS", "Seq", "batch_sequences", "token_logprobs", "sequence_logprobs"]
+
+CHUNK_TOKENS = 256  # completion positions per float32 log-softmax
 
 Seq = tuple[list[int], list[int]]
 
@@ -34,13 +46,38 @@ def batch_sequences(seqs: list[Seq], pad_id: int, device: str) -> dict[str, torc
             "mask": comp_mask.to(device), "p_max": torch.tensor(p_max), "c_max": torch.tensor(c_max)}
 
 
-def token_logprobs(model: torch.nn.Module, b: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
-    """``[sequences, c_max]`` log-probs of the completion tokens of batch ``b`` (garbage where ``mask`` is 0)."""
+def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether the transformers model (under a peft wrapper, which passes keywords on) takes ``logits_to_keep``."""
+    get = getattr(model, "get_base_model", None)
+    base = get() if callable(get) else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
+def _chunk_logp(logits: torch.Tensor, targets: torch.Tensor, inv_temperature: float) -> torch.Tensor:
+    x = logits.float() * inv_temperature
+    return x.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
+
+
+def token_logprobs(model: torch.nn.Module, b: dict[str, torch.Tensor], temperature: float,
+                   chunk_tokens: int = CHUNK_TOKENS) -> torch.Tensor:
+    """``[sequences, c_max]`` log-probs of the completion tokens of batch ``b`` (garbage where ``mask`` is 0).
+
+    The logits of position ``j`` predict token ``j + 1``: the completion's tokens, the last ``c_max``
+    columns, are predicted by the ``c_max`` columns before the last one."""
     p_max, c_max = int(b["p_max"]), int(b["c_max"])
-    logits = model(input_ids=b["ids"], attention_mask=b["attn"], position_ids=b["pos"]).logits
-    logits = logits[:, p_max - 1 : p_max - 1 + c_max, :].float() / max(temperature, 1e-6)
+    kwargs = {"logits_to_keep": c_max + 1} if _takes_logits_to_keep(model) else {}
+    logits = model(input_ids=b["ids"], attention_mask=b["attn"], position_ids=b["pos"], **kwargs).logits
+    logits = logits[:, -(c_max + 1) : -1, :]
     targets = b["ids"][:, p_max : p_max + c_max]
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    inv_t = 1.0 / max(temperature, 1e-6)
+    parts = []
+    for s in range(0, c_max, max(1, chunk_tokens)):
+        e = min(c_max, s + max(1, chunk_tokens))
+        if logits.requires_grad:
+            parts.append(checkpoint(_chunk_logp, logits[:, s:e], targets[:, s:e], inv_t, use_reentrant=False))
+        else:
+            parts.append(_chunk_logp(logits[:, s:e], targets[:, s:e], inv_t))
+    return torch.cat(parts, dim=1)
 
 
 @torch.no_grad()

@@ -27,15 +27,16 @@ synced after step t-1's update: they are exactly one update behind the policy th
 metric ``staleness`` is that lag in updates.  Correctness:
 
 - the PPO ratio's "old" log-probs are the *sampling* policy's: the rollout actor computes them with
-  its own weights (``rollout.logprobs``, the policy actor's code in ``logprobs.py``) right after each
-  chunk is generated, before any sync can change them.  The policy actor no longer holds those
+  its own weights (vLLM while sampling; the hf actor with ``rollout.logprobs``, the policy actor's code
+  in ``logprobs.py``) right after each chunk is generated, before any sync can change them.  The policy actor no longer holds those
   weights when the batch exists (its update is under way), and a second copy of the policy would
   double its memory; the rollout already holds them.  The clipped ratio pi_t / pi_(t-1) thus
   corrects for the one step of staleness, as PPO's ratio does for its own later mini-batches;
 - advantages are per group, from that group's rewards, as on-policy; reference log-probs (KL) come
   from the policy actor's reference, which does not change.
 
-It needs a rollout actor with ``logprobs`` (the hf one; vLLM's is not written yet).  On the
+The rollout actor supplies them either with each completion (``logprobs``: vLLM records the sampled
+tokens' log-probs while sampling, at no extra cost) or from its ``logprobs`` method (the hf one).  On the
 ``local`` backend the thread overlaps the two models' torch kernels, which release the GIL; on ``ray``
 the rollout is its own actor anyway.  Checkpoints store the sampler's position *before* the prefetched
 batch: a run resumed from one regenerates that batch with the checkpoint's weights (on-policy, once).
@@ -54,11 +55,11 @@ from typing import Any, Optional
 import torch
 
 from . import checkpoint as ckpt
-from .config import ConfigurationError, TrainConfig
+from .config import TrainConfig
 from .data import PromptSampler, read_jsonl
 from .grpo import group_advantages
 from .metrics import MetricsSink
-from .placement import Placement, device_for, make_actors, rollout_backend
+from .placement import Placement, make_actors
 from .rewards import RewardClient, build_payloads
 from .schedule import lr_multiplier
 from .timeline import RewardClock, StepTimeline
@@ -117,13 +118,13 @@ class GRPOTrainer:
         random.seed(t.seed)
         torch.manual_seed(t.seed)
         self.sampler = PromptSampler(read_jsonl(cfg.data.path), t.prompts_per_step, seed=t.seed, shuffle=cfg.data.shuffle)
-        if t.off_policy and rollout_backend(cfg, device_for(cfg)) == "vllm":
-            raise ConfigurationError("train.off_policy: needs the hf rollout (rollout.backend: hf); the vLLM rollout has no logprobs yet")
         self.ckpt_root = Path(cfg.log.dir) / "checkpoints"
         self.start_step = 0
         resume_from = ckpt.latest(self.ckpt_root) if cfg.checkpoint.resume else None
+        wandb_run_id: Optional[str] = None
         if resume_from is not None:
             state = ckpt.read_state(resume_from)
+            wandb_run_id = state.get("wandb_run_id")
             self.start_step = int(state["step"])
             self.sampler.load_state(state["sampler"])
             print(f"resuming from {resume_from} at step {self.start_step}", flush=True)
@@ -141,7 +142,7 @@ class GRPOTrainer:
             jsonl_path=str(Path(log.dir) / "metrics.jsonl") if log.jsonl else None,
             tensorboard_dir=str(Path(log.dir) / "tensorboard") if log.tensorboard else None,
             wandb_project=log.wandb_project, wandb_config=cfg.to_dict(), print_every=log.print_every,
-            resume=resume_from is not None,
+            resume=resume_from is not None, wandb_run_id=wandb_run_id,
         )
         self.history: list[dict[str, Any]] = []
         self.rollout_version = self.start_step  # steps whose updates the rollout's weights hold
@@ -197,6 +198,10 @@ class GRPOTrainer:
                     self._submit(g, clock)
             if t.off_policy:
                 comps = [c for g in new for c in g.completions]
+                if all("logprobs" in c for c in comps):   # vLLM: recorded while sampling
+                    for c in comps:
+                        c["old_logp"] = c["logprobs"]
+                    continue
                 with tl.phase("logprobs"):
                     lp = self.actors.rollout.call("logprobs", [(c["prompt_ids"], c["completion_ids"]) for c in comps],
                                                   r.temperature, t.micro_batch_size)
@@ -349,7 +354,7 @@ class GRPOTrainer:
         # off-policy, the batch prefetched for next_step is not saved: the sampler's position before it is,
         # so a resumed run draws the same prompts and generates them again with the checkpoint's weights
         sampler = self._sampler_state if self._sampler_state is not None else self.sampler.state()
-        state = {"step": next_step, "sampler": sampler, "config": self.cfg.to_dict()}
+        state = {"step": next_step, "sampler": sampler, "config": self.cfg.to_dict(), "wandb_run_id": self.sink.wandb_run_id}
         return ckpt.save_checkpoint(self.ckpt_root, next_step, lambda d: self.actors.policy.call("save", d), state, self.cfg.checkpoint.keep)
 
     def close(self) -> None:

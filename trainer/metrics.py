@@ -41,7 +41,10 @@ class MetricsSink:
         wandb_config: Optional[dict[str, Any]] = None,
         print_every: int = 1,
         resume: bool = False,
+        wandb_run_id: Optional[str] = None,
     ) -> None:
+        """``wandb_run_id``: the W&B run to continue (a resumed run passes the one its checkpoint kept);
+        None starts a new run.  ``self.wandb_run_id`` is the run's id, for the checkpoint (None without W&B)."""
         self.print_every = max(1, print_every)
         self._jsonl = None
         if jsonl_path:
@@ -56,11 +59,13 @@ class MetricsSink:
             except ImportError:
                 print("metrics: tensorboard is not installed; skipping it", file=sys.stderr)
         self._wandb = None
+        self.wandb_run_id: Optional[str] = None
         if wandb_project:
             try:
                 import wandb
 
-                self._wandb = wandb.init(project=wandb_project, config=wandb_config or {}, resume="allow")
+                self._wandb = wandb.init(project=wandb_project, config=wandb_config or {}, id=wandb_run_id, resume="allow")
+                self.wandb_run_id = self._wandb.id
             except ImportError:
                 print("metrics: wandb is not installed; skipping it", file=sys.stderr)
 

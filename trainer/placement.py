@@ -46,7 +46,7 @@ def policy_kwargs(cfg: TrainConfig, device: str, init_from: str | None) -> dict[
         device=device, dtype=cfg.model.dtype, lora=vars(cfg.model.lora) if cfg.model.lora.enabled else None,
         lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay, kl_coef=t.kl_coef,
         temperature=cfg.rollout.temperature, clip_range_left=t.clip_range_left, clip_range_right=t.clip_range_right,
-        loss_aggregation=t.loss_aggregation, max_grad_norm=t.max_grad_norm, micro_batch_size=t.micro_batch_size,
+        loss_aggregation=t.loss_aggregation, max_new_tokens=cfg.rollout.max_new_tokens, max_grad_norm=t.max_grad_norm, micro_batch_size=t.micro_batch_size,
         gradient_checkpointing=cfg.model.gradient_checkpointing, init_from=init_from, seed=t.seed,
     )
 

@@ -9,7 +9,7 @@ The contract the loop relies on (``loop.py``):
 - ``accumulate(micro)``: forward and backward on one micro-batch whose advantages are known; the
   gradient accumulated is that of the loss *numerator* (see ``grpo.aggregate``), unnormalised.
 - ``optimizer_step(denominator, lr)``: divide the accumulated gradient by ``denominator`` (the
-  mini-batch's token or sequence count), clip its norm, step, zero the gradient.
+  mini-batch's token or sequence count, or sequences * ``max_new_tokens``), clip its norm, step, zero the gradient.
 - ``get_weights()``: the weights under the base model's names (LoRA merged in), for the rollout.
 - ``save(dir)``: the model in Hugging Face format under ``dir/hf`` and the optimizer state; a policy
   built with ``init_from=dir`` resumes from them (the reference stays the original ``model_path``).
@@ -54,6 +54,7 @@ class PolicyActor:
         clip_range_left: float = 0.2,
         clip_range_right: float = 0.28,
         loss_aggregation: Aggregation = "token",
+        max_new_tokens: Optional[int] = None,
         max_grad_norm: float = 1.0,
         micro_batch_size: int = 8,
         gradient_checkpointing: bool = False,
@@ -66,6 +67,7 @@ class PolicyActor:
         self.device, self.kl_coef, self.temperature = device, kl_coef, temperature
         self.clip = (clip_range_left, clip_range_right)
         self.loss_aggregation, self.max_grad_norm, self.micro_batch_size = loss_aggregation, max_grad_norm, micro_batch_size
+        self.max_new_tokens = max_new_tokens  # the dr_grpo aggregation's constant
         lora_cfg = lora if lora and lora.get("enabled") else None
         self.lora = lora_cfg is not None
         torch_dtype = resolve_dtype(dtype, device)
@@ -128,6 +130,16 @@ class PolicyActor:
         mode, where the rollout actor computed them) and the reference (when ``kl_coef > 0``)."""
         olds: Optional[list[list[float]]] = [] if old else None
         ref: Optional[list[list[float]]] = [] if self.kl_coef > 0 else None
+        # eval mode: these are the sampling policy's log-probs, and the rollout samples without dropout
+        # (LoRA's dropout made the "old" log-probs random and the on-policy ratio != 1)
+        self.model.eval()
+        try:
+            self._logprobs_into(seqs, olds, ref)
+        finally:
+            self.model.train()
+        return {"old": olds, "ref": ref}
+
+    def _logprobs_into(self, seqs: list[Seq], olds: Optional[list[list[float]]], ref: Optional[list[list[float]]]) -> None:
         for start in range(0, len(seqs), self.micro_batch_size):
             chunk = seqs[start : start + self.micro_batch_size]
             b = self._batch(chunk)
@@ -142,7 +154,6 @@ class PolicyActor:
                     assert self.ref is not None  # kl_coef > 0 without LoRA
                     rp = self._token_logp(self.ref, b).cpu()
                 ref += [rp[i, : len(c)].tolist() for i, (_, c) in enumerate(chunk)]
-        return {"old": olds, "ref": ref}
 
     def accumulate(self, micro: list[dict[str, Any]]) -> dict[str, float]:
         """Forward/backward on ``micro``: dicts with ``prompt_ids``, ``completion_ids``, ``advantage``,
@@ -162,10 +173,10 @@ class PolicyActor:
         per_token, clipped = clipped_policy_loss(logp, pad("old_logp"), adv, *self.clip)
         kl_sum = 0.0
         if self.kl_coef > 0:
-            kl = kl_k3(logp, pad("ref_logp"))
+            kl = kl_k3(logp, pad("ref_logp"), mask)  # masked before exp: pad slots hold 0.0, logp there is real
             per_token = per_token + self.kl_coef * kl
             kl_sum = float((kl.detach() * mask).sum())
-        numerator, denominator = aggregate(per_token, mask, self.loss_aggregation)
+        numerator, denominator = aggregate(per_token, mask, self.loss_aggregation, self.max_new_tokens)
         numerator.backward()
         return {"loss_sum": float(numerator.detach()), "denominator": denominator,
                 "clipped_tokens": float((clipped * mask).sum()), "kl_sum": kl_sum, "tokens": float(mask.sum())}

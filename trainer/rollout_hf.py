@@ -10,11 +10,13 @@ Interface shared by every rollout actor (``rollout_vllm.VllmRollout`` too):
   names), after each optimizer step.
 - ``eos_token_id`` and ``pad_token_id`` attributes.
 
-And, needed by ``train.off_policy`` (only this actor has it for now):
+And, for ``train.off_policy``, the sampling policy's per-token log-probs, one of:
 
+- a ``logprobs`` key on every completion (list[float], nats at ``temperature``), recorded while
+  sampling: the vLLM actor does this;
 - ``logprobs(seqs, temperature, micro_batch_size)``: the per-token log-probs of completions under the
   rollout's *current* weights, i.e. the policy that sampled them (``logprobs.sequence_logprobs``,
-  the same code the policy actor uses).
+  the same code the policy actor uses): this actor does this.
 """
 
 from __future__ import annotations

@@ -123,3 +123,26 @@ def test_empty_sequence_is_not_counted_and_modes_are_checked():
     assert (num.item(), den) == (1.0, 1.0)
     with pytest.raises(ValueError, match="unknown loss aggregation"):
         aggregate(torch.tensor(PER_TOKEN), torch.tensor(MASK), "batch")
+
+
+@pytest.mark.parametrize("mode", ["grpo", "grpo_no_std"])
+@pytest.mark.parametrize("value", [0.7, 0.1, 0.3, 1 / 3, 2.2, -0.9])
+def test_a_group_of_equal_non_binary_rewards_has_advantage_exactly_zero(mode, value):
+    # float32 rounding of the mean once gave [0.7] * 8 an advantage of +0.056 on every sample
+    adv = group_advantages(torch.tensor([[value] * 8, [0.0, 1.0] * 4]), mode)
+    assert adv[0].tolist() == [0.0] * 8
+    assert adv[1].abs().min().item() > 0.4
+
+
+def test_dr_grpo_aggregation_divides_by_a_constant_per_sequence():
+    num, den = aggregate(torch.tensor(PER_TOKEN), torch.tensor(MASK), "dr_grpo", max_tokens=4)
+    # (1 + 2 + 3 + 4 + 5 + 7) / (3 sequences * 4 tokens): a sequence's length does not rescale its tokens
+    assert (num.item(), den) == (22.0, 12.0)
+    short = aggregate(torch.tensor([[2.0, 0.0]]), torch.tensor([[1, 0]]), "dr_grpo", max_tokens=4)
+    long = aggregate(torch.tensor([[2.0, 2.0]]), torch.tensor([[1, 1]]), "dr_grpo", max_tokens=4)
+    assert short[0].item() / short[1] == 0.5 and long[0].item() / long[1] == 1.0   # token mode: 2.0 both
+    a_num, a_den = aggregate(torch.tensor(PER_TOKEN)[:1], torch.tensor(MASK)[:1], "dr_grpo", max_tokens=4)
+    b_num, b_den = aggregate(torch.tensor(PER_TOKEN)[1:], torch.tensor(MASK)[1:], "dr_grpo", max_tokens=4)
+    assert (a_num + b_num).item() / (a_den + b_den) == pytest.approx(22 / 12)
+    with pytest.raises(ValueError, match="max_tokens"):
+        aggregate(torch.tensor(PER_TOKEN), torch.tensor(MASK), "dr_grpo")

@@ -18,10 +18,10 @@ def _items(policy: PolicyActor) -> list[dict]:
             for (p, c), a, o in zip(seqs, [1.0, -0.5, 0.25, -1.0], lp, strict=True)]
 
 
-@pytest.mark.parametrize("aggregation", ["token", "sequence"])
+@pytest.mark.parametrize("aggregation", ["token", "sequence", "dr_grpo"])
 def test_micro_batches_give_the_full_batch_gradient(tiny_model, aggregation):
     def grads(micro: int) -> list:
-        policy = PolicyActor(str(tiny_model), loss_aggregation=aggregation, micro_batch_size=micro, max_grad_norm=0.0)
+        policy = PolicyActor(str(tiny_model), loss_aggregation=aggregation, micro_batch_size=micro, max_grad_norm=0.0, max_new_tokens=5)
         items = _items(policy)
         denom = 0.0
         for i in range(0, len(items), micro):
@@ -30,7 +30,7 @@ def test_micro_batches_give_the_full_batch_gradient(tiny_model, aggregation):
 
     full, d_full = grads(4)
     split, d_split = grads(1)
-    assert d_full == d_split == (10.0 if aggregation == "token" else 4.0)
+    assert d_full == d_split == {"token": 10.0, "sequence": 4.0, "dr_grpo": 4 * 5.0}[aggregation]
     for a, b in zip(full, split, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
 

@@ -63,8 +63,8 @@ def test_config_errors_name_the_key(patch, message):
 
 
 def test_bundled_configs_load_and_overrides_apply():
-    cfg = load_config("configs/grpo.yaml", ["train.steps=3", "rollout.vllm.weight_sync=load_weights"])
-    assert cfg.train.steps == 3 and cfg.rollout.vllm.weight_sync == "load_weights"
+    cfg = load_config("configs/grpo.yaml", ["train.steps=3", "rollout.vllm.weight_sync=shm_file"])
+    assert cfg.train.steps == 3 and cfg.rollout.vllm.weight_sync == "shm_file"
     assert "think_math" in cfg.qworker["rewards"]
     toy = load_config("configs/grpo-toy.yaml")
     assert toy.reward.name == "toy_digit" and toy.reward.modules == ["trainer.toy"]
