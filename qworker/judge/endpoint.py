@@ -84,6 +84,8 @@ class Endpoint:
     probing: bool = False
     error_streak: int = 0
     refusal_streak: int = 0
+    streak_since: float = math.inf  # when the first refusal of the streak came
+    streak_cools: int = 0  # coolings for a streak of refusals without Retry-After since the last answer
     streak_retry_s: float = math.inf  # the shortest Retry-After in the current refusal streak
     errors: deque = field(default_factory=lambda: deque(maxlen=ERROR_WINDOW))  # True: a 5xx, reset or 408
     counts: dict = field(default_factory=lambda: {

@@ -75,6 +75,7 @@ ROUTING_KEYS = frozenset({
 AUTH_DOWN_S = 60.0
 ERROR_STREAK_DOWN = 5
 MAX_RETRY_AFTER_S = 60.0
+STREAK_COOL_FIRST_S, STREAK_COOL_MAX_S = 0.1, 1.0  # a streak of refusals without Retry-After cools the endpoint this long, doubling
 JUDGE_KEYS = frozenset({
     "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
     "score_max", "timeout_s", "connections_per_host", "max_attempts", "ceiling", "initial_concurrency", "dead_after_s", "error_budget",
@@ -268,10 +269,13 @@ class Gate:
         if status == 200 or refused or is_error:
             e.errors.append(is_error)
         if refused:
+            if not e.refusal_streak:
+                e.streak_since = now
             e.refusal_streak += 1
             e.streak_retry_s = min(e.streak_retry_s, after) if after is not None else e.streak_retry_s
-        elif status or failure:
-            e.refusal_streak, e.streak_retry_s = 0, math.inf
+        elif (status or failure) and (p.routed_at >= e.streak_since or not e.refusal_streak):
+            # (an answer to a request sent before the streak began does not end it: the server may be refusing all that is new)
+            e.refusal_streak, e.streak_retry_s, e.streak_since = 0, math.inf, math.inf
         retry = self._classify(e, p, status, failure, latency, after, refused, in_flight, level, outcome, now)
         if not retry:
             return False
@@ -293,9 +297,9 @@ class Gate:
         if status == 200:
             e.counts["ok"] += 1
             e.latencies.append(latency)
-            if e.down_reason:
+            if e.down_reason and p.routed_at >= e.down_since:  # a probe: an answer to a request sent before it went down is old news
                 e.come_back()
-            e.error_streak = 0
+            e.error_streak, e.streak_cools = 0, 0
             e.limit.on_success(latency, in_flight, now, level=level or in_flight, tokens=outcome.get("completion_tokens"))
             return False
         if refused:
@@ -310,8 +314,12 @@ class Gate:
                 # Exact (not whole seconds) and short: when the server's next slot or token comes
                 # (a token bucket's next refill).  Sending before then is refused too.
                 e.cool(now + after, "retry-after")
-            elif e.refusal_streak >= max(8, e.limit.limit / 2) and e.streak_retry_s < math.inf:
-                e.cool(now + min(MAX_RETRY_AFTER_S, e.streak_retry_s), f"{e.refusal_streak} refusals in a row")
+            elif e.refusal_streak >= max(8, e.limit.limit / 2):
+                # Refused across the board (an outage, or an overload the limit did not answer): the whole endpoint
+                # waits, for the shortest Retry-After of the streak, else 0.1 s doubling to 1 s; then one probe.
+                wait = e.streak_retry_s if e.streak_retry_s < math.inf else min(STREAK_COOL_MAX_S, STREAK_COOL_FIRST_S * 2**e.streak_cools)
+                e.streak_cools += 1
+                e.cool(now + min(MAX_RETRY_AFTER_S, wait), f"{e.refusal_streak} refusals in a row")
             return True
         if failure == "timeout":
             e.counts["timeouts"] += 1
