@@ -59,10 +59,12 @@ import statistics
 from collections import deque
 from typing import Optional
 
+from .._exceptions import ConfigError
 from .._pending import Pending
 from .._status import EndpointRow, JudgeStatus
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
+from .ratelimit import MAX_DELAY_S, MAX_PER_MINUTE
 
 log = logging.getLogger("qworker")
 
@@ -87,6 +89,14 @@ OVERLOAD_STATUSES = (503, 529)
 SHORT_RETRY_AFTER = 0.25  # an exact Retry-After up to this fraction of a round trip holds the whole endpoint
 
 
+_RATELIMIT_BOUNDS = {"limit": (1.0, MAX_PER_MINUTE), "remaining": (0.0, MAX_PER_MINUTE), "reset_s": (0.0, MAX_DELAY_S)}
+
+
+def _within(x: object, lo: float, hi: float) -> bool:
+    """``x`` is a finite number (not a bool) in [lo, hi]."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and lo <= x <= hi
+
+
 def hash_params(params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in ROUTING_KEYS}
 
@@ -107,6 +117,44 @@ def _check(params: dict) -> None:
     for i, e in enumerate(eps):
         if set(e) - ENDPOINT_KEYS:
             raise ValueError(f"endpoints[{i}]: unknown key(s) {sorted(set(e) - ENDPOINT_KEYS)}; known: {', '.join(sorted(ENDPOINT_KEYS))}")
+        for key, bounds in ENDPOINT_BOUNDS.items():
+            _check_number(e, key, *bounds, where=f"endpoints[{i}].")
+    for key, bounds in PARAM_BOUNDS.items():
+        _check_number(params, key, *bounds)
+    req = params.get("request")
+    if req is not None and not isinstance(req, dict):
+        raise ConfigError(f"request = {req!r}: must be a mapping of request body fields")
+    for key in ("max_tokens", "max_completion_tokens"):
+        _check_number(req or {}, key, 1, 10**7, True, where="request.")
+
+
+# (low, high, integer, low excluded): a number outside is a ConfigError at start, naming the key and value
+PARAM_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
+    "timeout_s": (0.0, MAX_DELAY_S, False, True), "dead_after_s": (0.0, MAX_DELAY_S, False, True),
+    "max_attempts": (1, 1000, True, False), "connections_per_host": (1, 65536, True, False),
+    "ceiling": (1.0, 1e6, False, False), "initial_concurrency": (1.0, 1e6, False, False),
+    "error_budget": (0.0, 1.0, False, False), "score_max": (0.0, 1e12, False, True),
+}
+ENDPOINT_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
+    "weight": (0.0, 1e6, False, True), "max_concurrency": (1, 1e6, True, False),
+    "rpm": (0.0, MAX_PER_MINUTE, False, True), "tpm": (0.0, MAX_PER_MINUTE, False, True),
+}
+
+
+def _check_number(params: dict, key: str, lo: float, hi: float, integer: bool = False, open_low: bool = False, where: str = "") -> None:
+    """``params[key]``, when given (not None), is a finite number in its bounds; else a ``ConfigError`` naming it."""
+    value = params.get(key)
+    if value is None:
+        return
+    kind = "a whole number" if integer else "a number"
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and integer:
+        ok = float(value).is_integer()
+    if ok and not ((lo < value if open_low else lo <= value) and value <= hi):
+        ok = False
+    if not ok:
+        low = f"> {lo:g}" if open_low else f">= {lo:g}"
+        raise ConfigError(f"{where}{key} = {value!r}: must be {kind} {low} and <= {hi:g}")
 
 
 class Gate:
@@ -158,6 +206,11 @@ class Gate:
                            + (f" ({e.last_error})" if e.last_error else "") for e in self.endpoints)
         return f"judge_error: no endpoint of this judge answered for {self.dead_after_s:g} s (dead_after_s): {causes}"
 
+    def stuck_error(self, now: float) -> str:
+        tokens = self._tokens(self.queue[0]) if self.queue else float(self.completion_tokens)
+        causes = "; ".join(f"endpoint {e.index} ({e.url}): {e.blocked(now, tokens)}" for e in self.endpoints)
+        return f"judge_error: no endpoint of this judge can take a request now or later, and nothing is in flight: {causes}"
+
     def admit(self, now: float, budget: int) -> tuple[list[Pending], list[tuple[Pending, str]]]:
         """(tasks to send now, each with ``route`` set; (task, error) to fail now: no endpoint can take them)."""
         self._release_due(now)
@@ -200,6 +253,14 @@ class Gate:
             self._sent[p.key] = (best.sent, best.in_flight)
             p.route, p.routed_at = best.index, now
             sent.append(p)
+        if queue and len(sent) < budget and not self._delayed and not any(e.in_flight for e in self.endpoints) \
+                and self.next_wake(now) is None:
+            # Nothing in flight, nothing due, no endpoint with room: nothing will ever let these go.
+            error = self.stuck_error(now)
+            log.error("qworker: %s", error)
+            failed.extend((p, error) for p in queue if not p.resolved)
+            queue.clear()
+            return sent, failed
         since = self._all_down_since()
         if since is not None and queue:
             keep: deque[Pending] = deque()
@@ -258,11 +319,11 @@ class Gate:
             return False
         status, failure = int(outcome.get("status") or 0), outcome.get("failure") or ""
         latency = float(outcome.get("latency_s") or 0.0)
-        after = outcome.get("retry_after_s")
+        after, ratelimit = self._screen(e, outcome)
         in_flight = e.in_flight + 1
         if error:
             e.last_error = error[:200]
-        e.learn(outcome.get("ratelimit"), now, p.routed_at, seq, self._tokens(p))
+        e.learn(ratelimit, now, p.routed_at, seq, self._tokens(p))
         self._read_load(e, now)
         refused = status == 429 or (status in OVERLOAD_STATUSES and (after is not None or e.error_share() > self.error_budget))
         is_error = not refused and (failure in ("reset", "timeout") or status in (408, 409) or status >= 500)
@@ -276,7 +337,7 @@ class Gate:
         elif (status or failure) and (p.routed_at >= e.streak_since or not e.refusal_streak):
             # (an answer to a request sent before the streak began does not end it: the server may be refusing all that is new)
             e.refusal_streak, e.streak_retry_s, e.streak_since = 0, math.inf, math.inf
-        retry = self._classify(e, p, status, failure, latency, after, refused, in_flight, level, outcome, now)
+        retry = self._classify(e, p, status, failure, latency, after, refused, in_flight, level, outcome, ratelimit, now)
         if not retry:
             return False
         if refused:  # the limiter's business: these have a budget of their own
@@ -293,7 +354,7 @@ class Gate:
         return True
 
     def _classify(self, e: Endpoint, p: Pending, status: int, failure: str, latency: float, after: Optional[float],
-                  refused: bool, in_flight: int, level: int, outcome: dict, now: float) -> bool:
+                  refused: bool, in_flight: int, level: int, outcome: dict, ratelimit: Optional[dict], now: float) -> bool:
         if status == 200:
             e.counts["ok"] += 1
             e.latencies.append(latency)
@@ -306,7 +367,7 @@ class Gate:
             e.counts["status_429" if status == 429 else "other_errors"] += 1
             e.limit.on_drop(in_flight, now, sent_at=p.routed_at)
             e.probing = False
-            rl = (outcome.get("ratelimit") or {}).get("requests") or {}
+            rl = (ratelimit or {}).get("requests") or {}
             if rl.get("remaining") == 0:  # the quota says the whole endpoint is out
                 rate = rl["limit"] / 60.0 if rl.get("limit") else 1.0
                 e.cool(now + min(MAX_RETRY_AFTER_S, after if after is not None else 1.0 / rate), "quota spent")
@@ -346,6 +407,38 @@ class Gate:
         e.counts["other_errors"] += 1
         e.probing = False
         return False
+
+    @staticmethod
+    def _screen(e: Endpoint, outcome: dict) -> tuple[Optional[float], Optional[dict]]:
+        """The outcome's Retry-After and rate limits, less any value that is not believable (``judge.ratelimit``'s bounds).
+
+        A worker's parser already drops them (and lists them in ``bad_headers``); this
+        holds for any worker.  Each offending header is logged once per endpoint.
+        """
+        bad = dict(outcome.get("bad_headers") or {})
+        after = outcome.get("retry_after_s")
+        if after is not None and not _within(after, 0.0, MAX_DELAY_S):
+            bad["retry-after"], after = after, None
+        ratelimit: Optional[dict] = None
+        for kind, fam in (outcome.get("ratelimit") or {}).items():
+            if not isinstance(fam, dict):
+                continue
+            kept = {}
+            for key, value in fam.items():
+                lo, hi = _RATELIMIT_BOUNDS.get(key, (0.0, -1.0))
+                if _within(value, lo, hi):
+                    kept[key] = value
+                else:
+                    bad[f"{kind} {key}"] = value
+            if kept:
+                ratelimit = ratelimit or {}
+                ratelimit[kind] = kept
+        for name, value in bad.items():
+            if name not in e.warned_headers:
+                e.warned_headers.add(name)
+                log.warning("qworker: judge endpoint %s sent %s: %r, not a believable value; ignored "
+                            "(this warning is given once per endpoint and header)", e.url, name, value)
+        return after, ratelimit
 
     def _read_load(self, e: Endpoint, now: float) -> None:
         load = e.load
