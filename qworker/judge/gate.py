@@ -161,11 +161,10 @@ class Gate:
     def __init__(self, params: dict) -> None:
         _check(params)
         self.model = str(params["model"])
-        self.max_attempts = int(params.get("max_attempts", 4))
-        self.dead_after_s = float(params.get("dead_after_s", 10.0))
-        self.error_budget = float(params.get("error_budget", 0.15))
+        own = self.settings(params)
+        self.max_attempts, self.dead_after_s, self.error_budget = own["max_attempts"], own["dead_after_s"], own["error_budget"]
+        self.initial_concurrency = initial = own["initial_concurrency"]
         ceiling = float(params.get("ceiling", 512))
-        initial = float(params.get("initial_concurrency", 32))
         req = params.get("request") or {}
         self.completion_tokens = int(req.get("max_tokens") or req.get("max_completion_tokens") or 256)
         self.endpoints: list[Endpoint] = []
@@ -182,6 +181,13 @@ class Gate:
         self._seq = 0
         self._sent: dict[bytes, tuple[int, int]] = {}  # key -> (endpoint's send number, in flight after sending)
         self._not_before: dict[bytes, float] = {}  # key -> when a refused task may go again (its Retry-After)
+
+    @staticmethod
+    def settings(params: dict) -> dict:
+        """The gate's own settings these params ask for (defaults filled in); see ``registry``."""
+        return {"max_attempts": int(params.get("max_attempts", 4)), "dead_after_s": float(params.get("dead_after_s", 10.0)),
+                "error_budget": float(params.get("error_budget", 0.15)),
+                "initial_concurrency": float(params.get("initial_concurrency", 32))}
 
     def _tokens(self, p: Pending) -> float:
         return len(p.payload) / 4 + self.completion_tokens  # a rough estimate of the request's tokens
