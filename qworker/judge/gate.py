@@ -26,6 +26,7 @@ connection reset, 408, 409, other 5xx  retried; within the error budget they lea
                                        5 in a row take the endpoint down
 401, 403                               endpoint down for 60 s; retried on another endpoint, else fails at once
 other 4xx                              fails at once with the server's message
+a reply body over 16 MiB (``http``)    fails at once, naming the cap; the endpoint's health is untouched
 =====================================  ===========================================
 
 ``Retry-After`` delays the refused task only: it is not sent again before

@@ -9,7 +9,8 @@ workers on all hosts.  Nothing here retries or sleeps.  The outcome's keys:
 
 * ``endpoint`` (int), ``status`` (HTTP status, 0 when there was none),
   ``failure`` (``""``, ``"timeout"``, ``"connect"``: no connection could be
-  made, ``"reset"``: the connection dropped mid-answer), ``latency_s``;
+  made, ``"reset"``: the connection dropped mid-answer, ``"too_large"``: a body
+  over ``judge.http.MAX_BODY_BYTES``, not retried), ``latency_s``;
 * ``retry_after_s``: ``retry-after-ms``, ``Retry-After`` seconds or HTTP-date,
   in seconds, or ``None``;
 * ``completion_tokens``: ``usage.completion_tokens`` of a 200 reply, or ``None``;
