@@ -177,6 +177,13 @@ class MockJudge(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/v1/chat/completions"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-answer (its connection reset, or ours, going down) is normal here; anything else is printed."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
     def get_request(self) -> tuple[socket.socket, Any]:
         conn = super().get_request()
         with self.lock:
