@@ -36,7 +36,9 @@ exact (``retry-after-ms`` or fractional seconds, not whole seconds) and at most
 a quarter of a round trip, which is when the server's next token or slot comes
 (so for that long); or a streak of refusals with no success between them, at
 least ``max(8, limit / 2)`` long (then for the shortest Retry-After of the
-streak).  The error budget: while at most
+streak or, with none, 0.1 s doubling to 1 s: an outage costs a task a few of
+its refusals, not all of them; an answer to a request sent before the streak
+began does not end it).  The error budget: while at most
 ``error_budget`` (15%) of the last 200 answers were errors, errors are noise
 (a judge answering 5% 503s at random runs at full speed); beyond it a 5xx is a
 sign of overload and cuts the limit.
@@ -46,7 +48,14 @@ streaks), a waiting task fails after ``dead_after_s`` (10 s) counted from when
 the last endpoint went down or from its submission, whichever is later, with
 an error naming each endpoint and its cause.  Probes go on meanwhile (every
 0.5 s doubling to 5 s or ``dead_after_s / 2``, with a task that is waiting), so
-new tasks flow again once one answers.  A task is retried after at most ``max_attempts - 1`` errors, and
+new tasks flow again once one answers (only a probe's answer brings an endpoint
+back: answers to requests sent before it went down are old news).  What a
+server says is screened (``checks.screen``): a Retry-After or rate-limit value that
+is not believable is ignored, with one warning per endpoint and header; config
+numbers are checked at start (``checks.check``: a ``ConfigError`` naming the key and
+value).  Should waiting tasks still find no endpoint that can ever take them
+(nothing in flight, nothing due, no room), they fail at once with an error
+naming each endpoint and why, rather than wait for ever.  A task is retried after at most ``max_attempts - 1`` errors, and
 after at most ``5 * max_attempts`` refusals.
 """
 
@@ -60,12 +69,12 @@ import statistics
 from collections import deque
 from typing import Optional
 
-from .._exceptions import ConfigError
 from .._pending import Pending
 from .._status import EndpointRow, JudgeStatus
+from .checks import check as _check
+from .checks import screen
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
-from .ratelimit import MAX_DELAY_S, MAX_PER_MINUTE
 
 log = logging.getLogger("qworker")
 
@@ -79,23 +88,10 @@ AUTH_DOWN_S = 60.0
 ERROR_STREAK_DOWN = 5
 MAX_RETRY_AFTER_S = 60.0
 STREAK_COOL_FIRST_S, STREAK_COOL_MAX_S = 0.1, 1.0  # a streak of refusals without Retry-After cools the endpoint this long, doubling
-JUDGE_KEYS = frozenset({
-    "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
-    "score_max", "timeout_s", "connections_per_host", "max_attempts", "ceiling", "initial_concurrency", "dead_after_s", "error_budget",
-})
-ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm", "metrics_url"})
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
 AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
 OVERLOAD_STATUSES = (503, 529)
 SHORT_RETRY_AFTER = 0.25  # an exact Retry-After up to this fraction of a round trip holds the whole endpoint
-
-
-_RATELIMIT_BOUNDS = {"limit": (1.0, MAX_PER_MINUTE), "remaining": (0.0, MAX_PER_MINUTE), "reset_s": (0.0, MAX_DELAY_S)}
-
-
-def _within(x: object, lo: float, hi: float) -> bool:
-    """``x`` is a finite number (not a bool) in [lo, hi]."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and lo <= x <= hi
 
 
 def hash_params(params: dict) -> dict:
@@ -104,58 +100,6 @@ def hash_params(params: dict) -> dict:
 
 def identity(params: dict) -> str:
     return json.dumps([params.get("model"), params.get("endpoints"), params.get("ceiling")], sort_keys=True, default=str)
-
-
-def _check(params: dict) -> None:
-    unknown = set(params) - JUDGE_KEYS
-    if unknown:  # a typo must not silently fall back to a default
-        raise ValueError(f"unknown param(s) {sorted(unknown)}; known: {', '.join(sorted(JUDGE_KEYS))}")
-    if not isinstance(params.get("model"), str):
-        raise ValueError("needs 'model', the judge model's name")
-    eps = params.get("endpoints")
-    if not isinstance(eps, list) or not eps or not all(isinstance(e, dict) and isinstance(e.get("url"), str) for e in eps):
-        raise ValueError("needs 'endpoints': a non-empty list of {url: ..., ...}")
-    for i, e in enumerate(eps):
-        if set(e) - ENDPOINT_KEYS:
-            raise ValueError(f"endpoints[{i}]: unknown key(s) {sorted(set(e) - ENDPOINT_KEYS)}; known: {', '.join(sorted(ENDPOINT_KEYS))}")
-        for key, bounds in ENDPOINT_BOUNDS.items():
-            _check_number(e, key, *bounds, where=f"endpoints[{i}].")
-    for key, bounds in PARAM_BOUNDS.items():
-        _check_number(params, key, *bounds)
-    req = params.get("request")
-    if req is not None and not isinstance(req, dict):
-        raise ConfigError(f"request = {req!r}: must be a mapping of request body fields")
-    for key in ("max_tokens", "max_completion_tokens"):
-        _check_number(req or {}, key, 1, 10**7, True, where="request.")
-
-
-# (low, high, integer, low excluded): a number outside is a ConfigError at start, naming the key and value
-PARAM_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
-    "timeout_s": (0.0, MAX_DELAY_S, False, True), "dead_after_s": (0.0, MAX_DELAY_S, False, True),
-    "max_attempts": (1, 1000, True, False), "connections_per_host": (1, 65536, True, False),
-    "ceiling": (1.0, 1e6, False, False), "initial_concurrency": (1.0, 1e6, False, False),
-    "error_budget": (0.0, 1.0, False, False), "score_max": (0.0, 1e12, False, True),
-}
-ENDPOINT_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
-    "weight": (0.0, 1e6, False, True), "max_concurrency": (1, 1e6, True, False),
-    "rpm": (0.0, MAX_PER_MINUTE, False, True), "tpm": (0.0, MAX_PER_MINUTE, False, True),
-}
-
-
-def _check_number(params: dict, key: str, lo: float, hi: float, integer: bool = False, open_low: bool = False, where: str = "") -> None:
-    """``params[key]``, when given (not None), is a finite number in its bounds; else a ``ConfigError`` naming it."""
-    value = params.get(key)
-    if value is None:
-        return
-    kind = "a whole number" if integer else "a number"
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and integer:
-        ok = float(value).is_integer()
-    if ok and not ((lo < value if open_low else lo <= value) and value <= hi):
-        ok = False
-    if not ok:
-        low = f"> {lo:g}" if open_low else f">= {lo:g}"
-        raise ConfigError(f"{where}{key} = {value!r}: must be {kind} {low} and <= {hi:g}")
 
 
 class Gate:
@@ -263,9 +207,9 @@ class Gate:
         if queue and len(sent) < budget and not self._delayed and not any(e.in_flight for e in self.endpoints) \
                 and self.next_wake(now) is None:
             # Nothing in flight, nothing due, no endpoint with room: nothing will ever let these go.
-            error = self.stuck_error(now)
-            log.error("qworker: %s", error)
-            failed.extend((p, error) for p in queue if not p.resolved)
+            stuck = self.stuck_error(now)
+            log.error("qworker: %s", stuck)
+            failed.extend((p, stuck) for p in queue if not p.resolved)
             queue.clear()
             return sent, failed
         since = self._all_down_since()
@@ -326,7 +270,7 @@ class Gate:
             return False
         status, failure = int(outcome.get("status") or 0), outcome.get("failure") or ""
         latency = float(outcome.get("latency_s") or 0.0)
-        after, ratelimit = self._screen(e, outcome)
+        after, ratelimit = screen(e, outcome)
         in_flight = e.in_flight + 1
         if error:
             e.last_error = error[:200]
@@ -414,38 +358,6 @@ class Gate:
         e.counts["other_errors"] += 1
         e.probing = False
         return False
-
-    @staticmethod
-    def _screen(e: Endpoint, outcome: dict) -> tuple[Optional[float], Optional[dict]]:
-        """The outcome's Retry-After and rate limits, less any value that is not believable (``judge.ratelimit``'s bounds).
-
-        A worker's parser already drops them (and lists them in ``bad_headers``); this
-        holds for any worker.  Each offending header is logged once per endpoint.
-        """
-        bad = dict(outcome.get("bad_headers") or {})
-        after = outcome.get("retry_after_s")
-        if after is not None and not _within(after, 0.0, MAX_DELAY_S):
-            bad["retry-after"], after = after, None
-        ratelimit: Optional[dict] = None
-        for kind, fam in (outcome.get("ratelimit") or {}).items():
-            if not isinstance(fam, dict):
-                continue
-            kept = {}
-            for key, value in fam.items():
-                lo, hi = _RATELIMIT_BOUNDS.get(key, (0.0, -1.0))
-                if _within(value, lo, hi):
-                    kept[key] = value
-                else:
-                    bad[f"{kind} {key}"] = value
-            if kept:
-                ratelimit = ratelimit or {}
-                ratelimit[kind] = kept
-        for name, value in bad.items():
-            if name not in e.warned_headers:
-                e.warned_headers.add(name)
-                log.warning("qworker: judge endpoint %s sent %s: %r, not a believable value; ignored "
-                            "(this warning is given once per endpoint and header)", e.url, name, value)
-        return after, ratelimit
 
     def _read_load(self, e: Endpoint, now: float) -> None:
         load = e.load
