@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from qworker._pending import Pending
+from qworker.judge.gate import Gate
+from qworker.judge.limiter import AdaptiveLimit
+
 from . import judgesim
 from .judgesim import Server
 
@@ -49,3 +53,85 @@ def test_overload_at_a_concurrency_cap_is_not_taken_for_an_outage():
     judgesim.run_staggered(server, 0, [], until=25.0, sim=clients[0].sim)
     lim = clients[0].gate.endpoints[0].limit
     assert lim.outages == 0 and lim.limit <= 36
+
+
+# ---- the pieces, one at a time ----
+
+def steady(lim: AdaptiveLimit, t: float, level: int = 64, n: int = 400) -> float:
+    for _ in range(n):
+        t += 0.005
+        lim.on_success(0.5, level, t)
+    return t
+
+
+def test_after_an_outage_the_level_to_recover_to_is_the_one_before_it():
+    lim = AdaptiveLimit(initial=64, ceiling=64)
+    lim.slow_start = False
+    lim.last_drop_level = 65.0
+    t = steady(lim, 0.0)
+    before = lim.limit
+    for k in range(200):  # 2 s of refusals at every level, down to one in flight
+        t += 0.01
+        lim.on_drop(max(1, 64 - k), t, sent_at=t - 0.005)
+    assert lim.limit == 1.0 and lim.last_drop_level < 10  # what the refusals said, on the base commit kept for minutes
+    lim.on_drop(3, t + 0.6, sent_at=t - 0.5)  # sent before it ended, refused after: not evidence
+    t += 1.0
+    lim.on_success(0.5, 1, t)  # the first answer to a request sent after the outage
+    assert lim.outages == 1 and lim.last_drop_level == 65.0
+    lim.on_drop(2, t + 0.01, sent_at=t - 0.6)  # an echo of the outage arriving late: ignored
+    assert lim.last_drop_level == 65.0
+    trips = 0
+    while lim.limit < before and trips < 20:  # x2 per round trip: every request in flight answered adds one
+        trips += 1
+        for _ in range(int(lim.limit)):
+            t += 0.5 / max(1, int(lim.limit))
+            lim.on_success(0.5, int(lim.limit), t)
+    assert trips <= 8 and lim.limit >= before - 1
+
+
+def test_an_endpoint_back_from_down_climbs_to_its_old_limit_at_twice_per_round_trip():
+    lim = AdaptiveLimit(initial=8, ceiling=512)
+    lim.limit = 100.0
+    lim.reset()
+    assert lim.limit == 8
+    t = 0.0
+    for _ in range(5):
+        for _ in range(int(lim.limit)):
+            t += 0.01
+            lim.on_success(0.2, int(lim.limit), t)
+    assert lim.limit >= 100
+
+
+def task(i: int) -> Pending:
+    return Pending(bytes([i]) * 16, "llm_judge", {}, b"x" * 40, None, None, 0.0)
+
+
+def ok(status: int = 200, **kw) -> dict:
+    return {"endpoint": 0, "status": status, "failure": "", "latency_s": 0.2, "retry_after_s": None, **kw}
+
+
+def test_an_answer_to_a_request_sent_before_the_endpoint_went_down_does_not_bring_it_back():
+    g = Gate({"model": "m", "endpoints": [{"url": "http://a"}]})
+    g.queue.extend(task(i) for i in range(2))
+    old, new = g.admit(0.0, 2)[0]
+    g.settle(new, ok(0, failure="connect"), "refused", 0.1)
+    assert g.endpoints[0].state(0.1).startswith("down")
+    g.settle(old, ok(), None, 0.2)  # in service before the outage: old news
+    assert g.endpoints[0].state(0.2).startswith("down")
+
+
+def test_a_streak_of_refusals_without_retry_after_cools_the_endpoint_with_backoff():
+    g = Gate({"model": "m", "endpoints": [{"url": "http://a"}]})
+    e = g.endpoints[0]
+    g.queue.extend(task(i) for i in range(10))
+    sent, _ = g.admit(0.0, 10)
+    for k, p in enumerate(sent):
+        assert g.settle(p, ok(429), "HTTP 429", 0.01 + k * 0.001)
+    assert e.cool_until > 0.1 and e.cool_reason.endswith("refusals in a row")
+    first = e.cool_until - 0.019
+    g.queue.append(task(20))
+    probe = g.admit(e.cool_until, 10)[0]
+    assert len(probe) >= 1
+    at = e.cool_until
+    g.settle(probe[0], ok(429), "HTTP 429", at + 0.01)
+    assert e.cool_until - (at + 0.01) > first  # doubled
