@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 
 from .._exceptions import ConfigError
+from .checks import check
 from .gate import Gate, identity
 
 __all__ = ["GATE_SETTINGS", "JudgeGates"]
@@ -44,6 +45,10 @@ class JudgeGates:
                 except (ValueError, TypeError, KeyError) as exc:
                     raise ConfigError(f"llm_judge: {exc}") from None
                 return gate
+        try:
+            check(params)  # a later config is checked as fully as the first
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConfigError(f"llm_judge: {exc}") from None
         have = _settings(gate)
         want = Gate.settings(params)
         differ = [f"{k} {want[k]!r} (the gate has {have[k]!r})" for k in GATE_SETTINGS if want[k] != have[k]]

@@ -44,3 +44,10 @@ def test_a_later_config_with_another_retry_budget_is_a_config_error():
     gates.for_params({"model": "m", "endpoints": EP, "max_attempts": 2})
     with pytest.raises(ConfigError, match=r"max_attempts 6 \(the gate has 2\)"):
         gates.for_params({"model": "m", "endpoints": EP, "max_attempts": 6})
+
+
+def test_a_later_bad_config_for_the_same_judge_is_a_config_error_too():
+    gates = JudgeGates()
+    gates.for_params({"model": "m", "endpoints": EP})
+    with pytest.raises(ConfigError, match="max_attempts = 'three'"):
+        gates.for_params({"model": "m", "endpoints": EP, "max_attempts": "three"})
