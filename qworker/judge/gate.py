@@ -22,7 +22,8 @@ After an answer the gate decides:
                                        budget is spent; else noise: the limit is capped; retried
 timeout                                retried; cuts the limit only when errors are over the error budget
 connection refused / unreachable       endpoint down (probed after 0.5 s, doubling to 5 s); retried elsewhere
-connection reset, 408, 409, other 5xx  retried; within the error budget they leave the limit alone;
+connection reset, 408, 409, other 5xx  retried (at once after a task's first error, then after 0.25 s,
+                                       doubling); within the error budget they leave the limit alone;
                                        5 in a row take the endpoint down
 401, 403                               endpoint down for 60 s; retried on another endpoint, else fails at once
 other 4xx                              fails at once with the server's message
@@ -56,7 +57,9 @@ numbers are checked at start (``checks.check``: a ``ConfigError`` naming the key
 value).  Should waiting tasks still find no endpoint that can ever take them
 (nothing in flight, nothing due, no room), they fail at once with an error
 naming each endpoint and why, rather than wait for ever.  A task is retried after at most ``max_attempts - 1`` errors, and
-after at most ``5 * max_attempts`` refusals.
+after at most ``5 * max_attempts`` refusals; an error of an endpoint that is
+down (connection refused, or the error streak that took it down) is the
+endpoint's and is not counted against the task (``dead_after_s`` bounds its wait).
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ ROUTING_KEYS = frozenset({
 AUTH_DOWN_S = 60.0
 ERROR_STREAK_DOWN = 5
 MAX_RETRY_AFTER_S = 60.0
+ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
 STREAK_COOL_FIRST_S, STREAK_COOL_MAX_S = 0.1, 1.0  # a streak of refusals without Retry-After cools the endpoint this long, doubling
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
 AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
@@ -296,9 +300,17 @@ class Gate:
             if p.throttled >= THROTTLED_ATTEMPTS_FACTOR * self.max_attempts:
                 return False
         else:
-            if p.tries + 1 >= self.max_attempts:
+            if e.down_reason and status != 401 and status != 403:
+                pass  # the endpoint is down (this error took it down, or it was): its fault, not the task's; dead_after_s bounds the wait
+            elif p.tries + 1 >= self.max_attempts:
                 return False
-            p.tries += 1
+            else:
+                p.tries += 1
+                if p.tries >= 2:
+                    # A task's second error and on: not at once, or it could spend its budget in the
+                    # moments before an outage's errors take the endpoint down.  A first error (noise,
+                    # mostly) is retried at once: a batch's tail is not made to wait.
+                    after = after or ERROR_BACKOFF_S * 2 ** (p.tries - 2)
         e.counts["retries"] += 1
         if after:  # the dispatcher puts it back at the front of the queue; admit parks it until then
             self._not_before[p.key] = now + min(float(after), MAX_RETRY_AFTER_S)
@@ -341,9 +353,11 @@ class Gate:
                 e.limit.on_drop(in_flight, now, sent_at=p.routed_at, timeout=True)
             e.probing = False
             return True
+        straggler = bool(e.down_reason) and p.routed_at < e.down_since  # sent before it went down: already counted
         if failure == "connect":
             e.counts["connect_errors"] += 1
-            e.go_down("unreachable", now)
+            if not straggler:
+                e.go_down("unreachable", now)
             return True
         if status in (401, 403):
             e.counts["other_errors"] += 1
@@ -352,7 +366,7 @@ class Gate:
         if failure == "reset" or status in (408, 409) or status >= 500:
             e.counts["other_errors"] += 1
             e.error_streak += 1
-            if e.error_streak >= ERROR_STREAK_DOWN or e.down_reason:
+            if (e.error_streak >= ERROR_STREAK_DOWN or e.down_reason) and not straggler:
                 e.go_down(f"{e.error_streak} errors in a row", now)
             return True
         e.counts["other_errors"] += 1

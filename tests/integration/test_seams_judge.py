@@ -13,7 +13,7 @@ import pytest
 from qworker import Producer
 from qworker.judge.http import MAX_BODY_BYTES
 from qworker.judge.mock import MockJudge
-from tests.chaos_scenarios.seams_judge import HOSTILE_HEADERS, judge_outage
+from tests.chaos_scenarios.seams_judge import HOSTILE_HEADERS, hostile_judge, judge_outage
 
 
 def judge_config(url: str, **params) -> dict:
@@ -57,3 +57,8 @@ def test_a_giant_answer_fails_its_task_naming_the_cap_and_no_other():
     failed = [r for r in results if not r.ok]
     assert len(failed) == 1 and str(MAX_BODY_BYTES) in failed[0].error and "not retried" in failed[0].error
     assert m.stats["served"] == 100  # the giant one was not sent again
+
+
+def test_hostile_headers_giant_answers_and_an_outage_interleaved(tmp_path):
+    o = hostile_judge(tmp_path, 1500)
+    assert o.ok, (o.note, [r.error for r in o.detail["failed"][:3]])

@@ -135,3 +135,27 @@ def test_a_streak_of_refusals_without_retry_after_cools_the_endpoint_with_backof
     at = e.cool_until
     g.settle(probe[0], ok(429), "HTTP 429", at + 0.01)
     assert e.cool_until - (at + 0.01) > first  # doubled
+
+
+def test_a_tasks_second_error_parks_its_retry_the_first_does_not():
+    g = Gate({"model": "m", "endpoints": [{"url": "http://a"}]})
+    g.queue.append(task(1))
+    a = g.admit(0.0, 1)[0][0]
+    assert g.settle(a, ok(503), "HTTP 503", 0.1)
+    g.queue.appendleft(a)
+    assert [p.key for p in g.admit(0.1, 1)[0]] == [a.key]  # a first error: at once
+    assert g.settle(a, ok(503), "HTTP 503", 0.2)
+    g.queue.appendleft(a)
+    assert g.admit(0.3, 1)[0] == []  # the second: 0.25 s later
+    assert [p.key for p in g.admit(0.5, 1)[0]] == [a.key]
+
+
+def test_errors_of_an_endpoint_that_is_down_are_not_the_tasks():
+    g = Gate({"model": "m", "endpoints": [{"url": "http://a"}], "max_attempts": 2})
+    g.queue.append(task(1))
+    p = g.admit(0.0, 1)[0][0]
+    for k in range(6):  # refused connections, probe after probe: the endpoint's fault
+        assert g.settle(p, ok(0, failure="connect"), "refused", 0.1 + k), k
+        g.queue.appendleft(p)
+        p = g.admit(g.next_wake(0.1 + k) or 0.0, 1)[0][0]
+    assert p.tries == 0
