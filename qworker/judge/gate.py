@@ -313,7 +313,7 @@ class Gate:
                     after = after or ERROR_BACKOFF_S * 2 ** (p.tries - 2)
         e.counts["retries"] += 1
         if after:  # the dispatcher puts it back at the front of the queue; admit parks it until then
-            self._not_before[p.key] = now + min(float(after), MAX_RETRY_AFTER_S)
+            self._not_before[p.key] = max(self._not_before.get(p.key, 0.0), now + min(float(after), MAX_RETRY_AFTER_S))
         return True
 
     def _classify(self, e: Endpoint, p: Pending, status: int, failure: str, latency: float, after: Optional[float],
@@ -344,6 +344,10 @@ class Gate:
                 wait = e.streak_retry_s if e.streak_retry_s < math.inf else min(STREAK_COOL_MAX_S, STREAK_COOL_FIRST_S * 2**e.streak_cools)
                 e.streak_cools += 1
                 e.cool(now + min(MAX_RETRY_AFTER_S, wait), f"{e.refusal_streak} refusals in a row")
+                if after is None:  # the next probe is another task: the refusals of an outage are spread, not one task's
+                    self._not_before[p.key] = now + 2 * min(MAX_RETRY_AFTER_S, wait)
+                if now - e.streak_since >= self.dead_after_s:  # refusing everything for that long: down, and dead_after_s applies
+                    e.go_down(f"refused every request for {now - e.streak_since:.0f} s", now)
             return True
         if failure == "timeout":
             e.counts["timeouts"] += 1

@@ -159,3 +159,10 @@ def test_errors_of_an_endpoint_that_is_down_are_not_the_tasks():
         g.queue.appendleft(p)
         p = g.admit(g.next_wake(0.1 + k) or 0.0, 1)[0][0]
     assert p.tries == 0
+
+
+def test_an_endpoint_refusing_everything_for_good_fails_what_waits_in_bounded_time():
+    server = Server(capacity=64, latency=0.5, outage=(0.0, 1e9), outage_reply="429", retry_after=None)
+    t, (c,), _ = judgesim.run(server, 200, dead_after_s=3)
+    assert len(c.failed) == 200 and t <= 60.0, t  # measured: 39 s (6 s with Retry-After: 1)
+    assert sum("refused every request" in why for why in c.failed) >= 150
