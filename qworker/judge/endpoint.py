@@ -84,6 +84,8 @@ class Endpoint:
     probing: bool = False
     error_streak: int = 0
     refusal_streak: int = 0
+    streak_since: float = math.inf  # when the first refusal of the streak came
+    streak_cools: int = 0  # coolings for a streak of refusals without Retry-After since the last answer
     streak_retry_s: float = math.inf  # the shortest Retry-After in the current refusal streak
     errors: deque = field(default_factory=lambda: deque(maxlen=ERROR_WINDOW))  # True: a 5xx, reset or 408
     counts: dict = field(default_factory=lambda: {
@@ -92,6 +94,7 @@ class Endpoint:
     load: Optional[tuple] = None  # (running, waiting, at) from the metrics URL, written by LoadPoller
     load_used: float = 0.0
     down_max_s: float = DOWN_MAX_S  # the longest wait between probes of a down endpoint
+    warned_headers: set = field(default_factory=set)  # headers already reported as not believable
 
     def state(self, now: float) -> str:
         if self.down_reason:
@@ -112,6 +115,19 @@ class Endpoint:
             if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
                 return 0.0
         return max(0.0, math.floor(self.limit.limit) - self.in_flight)
+
+    def blocked(self, now: float, tokens: float) -> str:
+        """Why this endpoint has no room now (for an error message)."""
+        if self.down_reason:
+            return f"down ({self.down_reason}), probing" if self.probing else f"down ({self.down_reason})"
+        if now < self.cool_until:
+            return f"cooling ({self.cool_reason})"
+        names = {id(self.rpm): "rpm", id(self.tpm): "tpm", id(self.paced_requests): "announced requests/min",
+                 id(self.paced_tokens): "announced tokens/min"}
+        for b, is_tokens in self.buckets():
+            if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
+                return f"paced by {names[id(b)]} at {b.rate * 60:g}/min, {b.tokens:g} left, never refilling"
+        return f"limit {self.limit.limit:g}, {self.in_flight} in flight, weight {self.weight:g}"
 
     def ready_at(self, now: float, tokens: float) -> Optional[float]:
         """When pacing next lets a request go (None: pacing does not hold it)."""

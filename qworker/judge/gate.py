@@ -22,10 +22,12 @@ After an answer the gate decides:
                                        budget is spent; else noise: the limit is capped; retried
 timeout                                retried; cuts the limit only when errors are over the error budget
 connection refused / unreachable       endpoint down (probed after 0.5 s, doubling to 5 s); retried elsewhere
-connection reset, 408, 409, other 5xx  retried; within the error budget they leave the limit alone;
+connection reset, 408, 409, other 5xx  retried (at once after a task's first error, then after 0.25 s,
+                                       doubling); within the error budget they leave the limit alone;
                                        5 in a row take the endpoint down
 401, 403                               endpoint down for 60 s; retried on another endpoint, else fails at once
 other 4xx                              fails at once with the server's message
+a reply body over 16 MiB (``http``)    fails at once, naming the cap; the endpoint's health is untouched
 =====================================  ===========================================
 
 ``Retry-After`` delays the refused task only: it is not sent again before
@@ -35,7 +37,9 @@ exact (``retry-after-ms`` or fractional seconds, not whole seconds) and at most
 a quarter of a round trip, which is when the server's next token or slot comes
 (so for that long); or a streak of refusals with no success between them, at
 least ``max(8, limit / 2)`` long (then for the shortest Retry-After of the
-streak).  The error budget: while at most
+streak or, with none, 0.1 s doubling to 1 s: an outage costs a task a few of
+its refusals, not all of them; an answer to a request sent before the streak
+began does not end it).  The error budget: while at most
 ``error_budget`` (15%) of the last 200 answers were errors, errors are noise
 (a judge answering 5% 503s at random runs at full speed); beyond it a 5xx is a
 sign of overload and cuts the limit.
@@ -45,8 +49,17 @@ streaks), a waiting task fails after ``dead_after_s`` (10 s) counted from when
 the last endpoint went down or from its submission, whichever is later, with
 an error naming each endpoint and its cause.  Probes go on meanwhile (every
 0.5 s doubling to 5 s or ``dead_after_s / 2``, with a task that is waiting), so
-new tasks flow again once one answers.  A task is retried after at most ``max_attempts - 1`` errors, and
-after at most ``5 * max_attempts`` refusals.
+new tasks flow again once one answers (only a probe's answer brings an endpoint
+back: answers to requests sent before it went down are old news).  What a
+server says is screened (``checks.screen``): a Retry-After or rate-limit value that
+is not believable is ignored, with one warning per endpoint and header; config
+numbers are checked at start (``checks.check``: a ``ConfigError`` naming the key and
+value).  Should waiting tasks still find no endpoint that can ever take them
+(nothing in flight, nothing due, no room), they fail at once with an error
+naming each endpoint and why, rather than wait for ever.  A task is retried after at most ``max_attempts - 1`` errors, and
+after at most ``5 * max_attempts`` refusals; an error of an endpoint that is
+down (connection refused, or the error streak that took it down) is the
+endpoint's and is not counted against the task (``dead_after_s`` bounds its wait).
 """
 
 from __future__ import annotations
@@ -61,6 +74,8 @@ from typing import Optional
 
 from .._pending import Pending
 from .._status import EndpointRow, JudgeStatus
+from .checks import check as _check
+from .checks import screen
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
 
@@ -75,11 +90,8 @@ ROUTING_KEYS = frozenset({
 AUTH_DOWN_S = 60.0
 ERROR_STREAK_DOWN = 5
 MAX_RETRY_AFTER_S = 60.0
-JUDGE_KEYS = frozenset({
-    "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
-    "score_max", "timeout_s", "connections_per_host", "max_attempts", "ceiling", "initial_concurrency", "dead_after_s", "error_budget",
-})
-ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm", "metrics_url"})
+ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
+STREAK_COOL_FIRST_S, STREAK_COOL_MAX_S = 0.1, 1.0  # a streak of refusals without Retry-After cools the endpoint this long, doubling
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
 AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
 OVERLOAD_STATUSES = (503, 529)
@@ -94,29 +106,14 @@ def identity(params: dict) -> str:
     return json.dumps([params.get("model"), params.get("endpoints"), params.get("ceiling")], sort_keys=True, default=str)
 
 
-def _check(params: dict) -> None:
-    unknown = set(params) - JUDGE_KEYS
-    if unknown:  # a typo must not silently fall back to a default
-        raise ValueError(f"unknown param(s) {sorted(unknown)}; known: {', '.join(sorted(JUDGE_KEYS))}")
-    if not isinstance(params.get("model"), str):
-        raise ValueError("needs 'model', the judge model's name")
-    eps = params.get("endpoints")
-    if not isinstance(eps, list) or not eps or not all(isinstance(e, dict) and isinstance(e.get("url"), str) for e in eps):
-        raise ValueError("needs 'endpoints': a non-empty list of {url: ..., ...}")
-    for i, e in enumerate(eps):
-        if set(e) - ENDPOINT_KEYS:
-            raise ValueError(f"endpoints[{i}]: unknown key(s) {sorted(set(e) - ENDPOINT_KEYS)}; known: {', '.join(sorted(ENDPOINT_KEYS))}")
-
-
 class Gate:
     def __init__(self, params: dict) -> None:
         _check(params)
         self.model = str(params["model"])
-        self.max_attempts = int(params.get("max_attempts", 4))
-        self.dead_after_s = float(params.get("dead_after_s", 10.0))
-        self.error_budget = float(params.get("error_budget", 0.15))
+        own = self.settings(params)
+        self.max_attempts, self.dead_after_s, self.error_budget = own["max_attempts"], own["dead_after_s"], own["error_budget"]
+        self.initial_concurrency = initial = own["initial_concurrency"]
         ceiling = float(params.get("ceiling", 512))
-        initial = float(params.get("initial_concurrency", 32))
         req = params.get("request") or {}
         self.completion_tokens = int(req.get("max_tokens") or req.get("max_completion_tokens") or 256)
         self.endpoints: list[Endpoint] = []
@@ -133,6 +130,13 @@ class Gate:
         self._seq = 0
         self._sent: dict[bytes, tuple[int, int]] = {}  # key -> (endpoint's send number, in flight after sending)
         self._not_before: dict[bytes, float] = {}  # key -> when a refused task may go again (its Retry-After)
+
+    @staticmethod
+    def settings(params: dict) -> dict:
+        """The gate's own settings these params ask for (defaults filled in); see ``registry``."""
+        return {"max_attempts": int(params.get("max_attempts", 4)), "dead_after_s": float(params.get("dead_after_s", 10.0)),
+                "error_budget": float(params.get("error_budget", 0.15)),
+                "initial_concurrency": float(params.get("initial_concurrency", 32))}
 
     def _tokens(self, p: Pending) -> float:
         return len(p.payload) / 4 + self.completion_tokens  # a rough estimate of the request's tokens
@@ -156,6 +160,11 @@ class Gate:
         causes = "; ".join(f"endpoint {e.index} ({e.url}) down {now - e.down_since:.1f} s: {e.down_reason}"
                            + (f" ({e.last_error})" if e.last_error else "") for e in self.endpoints)
         return f"judge_error: no endpoint of this judge answered for {self.dead_after_s:g} s (dead_after_s): {causes}"
+
+    def stuck_error(self, now: float) -> str:
+        tokens = self._tokens(self.queue[0]) if self.queue else float(self.completion_tokens)
+        causes = "; ".join(f"endpoint {e.index} ({e.url}): {e.blocked(now, tokens)}" for e in self.endpoints)
+        return f"judge_error: no endpoint of this judge can take a request now or later, and nothing is in flight: {causes}"
 
     def admit(self, now: float, budget: int) -> tuple[list[Pending], list[tuple[Pending, str]]]:
         """(tasks to send now, each with ``route`` set; (task, error) to fail now: no endpoint can take them)."""
@@ -199,6 +208,14 @@ class Gate:
             self._sent[p.key] = (best.sent, best.in_flight)
             p.route, p.routed_at = best.index, now
             sent.append(p)
+        if queue and len(sent) < budget and not self._delayed and not any(e.in_flight for e in self.endpoints) \
+                and self.next_wake(now) is None:
+            # Nothing in flight, nothing due, no endpoint with room: nothing will ever let these go.
+            stuck = self.stuck_error(now)
+            log.error("qworker: %s", stuck)
+            failed.extend((p, stuck) for p in queue if not p.resolved)
+            queue.clear()
+            return sent, failed
         since = self._all_down_since()
         if since is not None and queue:
             keep: deque[Pending] = deque()
@@ -257,22 +274,25 @@ class Gate:
             return False
         status, failure = int(outcome.get("status") or 0), outcome.get("failure") or ""
         latency = float(outcome.get("latency_s") or 0.0)
-        after = outcome.get("retry_after_s")
+        after, ratelimit = screen(e, outcome)
         in_flight = e.in_flight + 1
         if error:
             e.last_error = error[:200]
-        e.learn(outcome.get("ratelimit"), now, p.routed_at, seq, self._tokens(p))
+        e.learn(ratelimit, now, p.routed_at, seq, self._tokens(p))
         self._read_load(e, now)
         refused = status == 429 or (status in OVERLOAD_STATUSES and (after is not None or e.error_share() > self.error_budget))
         is_error = not refused and (failure in ("reset", "timeout") or status in (408, 409) or status >= 500)
         if status == 200 or refused or is_error:
             e.errors.append(is_error)
         if refused:
+            if not e.refusal_streak:
+                e.streak_since = now
             e.refusal_streak += 1
             e.streak_retry_s = min(e.streak_retry_s, after) if after is not None else e.streak_retry_s
-        elif status or failure:
-            e.refusal_streak, e.streak_retry_s = 0, math.inf
-        retry = self._classify(e, p, status, failure, latency, after, refused, in_flight, level, outcome, now)
+        elif (status or failure) and (p.routed_at >= e.streak_since or not e.refusal_streak):
+            # (an answer to a request sent before the streak began does not end it: the server may be refusing all that is new)
+            e.refusal_streak, e.streak_retry_s, e.streak_since = 0, math.inf, math.inf
+        retry = self._classify(e, p, status, failure, latency, after, refused, in_flight, level, outcome, ratelimit, now)
         if not retry:
             return False
         if refused:  # the limiter's business: these have a budget of their own
@@ -280,29 +300,37 @@ class Gate:
             if p.throttled >= THROTTLED_ATTEMPTS_FACTOR * self.max_attempts:
                 return False
         else:
-            if p.tries + 1 >= self.max_attempts:
+            if e.down_reason and status != 401 and status != 403:
+                pass  # the endpoint is down (this error took it down, or it was): its fault, not the task's; dead_after_s bounds the wait
+            elif p.tries + 1 >= self.max_attempts:
                 return False
-            p.tries += 1
+            else:
+                p.tries += 1
+                if p.tries >= 2:
+                    # A task's second error and on: not at once, or it could spend its budget in the
+                    # moments before an outage's errors take the endpoint down.  A first error (noise,
+                    # mostly) is retried at once: a batch's tail is not made to wait.
+                    after = after or ERROR_BACKOFF_S * 2 ** (p.tries - 2)
         e.counts["retries"] += 1
         if after:  # the dispatcher puts it back at the front of the queue; admit parks it until then
-            self._not_before[p.key] = now + min(float(after), MAX_RETRY_AFTER_S)
+            self._not_before[p.key] = max(self._not_before.get(p.key, 0.0), now + min(float(after), MAX_RETRY_AFTER_S))
         return True
 
     def _classify(self, e: Endpoint, p: Pending, status: int, failure: str, latency: float, after: Optional[float],
-                  refused: bool, in_flight: int, level: int, outcome: dict, now: float) -> bool:
+                  refused: bool, in_flight: int, level: int, outcome: dict, ratelimit: Optional[dict], now: float) -> bool:
         if status == 200:
             e.counts["ok"] += 1
             e.latencies.append(latency)
-            if e.down_reason:
+            if e.down_reason and p.routed_at >= e.down_since:  # a probe: an answer to a request sent before it went down is old news
                 e.come_back()
-            e.error_streak = 0
+            e.error_streak, e.streak_cools = 0, 0
             e.limit.on_success(latency, in_flight, now, level=level or in_flight, tokens=outcome.get("completion_tokens"))
             return False
         if refused:
             e.counts["status_429" if status == 429 else "other_errors"] += 1
             e.limit.on_drop(in_flight, now, sent_at=p.routed_at)
             e.probing = False
-            rl = (outcome.get("ratelimit") or {}).get("requests") or {}
+            rl = (ratelimit or {}).get("requests") or {}
             if rl.get("remaining") == 0:  # the quota says the whole endpoint is out
                 rate = rl["limit"] / 60.0 if rl.get("limit") else 1.0
                 e.cool(now + min(MAX_RETRY_AFTER_S, after if after is not None else 1.0 / rate), "quota spent")
@@ -310,8 +338,16 @@ class Gate:
                 # Exact (not whole seconds) and short: when the server's next slot or token comes
                 # (a token bucket's next refill).  Sending before then is refused too.
                 e.cool(now + after, "retry-after")
-            elif e.refusal_streak >= max(8, e.limit.limit / 2) and e.streak_retry_s < math.inf:
-                e.cool(now + min(MAX_RETRY_AFTER_S, e.streak_retry_s), f"{e.refusal_streak} refusals in a row")
+            elif e.refusal_streak >= max(8, e.limit.limit / 2):
+                # Refused across the board (an outage, or an overload the limit did not answer): the whole endpoint
+                # waits, for the shortest Retry-After of the streak, else 0.1 s doubling to 1 s; then one probe.
+                wait = e.streak_retry_s if e.streak_retry_s < math.inf else min(STREAK_COOL_MAX_S, STREAK_COOL_FIRST_S * 2**e.streak_cools)
+                e.streak_cools += 1
+                e.cool(now + min(MAX_RETRY_AFTER_S, wait), f"{e.refusal_streak} refusals in a row")
+                if after is None:  # the next probe is another task: the refusals of an outage are spread, not one task's
+                    self._not_before[p.key] = now + 2 * min(MAX_RETRY_AFTER_S, wait)
+                if now - e.streak_since >= self.dead_after_s:  # refusing everything for that long: down, and dead_after_s applies
+                    e.go_down(f"refused every request for {now - e.streak_since:.0f} s", now)
             return True
         if failure == "timeout":
             e.counts["timeouts"] += 1
@@ -321,9 +357,11 @@ class Gate:
                 e.limit.on_drop(in_flight, now, sent_at=p.routed_at, timeout=True)
             e.probing = False
             return True
+        straggler = bool(e.down_reason) and p.routed_at < e.down_since  # sent before it went down: already counted
         if failure == "connect":
             e.counts["connect_errors"] += 1
-            e.go_down("unreachable", now)
+            if not straggler:
+                e.go_down("unreachable", now)
             return True
         if status in (401, 403):
             e.counts["other_errors"] += 1
@@ -332,7 +370,7 @@ class Gate:
         if failure == "reset" or status in (408, 409) or status >= 500:
             e.counts["other_errors"] += 1
             e.error_streak += 1
-            if e.error_streak >= ERROR_STREAK_DOWN or e.down_reason:
+            if (e.error_streak >= ERROR_STREAK_DOWN or e.down_reason) and not straggler:
                 e.go_down(f"{e.error_streak} errors in a row", now)
             return True
         e.counts["other_errors"] += 1

@@ -23,7 +23,7 @@ from typing import Optional
 import urllib3
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
 
-__all__ = ["Reply", "Deadline", "ConnectFailed", "client", "post"]
+__all__ = ["Reply", "Deadline", "ConnectFailed", "TooLarge", "MAX_BODY_BYTES", "client", "post"]
 
 CHUNK = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -39,12 +39,22 @@ class ConnectFailed(Exception):
     ``kind`` is ``"connect"`` when no connection could be made (refused,
     unreachable: nothing is listening there) and ``"reset"`` when a connection
     was made and then dropped before the answer was complete (a reset, a
-    closed keep-alive connection, an oversized answer).
+    closed keep-alive connection); ``"too_large"`` (``TooLarge``) when the
+    answer's body is over ``MAX_BODY_BYTES``.
     """
 
     def __init__(self, message: str, kind: str = "connect") -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class TooLarge(ConnectFailed):
+    """The answer's body is over ``MAX_BODY_BYTES`` (announced, or read so far): not read further, not worth a retry."""
+
+    def __init__(self, size: int, announced: bool) -> None:
+        how = f"announces {size} bytes" if announced else f"passed {size} bytes"
+        super().__init__(f"the answer {how}, over the cap of {MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES >> 20} MiB) "
+                         "on a judge's reply; not read and not retried", "too_large")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +125,13 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, connections_p
     chunks: list[bytes] = []
     size = 0
     try:
+        announced = int(resp.headers.get("content-length") or 0)
+    except ValueError:
+        announced = 0
+    if announced > MAX_BODY_BYTES:
+        _discard(resp)
+        raise TooLarge(announced, True)
+    try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -125,9 +142,9 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, connections_p
                 break
             size += len(chunk)
             if size > MAX_BODY_BYTES:
-                raise ConnectFailed(f"answer larger than {MAX_BODY_BYTES} bytes", "reset")
+                raise TooLarge(size, False)
             chunks.append(chunk)
-    except Deadline:
+    except (Deadline, TooLarge):
         _discard(resp)
         raise
     except ReadTimeoutError:

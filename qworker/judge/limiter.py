@@ -21,6 +21,15 @@ requests.  Only the dispatcher thread calls it.
   (Little's law: answers/s x mean latency; a rate limit's rate times the
   latency), or to half when too few answered.  A timeout cuts to ``backoff``
   times what was in flight.
+* An outage is not a capacity signal.  When, for a whole round trip, every
+  request sent was refused (at least ``outage_after`` refusals, none of them
+  answered: a judge restarting, a proxy refusing everything), the levels the
+  refusals lowered meanwhile say nothing about the capacity.  The first answer
+  to a request sent after that restores what held before the refusals began
+  (the level to recover to, the knee, slow start or not) and the limit climbs
+  back by one per success (x2 per round trip) to where it was; refusals of
+  requests sent during the outage are ignored.  ``reset`` (an endpoint back
+  from down) climbs the same way to the limit it had.
 * No growth for a round trip after a refusal.  Then the limit climbs one per
   success back to one below the last refusal level (one per round trip once a
   reaction did not suffice), and probes above it by ``probe`` requests per round
@@ -81,6 +90,7 @@ class AdaptiveLimit:
     window: int = 128  # answers in the recent latency window
     base_samples: int = 128  # answers at the lowest levels that make the base
     stale_base: float = 0.8  # g below this: the base was measured while others loaded the server; rebuilt
+    outage_after: int = 8  # refusals, with nothing sent for a round trip answered, that make an outage
     limit: float = field(init=False)
     rtt: float = field(init=False, default=0.0)  # EWMA of successful round trips, seconds
     slow_start: bool = field(init=False, default=True)
@@ -105,6 +115,12 @@ class AdaptiveLimit:
     _load_at: float = field(init=False, default=-math.inf)  # when a metrics URL last spoke
     _answers: deque = field(init=False, default_factory=deque)  # (time, latency) of recent successes, for Little's law
     _answers_rtt: float = field(init=False, default=0.0)
+    outages: int = field(init=False, default=0)
+    _run: int = field(init=False, default=0)  # refusals since the last answer to a request sent after they began
+    _run_started: float = field(init=False, default=math.inf)  # when the first of them came
+    _held: Optional[tuple] = field(init=False, default=None)  # what held before they began (``_snapshot``)
+    _restore_to: float = field(init=False, default=0.0)  # after an outage: climb back x2 per round trip to this
+    _recovered_at: float = field(init=False, default=-math.inf)  # refusals of requests sent before this are the outage's
 
     def __post_init__(self) -> None:
         self.limit = max(self.floor, min(self.ceiling, self.initial))
@@ -217,8 +233,17 @@ class AdaptiveLimit:
         self._answers_rtt += rtt
         while answers[0][0] < now - max(1.0, 4 * self.rtt):
             self._answers_rtt -= answers.popleft()[1]
+        if self._run and now - rtt >= self._run_started:  # an answer to a request sent since refusals began
+            if self._run >= self.outage_after and now - rtt - self._run_started >= self._round_trip():
+                self._recover(now)  # for a round trip nothing sent was answered: an outage, not the capacity
+            self._run, self._run_started, self._held = 0, math.inf, None
         if self._record(rtt, float(level if level is not None else in_flight), tokens) and now - self._load_at > LOAD_FRESH_S:
             self._decide(now)
+        if self._restore_to and self._in_use(in_flight):  # back from an outage: x2 per round trip to where it was
+            self.limit = min(self.ceiling, self._restore_to, self.limit + 1.0)
+            if self.limit >= self._restore_to:
+                self._restore_to = 0.0
+            return
         if now - self._last_drop < self._round_trip():
             return  # answers to requests sent before the last drop say nothing about more room
         if now - self._load_at <= LOAD_FRESH_S:
@@ -245,6 +270,13 @@ class AdaptiveLimit:
         ``in_flight`` counts the requests outstanding, this one included.
         """
         self.drops += 1
+        if sent_at < self._recovered_at:  # sent during an outage that is over: says nothing about the capacity now
+            return
+        if not self._run:
+            self._held = self._snapshot()
+            self._run_started = now
+        self._run += 1
+        self._restore_to = 0.0
         self._last_drop = now
         self._episode_drops += 1
         if sent_at <= self._reacted:  # sent before the last reaction: an echo of the overload it answered
@@ -287,8 +319,22 @@ class AdaptiveLimit:
         self.slow_start = False
         self.limit = max(self.floor, min(self.limit, to))
 
+    def _snapshot(self) -> tuple:
+        return (self.limit, self.last_drop_level, self._echo_level, self.knee_level, self.slow_start, self._overloaded)
+
+    def _recover(self, now: float) -> None:
+        """The first answer after an outage: back to what held before it, the limit climbing to its old level."""
+        assert self._held is not None
+        limit, self.last_drop_level, self._echo_level, self.knee_level, self.slow_start, self._overloaded = self._held
+        self.outages += 1
+        self._restore_to = limit if limit > self.limit else 0.0
+        self._last_drop = self._reacted = -math.inf
+        self._recovered_at = now
+
     def reset(self) -> None:
-        """Back to slow start from ``initial`` (an endpoint that came back after being down)."""
+        """Back to slow start (an endpoint that came back after being down): x2 per round trip to the limit it had, then x1.5."""
+        self._restore_to = self.limit if self.limit > self.initial else 0.0
+        self._run, self._run_started, self._held = 0, math.inf, None
         self.limit = max(self.floor, min(self.ceiling, self.initial))
         self.slow_start = True
         self._overloaded = False

@@ -23,7 +23,19 @@ It serves ``POST /v1/chat/completions`` on 127.0.0.1 as real judges behave:
   latency), ``p_reset`` (the connection is reset), ``p_hang`` (never answers),
   and ``fault`` set at run time (``"hang"``, ``"500"``, ``"401"``);
 * an **API key** check when ``api_key`` is set (401, and like some providers
-  the error message echoes the key it was given).
+  the error message echoes the key it was given);
+* **outages and hostile replies on command** (methods, or ``POST /admin/...``
+  with a JSON body, for a mock run as a separate process):
+  ``go_down(seconds, how)`` / ``/admin/down {"seconds", "how"}``: for that long
+  every request is answered 503 or 429 at once (with ``Retry-After: 1`` unless
+  ``retry_after="none"``), or reset (``"reset"``), or the port refuses
+  connections (``"refuse"``: the listening socket is closed, open connections
+  reset, and it listens again on the same port after ``seconds``);
+  ``hostile(headers, count)`` / ``/admin/headers {"headers", "count"}``: add
+  these headers (``x-ratelimit-limit-requests: -1``, ``retry-after: inf``, ...) to
+  the next ``count`` replies (every reply when ``count`` is null);
+  ``giant(count, size)`` / ``/admin/giant {"count", "bytes"}``: the next
+  ``count`` answers carry a body of ``size`` bytes (padding in the JSON).
 
 The reply's last line is ``Score: N``, N in 0..10, a hash of the last user
 message (``expected_score``).  ``GET /stats``: requests, served, 429s, errors,
@@ -100,14 +112,77 @@ class MockJudge(ThreadingHTTPServer):
         self.ends: list[float] = []  # finish times of requests in service
         self.waiters: deque[tuple[threading.Event, float]] = deque()  # queue mode: requests waiting for a slot, in order
         self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "resets": 0, "max_in_flight": 0, "connections": 0,
-                      "metrics_reads": 0}
+                      "metrics_reads": 0, "outage_replies": 0}
         self.held_s = self.queued_s = self.service_s = 0.0
         self._thread: Optional[threading.Thread] = None
         self.open_sockets: list[socket.socket] = []
+        self.down_until, self.down_how = 0.0, ""
+        self.extra_headers: dict = {}
+        self.extra_left: Optional[int] = 0  # replies still to carry extra_headers (None: all)
+        self.giant_left, self.giant_bytes = 0, 0
+        self._stopped = False
+
+    # commands -----------------------------------------------------------------
+    def go_down(self, seconds: float, how: str = "503") -> None:
+        """For ``seconds``, answer every request with 503 or 429 at once, reset it, or (``"refuse"``) refuse connections."""
+        if how not in ("503", "429", "reset", "refuse"):
+            raise ValueError(f"how must be 503, 429, reset or refuse, not {how!r}")
+        with self.lock:
+            self.down_until, self.down_how = time.monotonic() + seconds, how
+        if how == "refuse":
+            threading.Thread(target=self._refuse_for, args=(seconds,), name="mock-judge-down", daemon=True).start()
+
+    def _refuse_for(self, seconds: float) -> None:
+        self.shutdown()
+        self.socket.close()
+        self._reset_open()
+        time.sleep(seconds)
+        if self._stopped:
+            return
+        self.socket = socket.socket(self.address_family, self.socket_type)
+        self.server_bind()
+        self.server_activate()
+        self.start()
+
+    def is_down(self, now: float) -> str:
+        """How requests are turned away now ("" when they are not)."""
+        with self.lock:
+            return self.down_how if now < self.down_until else ""
+
+    def hostile(self, headers: dict, count: Optional[int] = None) -> None:
+        """Add ``headers`` to the next ``count`` replies (all replies when None; ``{}`` stops)."""
+        with self.lock:
+            self.extra_headers, self.extra_left = dict(headers), count
+
+    def giant(self, count: int = 1, size: int = 20 * 1024 * 1024) -> None:
+        """The next ``count`` answers carry a body of about ``size`` bytes."""
+        with self.lock:
+            self.giant_left, self.giant_bytes = count, size
+
+    def extras(self, answer: bool) -> tuple[dict, int]:
+        """(extra headers for this reply, the size of a giant body for it or 0); ``answer``: a 200 with a score."""
+        with self.lock:
+            headers: dict = {}
+            if self.extra_headers and (self.extra_left is None or self.extra_left > 0):
+                headers = dict(self.extra_headers)
+                if self.extra_left is not None:
+                    self.extra_left -= 1
+            size = 0
+            if answer and self.giant_left > 0:
+                self.giant_left -= 1
+                size = self.giant_bytes
+            return headers, size
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/v1/chat/completions"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-answer (its connection reset, or ours, going down) is normal here; anything else is printed."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn = super().get_request()
@@ -185,8 +260,12 @@ class MockJudge(ThreadingHTTPServer):
 
     def stop(self) -> None:
         """Stop as a dying server does: the port refuses, and open connections are reset."""
+        self._stopped = True
         self.shutdown()
         self.server_close()
+        self._reset_open()
+
+    def _reset_open(self) -> None:
         with self.lock:
             sockets, self.open_sockets = self.open_sockets, []
             for ev, _ in self.waiters:
@@ -241,9 +320,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.close()
         self.close_connection = True
 
+    def _admin(self, body: bytes) -> None:
+        s = self.server
+        try:
+            args = json.loads(body or b"{}")
+            if self.path == "/admin/down":
+                s.go_down(float(args["seconds"]), str(args.get("how", "503")))
+            elif self.path == "/admin/headers":
+                s.hostile({str(k): str(v) for k, v in args["headers"].items()}, args.get("count"))
+            elif self.path == "/admin/giant":
+                s.giant(int(args.get("count", 1)), int(args.get("bytes", 20 * 1024 * 1024)))
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self._send(400, {"error": {"message": f"bad admin command: {exc}"}})
+            return
+        self._send(200, {"ok": True})
+
     def do_POST(self) -> None:  # noqa: N802
         s = self.server
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/admin/"):
+            self._admin(body)
+            return
         if not self.path.endswith("/chat/completions"):
             self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
@@ -261,7 +361,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": "body is not a chat completion request"}})
             return
         arrived = time.monotonic()
+        down = s.is_down(arrived)
+        if down:
+            with s.lock:
+                s.stats["requests"] += 1
+                s.stats["outage_replies"] += 1
+            if down in ("reset", "refuse"):
+                self._reset()
+                return
+            extra = s.extras(False)[0]
+            after = {} if s.retry_after == "none" else {"Retry-After": "1"}
+            self._send(int(down), {"error": {"message": "the judge is down", "type": "overloaded"}}, {**after, **extra})
+            return
         status, retry_after, headers, wait, service, n_tokens, roll = s.admit(len(body) / 4 + float(req.get("max_tokens") or 16))
+        extra, giant = s.extras(status == 200)
         if status == 429:
             ra = retry_after or 0.0
             if s.retry_after == "ms":
@@ -270,7 +383,7 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["Retry-After"] = str(max(1, math.ceil(ra)))
             elif s.retry_after == "date":
                 headers["Retry-After"] = formatdate(time.time() + max(1.0, ra), usegmt=True)
-            self._send(429, {"error": {"message": "Rate limit reached", "type": "rate_limit"}}, headers)
+            self._send(429, {"error": {"message": "Rate limit reached", "type": "rate_limit"}}, {**headers, **extra})
             return
         if wait is not None:
             wait.wait()
@@ -300,14 +413,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if not ok:
             status = 500 if s.fault == "500" else s.error_status
-            self._send(status, {"error": {"message": "injected server error", "type": "server_error"}}, headers)
+            self._send(status, {"error": {"message": "injected server error", "type": "server_error"}}, {**headers, **extra})
             return
         content = f"The answer looks reasonable.\nScore: {expected_score(user)}"
-        self._send(200, {
+        doc: dict = {
             "id": "mock", "object": "chat.completion", "model": req.get("model", "mock"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": n_tokens, "total_tokens": len(user) // 4 + n_tokens},
-        }, headers)
+        }
+        if giant:
+            doc["padding"] = "x" * giant
+        self._send(200, doc, {**headers, **extra})
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -3,6 +3,12 @@
 A judge is identified by its model, endpoints and ceiling (``gate.identity``),
 so two reward names that reach the same endpoints share one limit.  Used from the
 caller's thread at submission; the gates themselves are driven by the dispatcher.
+
+The gate's own settings (``GATE_SETTINGS``: retry budget, dead-endpoint bound,
+error budget, starting limit) are one per gate.  A later caller that asks for
+other values for the same judge gets a ``ConfigError`` naming both, rather than
+silently the first caller's: making them part of the identity would split one
+endpoint's limit into two limits that each believe they own it.
 """
 
 from __future__ import annotations
@@ -10,9 +16,17 @@ from __future__ import annotations
 import threading
 
 from .._exceptions import ConfigError
+from .checks import check
 from .gate import Gate, identity
 
-__all__ = ["JudgeGates"]
+__all__ = ["GATE_SETTINGS", "JudgeGates"]
+
+GATE_SETTINGS = ("max_attempts", "dead_after_s", "error_budget", "initial_concurrency")
+
+
+def _settings(gate: Gate) -> dict:
+    return {"max_attempts": gate.max_attempts, "dead_after_s": gate.dead_after_s, "error_budget": gate.error_budget,
+            "initial_concurrency": gate.initial_concurrency}
 
 
 class JudgeGates:
@@ -21,7 +35,7 @@ class JudgeGates:
         self._lock = threading.Lock()
 
     def for_params(self, params: dict) -> Gate:
-        """The gate of the judge these params call; a bad judge config is a ``ConfigError``."""
+        """The gate of the judge these params call; a bad judge config, or one at odds with the gate's settings, is a ``ConfigError``."""
         ident = identity(params)
         with self._lock:
             gate = self._gates.get(ident)
@@ -30,4 +44,18 @@ class JudgeGates:
                     gate = self._gates[ident] = Gate(params)
                 except (ValueError, TypeError, KeyError) as exc:
                     raise ConfigError(f"llm_judge: {exc}") from None
-            return gate
+                return gate
+        try:
+            check(params)  # a later config is checked as fully as the first
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConfigError(f"llm_judge: {exc}") from None
+        have = _settings(gate)
+        want = Gate.settings(params)
+        differ = [f"{k} {want[k]!r} (the gate has {have[k]!r})" for k in GATE_SETTINGS if want[k] != have[k]]
+        if differ:
+            raise ConfigError(
+                f"llm_judge: this judge (model {params.get('model')!r}, endpoints {[e.get('url') for e in params['endpoints']]}) "
+                f"already has a gate, made by an earlier config with other settings: {'; '.join(differ)}. "
+                "One judge has one gate (one limit per endpoint): give every config that calls it the same "
+                f"{', '.join(GATE_SETTINGS)}")
+        return gate

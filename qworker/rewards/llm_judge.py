@@ -9,12 +9,15 @@ workers on all hosts.  Nothing here retries or sleeps.  The outcome's keys:
 
 * ``endpoint`` (int), ``status`` (HTTP status, 0 when there was none),
   ``failure`` (``""``, ``"timeout"``, ``"connect"``: no connection could be
-  made, ``"reset"``: the connection dropped mid-answer), ``latency_s``;
+  made, ``"reset"``: the connection dropped mid-answer, ``"too_large"``: a body
+  over ``judge.http.MAX_BODY_BYTES``, not retried), ``latency_s``;
 * ``retry_after_s``: ``retry-after-ms``, ``Retry-After`` seconds or HTTP-date,
   in seconds, or ``None``;
 * ``completion_tokens``: ``usage.completion_tokens`` of a 200 reply, or ``None``;
 * ``ratelimit``: the provider's rate-limit headers, parsed by ``judge.ratelimit.rate_limits``
-  (``{"requests": {"limit", "remaining", "reset_s"}, "tokens": {...}}``), or ``None``.
+  (``{"requests": {"limit", "remaining", "reset_s"}, "tokens": {...}}``), or ``None``;
+* ``bad_headers`` (only when there are some): ``{name: value}`` of the rate-limit
+  and Retry-After headers ignored as unbelievable (``inf``, ``-1``, ``NaN``, ...).
 
 Params (from the config's ``rewards: llm_judge:`` section, see ``configs/judge.yaml``):
 
@@ -124,7 +127,7 @@ def _completion_tokens(doc: Any) -> Optional[int]:
         n = doc["usage"]["completion_tokens"]
     except (KeyError, TypeError, IndexError):
         return None
-    return int(n) if isinstance(n, (int, float)) and n >= 0 else None
+    return int(n) if isinstance(n, (int, float)) and 0 <= n <= 1e9 else None  # (json reads 1e400 as inf; NaN fails both)
 
 
 @reward("llm_judge", kind="io")
@@ -182,8 +185,11 @@ def llm_judge(
         outcome.update(failure=exc.kind, latency_s=time.monotonic() - t0)
         raise CallFailed(redact(f"endpoint {index} ({url}): {exc}", secret), outcome=outcome) from None
     wall = time.time()
-    outcome.update(status=reply.status, latency_s=reply.latency_s, retry_after_s=_ratelimit.retry_after(reply.headers, wall),
-                   ratelimit=_ratelimit.rate_limits(reply.headers, wall))
+    bad: dict = {}  # headers whose values are not believable (the gate reports them once per endpoint)
+    outcome.update(status=reply.status, latency_s=reply.latency_s, retry_after_s=_ratelimit.retry_after(reply.headers, wall, bad),
+                   ratelimit=_ratelimit.rate_limits(reply.headers, wall, bad))
+    if bad:
+        outcome["bad_headers"] = {k: redact(str(v), secret)[:80] for k, v in bad.items()}
     text = redact(reply.body.decode("utf-8", "replace"), secret)  # before anything is cut, parsed or kept
     if reply.status != 200:
         raise CallFailed(redact(f"endpoint {index} ({url}): HTTP {reply.status}: ", secret) + text[:MAX_SHOWN], outcome=outcome)

@@ -29,6 +29,7 @@ class Outcome:
     note: str = ""
     detail: dict = field(default_factory=dict)
     clean: bool = True  # a scenario's own check (the key leak: found nowhere)
+    recovery_s: Optional[float] = None  # seconds from the end of an outage until throughput is back to 90% of before
 
     @property
     def ok(self) -> bool:

@@ -11,7 +11,11 @@ gate's queue, as the dispatcher puts it.  Servers:
 * ``retry_after``: ``"ms"`` (exact), ``"s"`` (whole seconds, at least 1) or None;
 * ``headers``: announce the bucket as OpenAI's ``x-ratelimit-*`` do;
 * ``p_error``: a 503 (no Retry-After) with that probability, independent of load;
-* latency: ``lognormal`` with mean ``latency`` and ``sigma``, or fixed +-5%.
+* latency: ``lognormal`` with mean ``latency`` and ``sigma``, or fixed +-5%;
+* ``outage`` = (start, end): every request arriving then is turned away at
+  once, as ``outage_reply`` says: ``"429"`` or ``"503"`` (with a whole-second
+  ``Retry-After: 1`` unless ``retry_after`` is None), ``"connect"`` (connection
+  refused) or ``"reset"`` (connection reset); requests already in service finish.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class Server:
     headers: bool = False
     p_error: float = 0.0
     tokens_per_reply: Optional[Callable[[random.Random], int]] = None
+    outage: Optional[tuple[float, float]] = None
+    outage_reply: str = "429"
     seed: int = 1
     busy: int = 0
     waiting: list = field(default_factory=list)
@@ -69,6 +75,9 @@ class Server:
     def arrive(self, sim: Sim, t: float, reply: Callable[[float, dict], None]) -> None:
         st = self.stats
         st["requests"] += 1
+        if self.outage and self.outage[0] <= t < self.outage[1]:
+            st["refused"] += 1
+            return reply(t + self.rng.uniform(0.001, 0.02), self._outage_reply())
         if self.rate is not None:
             self.bucket = min(self.rate, self.bucket + (t - self.refilled) * self.rate)
             self.refilled = t
@@ -86,6 +95,13 @@ class Server:
             self._start(sim, t, t, reply, rl)
         else:
             self.waiting.append((t, reply, rl))
+
+    def _outage_reply(self) -> dict:
+        kind = self.outage_reply
+        if kind in ("connect", "reset"):
+            return {"status": 0, "failure": kind, "latency_s": 0.005, "retry_after_s": None, "completion_tokens": None, "ratelimit": None}
+        return {"status": int(kind), "failure": "", "latency_s": 0.01, "retry_after_s": None if self.retry_after is None else 1.0,
+                "completion_tokens": None, "ratelimit": None}
 
     def _refusal(self, wait: float) -> dict:
         after = None if self.retry_after is None else wait if self.retry_after == "ms" else float(max(1, math.ceil(wait)))
@@ -128,6 +144,7 @@ class Client:
             params["initial_concurrency"] = semaphore
         self.gate = Gate({"model": "m", "endpoints": [ep], **params})
         self.done_at: list[float] = []
+        self.limits: list[tuple[float, float]] = []  # (time, the endpoint's limit) after each answer
         self.failed: list[str] = []
         self._wake_at = math.inf
         for i in range(n):
@@ -154,11 +171,13 @@ class Client:
             self.sim.at(wake, self.pump)
 
     def answer(self, p: Pending, outcome: dict, t: float) -> None:
-        if self.gate.settle(p, outcome, None if outcome["status"] == 200 else f"HTTP {outcome['status']}", t):
+        retry = self.gate.settle(p, outcome, None if outcome["status"] == 200 else f"HTTP {outcome['status']} {outcome['failure']}", t)
+        self.limits.append((t, self.gate.endpoints[0].limit.limit))
+        if retry:
             self.gate.queue.appendleft(p)
         else:
             p.resolved = True
-            (self.done_at.append(t) if outcome["status"] == 200 else self.failed.append(str(outcome["status"])))
+            (self.done_at.append(t) if outcome["status"] == 200 else self.failed.append(f"{outcome['status']} {outcome['failure']}"))
         self.pump(t)
 
     @property
@@ -189,6 +208,25 @@ def run(server: Server, n: int, clients: int = 1, **params) -> tuple[float, list
     sim = Sim()
     cs = [Client(sim, server, n, name=f"c{i}-", **params) for i in range(clients)]
     return sim.run(cs), cs, server
+
+
+def throughput(done_at: list[float], start: float, end: float) -> float:
+    """Answers per second between ``start`` and ``end`` (simulated seconds)."""
+    return sum(1 for t in done_at if start <= t < end) / (end - start)
+
+
+def recovery_s(done_at: list[float], outage: tuple[float, float], share: float = 0.9, window: float = 2.0) -> Optional[float]:
+    """Seconds from the end of ``outage`` until a ``window`` of answers runs at ``share`` of the throughput of the 10 s before it.
+
+    ``None`` when it never does within the run.
+    """
+    before = throughput(done_at, max(0.0, outage[0] - 10.0), outage[0])
+    t, last = outage[1], max(done_at, default=0.0)
+    while t + window <= last:
+        if throughput(done_at, t, t + window) >= share * before:
+            return t - outage[1]
+        t += 0.1
+    return None
 
 
 def run_staggered(server: Server, n: int, starts: list[float], until: float, sim: Optional[Sim] = None, **params) -> list[Client]:

@@ -221,7 +221,7 @@ def test_retry_budgets():
     p = send_one(g)
     assert g.settle(p, outcome(500), None, 1.0) is True  # error 1 of 2
     g.queue.append(p)
-    p = g.admit(1.0, 1)[0][0]
+    p = g.admit(1.0, 1)[0][0]  # a lone error: sent again at once
     assert g.settle(p, outcome(500), None, 1.1) is False  # the budget is spent
     q = send_one(g, now=2.0)
     results = []

@@ -21,3 +21,21 @@ def test_a_refused_connection_raises_once_without_urllib3_retry_warnings(caplog)
     assert exc.value.kind == "connect"
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("urllib3")]
     assert any(r.levelno == logging.DEBUG and r.name.startswith("urllib3") for r in caplog.records)  # DEBUG still passes
+
+
+def test_a_body_over_the_cap_is_too_large_not_a_reset():
+    import json
+
+    from qworker.judge.mock import MockJudge
+
+    m = MockJudge(capacity=8, latency_s=0.001).start()
+    try:
+        m.giant(1, http.MAX_BODY_BYTES + 1000)
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "q"}]}).encode()
+        with pytest.raises(http.TooLarge) as exc:
+            http.post(m.url, body, {"Content-Type": "application/json"}, deadline=time.monotonic() + 30)
+        assert exc.value.kind == "too_large" and str(http.MAX_BODY_BYTES) in str(exc.value)
+        reply = http.post(m.url, body, {"Content-Type": "application/json"}, deadline=time.monotonic() + 30)
+        assert reply.status == 200  # the pool is intact: the next call works
+    finally:
+        m.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import urllib3
 
@@ -83,3 +84,60 @@ def test_lognormal_latency_spreads_and_per_token_reports_usage():
     lat, n = m.draw()
     m.server_close()
     assert lat == 0.001 * n
+
+
+def test_go_down_answers_503_with_retry_after_then_comes_back():
+    m = MockJudge(capacity=8, latency_s=0.001).start()
+    try:
+        http = urllib3.PoolManager(maxsize=1, retries=False)
+        m.go_down(0.5, "503")
+        r = post(http, m)
+        assert r.status == 503 and r.headers["Retry-After"] == "1"
+        time.sleep(0.6)
+        assert post(http, m).status == 200
+        assert stats(http, m)["outage_replies"] == 1
+    finally:
+        m.stop()
+
+
+def test_go_down_refusing_connections_listens_again_on_the_same_port():
+    m = MockJudge(capacity=8, latency_s=0.001).start()
+    try:
+        http = urllib3.PoolManager(maxsize=1, retries=False)
+        assert post(http, m).status == 200
+        m.go_down(0.5, "refuse")
+        deadline = time.monotonic() + 5
+        refused = False
+        while not refused and time.monotonic() < deadline:  # the command takes effect off this thread
+            try:
+                post(http, m)
+            except urllib3.exceptions.HTTPError:
+                refused = True
+        assert refused
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if post(http, m).status == 200:
+                    break
+            except urllib3.exceptions.HTTPError:
+                time.sleep(0.05)
+        else:
+            raise AssertionError("the mock did not listen again")
+    finally:
+        m.stop()
+
+
+def test_admin_routes_set_hostile_headers_and_giant_bodies():
+    m = MockJudge(capacity=8, latency_s=0.001).start()
+    try:
+        http = urllib3.PoolManager(maxsize=1, retries=False)
+        admin = m.url.replace("/v1/chat/completions", "/admin/")
+        r = http.request("POST", admin + "headers", body=json.dumps({"headers": {"x-ratelimit-limit-requests": "-1"}, "count": 1}))
+        assert r.status == 200
+        assert post(http, m).headers["x-ratelimit-limit-requests"] == "-1"
+        assert "x-ratelimit-limit-requests" not in post(http, m).headers  # count 1: the next reply only
+        assert http.request("POST", admin + "giant", body=json.dumps({"count": 1, "bytes": 3_000_000})).status == 200
+        assert len(post(http, m).data) > 3_000_000 and len(post(http, m).data) < 1000
+        assert http.request("POST", admin + "down", body=json.dumps({"seconds": 0.3, "how": "nope"})).status == 400
+    finally:
+        m.stop()
