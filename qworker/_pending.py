@@ -43,7 +43,7 @@ from ._task import Pending, Resolution, TaskGate
 
 log = logging.getLogger("qworker")
 
-__all__ = ["Pending", "PendingTable", "Registration", "Resolution"]
+__all__ = ["PendingTable", "Registration"]
 
 
 @dataclass(slots=True, eq=False)

@@ -72,8 +72,8 @@ import statistics
 from collections import deque
 from typing import Optional
 
-from .._pending import Pending
 from .._status import EndpointRow, JudgeStatus
+from .._task import Pending
 from .checks import check as _check
 from .checks import screen
 from .endpoint import Bucket, Endpoint, LoadPoller

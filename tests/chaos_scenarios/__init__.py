@@ -24,7 +24,8 @@ The modules, by scenario family:
 * ``seams_*``: faults between components (issue 18): ``seams_producer``, several
   threads submitting while a cache tier raises and another thread closes;
   ``seams_disk``, a cache disk that fills, locks and holds damaged rows;
-  ``seams_transport``, results near and over the frame limit;
+  ``seams_transport``, results near and over the frame limit; ``seams_judge``, a
+  judge down for 2 s, and hostile headers, giant bodies and an outage interleaved;
 
 and what they share: ``measure`` (``Outcome`` and its counts), ``processes``
 (pools, ports, waiting), ``recording_judge`` (the judge that counts).
@@ -41,6 +42,7 @@ from .processes import HB
 from .producer import producer_sigkill_judge
 from .recording_judge import RecordingJudge
 from .seams_disk import disk_faults
+from .seams_judge import hostile_judge, judge_outage
 from .seams_producer import submit_close_interleavings
 from .seams_transport import big_results
 from .workers import hung_tasks, pool_sigkill, worker_sigkill, worker_sigstop
@@ -51,5 +53,5 @@ __all__ = [
     "producer_sigkill_judge",
     "judge_faults", "key_leak",
     "garbage", "rogue_peer",
-    "submit_close_interleavings", "disk_faults", "big_results",
+    "submit_close_interleavings", "disk_faults", "big_results", "judge_outage", "hostile_judge",
 ]

@@ -27,7 +27,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from qworker._pending import Pending
+from qworker._task import Pending
 from qworker.judge.gate import Gate
 
 TRANSIT_S = 0.002  # producer -> worker -> server and back

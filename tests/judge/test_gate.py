@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qworker._pending import Pending
+from qworker._task import Pending
 from qworker.judge.gate import Gate, hash_params
 
 

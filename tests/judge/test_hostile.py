@@ -13,7 +13,7 @@ import math
 import pytest
 
 from qworker import ConfigError
-from qworker._pending import Pending
+from qworker._task import Pending
 from qworker.judge.endpoint import Bucket
 from qworker.judge.gate import Gate
 from qworker.judge.ratelimit import rate_limits, retry_after

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from qworker._pending import Pending
+from qworker._task import Pending
 from qworker.judge.gate import Gate
 from qworker.judge.limiter import AdaptiveLimit
 
