@@ -1,5 +1,5 @@
 # make demo  - set up .venv and score the bundled example rollouts on a local pool (gsm8k, then a composite)
-# make test  - set up .venv and run the linter and the test suite
+# make test  - set up .venv (and .venv/verl, .venv/vllm) and run the linter and the test suite, verl's and vLLM's tests in their venvs
 # make bench - the transport benchmark (installs Ray into .venv first)
 # make bench-rewards - math scoring inline, on 1 and 2 workers, and mp.Pool
 # make bench-judge   - the judge benchmark against the mock judge (installs aiohttp and qreward)
@@ -96,9 +96,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint $(VERL_VENV)/.installed
+test: lint $(VERL_VENV)/.installed $(VLLM_VENV)/.installed
 	$(BIN)/python -m pytest -q
 	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_verl.py
+	VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/trainer/test_vllm_rollout.py
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
