@@ -59,6 +59,7 @@ class Pending:
     routed_at: float = 0.0  # when the gate let it go to that endpoint (monotonic seconds)
     tries: int = 0  # endpoint calls retried by the gate after errors
     throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
+    failed_on: int = wire.NO_ROUTE  # the endpoint whose error it is retried after: its next call prefers another
 
     def as_task(self) -> wire.Task:
         return (self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts, self.route)

@@ -93,6 +93,7 @@ MAX_RETRY_AFTER_S = 60.0
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
 STREAK_COOL_FIRST_S, STREAK_COOL_MAX_S = 0.1, 1.0  # a streak of refusals without Retry-After cools the endpoint this long, doubling
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
+AVOID_FACTOR = 1e-6  # a retried task's room on the endpoint that failed it: another with room goes first
 AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
 OVERLOAD_STATUSES = (503, 529)
 SHORT_RETRY_AFTER = 0.25  # an exact Retry-After up to this fraction of a round trip holds the whole endpoint
@@ -197,6 +198,8 @@ class Gate:
             best, best_room = None, 0.0
             for e in self.endpoints:
                 room = e.free(now, tokens) * e.weight
+                if e.index == p.failed_on:
+                    room *= AVOID_FACTOR  # taken only when no other endpoint has room
                 if room > best_room:
                     best, best_room = e, room
             if best is None:
@@ -300,6 +303,7 @@ class Gate:
             if p.throttled >= THROTTLED_ATTEMPTS_FACTOR * self.max_attempts:
                 return False
         else:
+            p.failed_on = e.index
             if e.down_reason and status != 401 and status != 403:
                 pass  # the endpoint is down (this error took it down, or it was): its fault, not the task's; dead_after_s bounds the wait
             elif p.tries + 1 >= self.max_attempts:

@@ -120,7 +120,7 @@ def test_a_hung_endpoint_times_out_and_the_task_moves_on():
     try:
         with Producer(local_workers=1, config=judge_config(a.url, b.url, timeout_s=1)) as p:
             results = p.map("llm_judge", rows(10), timeout=60)
-        assert all(r.ok for r in results)
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok]
         assert b.stats["served"] == 10
     finally:
         threading.Thread(target=a.stop, daemon=True).start()  # its handler threads sleep; do not wait

@@ -61,6 +61,32 @@ def test_401_on_one_endpoint_fails_over_to_another():
     assert sent[0].route == 1 - first
 
 
+def test_a_task_that_timed_out_is_retried_on_another_endpoint_with_room():
+    # The endpoint that timed out has more room than the busy one (its hung requests ended), yet the
+    # retry goes to the other: a hung endpoint does not take a task's whole budget.
+    g = gate({"url": "http://a"}, {"url": "http://b"})
+    g.queue.extend(task(i) for i in range(6))
+    sent, _ = g.admit(0.0, 6)
+    on_a = [p for p in sent if p.route == 0]
+    for p in on_a[1:]:
+        g.settle(p, outcome(0, "timeout"), "timeout", 1.0)
+    p = on_a[0]
+    assert g.settle(p, outcome(0, "timeout"), "timeout", 1.0) is True
+    assert g.endpoints[0].free(1.0, 1) > g.endpoints[1].free(1.0, 1)
+    g.queue.appendleft(p)
+    sent, _ = g.admit(1.0, 1)
+    assert sent == [p] and p.route == 1
+
+
+def test_a_retried_task_goes_back_to_the_endpoint_that_failed_it_when_it_is_the_only_one():
+    g = gate()
+    p = send_one(g)
+    assert g.settle(p, outcome(0, "timeout"), "timeout", 1.0) is True
+    g.queue.appendleft(p)
+    sent, _ = g.admit(1.0, 1)
+    assert sent == [p] and p.route == 0
+
+
 def test_retry_after_delays_only_the_refused_task():
     g = gate()
     p = send_one(g)
