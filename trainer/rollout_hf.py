@@ -21,7 +21,7 @@ And, for ``train.off_policy``, the sampling policy's per-token log-probs, one of
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -69,9 +69,9 @@ class HFRollout:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         enc = {k: v.to(self.device) for k, v in enc.items()}
         torch.manual_seed(seed)
-        # transformers types generate's self as GenerativePreTrainedModel, which its own auto class's
-        # return type (_BaseModelWithGenerate) does not match: the ignore is for that.
-        out = self.model.generate(  # type: ignore[misc]
+        # Untyped on purpose: some transformers releases type generate's self so that their own auto
+        # class's return type does not match it, others do not; an ignore would be wrong in one of them.
+        out = cast(Any, self.model).generate(
             **enc,
             do_sample=temperature > 0,
             temperature=temperature if temperature > 0 else None,
