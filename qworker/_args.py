@@ -78,8 +78,13 @@ class Parser(argparse.ArgumentParser):
 
 
 def bool_flag(ap: argparse.ArgumentParser | Any, name: str, *, help: str, default: Optional[bool] = False, dest: Optional[str] = None) -> None:
-    """``--name`` / ``--no-name`` for one boolean (``dest`` defaults to the name with underscores)."""
-    ap.add_argument(f"--{name}", dest=dest or name.replace("-", "_"), action=argparse.BooleanOptionalAction, default=default, help=help)
+    """``--name`` / ``--no-name`` for one boolean (``dest`` defaults to the name with underscores); a name that is
+    already negative (``no-cache``) is the one flag ``--no-cache``."""
+    dest = dest or name.replace("-", "_")
+    if name.startswith("no-"):
+        ap.add_argument(f"--{name}", dest=dest, action="store_true", help=help)
+    else:
+        ap.add_argument(f"--{name}", dest=dest, action=argparse.BooleanOptionalAction, default=default, help=help)
 
 
 def hidden_alias(ap: argparse.ArgumentParser | Any, flag: str, *, dest: str, **kwargs: Any) -> None:

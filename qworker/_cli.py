@@ -238,7 +238,7 @@ def _parser() -> Parser:
     sc.add_argument("--out", required=True, help="JSONL output: each input with its result; - for stdout (no resume)")
     sc.add_argument("--workers", type=int, help="local worker processes (default: CPU count; 0 with --bind)")
     sc.add_argument("--bind", help="also accept remote pools on this endpoint, e.g. tcp://127.0.0.1:5555")
-    sc.add_argument("--reward-modules", dest="rewards", action="append", help="reward modules for the workers to import; repeatable")
+    sc.add_argument("--reward-modules", dest="rewards", action="append", metavar="MODULE", help="reward modules for the workers to import; repeatable")
     hidden_alias(sc, "--rewards", dest="rewards", action="append")
     sc.add_argument("--params", help="reward parameters as a JSON object")
     sc.add_argument("--config", help="YAML config ('producer:' and 'rewards:' sections)")

@@ -106,6 +106,7 @@ class _Options:
                 kw["action"] = argparse.BooleanOptionalAction
             else:
                 kw["type"] = _parser_type(tp)
+                kw["metavar"] = "S" if f.name.endswith("_s") else _flag(f)[2:].upper().replace("-", "_")
                 if f.metadata["choices"]:
                     kw["type"], kw["choices"], kw["metavar"] = str.upper, f.metadata["choices"], "LEVEL"
             parser.add_argument(_flag(f), **kw)
