@@ -42,9 +42,12 @@ def test_score_the_bundled_example_end_to_end(tmp_path):
     assert f"scored {len(inputs)} tasks" in first.stderr
     assert f"evaluated {distinct}  duplicates {len(inputs) - distinct}  cache hits 0" in first.stderr
     again = ("score", str(EXAMPLE), "--reward", "gsm8k", "--out", str(out), "--workers", "1", "--cache", str(cache))
-    second = run(*again, "--overwrite")
+    second = run(*again, "--overwrite")  # recomputes every row (the cache is not read, and is written again)
     assert second.returncode == 0, second.stderr
-    assert f"evaluated 0  duplicates {len(inputs) - distinct}  cache hits {len(inputs)}" in second.stderr
+    assert f"evaluated {distinct}  duplicates {len(inputs) - distinct}  cache hits 0" in second.stderr
+    out.unlink()
+    from_cache = run(*again)
+    assert f"evaluated 0  duplicates {len(inputs) - distinct}  cache hits {len(inputs)}" in from_cache.stderr
     third = run(*again)  # everything is in --out already: nothing to do, no workers started
     assert third.returncode == 0 and f"all {len(inputs)} rows" in third.stderr and "already scored" in third.stderr
     assert [r["line"] for r in rows_of(out)] == list(range(1, len(inputs) + 1))
@@ -57,7 +60,8 @@ def test_the_cache_persists_by_default_in_the_user_cache_dir(tmp_path):
     assert run("score", str(src), "--reward", "gsm8k", "--out", str(out), "--workers", "1").returncode == 0
     default = tmp_path / "xdg" / "qworker" / "results.sqlite"
     assert default.exists()
-    res = run("score", str(src), "--reward", "gsm8k", "--out", str(out), "--workers", "1", "--overwrite")
+    out.unlink()
+    res = run("score", str(src), "--reward", "gsm8k", "--out", str(out), "--workers", "1")
     assert "evaluated 0" in res.stderr and "cache hits 1" in res.stderr
     res = run("score", str(src), "--reward", "gsm8k", "--out", str(out), "--workers", "1", "--overwrite", "--no-cache")
     assert "evaluated 1" in res.stderr and "cache hits 0" in res.stderr
