@@ -212,8 +212,9 @@ def test_a_reward_version_is_part_of_the_hash(tmp_path):
     def score_with(value, version):
         mod.write_text(f"from qworker import reward\n\n@reward('mine', version={version!r})\n"
                        f"def mine(payload):\n    return {value}\n")
+        (tmp_path / "o.jsonl").unlink(missing_ok=True)  # a fresh --out: --overwrite would also bypass the cache
         res = run("score", str(src), "--reward", "mine", "--rewards", str(mod), "--out", str(tmp_path / "o.jsonl"),
-                  "--workers", "1", "--cache", str(cache), "--overwrite")
+                  "--workers", "1", "--cache", str(cache))
         assert res.returncode == 0, res.stderr
         return [r["score"] for r in rows_of(tmp_path / "o.jsonl")], "cache hits 2" in res.stderr
 
