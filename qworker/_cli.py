@@ -24,7 +24,7 @@ from ._exceptions import ConfigError, QworkerError
 from ._options import PoolOptions
 from ._status import Status
 from .transport import wire
-from .transport.security import CurveClient, handshake_problem, is_loopback
+from .transport.security import CurveClient, handshake_problem
 from .transport.sockets import make_socket
 
 log = logging.getLogger("qworker")
@@ -83,8 +83,7 @@ def query_status(endpoint: str, timeout_s: float = 3.0, curve: Optional[CurveCli
         if not sock.poll(int(timeout_s * 1000)):
             problem = handshake_problem(endpoint) if curve is not None else None
             raise TimeoutError(problem or f"no answer from {endpoint} within {timeout_s:g} s" + (
-                "" if curve is not None or is_loopback(endpoint) else
-                " (a CURVE-protected service needs --curve-secret-key and --curve-server-key)"))
+                "" if curve is not None else " (is it running? one that uses CURVE needs --curve-secret-key and --curve-server-key)"))
         kind, body = sock.recv_multipart()
         msg = wire.decode(kind, body, max_bytes=64 * 2**20)
         if not isinstance(msg, wire.StatusReply):

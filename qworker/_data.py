@@ -30,12 +30,13 @@ def data_dir(kind: str) -> Path:
 
 
 def data_main(kind: str, copy_to: str | None) -> int:
-    """Print the folder (and its files, on stderr); with ``copy_to``, copy the files there, keeping existing ones."""
+    """Print the folder (and, on a terminal, its files on stderr); with ``copy_to``, copy the files there, keeping existing ones."""
     where = data_dir(kind)
     files = sorted(where.glob(PATTERNS[kind]))
     if copy_to is None:
         print(where)
-        print("  " + "  ".join(f.name for f in files), file=sys.stderr)
+        if sys.stdout.isatty():  # a person reading it; not "$(qworker examples)" in a command
+            print("  " + "  ".join(f.name for f in files), file=sys.stderr)
         return 0
     os.makedirs(copy_to, exist_ok=True)
     for f in files:
