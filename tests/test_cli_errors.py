@@ -137,3 +137,9 @@ def test_exit_codes_are_documented():
     _, out, _ = run(["qworker", "--help"])
     assert "1 failed while running, 2 refused at start" in " ".join(out.split()) and "130 Ctrl-C" in out
     assert sys.executable  # the console scripts run with this interpreter's environment
+
+
+def test_the_slurm_script_exits_2_with_one_line_without_an_endpoint():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QWORKER_CONNECT", "SLURM"))}
+    res = subprocess.run(["bash", str(REPO / "bin" / "qworker-pool.slurm")], env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "give the producer endpoint" in one_line(res.stderr)
