@@ -143,3 +143,11 @@ def test_the_slurm_script_exits_2_with_one_line_without_an_endpoint():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QWORKER_CONNECT", "SLURM"))}
     res = subprocess.run(["bash", str(REPO / "bin" / "qworker-pool.slurm")], env=env, capture_output=True, text=True, timeout=30)
     assert res.returncode == 2 and "give the producer endpoint" in one_line(res.stderr)
+
+
+def test_mock_judge_on_a_busy_port_is_one_line():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        rc, _, err = run(["qworker", "mock-judge", "--port", str(busy.getsockname()[1])])
+    assert rc == 2 and "pick another --port" in one_line(err)

@@ -451,18 +451,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the random draws")
     args = ap.parse_args(argv)
     import os
+    import sys
 
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    server = MockJudge(
-        port=args.port, capacity=args.capacity, latency_s=args.latency, rpm=args.rpm, tpm=args.tpm, p_error=args.p_error,
-        error_status=args.error_status, p_reset=args.p_reset, p_hang=args.p_hang, api_key=key, seed=args.seed, queue=args.queue,
-        latency_dist=args.latency_dist, sigma=args.sigma, ttft_s=args.ttft, per_token_s=args.per_token, tokens_mean=args.tokens_mean,
-        retry_after=args.retry_after, ratelimit_headers=args.ratelimit_headers,
-    )
+    try:
+        server = MockJudge(
+            port=args.port, capacity=args.capacity, latency_s=args.latency, rpm=args.rpm, tpm=args.tpm, p_error=args.p_error,
+            error_status=args.error_status, p_reset=args.p_reset, p_hang=args.p_hang, api_key=key, seed=args.seed, queue=args.queue,
+            latency_dist=args.latency_dist, sigma=args.sigma, ttft_s=args.ttft, per_token_s=args.per_token, tokens_mean=args.tokens_mean,
+            retry_after=args.retry_after, ratelimit_headers=args.ratelimit_headers,
+        )
+    except OSError as exc:  # a busy port, most often
+        print(f"qworker mock-judge: cannot listen on 127.0.0.1:{args.port}: {exc.strerror}; pick another --port", file=sys.stderr)
+        return 2
     print(f"mock judge on {server.url} (capacity {args.capacity}{' queued' if args.queue else ''}, latency {args.latency} s "
           f"{args.latency_dist}, rpm {args.rpm}, tpm {args.tpm}); stats at /stats, load at /metrics", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        pass
+        return 130
     return 0
