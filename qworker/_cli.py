@@ -18,18 +18,16 @@ from typing import Optional, cast
 import zmq
 
 from . import _config
+from ._args import Parser, add_curve_client, add_log_level, bool_flag, guard, hidden_alias, setup_logging
 from ._discovery import local_endpoints
 from ._exceptions import ConfigError, QworkerError
 from ._options import PoolOptions
 from ._status import Status
 from .transport import wire
+from .transport.security import CurveClient, handshake_problem
 from .transport.sockets import make_socket
 
 log = logging.getLogger("qworker")
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
 
 
 def _split(values: Optional[list[str]]) -> list[str]:
@@ -52,17 +50,23 @@ def pool_options(args: argparse.Namespace, prog: str) -> PoolOptions:
 
 
 def pool_main(argv: Optional[list[str]] = None, prog: str = "qworker-pool") -> int:
-    from .host.pool import Pool
+    """Run a pool until SIGTERM/Ctrl-C; exit codes as ``_args`` documents."""
+    return cast(int, guard(prog)(_pool_main)(argv, prog))
 
-    ap = argparse.ArgumentParser(prog=prog, description="Run a pool of reward workers that serve a producer.")
+
+def _pool_main(argv: Optional[list[str]], prog: str) -> int:
+    from .host.pool import Pool
+    from .transport.security import is_loopback
+
+    ap = Parser(prog=prog, description="Run a pool of reward workers that serve a producer.")
     add_pool_arguments(ap)
     args = ap.parse_args(argv)
-    try:
-        options = pool_options(args, prog)
-    except ConfigError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    _setup_logging(options.log_level)
+    options = pool_options(args, prog)
+    options.curve()  # half a CURVE setting: refused here, not in every worker
+    setup_logging(options.log_level)
+    if options.connect and options.curve() is None and not is_loopback(options.connect) and not options.insecure:
+        log.warning("%s: connecting to %s without CURVE: tasks and results cross the network in clear; give --curve-secret-key "
+                    "and --curve-server-key, or --insecure on a network you trust", prog, options.connect)
     pool = Pool(options)
     signal.signal(signal.SIGTERM, pool.request_stop)
     signal.signal(signal.SIGINT, pool.request_stop)
@@ -70,14 +74,16 @@ def pool_main(argv: Optional[list[str]] = None, prog: str = "qworker-pool") -> i
 
 
 # status ------------------------------------------------------------------------
-def query_status(endpoint: str, timeout_s: float = 3.0) -> Status:
-    """Ask the producer at ``endpoint`` for its status."""
+def query_status(endpoint: str, timeout_s: float = 3.0, curve: Optional[CurveClient] = None) -> Status:
+    """Ask the producer (or reward service) at ``endpoint`` for its status; ``curve`` for a CURVE-protected one."""
     ctx: zmq.Context = zmq.Context.instance()
-    sock = make_socket(ctx, zmq.DEALER, connect=endpoint)
+    sock = make_socket(ctx, zmq.DEALER, connect=endpoint, curve=curve)
     try:
         sock.send_multipart(wire.encode(wire.StatusRequest()))
         if not sock.poll(int(timeout_s * 1000)):
-            raise TimeoutError(f"no answer from {endpoint} within {timeout_s:.0f} s")
+            problem = handshake_problem(endpoint) if curve is not None else None
+            raise TimeoutError(problem or f"no answer from {endpoint} within {timeout_s:g} s" + (
+                "" if curve is not None else " (is it running? one that uses CURVE needs --curve-secret-key and --curve-server-key)"))
         kind, body = sock.recv_multipart()
         msg = wire.decode(kind, body, max_bytes=64 * 2**20)
         if not isinstance(msg, wire.StatusReply):
@@ -89,7 +95,10 @@ def query_status(endpoint: str, timeout_s: float = 3.0) -> Status:
 
 def format_status(status: Status) -> str:
     p = status["producer"]
-    lines = [
+    service = cast(dict, status).get("service")
+    lines = [f"service: clients on {service['endpoint']}  clients {service['clients']}  requests {service['requests']}"
+             + (f"  HTTP on {service['http']}" if service.get("http") else "  no HTTP front")] if service else []
+    lines += [
         f"producer {p['endpoint']} (pid {p['pid']} on {p['host']}, up {p['uptime_s']} s)",
         f"  submitted {p['submitted']}  resolved {p['resolved']}  failed {p['failed']}  cache hits {p['cache_hits']}"
         f"  queued {p['queued']}  in flight {p['in_flight']}  redelivered {p['redelivered']}  dropped frames {p['dropped_frames']}",
@@ -117,6 +126,11 @@ def format_status(status: Status) -> str:
 
 
 def status_main(args: argparse.Namespace) -> int:
+    curve = None
+    if args.curve_secret_key or args.curve_server_key:
+        if not (args.curve_secret_key and args.curve_server_key):
+            raise ConfigError("CURVE needs both --curve-secret-key and --curve-server-key")
+        curve = CurveClient(args.curve_secret_key, args.curve_server_key)
     endpoints = [args.connect] if args.connect else local_endpoints()
     if not endpoints:
         print("qworker status: no running producer found on this host; pass --connect ENDPOINT", file=sys.stderr)
@@ -127,7 +141,7 @@ def status_main(args: argparse.Namespace) -> int:
     found = []
     for ep in endpoints:
         try:
-            status = query_status(ep, args.timeout)
+            status = query_status(ep, args.wait, curve)
         except (TimeoutError, QworkerError, zmq.ZMQError) as exc:
             print(f"qworker status: {ep}: {exc}", file=sys.stderr)
             rc = 1
@@ -187,58 +201,88 @@ def cache_main(args: argparse.Namespace) -> int:
 _OWN_PARSERS = {"mock-judge": ".judge.mock:main", "serve": ".service.cli:main", "ray-pools": ".launchers.ray:main"}
 
 
+def _parser() -> Parser:
+    from . import __version__
+
+    ap = Parser(prog="qworker", description="Reward computation on a pool of worker processes. Exit codes: 0 done, "
+                "1 failed while running, 2 refused at start (usage, config, environment; one line names the fix), 130 Ctrl-C.")
+    ap.add_argument("--version", action="version", version=f"qworker {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    # listed alphabetically; 'pool', 'mock-judge', 'serve' and 'ray-pools' parse their own flags
+    ca = sub.add_parser("cache", help="inspect or clear the persistent result cache")
+    ca.add_argument("action", choices=["stats", "clear"])
+    ca.add_argument("--cache", help="the SQLite file (default: $XDG_CACHE_HOME/qworker/results.sqlite or ~/.cache/qworker/...)")
+    ca.add_argument("--reward", help="only this reward's rows")
+    bool_flag(ca, "json", help="stats as JSON")
+    add_log_level(ca)
+
+    for name, what in (("configs", "configs/*.yaml"), ("examples", "examples/*.jsonl rollouts")):
+        ex = sub.add_parser(name, help=f"print the directory of the bundled {what} (or copy them with --copy DIR)")
+        ex.add_argument("--copy", metavar="DIR", help="copy the files into DIR (created if missing; existing files are kept)")
+        add_log_level(ex)
+
+    ks = sub.add_parser("keys", help="create a CURVE key pair (NAME.key public, NAME.key_secret secret) in DIR")
+    ks.add_argument("dir", help="where to write the key files")
+    ks.add_argument("--name", required=True, help="e.g. producer, or the host name of a pool")
+    bool_flag(ks, "force", help="replace an existing pair of that name (peers holding its old public key are locked out)")
+    add_log_level(ks)
+
+    sub.add_parser("mock-judge", help="run an OpenAI-compatible mock judge on 127.0.0.1", add_help=False)
+    sub.add_parser("pool", help="run a pool daemon (same as qworker-pool)", add_help=False)
+    sub.add_parser("ray-pools", help="run a pool on every node of a Ray cluster (needs qworker-rl[ray])", add_help=False)
+
+    sc = sub.add_parser("score", help="score a JSONL file of rollouts")
+    sc.add_argument("input", help="JSONL file, one payload object per line; - for stdin")
+    sc.add_argument("--reward", required=True, help="reward name, package.module:function, or a name from the config's rewards: section")
+    sc.add_argument("--out", required=True, help="JSONL output: each input with its result; - for stdout (no resume)")
+    sc.add_argument("--workers", type=int, help="local worker processes (default: CPU count; 0 with --bind)")
+    sc.add_argument("--bind", help="also accept remote pools on this endpoint, e.g. tcp://127.0.0.1:5555")
+    sc.add_argument("--reward-modules", dest="rewards", action="append", metavar="MODULE", help="reward modules for the workers to import; repeatable")
+    hidden_alias(sc, "--rewards", dest="rewards", action="append")
+    sc.add_argument("--params", help="reward parameters as a JSON object")
+    sc.add_argument("--config", help="YAML config ('producer:' and 'rewards:' sections)")
+    sc.add_argument("--cache", help="persistent result cache, an SQLite file (default: the config's cache_path, "
+                    "else $XDG_CACHE_HOME/qworker/results.sqlite or ~/.cache/qworker/results.sqlite)")
+    bool_flag(sc, "no-cache", help="no persistent result cache: nothing read from it or written to it")
+    bool_flag(sc, "refresh", help="recompute every task instead of reading the cache (the new results replace the cached ones)")
+    bool_flag(sc, "overwrite", help="score every row again: ignore a partial --out and the cache (implies --refresh)")
+    sc.add_argument("--timeout", type=float, help="hard limit per task, seconds (default: 60, or the config's / reward's)")
+    bool_flag(sc, "strict", help="exit 1 if any task failed (without it: exit 1 only when every task failed)")
+    sc.add_argument("--skip-bad-lines", type=int, default=0, metavar="N",
+                    help="skip up to N input lines that are not JSON (or not UTF-8), naming each; more is an error")
+    bool_flag(sc, "quiet", help="no progress line")
+    sc.add_argument("--curve-secret-key", help="CURVE (with --bind): this producer's secret key file (NAME.key_secret)")
+    sc.add_argument("--curve-allowed-keys", help="CURVE (with --bind): directory of the public keys of pools to admit")
+    bool_flag(sc, "insecure", help="allow --bind beyond loopback without CURVE (a trusted network only)")
+    add_log_level(sc)
+
+    sub.add_parser("serve", help="serve rewards to qworker.Client processes and over HTTP", add_help=False)
+
+    st = sub.add_parser("status", help="show the pools and workers a producer (or a 'qworker serve') sees")
+    st.add_argument("--connect", help="producer or service endpoint (default: every producer running on this host)")
+    bool_flag(st, "json", help="print raw JSON")
+    st.add_argument("--wait", type=float, default=3.0, help="seconds to wait for each answer")
+    hidden_alias(st, "--timeout", dest="wait", type=float)
+    add_curve_client(st)
+    add_log_level(st)
+    return ap
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pool"]:
         return pool_main(argv[1:], prog="qworker pool")
     if argv[:1] and argv[0] in _OWN_PARSERS:  # verbs that parse their own flags, imported only when used
         module, _, fn = _OWN_PARSERS[argv[0]].partition(":")
-        return getattr(importlib.import_module(module, __package__), fn)(argv[1:])
-    ap = argparse.ArgumentParser(prog="qworker", description="Reward computation on a pool of worker processes.")
-    sub = ap.add_subparsers(dest="command", required=True)
-    sub.add_parser("pool", help="run a pool daemon (same as qworker-pool)", add_help=False)
-    sub.add_parser("mock-judge", help="run an OpenAI-compatible mock judge on 127.0.0.1", add_help=False)
-    sub.add_parser("serve", help="serve rewards to qworker.Client processes and over HTTP", add_help=False)
-    sub.add_parser("ray-pools", help="run a pool on every node of a Ray cluster (needs qworker-rl[ray])", add_help=False)
+        return cast(int, guard(f"qworker {argv[0]}")(getattr(importlib.import_module(module, __package__), fn))(argv[1:]))
+    return _main(argv)
 
-    ks = sub.add_parser("keys", help="create a CURVE key pair (NAME.key public, NAME.key_secret secret) in DIR")
-    ks.add_argument("dir", help="where to write the key files")
-    ks.add_argument("--name", required=True, help="e.g. producer, or the host name of a pool")
-    ks.add_argument("--log-level", default="WARNING")
 
-    sc = sub.add_parser("score", help="score a JSONL file of rollouts")
-    sc.add_argument("input", help="JSONL file, one payload object per line")
-    sc.add_argument("--reward", required=True, help="reward name, package.module:function, or a name from the config's rewards: section")
-    sc.add_argument("--out", required=True, help="JSONL output: each input with its result")
-    sc.add_argument("--workers", type=int, help="local worker processes (default: CPU count; 0 with --bind)")
-    sc.add_argument("--bind", help="also accept remote pools on this endpoint, e.g. tcp://127.0.0.1:5555")
-    sc.add_argument("--rewards", action="append", help="reward modules for the workers to import; repeatable")
-    sc.add_argument("--params", help="reward parameters as a JSON object")
-    sc.add_argument("--config", help="YAML config ('producer:' and 'rewards:' sections)")
-    sc.add_argument("--cache", help="persistent result cache, an SQLite file (default: the config's cache_path, "
-                    "else $XDG_CACHE_HOME/qworker/results.sqlite or ~/.cache/qworker/results.sqlite)")
-    sc.add_argument("--no-cache", action="store_true", help="no persistent result cache")
-    sc.add_argument("--overwrite", action="store_true", help="score every row again instead of resuming a partial --out")
-    sc.add_argument("--timeout", type=float, help="hard limit per task, seconds")
-    sc.add_argument("--strict", action="store_true", help="exit 1 if any task failed")
-    sc.add_argument("--quiet", action="store_true", help="no progress bar")
-    sc.add_argument("--log-level", default="WARNING")
-
-    st = sub.add_parser("status", help="show the pools and workers a producer sees")
-    st.add_argument("--connect", help="producer endpoint (default: every producer running on this host)")
-    st.add_argument("--json", action="store_true", help="print raw JSON")
-    st.add_argument("--timeout", type=float, default=3.0)
-    st.add_argument("--log-level", default="WARNING")
-
-    ca = sub.add_parser("cache", help="inspect or clear the persistent result cache")
-    ca.add_argument("action", choices=["stats", "clear"])
-    ca.add_argument("--cache", help="the SQLite file (default: $XDG_CACHE_HOME/qworker/results.sqlite or ~/.cache/qworker/...)")
-    ca.add_argument("--reward", help="only this reward's rows")
-    ca.add_argument("--json", action="store_true", help="stats as JSON")
-    ca.add_argument("--log-level", default="WARNING")
-
+@guard("qworker")
+def _main(argv: list[str]) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
-    _setup_logging(args.log_level)
+    setup_logging(args.log_level)
     if args.command == "score":
         from ._score import score_main
 
@@ -246,6 +290,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             ap.error("--cache and --no-cache contradict each other")
         args.rewards = _split(args.rewards)
         return score_main(args)
+    if args.command in ("examples", "configs"):
+        from ._data import data_main
+
+        return data_main(args.command, args.copy)
     if args.command == "keys":
         return keys_main(args)
     return cache_main(args) if args.command == "cache" else status_main(args)
@@ -254,7 +302,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 def keys_main(args: argparse.Namespace) -> int:
     from .transport.security import create_keys
 
-    public, secret = create_keys(args.dir, args.name)
+    public, secret = create_keys(args.dir, args.name, force=args.force)
     print(f"public key: {public}  (give it to the other side: the producer's allowed-keys directory, or each pool's --curve-server-key)")
     print(f"secret key: {secret}  (mode 0600; keep it on this host: --curve-secret-key)")
     return 0

@@ -38,7 +38,7 @@ from ._errors import ErrorKind
 from ._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
 from ._result import Result, ResultFuture, gather
 from .transport import client_wire as cw
-from .transport.security import CurveClient
+from .transport.security import CurveClient, handshake_problem
 from .transport.sockets import WakePipe, make_socket, readable
 from .transport.wire import StatusReply, StatusRequest, WireError
 
@@ -121,8 +121,8 @@ class Client:
         if not req.taken.wait(self.connect_timeout_s):
             self._outbox.append(("forget", req.number))
             self._wake()
-            raise ServiceUnavailable(f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
-                                     "(is 'qworker serve' running there?)")
+            raise ServiceUnavailable(handshake_problem(self.endpoint) or f"the reward service at {self.endpoint} did not answer "
+                                     f"within {self.connect_timeout_s:.0f} s (is 'qworker serve' running there?)")
         answer = req.answered
         if answer is None:
             raise ProducerClosed("the Client closed while submitting")

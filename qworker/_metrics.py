@@ -84,6 +84,13 @@ class MetricsServer(Protocol):
     def shutdown(self) -> None: ...
 
 
+def check_available() -> None:
+    """Raise ``MissingExtra`` (a ``ConfigError``) naming the ``metrics`` extra when prometheus_client is absent."""
+    from ._args import need
+
+    need("prometheus_client", "metrics", "--metrics-port (metrics_port)")
+
+
 def serve(status: Callable[[], Status], port: int, host: str = "127.0.0.1") -> MetricsServer:
     """Start the metrics HTTP server; returns it (``shutdown()`` stops it)."""
     from prometheus_client import start_http_server

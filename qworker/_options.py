@@ -36,12 +36,13 @@ _O = TypeVar("_O", bound="_Options")
 
 def _opt(
     default: Any, help: str, *, flag: Optional[str] = None, aliases: tuple[str, ...] = (), yaml: bool = True, cli: bool = True,
-    signed: bool = False,
+    signed: bool = False, choices: Optional[tuple[str, ...]] = None,
 ) -> Any:
     """A field with its metadata: ``flag`` (default ``--name-with-dashes``) and older
-    ``aliases``, whether a YAML section may set it, whether users see it on the
-    command line, and whether it may be negative."""
-    meta = {"help": help, "flag": flag, "aliases": aliases, "yaml": yaml, "cli": cli, "signed": signed}
+    ``aliases`` (still accepted, hidden from ``--help``), whether a YAML section may
+    set it, whether users see it on the command line, whether it may be negative,
+    and the values a string may take (given in any case, kept upper-case)."""
+    meta = {"help": help, "flag": flag, "aliases": aliases, "yaml": yaml, "cli": cli, "signed": signed, "choices": choices}
     return field(default=default, metadata=meta)
 
 
@@ -89,15 +90,28 @@ class _Options:
 
     # command line ------------------------------------------------------------
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """Add a flag per option, default None ("not given"); options users do not set are hidden."""
+    def add_arguments(cls, parser: Any, *, skip: tuple[str, ...] = ()) -> None:
+        """Add a flag per option (but those in ``skip``), default None ("not given"); a boolean is
+        ``--flag``/``--no-flag``; options users do not set, and older spellings, are hidden."""
         for f, tp in cls._fields():
-            kw: dict[str, Any] = {"dest": f.name, "default": None, "help": f.metadata["help"] if f.metadata["cli"] else argparse.SUPPRESS}
+            if f.name in skip:
+                continue
+            help = f.metadata["help"]
+            if f.default not in (None, False, ()):
+                help += f" (default: {f.default})"
+            kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help if f.metadata["cli"] else argparse.SUPPRESS}
             if tp is tuple:
                 kw["action"] = "append"
+            elif tp is bool:
+                kw["action"] = argparse.BooleanOptionalAction
             else:
                 kw["type"] = _parser_type(tp)
-            parser.add_argument(_flag(f), *f.metadata["aliases"], **kw)
+                kw["metavar"] = "S" if f.name.endswith("_s") else _flag(f)[2:].upper().replace("-", "_")
+                if f.metadata["choices"]:
+                    kw["type"], kw["choices"], kw["metavar"] = str.upper, f.metadata["choices"], "LEVEL"
+            parser.add_argument(_flag(f), **kw)
+            for alias in f.metadata["aliases"]:
+                parser.add_argument(alias, **{**kw, "help": argparse.SUPPRESS, "default": argparse.SUPPRESS})
 
     @classmethod
     def given(cls, args: argparse.Namespace) -> dict[str, Any]:
@@ -128,7 +142,7 @@ class _Options:
                 if value:
                     argv += [_flag(f), ",".join(value)]
             elif tp is bool:
-                argv += [_flag(f), "1" if value else "0"]
+                argv.append(_flag(f) if value else "--no-" + _flag(f)[2:])
             else:
                 argv += [_flag(f), repr(value) if tp is float else str(value)]
         return argv
@@ -147,16 +161,8 @@ def _flag(f: dataclasses.Field) -> str:
     return f.metadata["flag"] or f"--{f.name.replace('_', '-')}"
 
 
-def _parse_bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes"):
-        return True
-    if text.lower() in ("0", "false", "no"):
-        return False
-    raise ValueError(f"not a boolean: {text!r}")
-
-
 def _parser_type(tp: Any) -> Any:
-    return _parse_bool if tp is bool else tp
+    return tp
 
 
 def _coerce(value: Any, tp: Any, where: str, *, signed: bool) -> Any:
@@ -184,29 +190,35 @@ def _coerce(value: Any, tp: Any, where: str, *, signed: bool) -> Any:
 class _Shared(_Options):
     """Options the producer, its pools and their workers must agree on."""
 
-    reward_modules: tuple[str, ...] = _opt((), "reward modules for workers to import (dotted names or .py paths)", aliases=("--rewards",))
+    reward_modules: tuple[str, ...] = _opt((), "reward modules for workers to import (dotted names or .py paths); repeatable",
+                                           aliases=("--rewards",))
     task_timeout_s: float = _opt(60.0, "default hard limit per task, seconds (a reward's own timeout wins)", flag="--timeout")
     heartbeat_s: float = _opt(1.0, "liveness report interval, seconds; silent for 3 of these = lost", flag="--heartbeat")
     max_message_bytes: int = _opt(DEFAULT_MAX_MESSAGE_BYTES, "frame size cap, bytes; pools must use the producer's")
     curve_secret_key: Optional[str] = _opt(None, "CURVE: this process's secret key file (NAME.key_secret from 'qworker keys')")
+    insecure: bool = _opt(False, "bind (producer) or connect (pool) beyond loopback without CURVE (a trusted network only)")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProducerOptions(_Shared):
     """``Producer(...)`` and the config's ``producer:`` section."""
 
-    local_workers: Optional[int] = _opt(None, "worker processes started locally (default: CPU count, or 0 with bind)", aliases=("--workers",))
+    local_workers: Optional[int] = _opt(None, "worker processes started locally (default: CPU count, or 0 with --bind)", flag="--workers",
+                                        aliases=("--local-workers",))
     bind: Optional[str] = _opt(None, "endpoint for remote pools, e.g. tcp://127.0.0.1:5555 (default: a private ipc:// socket)")
-    cache_path: Optional[str] = _opt(None, "persistent SQLite result cache shared by processes on this host")
+    cache_path: Optional[str] = _opt(None, "persistent SQLite result cache shared by processes on this host", flag="--cache",
+                                     aliases=("--cache-path",))
+    cache_read: bool = _opt(True, "answer tasks from the result cache; --no-cache-read recomputes every task (results are still cached)")
     cache_max_entries: int = _opt(1_000_000, "memory LRU size, and the disk cache's row limit")
-    cache_ttl_s: Optional[float] = _opt(None, "seconds a cached result stays valid (default: forever)")
+    cache_ttl_s: Optional[float] = _opt(None, "seconds a cached result stays valid (default: forever)", flag="--cache-ttl",
+                                        aliases=("--cache-ttl-s",))
     max_attempts: int = _opt(3, "deliveries of a task before it fails with worker_lost")
     fallback_score: float = _opt(0.0, "the score of a failed task (its Result.error says why)", signed=True)
-    ready_timeout_s: float = _opt(60.0, "seconds Producer() waits for local workers to say READY")
+    ready_timeout_s: float = _opt(60.0, "seconds Producer() waits for local workers to say READY", flag="--ready-timeout",
+                                  aliases=("--ready-timeout-s",))
     max_payload_bytes: int = _opt(8 * 1024 * 1024, "larger payloads fail with bad_payload at submit")
     metrics_port: Optional[int] = _opt(None, "serve Prometheus metrics on 127.0.0.1 at this port")
     curve_allowed_keys: Optional[str] = _opt(None, "CURVE: directory of the public keys of pools and clients to admit")
-    insecure: bool = _opt(False, "allow binding beyond loopback without CURVE (a trusted network only)")
 
     def curve(self) -> Optional[CurveServer]:
         """The binding side's CURVE settings, or None; half a setting is a ``ConfigError``."""
@@ -227,7 +239,8 @@ class _HostShared(_Shared):
     connect: Optional[str] = _opt(None, "the producer's endpoint, e.g. tcp://HOST:5555")
     max_hold: int = _opt(512, "most tasks a worker holds at once (it asks for ~50 ms of work)")
     io_threads: int = _opt(128, "threads for kind='io' rewards (judge calls in flight) in each worker")
-    log_level: str = _opt("INFO", "DEBUG, INFO, WARNING")
+    log_level: str = _opt("INFO", "log messages of this level and above: DEBUG, INFO, WARNING, ERROR",
+                          choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parent_pid: Optional[int] = _opt(None, "exit when this process is gone", yaml=False, cli=False)
     curve_server_key: Optional[str] = _opt(None, "CURVE: the producer's public key file (NAME.key)")
 

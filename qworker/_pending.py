@@ -62,8 +62,9 @@ class Registration:
 
 
 class PendingTable:
-    def __init__(self, *, cache: ResultCache, fallback_score: float) -> None:
+    def __init__(self, *, cache: ResultCache, fallback_score: float, cache_read: bool = True) -> None:
         self.cache = cache
+        self.cache_read = cache_read  # False: results are written to the cache but never answered from it
         self.fallback_score = fallback_score
         self._lock = threading.Lock()
         self._pending: dict[bytes, Pending] = {}
@@ -116,7 +117,7 @@ class PendingTable:
                 if p is None:
                     # The caller missed the cache just before; ``resolve`` caches under this lock, so a task
                     # that resolved in between is found here, not paid for again.
-                    hit = cache_get(key)
+                    hit = cache_get(key) if self.cache_read else None
                     if hit is not None:
                         fut = ResultFuture()
                         hits.append((fut, key, hit))

@@ -83,12 +83,14 @@ class Producer:
         }
         opts = ProducerOptions.from_mapping(loaded["producer"], base, overrides, where=loaded["where"] + ": producer")
         self.options = opts
+        if opts.metrics_port is not None:
+            _metrics.check_available()  # before anything starts: a missing prometheus_client is one line naming the extra
         self.catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(opts.reward_modules), remote=opts.bind is not None)
         self.fallback_score = opts.fallback_score
         self._closed = False
         self._gates = JudgeGates()
         self.cache = ResultCache(max_entries=opts.cache_max_entries, ttl_s=opts.cache_ttl_s, path=_config.optional_path(opts.cache_path))
-        self._table = PendingTable(cache=self.cache, fallback_score=opts.fallback_score)
+        self._table = PendingTable(cache=self.cache, fallback_score=opts.fallback_score, cache_read=opts.cache_read)
         _discovery.sweep()
         self._dispatcher = Dispatcher(bind=opts.bind or new_ipc_endpoint(), table=self._table, options=opts)
         self.endpoint = self._dispatcher.endpoint
@@ -193,6 +195,7 @@ class Producer:
         misses: list[tuple[bytes, bytes]] = []  # (key, payload bytes)
         at: list[int] = []  # index of each miss
         limit = self.options.max_payload_bytes
+        cache_read = self.options.cache_read  # False: recompute (``--no-cache-read``, ``score --overwrite``); results still cached
         cache_get = self.cache.get
         packer = new_packer()
         rejected = hits = 0
@@ -208,7 +211,7 @@ class Producer:
                 futures.append(self._done(error=ErrorKind.BAD_PAYLOAD.error(f"{len(payload_bytes)} bytes is over the {limit}-byte limit")))
                 continue
             key = blake2b(prefix + payload_bytes, digest_size=16).digest()
-            hit = cache_get(key)
+            hit = cache_get(key) if cache_read else None
             if hit is not None:
                 hits += 1
                 futures.append(self._done(score=hit[0], extra=hit[1], cached=True, key=key.hex()))
@@ -226,7 +229,7 @@ class Producer:
             counts["rejected"] += rejected
             counts["cache_hits"] += hits
             new = reg.new
-            if new:
+            if new and cache_read:
                 found = self.cache.get_persistent(p.key for p in new)
                 if found:
                     table.resolve_cached([p for p in new if p.key in found], found)

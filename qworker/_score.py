@@ -20,6 +20,15 @@ Contract:
   refused (exit 2) rather than mixed; ``--overwrite`` starts afresh.
 * The result cache persists by default: ``--cache PATH``, else the config's
   ``producer.cache_path``, else ``default_cache_path()``; ``--no-cache`` skips it.
+  ``--refresh`` recomputes every task instead of reading the cache (the new
+  results are cached); ``--overwrite`` ignores a partial ``--out`` and recomputes.
+* ``-`` is stdin for the input and stdout for ``--out`` (rows in the order they
+  finish, each with its ``line``; no resume).  An empty input writes an empty
+  ``--out``.  A line that is not UTF-8 or JSON stops the run naming it, unless
+  ``--skip-bad-lines N`` skips up to N of them.
+* Exit codes (``_args``): 0 done; 1 when every task failed, or any with
+  ``--strict``; 2 refused at start; 130 Ctrl-C.  The summary's mean score is
+  over the successful rows, and says how many failed.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from ._options import ProducerOptions
 from ._progress import Progress
 from ._status import ProducerStatus
 
-__all__ = ["default_cache_path", "score_main"]
+__all__ = ["check_reward", "default_cache_path", "score_main"]
 
 
 def default_cache_path() -> str:
@@ -66,21 +75,41 @@ def _exit_now(signum: int, _frame: object) -> None:
     os._exit(128 + signum)
 
 
-def read_inputs(path: str) -> dict[int, Any]:
-    """Line number (1-based, blank lines skipped but counted) -> parsed JSON payload."""
+def read_inputs(path: str, skip_bad: int = 0) -> dict[int, Any]:
+    """Line number (1-based, blank lines skipped but counted) -> parsed JSON payload; ``-`` reads stdin.
+
+    A line that is not UTF-8 or not JSON is a ``ConfigError`` naming it, unless it is among the first
+    ``skip_bad`` such lines: those are skipped, each named on stderr."""
     rows: dict[int, Any] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    bad = 0
+    name = "<stdin>" if path == "-" else path
+    f = sys.stdin.buffer if path == "-" else open(path, "rb")
+    try:
+        for n, raw in enumerate(f, 1):
             try:
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
                 rows[n] = json.loads(line)
+                continue
+            except UnicodeDecodeError as exc:
+                why = f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
             except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+                why = f"not valid JSON ({exc.msg})"
+            bad += 1
+            if bad > skip_bad:
+                more = f"more than --skip-bad-lines {skip_bad} bad lines" if skip_bad else "pass --skip-bad-lines N to skip up to N such lines"
+                raise ConfigError(f"{name}:{n}: {why}; {more}")
+            print(f"qworker score: skipped {name}:{n}: {why}", file=sys.stderr)
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
     return rows
 
 
 def check_writable(path: str) -> None:
+    if path == "-":
+        return
     if os.path.isdir(path):
         raise ConfigError(f"--out {path} is a directory")
     if os.path.exists(path):
@@ -97,7 +126,7 @@ def check_writable(path: str) -> None:
 def scored_rows(path: str, inputs: dict[int, Any], reward: str, params: Optional[dict]) -> dict[int, dict]:
     """The rows of an existing ``--out`` that this run can keep, by line number."""
     done: dict[int, dict] = {}
-    if not os.path.exists(path):
+    if path == "-" or not os.path.exists(path):
         return done
     with open(path, encoding="utf-8") as f:
         for n, text in enumerate(f, 1):
@@ -120,17 +149,21 @@ def scored_rows(path: str, inputs: dict[int, Any], reward: str, params: Optional
     return done
 
 
-def _check_reward(args: argparse.Namespace, params: Optional[dict]) -> Optional[str]:
-    """Resolve the reward as the producer will; returns the config's cache_path, if any."""
-    loaded = _config.load(args.config)
-    # the modules the producer will load: --rewards replaces the config's reward_modules, as in Producer()
-    modules = ProducerOptions.from_mapping(loaded["producer"], {"reward_modules": args.rewards or None},
-                                           where=loaded["where"] + ": producer").reward_modules
-    catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(modules), remote=args.bind is not None)
-    target = catalog.resolve(args.reward, params)
-    if not isinstance(target, Composite) and args.bind is None and catalog.book.spec(target.reward) is None:
+def check_reward(*, config: Optional[str], reward: str, modules: Optional[list[str]], bind: Optional[str],
+                 params: Optional[dict]) -> Optional[str]:
+    """Resolve ``reward`` as a producer with these settings will, before it starts any worker: an unknown
+    name is a ``ConfigError`` listing the known ones (unless remote pools may join with ``bind``).
+    Returns the config's cache_path, if any."""
+    loaded = _config.load(config)
+    # the modules the producer will load: --reward-modules replaces the config's reward_modules, as in Producer()
+    modules_ = ProducerOptions.from_mapping(loaded["producer"], {"reward_modules": modules or None},
+                                            where=loaded["where"] + ": producer").reward_modules
+    bind = bind or loaded["producer"].get("bind")
+    catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(modules_), remote=bind is not None)
+    target = catalog.resolve(reward, params)
+    if not isinstance(target, Composite) and bind is None and catalog.book.spec(target.reward) is None:
         if ":" in target.reward:
-            raise RewardError(f"--reward {args.reward!r}: {target.reward!r} does not import here, so no local worker can run it")
+            raise RewardError(f"--reward {reward!r}: {target.reward!r} does not import here, so no local worker can run it")
         catalog.book.check_name(target.reward, "--reward")
     return loaded["producer"].get("cache_path")
 
@@ -166,20 +199,26 @@ def _score(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     try:
-        inputs = read_inputs(args.input)
+        inputs = read_inputs(args.input, args.skip_bad_lines)
         params = json.loads(args.params) if args.params else None
         if params is not None and not isinstance(params, dict):
             raise ConfigError("--params must be a JSON object")
         check_writable(args.out)
         done = {} if args.overwrite else scored_rows(args.out, inputs, args.reward, params)
-        cache_path = _cache_path(args, _check_reward(args, params))
+        cache_path = _cache_path(args, check_reward(config=args.config, reward=args.reward, modules=args.rewards, bind=args.bind, params=params))
+        if not inputs:
+            if args.out != "-":
+                open(args.out, "w").close()
+            print(f"qworker score: {args.input} has 0 rows: nothing to score; wrote an empty {args.out}", file=sys.stderr)
+            return 0
         if len(done) == len(inputs):
             print(f"qworker score: all {len(inputs)} rows of {args.input} are already scored in {args.out}; "
                   "nothing to do (--overwrite scores them again)", file=sys.stderr)
             return 0  # kept rows are scored rows: failed ones are scored again
         producer = Producer(
             config=args.config, local_workers=args.workers, bind=args.bind, reward_modules=args.rewards or None,
-            cache_path=cache_path, task_timeout_s=args.timeout,
+            cache_path=cache_path, task_timeout_s=args.timeout, cache_read=not (args.overwrite or args.refresh),
+            curve_secret_key=args.curve_secret_key, curve_allowed_keys=args.curve_allowed_keys, insecure=args.insecure,
         )
     except json.JSONDecodeError as exc:
         print(f"qworker score: --params is not valid JSON: {exc}", file=sys.stderr)
@@ -198,7 +237,7 @@ def _score(args: argparse.Namespace) -> int:
     futures: list = []
     lines_of: dict[int, list[int]] = {}  # id(future) -> input lines (duplicate payloads share a future)
     try:
-        out = open(args.out, "a" if done else "w", encoding="utf-8")
+        out = sys.stdout if args.out == "-" else open(args.out, "a" if done else "w", encoding="utf-8")
     except OSError as exc:
         producer.close()
         print(f"qworker score: --out {args.out}: {exc.strerror}", file=sys.stderr)
@@ -215,7 +254,7 @@ def _score(args: argparse.Namespace) -> int:
             for f in concurrent.futures.as_completed(futures):  # type: ignore[assignment]  # they are ResultFutures
                 for n in lines_of.pop(id(f)):
                     records[n] = _write(out, n, inputs[n], f.result(), args.reward, params)
-                    progress.advance()
+                    progress.advance(failed=bool(records[n]["error"]))
         except _Stop as exc:
             stopped = exc
         except (ConfigError, RewardError) as exc:
@@ -232,13 +271,17 @@ def _score(args: argparse.Namespace) -> int:
         elapsed = time.monotonic() - started
         counts = producer.status()["producer"]
     finally:
-        out.close()
+        if out is not sys.stdout:
+            out.close()
         producer.close(timeout=5.0 if stopped else 30.0)
-    if stopped is None:
+    if stopped is None and args.out != "-":  # stdout has its rows in the order they finished (each has its 'line')
         _rewrite_in_order(args.out, records)
     _summary(args, records, done, len(todo), inputs, elapsed, time.monotonic() - t0, counts, stopped)
     if stopped is not None:
         return 128 + stopped.signum
+    new = [r for n, r in records.items() if n not in done]
+    if new and all(r["error"] for r in new):
+        return 1  # every task failed: a run that scored nothing is not a success
     return 1 if args.strict and any(r["error"] for r in records.values()) else 0
 
 
@@ -271,7 +314,8 @@ def _summary(
     )
     lines.append(
         f"  evaluated {counts['resolved']}  duplicates {counts['deduplicated']}  cache hits {hits}  failed {len(failed)}"
-        f"  mean score {sum(ok) / max(1, len(ok)):.4f}  -> {args.out}"
+        + (f"  mean score {sum(ok) / len(ok):.4f} over the {len(ok)} successful rows" if ok else "  no successful rows: no mean score")
+        + f"  -> {args.out}"
     )
     kinds: dict[str, int] = {}
     for r in failed:

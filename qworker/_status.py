@@ -118,6 +118,7 @@ class ServiceInfo(TypedDict):
     clients: int
     requests: int
     dropped_frames: int
+    http: Optional[str]  # the HTTP front's URL, None without one
 
 
 class ServiceStatus(Status):

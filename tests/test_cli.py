@@ -42,9 +42,12 @@ def test_score_the_bundled_example_end_to_end(tmp_path):
     assert f"scored {len(inputs)} tasks" in first.stderr
     assert f"evaluated {distinct}  duplicates {len(inputs) - distinct}  cache hits 0" in first.stderr
     again = ("score", str(EXAMPLE), "--reward", "gsm8k", "--out", str(out), "--workers", "1", "--cache", str(cache))
-    second = run(*again, "--overwrite")
+    second = run(*again, "--overwrite")  # recomputes every row (the cache is not read, and is written again)
     assert second.returncode == 0, second.stderr
-    assert f"evaluated 0  duplicates {len(inputs) - distinct}  cache hits {len(inputs)}" in second.stderr
+    assert f"evaluated {distinct}  duplicates {len(inputs) - distinct}  cache hits 0" in second.stderr
+    out.unlink()
+    from_cache = run(*again)
+    assert f"evaluated 0  duplicates {len(inputs) - distinct}  cache hits {len(inputs)}" in from_cache.stderr
     third = run(*again)  # everything is in --out already: nothing to do, no workers started
     assert third.returncode == 0 and f"all {len(inputs)} rows" in third.stderr and "already scored" in third.stderr
     assert [r["line"] for r in rows_of(out)] == list(range(1, len(inputs) + 1))
@@ -57,7 +60,8 @@ def test_the_cache_persists_by_default_in_the_user_cache_dir(tmp_path):
     assert run("score", str(src), "--reward", "gsm8k", "--out", str(out), "--workers", "1").returncode == 0
     default = tmp_path / "xdg" / "qworker" / "results.sqlite"
     assert default.exists()
-    res = run("score", str(src), "--reward", "gsm8k", "--out", str(out), "--workers", "1", "--overwrite")
+    out.unlink()
+    res = run("score", str(src), "--reward", "gsm8k", "--out", str(out), "--workers", "1")
     assert "evaluated 0" in res.stderr and "cache hits 1" in res.stderr
     res = run("score", str(src), "--reward", "gsm8k", "--out", str(out), "--workers", "1", "--overwrite", "--no-cache")
     assert "evaluated 1" in res.stderr and "cache hits 0" in res.stderr
@@ -208,8 +212,9 @@ def test_a_reward_version_is_part_of_the_hash(tmp_path):
     def score_with(value, version):
         mod.write_text(f"from qworker import reward\n\n@reward('mine', version={version!r})\n"
                        f"def mine(payload):\n    return {value}\n")
+        (tmp_path / "o.jsonl").unlink(missing_ok=True)  # a fresh --out: --overwrite would also bypass the cache
         res = run("score", str(src), "--reward", "mine", "--rewards", str(mod), "--out", str(tmp_path / "o.jsonl"),
-                  "--workers", "1", "--cache", str(cache), "--overwrite")
+                  "--workers", "1", "--cache", str(cache))
         assert res.returncode == 0, res.stderr
         return [r["score"] for r in rows_of(tmp_path / "o.jsonl")], "cache hits 2" in res.stderr
 

@@ -61,6 +61,8 @@ def test_argv_round_trips(cls):
             changed[f.name] = 0.125
         elif tp is int or f.name in ("workers", "parent_pid", "local_workers", "metrics_port"):
             changed[f.name] = 7
+        elif f.name == "log_level":  # one of the levels the flag accepts
+            changed[f.name] = "DEBUG"
         else:
             changed[f.name] = "s-" + f.name
     opts = cls(**changed)

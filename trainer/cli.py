@@ -1,26 +1,45 @@
 """``qworker-train --config configs/grpo.yaml [--set train.lr=1e-6 ...]``: train with the bundled GRPO trainer.
 
 Prints one line per step (reward, loss, the step's timeline) and, at the end, the mean reward of the
-first and last steps.  Exit status 0 on success, 2 for a bad config.
+first and last steps.  Exit status 0 on success, 2 for a bad config or a missing ``train`` extra (torch,
+transformers, ...: one line naming ``pip install 'qworker-rl[train]'``), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 __all__ = ["main"]
 
 
+_TRAIN_EXTRA = ("torch", "transformers", "ray", "peft")  # setup.cfg's train extra
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="qworker-train", description="GRPO training with rewards on a qworker pool")
+    from qworker._args import guard
+
+    return guard("qworker-train")(_main)(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    from qworker._args import Parser
+
+    ap = Parser(prog="qworker-train", description="GRPO training with rewards on a qworker pool")
     ap.add_argument("--config", required=True, help="a YAML config (see configs/grpo.yaml)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key, e.g. --set train.steps=10 (repeatable; the value is YAML)")
     ap.add_argument("--no-resume", action="store_true", help="start from step 0 even if a checkpoint exists")
+    ap.add_argument("--version", action="version", version=f"qworker-train {_version()}")
     a = ap.parse_args(argv)
-    from .config import ConfigurationError, load_config
+    try:
+        from .config import ConfigurationError, load_config
+        from .loop import GRPOTrainer
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in _TRAIN_EXTRA:
+            raise
+        print(f"qworker-train: needs {exc.name}, which is not installed: pip install 'qworker-rl[train]'", file=sys.stderr)
+        return 2
 
     try:
         cfg = load_config(a.config, a.overrides)
@@ -30,8 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.no_resume:
         cfg.checkpoint.resume = False
     os.makedirs(cfg.log.dir, exist_ok=True)
-    from .loop import GRPOTrainer
-
     with GRPOTrainer(cfg) as trainer:
         history = trainer.run()
     if history:
@@ -41,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mean reward: first step ({first['step']}) {first['reward_mean']:.3f}, last step ({last['step']}) {last['reward_mean']:.3f}")
         print(f"reward time hidden behind GPU work: {hidden:.2f} s of {span:.2f} s ({100 * hidden / span if span else 0:.0f}%)")
     return 0
+
+
+def _version() -> str:
+    from qworker import __version__
+
+    return __version__
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ framework does not provide is left out, never filled with a guess.
 
 | payload key | verl `compute_score` | verl `QworkerRewardManager` | TRL `GRPOTrainer` | OpenRLHF `reward_func` | slime `rm` |
 |---|---|---|---|---|---|
-| `response` | `solution_str` | valid response tokens, decoded (`skip_special_tokens=True`) | the completion; conversational: the last assistant message's text | `query[len(prompt):]` | `sample.response` |
+| `response` | `solution_str` | valid response tokens, decoded (`skip_special_tokens=True`) | the completion; conversational: the last assistant message's text | `query` after `prompt` (`split_query`) | `sample.response` |
 | `ground_truth` | `ground_truth` | `reward_model["ground_truth"]` | column `ground_truth`, else `solution`, `answer`, `label` (or the one named) | `label` | `sample.label` |
 | `prompt` | - | valid prompt tokens, decoded | the prompt; conversational: the last user message's text | `prompt` | `sample.prompt`; messages: the last user message's text |
 | `data_source` | `data_source` | `data_source` | column `data_source` | - | `sample.metadata["data_source"]` |
@@ -21,12 +21,16 @@ lists or numbers, mappings dicts with string keys, and objects of other types
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 __all__ = [
     "GROUND_TRUTH_COLUMNS", "from_openrlhf", "from_slime", "from_trl", "from_verl", "last_text", "message_text", "payload",
-    "plain", "split_query",
+    "plain", "split_query", "PromptMismatch",
 ]
+
+log = logging.getLogger("qworker.integrations")
 
 GROUND_TRUTH_COLUMNS = ("ground_truth", "solution", "answer", "label")  # TRL: the first present is used
 
@@ -114,14 +118,64 @@ def payload(
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def split_query(query: str, prompt: Any) -> str:
-    """OpenRLHF's ``query`` is the prompt followed by the response: the response is
-    what follows the prompt.  A query that does not start with the prompt (the
-    decoded prompt tokens differ from the prompt text) is scored whole, as
-    OpenRLHF's own examples do."""
-    if isinstance(prompt, str) and prompt and query.startswith(prompt):
+class PromptMismatch(ValueError):
+    """An OpenRLHF query that does not start with its prompt, even allowing for decoding differences."""
+
+
+# special tokens a decoded query may hold, add or drop around the prompt's text: <|im_start|>, <|begin_of_text|>,
+# <|endoftext|>, <s>, </s>, <pad>, <unk>, <bos>, <eos>, <start_of_turn>, <end_of_turn>, [PAD], [CLS], [SEP]
+_SPECIAL = re.compile(r"<\|[^<>|\s]{1,64}\|>|</?s>|<(?:pad|unk|bos|eos|start_of_turn|end_of_turn)>|\[(?:PAD|CLS|SEP)\]")
+
+
+def _significant(text: str) -> tuple[str, list[int]]:
+    """The characters of ``text`` that must match (not whitespace, not inside a special token), and where each is."""
+    chars: list[str] = []
+    at: list[int] = []
+    i = 0
+    for m in [*_SPECIAL.finditer(text), None]:
+        stop = m.start() if m is not None else len(text)
+        for j in range(i, stop):
+            if not text[j].isspace():
+                chars.append(text[j])
+                at.append(j)
+        if m is not None:
+            i = m.end()
+    return "".join(chars), at
+
+
+def split_query(query: str, prompt: Any, *, whole_query: bool = False) -> str:
+    """OpenRLHF's ``query`` is the prompt followed by the response: the response is what follows the prompt.
+
+    OpenRLHF decodes the prompt and response tokens together, so the query's prompt part may differ from
+    the prompt text in whitespace and special tokens (a space after ``<s>``, padding, a BOS token the
+    prompt lacks).  The prompt is matched ignoring whitespace and special tokens; the response starts after
+    the last matched character (and after the special tokens that end the prompt).  A query whose start
+    does not match its prompt raises ``PromptMismatch``: scoring the prompt as part of the response gives
+    wrong scores silently.  ``whole_query`` (opt-in) scores such a query whole instead, with a warning.
+    An empty or missing prompt leaves the whole query as the response."""
+    if not isinstance(prompt, str) or not prompt:
+        return query
+    if query.startswith(prompt):
         return query[len(prompt):]
-    return query
+    want, _ = _significant(prompt)
+    have, at = _significant(query)
+    if want and have.startswith(want):
+        cut = at[len(want) - 1] + 1
+        tail = {m.group() for m in _SPECIAL.finditer(prompt, _significant(prompt)[1][-1] + 1)}
+        while True:  # the special tokens that end the prompt (e.g. <|im_start|>assistant\n) end it here too
+            rest = query[cut:]
+            stripped = rest.lstrip()
+            m = _SPECIAL.match(stripped)
+            if m is None or m.group() not in tail:
+                break
+            cut += len(rest) - len(stripped) + m.end()
+        return query[cut:]
+    if whole_query:
+        log.warning("openrlhf: a query does not start with its prompt; scoring the whole query (--whole-query): %r...", query[:80])
+        return query
+    raise PromptMismatch(f"the query does not start with its prompt (even ignoring whitespace and special tokens): query "
+                         f"{query[:60]!r}..., prompt {prompt[:60]!r}...; pass the prompts OpenRLHF sent, or opt in to "
+                         "scoring the whole query (qworker serve --whole-query, QWORKER_WHOLE_QUERY=1)")
 
 
 # one function per framework: the table above, as code --------------------------------------------------
@@ -159,9 +213,10 @@ def from_trl(
     return out
 
 
-def from_openrlhf(query: str, prompt: Any, label: Any) -> dict[str, Any]:
-    """One sample of OpenRLHF's ``reward_func(queries, prompts, labels)``."""
-    return payload(split_query(query, prompt), ground_truth=label, prompt=prompt if isinstance(prompt, str) else None)
+def from_openrlhf(query: str, prompt: Any, label: Any, *, whole_query: bool = False) -> dict[str, Any]:
+    """One sample of OpenRLHF's ``reward_func(queries, prompts, labels)``; ``PromptMismatch`` as ``split_query``."""
+    response = split_query(query, prompt, whole_query=whole_query)
+    return payload(response, ground_truth=label, prompt=prompt if isinstance(prompt, str) else None)
 
 
 def from_slime(args: Any, sample: Any) -> dict[str, Any]:

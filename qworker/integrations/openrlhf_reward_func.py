@@ -7,8 +7,10 @@ calls its ``reward_func``; tested against openrlhf 0.11.2)::
 
 OpenRLHF calls ``reward_func([query], [prompt], [label])`` once per sample, in
 a thread of each vLLM engine actor; ``query`` is the decoded prompt and
-response tokens, so the response is what follows the prompt (a query that does
-not start with the prompt is scored whole, and a warning says so once).  Set
+response tokens, so the response is what follows the prompt, matched ignoring
+whitespace and special tokens (``split_query``).  A query that does not start
+with its prompt fails that sample (``bad_payload``, flagged and warned like any
+failed task) unless ``QWORKER_WHOLE_QUERY=1`` scores it whole, logged.  Set
 ``QWORKER_CONNECT`` so every engine actor shares one service; the reward is
 ``$QWORKER_REWARD`` (default ``math``).
 
@@ -21,32 +23,40 @@ its mean), and a warning carries the error.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Sequence
 
 import torch
 
+from qworker._errors import ErrorKind
+from qworker._result import Result
 from qworker.integrations._client import reward_client
 from qworker.integrations._outcome import FAILED_KEY, choose, failure_keys, warn_failed
-from qworker.integrations._payload import from_openrlhf
+from qworker.integrations._payload import PromptMismatch, from_openrlhf
 
 __all__ = ["reward_func"]
 
 log = logging.getLogger("qworker.integrations")
-_warned_prefix = False
+ENV_WHOLE_QUERY = "QWORKER_WHOLE_QUERY"
 
 
 def reward_func(queries: Sequence[str], prompts: Sequence[Any], labels: Sequence[Any], **kwargs: Any) -> dict[str, Any]:
     """OpenRLHF's reward function: one reward per query, as float32 tensors."""
-    global _warned_prefix
     if not len(queries) == len(prompts) == len(labels):
         raise ValueError(f"reward_func got {len(queries)} queries, {len(prompts)} prompts and {len(labels)} labels")
-    if not _warned_prefix and any(not (isinstance(p, str) and q.startswith(p)) for q, p in zip(queries, prompts, strict=True)):
-        log.warning("openrlhf reward_func: a query does not start with its prompt; such a query is scored whole")
-        _warned_prefix = True
     reward, params = choose()
     client = reward_client()
-    payloads = [from_openrlhf(q, p, la) for q, p, la in zip(queries, prompts, labels, strict=True)]
-    results = client.gather(client.submit_batch(reward, payloads, params=params))
+    whole = os.environ.get(ENV_WHOLE_QUERY, "") not in ("", "0")
+    payloads: list[Any] = []
+    for q, p, la in zip(queries, prompts, labels, strict=True):
+        try:
+            payloads.append(from_openrlhf(q, p, la, whole_query=whole))
+        except PromptMismatch as exc:
+            payloads.append(ErrorKind.BAD_PAYLOAD.error(str(exc)))
+    good = [p for p in payloads if isinstance(p, dict)]
+    scored = iter(client.gather(client.submit_batch(reward, good, params=params)) if good else [])
+    fallback = float(getattr(client, "fallback_score", 0.0))
+    results = [next(scored) if isinstance(p, dict) else Result(score=fallback, error=p) for p in payloads]
     warn_failed("openrlhf reward_func", reward, results, "fallback_score")
     scores = torch.tensor([r.score for r in results], dtype=torch.float32)
     failed = torch.tensor([failure_keys(r)[FAILED_KEY] for r in results], dtype=torch.float32)

@@ -27,7 +27,6 @@ a ``PoolOptions``, untouched but for what the launcher owns: ``connect``,
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import logging
 import os
@@ -52,11 +51,13 @@ STOP_MARGIN_S = 10.0  # beyond the drain timeout, for a supervisor to exit and r
 
 
 def _import_ray() -> Any:
+    """``ray``, or ``MissingExtra`` (a ``ConfigError`` and an ``ImportError``) naming the ``ray`` extra."""
+    from .._args import MissingExtra, need
+
     try:
-        import ray
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the Ray launcher needs Ray: pip install 'qworker-rl[ray]'") from exc
-    return ray
+        return need("ray", "ray", "the Ray launcher")
+    except MissingExtra as exc:
+        raise _NoRay(str(exc)) from None
 
 
 # -- the actor: one per node ----------------------------------------------------------
@@ -359,17 +360,22 @@ def start_pools(
     return RayPools(connect, workers_per_node, options, **kwargs).start()
 
 
+class _NoRay(ImportError):
+    """Ray is not installed (kept an ``ImportError`` for callers of ``RayPools``)."""
+
+
 # -- qworker ray-pools -------------------------------------------------------------------
 def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> int:
     """Run ``RayPools`` until SIGTERM or Ctrl-C; exit code 0 after a clean stop, 1 when Ray
     cannot be joined, 2 on bad options."""
+    from .._args import Parser, bool_flag
     from .._cli import add_pool_arguments, pool_options
     from .._exceptions import ConfigError
 
-    ap = argparse.ArgumentParser(prog=prog, description="Run one qworker pool on every node of a Ray cluster until stopped.")
+    ap = Parser(prog=prog, description="Run one qworker pool on every node of a Ray cluster until stopped.")
     ap.add_argument("--address", default="auto", help="Ray cluster address for ray.init (default: auto)")
     ap.add_argument("--workers-per-node", type=int, help="workers in each pool (default: --workers, else the node's CPUs)")
-    ap.add_argument("--reserve-cpus", action="store_true", help="each pool's actor holds as many Ray CPUs as it has workers")
+    bool_flag(ap, "reserve-cpus", help="each pool's actor holds as many Ray CPUs as it has workers")
     ap.add_argument("--poll", type=float, default=DEFAULT_POLL_S, help="seconds between looks at the cluster's nodes")
     add_pool_arguments(ap)
     args = ap.parse_args(argv)
@@ -377,7 +383,8 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> i
         options = pool_options(args, prog)
         if args.workers_per_node is not None and args.workers_per_node < 1:
             raise ConfigError(f"--workers-per-node must be at least 1, got {args.workers_per_node}")
-    except ConfigError as exc:
+        _import_ray()
+    except (ConfigError, _NoRay) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)

@@ -10,35 +10,83 @@ producer flags are ``ProducerOptions``'.  Stops on SIGTERM or Ctrl-C.
 
 from __future__ import annotations
 
-import argparse
-import logging
+import errno
 import signal
+import socket
 import sys
 import threading
 from typing import Optional
 
+from .._args import Parser, add_log_level, bool_flag, setup_logging
 from .._client import DEFAULT_SERVICE_ENDPOINT
-from .._exceptions import QworkerError
+from .._exceptions import ConfigError, QworkerError
 from .._options import ProducerOptions
+from .._score import check_reward
+from .http import ON_FAILURE
 
 __all__ = ["main"]
 
 
-def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
-    ap = argparse.ArgumentParser(prog=prog, description="Serve rewards to qworker.Client processes (and over HTTP).")
-    ap.add_argument("--listen", default=DEFAULT_SERVICE_ENDPOINT, help=f"endpoint for clients (default {DEFAULT_SERVICE_ENDPOINT})")
+def _parser(prog: str) -> Parser:
+    ap = Parser(prog=prog, description="Serve rewards to qworker.Client processes (and over HTTP). Exit codes: 0 stopped, "
+                "2 refused at start (one line names the fix), 1 failed while running.")
+    ap.add_argument("--listen", default=DEFAULT_SERVICE_ENDPOINT, help="endpoint for clients")
     ap.add_argument("--config", help="YAML config: producer: and rewards: sections")
     ap.add_argument("--http", type=int, metavar="PORT", help="also serve OpenRLHF's /get_reward and slime's /score on this port")
-    ap.add_argument("--http-host", default="127.0.0.1", help="address for --http (default 127.0.0.1)")
+    ap.add_argument("--http-host", default="127.0.0.1", help="address for --http")
     ap.add_argument("--reward", help="the reward (or composite) HTTP requests are scored with; needed with --http")
+    ap.add_argument("--on-failure", choices=ON_FAILURE, default="error",
+                    help="HTTP: a failed sample fails the request (error: HTTP 502) or scores the fallback score with "
+                    "extra_logs.qworker_failed = 1 (fallback)")
+    bool_flag(ap, "whole-query", help="HTTP /get_reward: score the whole query when it does not start with its prompt "
+              "(logged; default: that sample fails)")
     ap.add_argument("--no-workers-grace", type=float, default=10.0, metavar="S",
-                    help="refuse requests when no worker has connected this many seconds after start (default 10)")
-    ap.add_argument("--log-level", default="INFO")
+                    help="refuse requests when no worker has connected this many seconds after start")
+    add_log_level(ap, "INFO")
     ProducerOptions.add_arguments(ap)
+    return ap
+
+
+def check_free(endpoint: str) -> None:
+    """``ConfigError`` when a ``tcp://HOST:PORT`` endpoint (a fixed port) is already taken on this host, so a
+    second ``qworker serve`` stops before it starts any worker."""
+    if not endpoint.startswith("tcp://"):
+        return
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as libzmq binds: a port in TIME_WAIT is free
+        try:
+            probe.bind(("" if host in ("*", "0.0.0.0") else host, int(port)))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(f"{endpoint} is already in use (another 'qworker serve'? 'qworker status --connect "
+                                  f"{endpoint}' asks it); pick another port") from None
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise ConfigError(f"cannot bind {endpoint}: {exc.strerror}") from None
+
+
+def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
+    ap = _parser(prog)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    setup_logging(args.log_level)
     if args.http is not None and not args.reward:
         ap.error("--http needs --reward NAME: the reward HTTP requests are scored with")
+    given = ProducerOptions.given(args)
+    try:  # everything a user can get wrong, before any worker starts
+        if args.reward:
+            check_reward(config=args.config, reward=args.reward, modules=list(given.get("reward_modules", ())) or None,
+                         bind=given.get("bind"), params=None)
+        for endpoint in (args.listen, given.get("bind") or ""):
+            check_free(endpoint)
+        if args.http:
+            check_free(f"tcp://{args.http_host}:{args.http}")
+    except QworkerError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
 
     from .._producer import Producer
     from .http import HttpFront
@@ -49,7 +97,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         # the flags given, as overrides: they win over the config file even when equal to a default
-        producer = Producer(config=args.config, **ProducerOptions.given(args))
+        producer = Producer(config=args.config, **given)
     except QworkerError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
@@ -60,7 +108,9 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
                 producer.catalog.resolve(args.reward)  # an unknown composite or bad params fail here, not per request
             service = RewardService(producer, listen=args.listen, no_workers_grace_s=args.no_workers_grace).start()
             if args.http is not None:
-                http = HttpFront(producer, reward=args.reward, port=args.http, host=args.http_host).start()
+                http = HttpFront(producer, reward=args.reward, port=args.http, host=args.http_host, on_failure=args.on_failure,
+                                 whole_query=args.whole_query).start()
+                service.http_url = http.url  # shown by 'qworker status'
         except (QworkerError, OSError) as exc:
             print(f"{prog}: {exc}", file=sys.stderr)
             return 2

@@ -12,10 +12,21 @@ its params from the config, through the service's producer:
     ``remote_rm`` keeps the whole object as the reward: run slime with ``--reward-key score``.
 ``GET /health``  200 while the service has workers, else 503.
 
-A failed task is never a silent 0: the whole request answers HTTP 502 with
-``{"error": ..., "failed": [{"index", "error"}]}``: the framework's client sees an
-error status (slime's ``remote_rm`` retries it with backoff, then raises).  Malformed requests answer 400 naming the problem.
-Binds 127.0.0.1 unless told otherwise.
+A failed task is never a silent 0.  With ``on_failure="error"`` (the default) the
+whole request answers HTTP 502 with ``{"error": ..., "failed": [{"index", "error"}]}``:
+the framework's client sees an error status (slime's ``remote_rm`` and OpenRLHF
+retry it, then raise).  With ``on_failure="fallback"`` (``--on-failure fallback``)
+a failed sample scores the producer's ``fallback_score`` and is flagged:
+``extra_logs["qworker_failed"]`` is 1.0 for it (0.0 for the others; OpenRLHF logs
+the mean), slime's object carries ``"qworker_failed": 1.0`` and ``"qworker_error"``.
+
+A query that does not start with its prompt, even ignoring whitespace and
+special tokens (``split_query``), fails that sample (``bad_payload``) unless
+``whole_query`` (``--whole-query``) scores it whole, logged.
+
+A body that is not ``application/json`` (when a Content-Type is given) answers
+415; a malformed one (not JSON, a missing ``query``/``prompts``/``labels`` list,
+lists of different lengths) 400 naming the problem.  Binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -24,15 +35,20 @@ import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Union
 
+from .._errors import ErrorKind
 from .._exceptions import GatherTimeout, QworkerError
 from .._producer import Producer
-from ..integrations._payload import from_openrlhf
+from .._result import Result
+from ..integrations._outcome import FAILED_KEY, failure_keys
+from ..integrations._payload import PromptMismatch, from_openrlhf
 
 log = logging.getLogger("qworker")
 
-__all__ = ["HttpFront", "openrlhf_payloads"]
+__all__ = ["HttpFront", "ON_FAILURE", "openrlhf_payloads"]
+
+ON_FAILURE = ("error", "fallback")  # a failed sample fails the request (502), or scores the fallback score, flagged
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -41,20 +57,26 @@ class BadRequest(ValueError):
     pass
 
 
-def openrlhf_payloads(body: Any) -> list[dict]:
-    """OpenRLHF's ``{"query", "prompts", "labels"}`` as qworker payloads."""
-    if not isinstance(body, dict) or not isinstance(body.get("query"), list):
-        raise BadRequest('expected {"query": [...], "prompts": [...], "labels": [...]}')
-    queries = body["query"]
-    prompts = body.get("prompts") or [""] * len(queries)
-    labels = body.get("labels") or [None] * len(queries)
-    if not (isinstance(prompts, list) and isinstance(labels, list) and len(prompts) == len(labels) == len(queries)):
+def openrlhf_payloads(body: Any, *, whole_query: bool = False) -> list[Union[dict, str]]:
+    """OpenRLHF's ``{"query", "prompts", "labels"}`` as qworker payloads; a sample whose query does not
+    start with its prompt is its error (a string) instead."""
+    shape = '{"query": [...], "prompts": [...], "labels": [...]}'
+    if not isinstance(body, dict):
+        raise BadRequest(f"expected {shape}")
+    missing = [k for k in ("query", "prompts", "labels") if not isinstance(body.get(k), list)]
+    if missing:
+        raise BadRequest(f"expected {shape}: {', '.join(missing)} missing or not a list")
+    queries, prompts, labels = body["query"], body["prompts"], body["labels"]
+    if not len(prompts) == len(labels) == len(queries):
         raise BadRequest(f"query, prompts and labels must be lists of one length (got {len(queries)}, {len(prompts)}, {len(labels)})")
-    out = []
+    out: list[Union[dict, str]] = []
     for i, (q, p, label) in enumerate(zip(queries, prompts, labels, strict=True)):
         if not isinstance(q, str) or not isinstance(p, str):
             raise BadRequest(f"query[{i}] and prompts[{i}] must be strings")
-        out.append(from_openrlhf(q, p, label))  # as openrlhf_reward_func builds it: one hash, one cache entry
+        try:
+            out.append(from_openrlhf(q, p, label, whole_query=whole_query))  # as openrlhf_reward_func builds it: one hash
+        except PromptMismatch as exc:
+            out.append(ErrorKind.BAD_PAYLOAD.error(f"query[{i}]: {exc}"))
     return out
 
 
@@ -73,11 +95,16 @@ def _slime_payload(item: Any, where: str) -> dict:
 class HttpFront(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, producer: Producer, *, reward: str, port: int, host: str = "127.0.0.1", timeout_s: float = 600.0) -> None:
+    def __init__(self, producer: Producer, *, reward: str, port: int, host: str = "127.0.0.1", timeout_s: float = 600.0,
+                 on_failure: str = "error", whole_query: bool = False) -> None:
+        if on_failure not in ON_FAILURE:
+            raise ValueError(f"on_failure must be one of {ON_FAILURE}, got {on_failure!r}")
         super().__init__((host, port), _Handler)
         self.producer = producer
         self.reward = reward
         self.timeout_s = timeout_s
+        self.on_failure = on_failure
+        self.whole_query = whole_query
 
     @property
     def url(self) -> str:
@@ -92,11 +119,13 @@ class HttpFront(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
 
-    def score(self, payloads: list[dict]) -> tuple[list[float], list[dict], list[dict]]:
-        """(scores, extras, failures); raises ``QworkerError`` when the request cannot be scored at all."""
-        results = self.producer.map(self.reward, payloads, timeout=self.timeout_s)
-        failed = [{"index": i, "error": r.error} for i, r in enumerate(results) if not r.ok]
-        return [r.score for r in results], [r.extra for r in results], failed
+    def score(self, payloads: list[Union[dict, str]]) -> list[Result]:
+        """One result per payload (a string is that sample's error); raises ``QworkerError`` when the request
+        cannot be scored at all."""
+        good = [p for p in payloads if isinstance(p, dict)]
+        scored = iter(self.producer.map(self.reward, good, timeout=self.timeout_s) if good else [])
+        fallback = self.producer.fallback_score
+        return [next(scored) if isinstance(p, dict) else Result(score=fallback, error=p) for p in payloads]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -124,6 +153,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         route = self.path.split("?", 1)[0].rstrip("/")
         try:
+            ctype = (self.headers.get("Content-Type") or "application/json").split(";", 1)[0].strip().lower()
+            if ctype != "application/json" and not ctype.endswith("+json"):
+                self.close_connection = True  # the body is not read
+                return self._reply(415, {"error": f"Content-Type {ctype!r}: send the body as application/json"})
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY_BYTES:
                 raise BadRequest(f"body of {length} bytes is over the {MAX_BODY_BYTES}-byte limit")
@@ -144,20 +177,27 @@ class _Handler(BaseHTTPRequestHandler):
         except QworkerError as exc:  # an unknown reward or bad params: the service's set-up, not the request
             self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
 
-    def _failed(self, failed: list[dict], n: int) -> None:
-        self._reply(502, {"error": f"{len(failed)} of {n} tasks failed; first: {failed[0]['error']}", "failed": failed})
+    def _failed(self, results: list[Result]) -> bool:
+        """Answer 502 and return True when a sample failed and the mode is "error"."""
+        failed = [{"index": i, "error": r.error} for i, r in enumerate(results) if not r.ok]
+        if not failed or self.server.on_failure != "error":
+            return False
+        self._reply(502, {"error": f"{len(failed)} of {len(results)} tasks failed; first: {failed[0]['error']}", "failed": failed})
+        return True
 
     def _openrlhf(self, body: Any) -> None:
-        payloads = openrlhf_payloads(body)
-        scores, extras, failed = self.server.score(payloads)
-        if failed:
-            return self._failed(failed, len(payloads))
+        results = self.server.score(openrlhf_payloads(body, whole_query=self.server.whole_query))
+        if self._failed(results):
+            return
+        scores = [r.score for r in results]
         logs: dict[str, list] = {}
-        for extra in extras:  # numeric extras, one list per key, as OpenRLHF logs them
-            for k, v in extra.items():
+        for r in results:  # numeric extras, one list per key, as OpenRLHF logs them
+            for k, v in r.extra.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     logs.setdefault(k, []).append(v)
-        logs = {k: v for k, v in logs.items() if len(v) == len(payloads)}
+        logs = {k: v for k, v in logs.items() if len(v) == len(results)}
+        if self.server.on_failure == "fallback":
+            logs[FAILED_KEY] = [failure_keys(r)[FAILED_KEY] for r in results]
         self._reply(200, {"rewards": scores, "scores": scores, "extra_logs": logs})
 
     def _slime(self, body: Any) -> None:
@@ -165,9 +205,10 @@ class _Handler(BaseHTTPRequestHandler):
         items = [body] if single else body
         if not isinstance(items, list):
             raise BadRequest('expected {"prompt", "response", "label"} or a list of them')
-        payloads = [_slime_payload(item, f"item {i}") for i, item in enumerate(items)]
-        scores, extras, failed = self.server.score(payloads)
-        if failed:
-            return self._failed(failed, len(payloads))
-        out = [{**extra, "score": score} for score, extra in zip(scores, extras, strict=True)]
+        payloads: list[Union[dict, str]] = [_slime_payload(item, f"item {i}") for i, item in enumerate(items)]
+        results = self.server.score(payloads)
+        if self._failed(results):
+            return
+        fallback = self.server.on_failure == "fallback"
+        out = [{**r.extra, **(failure_keys(r) if fallback else {}), "score": r.score} for r in results]
         self._reply(200, out[0] if single else out)

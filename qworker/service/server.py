@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections import defaultdict, deque
-from typing import Any
+from typing import Any, Optional
 
 import zmq
 
@@ -40,6 +40,8 @@ FLUSH_EVERY = 512  # results per Resolved message, at most
 
 
 class RewardService:
+    http_url: Optional[str] = None  # the HTTP front's URL, set by 'qworker serve --http'; shown by 'qworker status'
+
     def __init__(self, producer: Producer, *, listen: str, no_workers_grace_s: float = 10.0) -> None:
         self.producer = producer
         self.instance = secrets.token_hex(8)
@@ -160,5 +162,6 @@ class RewardService:
     def status(self) -> ServiceStatus:
         st = self.producer.status()
         info: ServiceInfo = {"endpoint": self.endpoint, "instance": self.instance, "clients": len(self.clients),
-                             "requests": self.requests, "dropped_frames": self.dropped_frames}
+                             "requests": self.requests, "dropped_frames": self.dropped_frames,
+                             "http": self.http_url}
         return {"producer": st["producer"], "pools": st["pools"], "judges": st["judges"], "service": info}

@@ -41,7 +41,7 @@ from .allowlist import RELOAD_EVERY_S, AllowList, GuardedRouter, reload_all
 
 log = logging.getLogger("qworker")
 
-__all__ = ["CurveServer", "CurveClient", "Curve", "create_keys", "check_bind", "is_loopback", "secure", "release", "reload_all"]
+__all__ = ["CurveServer", "CurveClient", "Curve", "create_keys", "handshake_problem", "check_bind", "is_loopback", "secure", "release", "reload_all"]
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,15 @@ class CurveClient:
 Curve = Union[CurveServer, CurveClient]
 
 
-def create_keys(directory: str, name: str) -> tuple[str, str]:
-    """Write a new key pair; returns (public key file, secret key file).  The secret one is mode 0600."""
+def create_keys(directory: str, name: str, *, force: bool = False) -> tuple[str, str]:
+    """Write a new key pair; returns (public key file, secret key file).  The secret one is mode 0600.
+
+    An existing pair of that name is a ``ConfigError`` unless ``force``: replacing it locks out every
+    peer that holds the old public key."""
+    existing = [p for p in (os.path.join(directory, f"{name}.key"), os.path.join(directory, f"{name}.key_secret")) if os.path.exists(p)]
+    if existing and not force:
+        raise ConfigError(f"{existing[0]} exists: a new key pair would lock out every peer holding the old public key; "
+                          "pass --force to replace it, or another --name")
     os.makedirs(directory, mode=0o700, exist_ok=True)
     public, secret = zmq.auth.create_certificates(directory, name)
     os.chmod(secret, 0o600)
@@ -224,6 +231,51 @@ def secure(ctx: zmq.Context, sock: zmq.Socket, curve: Optional[Curve], endpoint:
         sock.curve_secretkey = secret_key
         sock.curve_publickey = public_key
         sock.curve_serverkey = server_key
+        _watch_client(sock, endpoint, curve)
+
+
+_CLIENT_FAILED = _FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+_problems: dict[str, str] = {}  # endpoint -> why this process's last CURVE handshake with it failed (cleared on success)
+
+
+def handshake_problem(endpoint: str) -> Optional[str]:
+    """Why this process's last CURVE handshake with ``endpoint`` failed, or None (none failed, or the last succeeded)."""
+    return _problems.get(endpoint)
+
+
+def _client_problem(event: int, endpoint: str, curve: CurveClient) -> str:
+    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return (f"CURVE handshake with {endpoint} failed: the server refused this process's key. A key problem: add its public "
+                f"key (the .key file next to {curve.secret_key_file}) to the server's allowed-keys directory")
+    return (f"CURVE handshake with {endpoint} failed: a key problem. The server key {curve.server_key_file} is not the public "
+            "key the server holds (or the server does not use CURVE): pass the server's NAME.key as --curve-server-key")
+
+
+def _watch_client(sock: zmq.Socket, endpoint: str, curve: CurveClient) -> None:
+    """Log, on the connecting side, a CURVE handshake that fails: the server refused our key, or we hold the wrong
+    server key (at ERROR, once per minute); ``handshake_problem`` reports it to callers that time out waiting."""
+    monitor = sock.get_monitor_socket(_CLIENT_FAILED)
+
+    def run() -> None:
+        last = 0.0
+        try:
+            while True:
+                event = recv_monitor_message(monitor)["event"]
+                if event == zmq.EVENT_MONITOR_STOPPED:
+                    return
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    _problems.pop(endpoint, None)
+                    continue
+                why = _problems[endpoint] = _client_problem(event, endpoint, curve)
+                if time.monotonic() - last >= REFUSAL_LOG_EVERY_S:
+                    last = time.monotonic()
+                    log.error("qworker: %s", why)
+        except zmq.ZMQError:
+            return
+        finally:
+            monitor.close(linger=0)
+
+    threading.Thread(target=run, name="qworker-curve-client-monitor", daemon=True).start()
 
 
 def release(ctx: zmq.Context) -> None:

@@ -103,10 +103,14 @@ def test_a_failed_task_is_flagged_not_a_silent_zero(producer, monkeypatch: pytes
     assert out["extra_logs"]["qworker_failed"].tolist() == [1.0, 1.0]
 
 
-def test_a_query_without_its_prompt_is_scored_whole(producer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_query_without_its_prompt_fails_that_sample_unless_whole_query_is_set(producer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QWORKER_REWARD", "adapter_echo")
     seen = []
     real_submit = producer.submit_batch
     monkeypatch.setattr(producer, "submit_batch", lambda r, p, params=None: seen.extend(p) or real_submit(r, p, params=params))
+    out = load_as_openrlhf_does()(["decoded differently", "the prompt: yes"], ["the prompt", "the prompt:"], ["x", "x"])
+    assert out["extra_logs"]["qworker_failed"].tolist() == [1.0, 0.0]  # never scored with the prompt in the response
+    assert [p["response"] for p in seen] == [" yes"]
+    monkeypatch.setenv("QWORKER_WHOLE_QUERY", "1")  # opt-in, and logged
     load_as_openrlhf_does()(["decoded differently"], ["the prompt"], ["x"])
-    assert seen[0]["response"] == "decoded differently"
+    assert seen[-1]["response"] == "decoded differently"

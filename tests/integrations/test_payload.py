@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qworker.integrations._outcome import choose
-from qworker.integrations._payload import from_openrlhf, from_trl, last_text, plain, split_query
+from qworker.integrations._payload import PromptMismatch, from_openrlhf, from_trl, last_text, plain, split_query
 
 
 def test_plain_makes_values_encodable() -> None:
@@ -24,8 +24,34 @@ def test_last_text_of_messages() -> None:
 
 def test_split_query() -> None:
     assert split_query("PROMPT answer", "PROMPT") == " answer"
-    assert split_query("other answer", "PROMPT") == "other answer"
+    assert split_query("anything", "") == "anything"  # no prompt: the whole query is the response
     assert from_openrlhf("P r", "P", 3) == {"response": " r", "ground_truth": 3, "prompt": "P"}
+
+
+@pytest.mark.parametrize("query, prompt, response", [
+    # the case: the decoded query has a space after <s> the prompt lacks
+    ("<s> Example: \\boxed{5}. Now solve: 2+3? I do not know.", "<s>Example: \\boxed{5}. Now solve: 2+3?", " I do not know."),
+    # left padding and a chat template decoded with its special tokens
+    ("<pad><pad><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n42<|im_end|>",
+     "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "\n42<|im_end|>"),
+    # a BOS the prompt lacks; the prompt ends with special tokens, which end it in the query too
+    ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n 7",
+     "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", "\n\n 7"),
+    # decoded with skip_special_tokens: the prompt's special tokens are gone, the text and whitespace differ
+    ("user\nWhat is 2+3?\nassistant\n5", "<|im_start|>user\nWhat is  2+3?<|im_end|>\n<|im_start|>assistant\n", "\n5"),
+])
+def test_a_query_is_split_as_openrlhf_decodes_it(query, prompt, response) -> None:
+    assert split_query(query, prompt) == response
+
+
+def test_a_query_that_does_not_start_with_its_prompt_is_never_scored_silently(caplog) -> None:
+    with pytest.raises(PromptMismatch, match="does not start with its prompt.*--whole-query"):
+        split_query("other answer \\boxed{5}", "PROMPT \\boxed{5}")
+    with pytest.raises(PromptMismatch):
+        from_openrlhf("2+3? 5", "Now solve: 2+3?", "5")  # a shorter query: the prompt's start is missing
+    with caplog.at_level("WARNING", logger="qworker.integrations"):
+        assert split_query("other answer", "PROMPT", whole_query=True) == "other answer"  # opt-in, and logged
+    assert "scoring the whole query" in caplog.text
 
 
 def test_trl_ground_truth_column() -> None:
