@@ -68,3 +68,17 @@ def test_no_evaluation_without_data_and_config_checks(tiny_model, toy_data, tmp_
         config_from_dict({**base, "eval": {"data": "h.jsonl", "k": 4, "n": 2}})
     with pytest.raises(ConfigurationError, match="eval.k"):
         config_from_dict({**base, "eval": {"k": 0}})
+
+
+def test_evaluation_between_off_policy_steps(tiny_model, toy_data, tmp_path):
+    # the prefetch thread is joined before each step returns, so an evaluation never races a generation
+    held = write_toy_dataset(tmp_path / "held.jsonl", n=8, seed=7)
+    cfg = toy_config(tiny_model, toy_data, tmp_path / "run", steps=3, prompts_per_step=4, off_policy=True)
+    cfg["eval"] = {"data": str(held), "every_n_steps": 1, "k": 2, "temperature": 0.0}
+    with GRPOTrainer(config_from_dict(cfg)) as t:
+        history = t.run()
+        evals = t.eval_history
+    assert [e["eval/updates"] for e in evals] == [0.0, 1.0, 2.0, 3.0]
+    assert all("eval/mean@2" in h for h in history) and history[1]["staleness"] == 1.0
+    # greedy: both samples of a prompt are the same, so pass@2 == pass@1
+    assert all(e["eval/pass@2"] == e["eval/pass@1"] for e in evals)
