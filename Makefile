@@ -5,6 +5,7 @@
 # make bench-judge   - the judge benchmark against the mock judge (installs aiohttp and qreward)
 # make bench-chaos   - one fault per scenario (killed/stopped workers, pools, producer; judge faults; garbage; a rogue peer; key leaks)
 # make train-demo    - a short CPU GRPO training of a tiny model with the bundled trainer; prints first/last mean reward
+#                      and the held-out evaluation (mean@4, pass@4) before and after
 # make bench-trainer - trainer steps with a slow judge reward, inline vs overlapped
 # make bench-service - Client through 'qworker serve' (1, 4, 16 client processes) vs an embedded Producer
 # make bench-trl     - a TRL GRPO step on CPU with a slow judge: TRL's async reward vs qworker's overlapped path
@@ -122,6 +123,7 @@ train-demo: $(STAMP)
 	@mkdir -p out
 	$(BIN)/python -m trainer.tiny --out out/tiny-model
 	$(BIN)/python -m trainer.toy --out out/toy-digits.jsonl
+	$(BIN)/python -m trainer.toy --out out/toy-digits-heldout.jsonl --n 32 --seed 1
 	HF_HUB_OFFLINE=1 $(BIN)/qworker-train --config configs/grpo-toy.yaml
 
 bench-trainer: $(STAMP)

@@ -1,8 +1,11 @@
 """Trainer benchmark: the same GRPO steps with a slow LLM-judge reward, scored inline, overlapped, and one-step off-policy.
 
-A tiny random Qwen2 (CPU) trains on the toy prompts; the reward is qworker's ``llm_judge`` against
-``qworker mock-judge`` answering each request after ``--latencies`` seconds (capacity 256, and the
-judge's limit starts at 64, so a step's answers go out in one wave).  For each latency it runs:
+A tiny random Qwen2 (CPU) trains on the copy-a-digit toy prompts.  The reward is a composite: the
+toy's ``toy_digit`` (weight 1, learnable) plus qworker's ``llm_judge`` (weight 0: it only costs time)
+against ``qworker mock-judge`` answering each request after ``--latencies`` seconds (capacity 256, and
+the judge's limit starts at 64, so a step's answers go out in one wave).  The mock judge's scores are
+a hash of the request, nothing a policy could learn, so they are left out of the reward: the reward
+curves show what each mode learns per step.  For each latency it runs:
 
 - ``inline``: ReasonRL's order, every reward gathered right after generation, before the log-probs;
 - ``overlap``: rewards submitted per group as soon as it is generated, log-probs and backward passes
@@ -21,9 +24,16 @@ weight sync), the "on-policy floor" column.  It equals max(GPU work, reward work
 reward work fits in the log-probs and the updates of the groups already scored; with
 ``--chunks`` > 1 early groups are scored, and trained on, while later ones are generated.
 The off-policy row is not bound by that floor: its rewards are submitted a step earlier.
-The first ``--warmup`` steps of each run (pool start, the judge limit's slow start) are not counted.
+The first ``--warmup`` steps of each run (pool start, the judge limit's slow start) are not counted
+in the times; the reward curves show every step.
 
-    python bench/trainer.py [--steps 6] [--latencies 0.2,0.5,1.0] [--hidden 128 --layers 4] [--chunks 4] [--threads 1]
+Equal threads: every mode's torch work runs on the same ``--torch-cores`` CPUs (the driver thread's
+affinity, set after the reward pool has started, so the pool and the judge use every core), with
+``--threads`` torch threads.  Off-policy mode's generation thread inherits that affinity, so it shares
+those cores with the update instead of taking a core of its own: as on a GPU host, where the rollout
+and the update share the GPU.  (An earlier version gave it a free core, which inflated its speed-up.)
+
+    python bench/trainer.py [--steps 16] [--latencies 0.2,0.5,1.0] [--hidden 128 --layers 4] [--chunks 4] [--threads 1] [--torch-cores 1]
 """
 
 from __future__ import annotations
@@ -49,37 +59,62 @@ PORT = 18611
 MODES = ("inline", "overlap", "off-policy")
 
 
+def pinned(cores: int):
+    """A context manager: the calling thread (and the threads it starts) on the first ``cores`` CPUs it may use."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        before = os.sched_getaffinity(0)   # pid 0: the calling thread
+        os.sched_setaffinity(0, set(sorted(before)[: max(1, cores)]))
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, before)
+
+    return cm()
+
+
 def run(model: Path, data: Path, out: Path, port: int, mode: str, a: argparse.Namespace) -> list[dict]:
-    """Train in ``mode`` (inline, overlap or off-policy); the metrics of steps ``a.warmup`` to ``a.steps - 1``.
+    """Train in ``mode`` (inline, overlap or off-policy); the metrics of steps 0 to ``a.steps - 1``.
     Off-policy runs one step more, not counted: a run's last step has no next batch to generate."""
     steps = a.steps + 1 if mode == "off-policy" else a.steps
     cfg = config_from_dict({
         "model": {"path": str(model)},
         "data": {"path": str(data)},
         "rollout": {"num_generations": a.gens, "max_new_tokens": a.max_new_tokens, "chunks": a.chunks},
-        "train": {"steps": steps, "prompts_per_step": a.prompts, "micro_batch_size": a.gens, "lr": 1e-4,
+        "train": {"steps": steps, "prompts_per_step": a.prompts, "micro_batch_size": a.gens, "lr": a.lr,
                   "overlap": mode != "inline", "off_policy": mode == "off-policy"},
-        "reward": {"name": "llm_judge"},
+        "reward": {"name": "digit_and_judge", "modules": ["trainer.toy"]},
         "qworker": {
             "producer": {"local_workers": 2, "cache_path": None},
-            "rewards": {"llm_judge": {"model": "mock-judge", "endpoints": [{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}],
-                                      "timeout_s": 30, "initial_concurrency": 64, "request": {"max_tokens": 16}}},
+            "rewards": {
+                "judge": {"reward": "llm_judge", "params": {
+                    "model": "mock-judge", "endpoints": [{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}],
+                    "timeout_s": 30, "initial_concurrency": 64, "request": {"max_tokens": 16}}},
+                "digit_and_judge": {"components": [{"name": "digit", "reward": "toy_digit", "weight": 1.0},
+                                                   {"name": "judge", "reward": "judge", "weight": 0.0}]},
+            },
         },
         "log": {"dir": str(out), "print_every": 1000},
         "checkpoint": {"resume": False},
     })
-    with GRPOTrainer(cfg) as t:
+    with GRPOTrainer(cfg) as t, pinned(a.torch_cores):   # the pool has started: only torch's threads are pinned
         history = t.run()
-    return history[a.warmup : a.steps]
+    return history[: a.steps]
 
 
-def med(rows: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in rows)
+def med(rows: list[dict], key: str, warmup: int = 0) -> float:
+    return statistics.median(r[key] for r in rows[warmup:])
+
+
+def curve(rows: list[dict], key: str) -> str:
+    return " ".join(f"{r[key]:.2f}" for r in rows)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--latencies", default="0.2,0.5,1.0", help="seconds per judge answer, comma-separated")
     ap.add_argument("--hidden", type=int, default=128)
@@ -88,7 +123,10 @@ def main() -> None:
     ap.add_argument("--gens", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--chunks", type=int, default=4, help="rollout.chunks: generation calls per step")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 leaves a core to the reward pool and judge)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads, in every mode")
+    ap.add_argument("--torch-cores", type=int, default=1, help="CPUs the trainer's torch threads may use, in every mode "
+                    "(off-policy's generation thread shares them); 1 leaves the other core to the reward pool and judge")
+    ap.add_argument("--lr", type=float, default=1e-2, help="the tiny model learns the toy task at 1e-2 within a few dozen steps")
     ap.add_argument("--json", default=None, help="also write the raw per-step metrics here")
     a = ap.parse_args()
     import torch
@@ -97,7 +135,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="qworker-bench-trainer-"))
     model = save_tiny_model(work / "model", hidden=a.hidden, layers=a.layers)
     data = write_toy_dataset(work / "toy.jsonl", n=256)
-    rows, raw = [], {}
+    rows, raw, curves = [], {}, []
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for latency in [float(x) for x in a.latencies.split(",")]:
         judge = Server(PORT, "--capacity", "256", "--latency", str(latency))
@@ -106,22 +144,28 @@ def main() -> None:
         finally:
             judge.stop()
         raw[latency] = runs
-        inline = runs["inline"]
-        gpu, reward = med(inline, "gpu_s"), med(inline, "reward_wait_s")
+        inline, w = runs["inline"], a.warmup
+        gpu, reward = med(inline, "gpu_s", w), med(inline, "reward_wait_s", w)
         bound = max(gpu, reward)
-        floor = max(gpu, med(inline, "generate_s") + reward + med(inline, "weight_sync_s"))
+        floor = max(gpu, med(inline, "generate_s", w) + reward + med(inline, "weight_sync_s", w))
+        tail = max(1, a.steps // 4)
         for name, h in runs.items():
-            step = med(h, "step_s")
+            step = med(h, "step_s", w)
             rows.append([
                 f"{latency:.2f}", name, f"{step:.2f}", f"{gpu:.2f}", f"{reward:.2f}", f"{bound:.2f}", f"{floor:.2f}",
-                f"{step / bound:.2f}x", f"{step / floor:.2f}x", f"{med(inline, 'step_s') / step:.2f}x", f"{100 * med(h, 'reward_hidden_frac'):.0f}%",
+                f"{step / bound:.2f}x", f"{step / floor:.2f}x", f"{med(inline, 'step_s', w) / step:.2f}x", f"{100 * med(h, 'reward_hidden_frac', w):.0f}%",
                 "yes" if step <= 1.05 * bound else "no",
+                f"{statistics.mean(r['reward_mean'] for r in h[-tail:]):.2f}", f"{sum(r['step_s'] for r in h):.1f}",
             ])
+            curves.append(f"{latency:.2f}  {name:>10}  reward  {curve(h, 'reward_mean')}\n{'':16}  step s  {curve(h, 'step_s')}")
     print(f"\nload average before: {load_before}, after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
-    print(f"GRPO steps on CPU ({a.threads} torch thread(s)): tiny Qwen2 (hidden {a.hidden}, {a.layers} layers), {a.prompts} prompts x "
-          f"{a.gens} samples, {a.max_new_tokens} new tokens, {a.chunks} generation chunks; llm_judge on the mock judge; medians of {a.steps - a.warmup} steps after {a.warmup} warm-up")
+    print(f"GRPO steps on CPU ({a.threads} torch thread(s) on {a.torch_cores} core(s) in every mode): tiny Qwen2 (hidden {a.hidden}, {a.layers} layers), {a.prompts} prompts x "
+          f"{a.gens} samples, {a.max_new_tokens} new tokens, {a.chunks} generation chunks, lr {a.lr:g}; reward toy_digit + 0 x llm_judge on the mock judge; "
+          f"medians of {a.steps - a.warmup} steps after {a.warmup} warm-up; reward of the last {max(1, a.steps // 4)} steps; total s of all {a.steps}")
     print(table(["judge s/answer", "mode", "step s", "GPU work s", "reward work s", "max(GPU, reward)", "on-policy floor",
-                 "step / max", "step / floor", "speed-up vs inline", "reward hidden", "<= max + 5%"], rows))
+                 "step / max", "step / floor", "speed-up vs inline", "reward hidden", "<= max + 5%", "reward (last)", "total s"], rows))
+    print(f"\nreward (mean of the step's samples) and step time per step, steps 0-{a.steps - 1}:")
+    print("\n".join(curves))
     if a.json:
         Path(a.json).write_text(json.dumps({str(k): v for k, v in raw.items()}, indent=1))
 

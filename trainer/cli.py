@@ -1,8 +1,14 @@
 """``qworker-train --config configs/grpo.yaml [--set train.lr=1e-6 ...]``: train with the bundled GRPO trainer.
 
+<<<<<<< HEAD
 Prints one line per step (reward, loss, the step's timeline) and, at the end, the mean reward of the
 first and last steps.  Exit status 0 on success, 2 for a bad config or a missing ``train`` extra (torch,
 transformers, ...: one line naming ``pip install 'qworker-rl[train]'``), 130 on Ctrl-C.
+=======
+Prints one line per step (reward, loss, the step's timeline), a line per held-out evaluation (``eval:``
+section) and, at the end, the mean reward of the first and last steps and the held-out evaluation
+before and after training.  Exit status 0 on success, 2 for a bad config.
+>>>>>>> trainer
 """
 
 from __future__ import annotations
@@ -51,12 +57,19 @@ def _main(argv: list[str] | None) -> int:
     os.makedirs(cfg.log.dir, exist_ok=True)
     with GRPOTrainer(cfg) as trainer:
         history = trainer.run()
+        evals = trainer.eval_history
     if history:
         first, last = history[0], history[-1]
         hidden = sum(h["reward_hidden_s"] for h in history)
         span = sum(h["reward_span_s"] for h in history)
         print(f"mean reward: first step ({first['step']}) {first['reward_mean']:.3f}, last step ({last['step']}) {last['reward_mean']:.3f}")
         print(f"reward time hidden behind GPU work: {hidden:.2f} s of {span:.2f} s ({100 * hidden / span if span else 0:.0f}%)")
+    if len(evals) >= 2:
+        k = cfg.eval.k
+        before, after = evals[0], evals[-1]
+        print(f"held-out evaluation ({int(before['eval/prompts'])} prompts x {int(before['eval/samples'])} samples): "
+              f"mean@{k} {before[f'eval/mean@{k}']:.3f} -> {after[f'eval/mean@{k}']:.3f}, pass@{k} {before[f'eval/pass@{k}']:.3f} -> {after[f'eval/pass@{k}']:.3f} "
+              f"(after {int(before['eval/updates'])} and {int(after['eval/updates'])} steps)")
     return 0
 
 

@@ -2,7 +2,8 @@
 
 ``load_config(path, overrides)`` reads ``configs/grpo.yaml``-style files; ``overrides`` are
 ``"section.key=value"`` strings (the value parsed as YAML), applied after the file.  Every key and
-its meaning is documented in ``configs/grpo.yaml``; the defaults here are the same.
+its meaning is documented in ``configs/grpo.yaml``; the defaults here are the same.  verl's and TRL's
+names for the same settings are accepted too (``aliases.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type
 
 import yaml
 
+from .aliases import resolve_aliases
 from .grpo import ADVANTAGE_MODES, AGGREGATIONS, AdvantageMode, Aggregation
 from .schedule import SCHEDULES, Schedule
 
@@ -44,6 +46,21 @@ class ModelConfig:
 class DataConfig:
     path: str = ""
     shuffle: bool = True
+    max_prompt_length: Optional[int] = None  # tokens, after the chat template; longer rows are dropped (and counted)
+
+
+@dataclass
+class EvalConfig:
+    data: str = ""  # a held-out JSONL like data.path; "" = no evaluation
+    every_n_steps: int = 0  # evaluate before step 0, every N steps, and after the last; 0 = before and after only
+    k: int = 4  # mean@k and pass@k
+    n: Optional[int] = None  # samples per prompt (>= k; the unbiased pass@k uses all n); null = k
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: Optional[int] = None  # null = rollout.max_new_tokens
+    pass_threshold: float = 1.0  # a sample passes when its reward is >= this
+    max_prompts: Optional[int] = None  # only the first N rows of the file; null = all
+    seed: int = 1234  # the same seed at every evaluation: differences come from the weights
 
 
 @dataclass
@@ -83,6 +100,7 @@ class OptimConfig:
     clip_range_right: float = 0.28
     loss_aggregation: Aggregation = "token"
     kl_coef: float = 0.0
+    ppo_epochs: int = 1  # passes of updates over each step's batch (old log-probs fixed before the first)
     overlap: bool = True
     off_policy: bool = False
     seed: int = 0
@@ -130,6 +148,7 @@ class CheckpointConfig:
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     train: OptimConfig = field(default_factory=OptimConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -159,6 +178,9 @@ class TrainConfig:
             ("rollout.num_generations", r.num_generations, 1),
             ("rollout.max_new_tokens", r.max_new_tokens, 1),
             ("rollout.chunks", r.chunks, 1),
+            ("train.ppo_epochs", t.ppo_epochs, 1),
+            ("eval.k", self.eval.k, 1),
+            ("eval.every_n_steps", self.eval.every_n_steps, 0),
         ]:
             if value < low:
                 raise ConfigurationError(f"{key}: must be >= {low}, got {value}")
@@ -174,12 +196,20 @@ class TrainConfig:
             raise ConfigurationError("train.warmup_ratio and train.min_lr_ratio must be in [0, 1]")
         if t.off_policy and not t.overlap:
             raise ConfigurationError("train.off_policy: needs train.overlap: true (it scores each group as soon as it is generated)")
+        e = self.eval
+        if e.n is not None and e.n < e.k:
+            raise ConfigurationError(f"eval.n: must be >= eval.k ({e.k}) or null, got {e.n}")
+        optional: list[tuple[str, Optional[int]]] = [
+            ("eval.max_new_tokens", e.max_new_tokens), ("eval.max_prompts", e.max_prompts), ("data.max_prompt_length", self.data.max_prompt_length)]
+        for name, limit in optional:
+            if limit is not None and limit < 1:
+                raise ConfigurationError(f"{name}: must be >= 1 or null, got {limit}")
         if r.chunks > t.prompts_per_step:
             raise ConfigurationError("rollout.chunks: must not exceed train.prompts_per_step")
         if not self.model.path:
             raise ConfigurationError("model.path: required (a local directory or a model name)")
         if not self.data.path:
-            raise ConfigurationError("data.path: required (a JSONL file with prompt and ground_truth)")
+            raise ConfigurationError("data.path: required (a JSONL file with prompt or messages, and ground_truth)")
         return self
 
 
@@ -193,6 +223,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         data = {}
     if not isinstance(data, dict):
         raise ConfigurationError(f"{where}: expected a mapping, got {type(data).__name__}")
+    data = resolve_aliases(where, data)
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(data) - names

@@ -1,4 +1,10 @@
-"""Prompts from JSONL: one object per line with ``prompt`` (chat template already applied) and ``ground_truth``.
+"""Prompts from JSONL, and the sampler that hands them out.
+
+Each line is an object with ``ground_truth`` and either ``prompt`` (a string, chat template already
+applied) or ``messages`` (a conversation: a list of ``{"role", "content"}``), which ``prepare_rows``
+renders with the tokenizer's chat template (``add_generation_prompt=True``) into ``prompt``.  Other keys
+(``data_source``, ``extra_info``) are kept and passed to the reward.  ``prepare_rows`` also drops the
+rows whose rendered prompt is longer than ``max_prompt_length`` tokens, and counts them.
 
 ``PromptSampler`` hands out batches of rows, reshuffling (seeded) at each pass over the data; its
 position is a small dict (``state()``/``load_state()``) saved in checkpoints so a resumed run sees the
@@ -10,29 +16,71 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-__all__ = ["read_jsonl", "PromptSampler"]
+__all__ = ["read_jsonl", "prepare_rows", "load_prompts", "PromptSampler"]
+
+
+def _valid_messages(m: Any) -> bool:
+    return isinstance(m, list) and bool(m) and all(
+        isinstance(x, dict) and isinstance(x.get("role"), str) and isinstance(x.get("content"), str) for x in m)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of ``path``; each must be an object with a string ``prompt`` and a ``ground_truth``.
-
-    Other keys (``data_source``, ``extra_info``) are kept and passed to the reward.  Raises
-    ``ValueError`` naming the line of the first bad row.
-    """
+    """Rows of ``path``; each must be an object with a ``ground_truth`` and a string ``prompt`` or a
+    non-empty ``messages`` list of ``{"role": str, "content": str}``.  Raises ``ValueError`` naming the
+    line of the first bad row."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             row = json.loads(line)
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "ground_truth" not in row:
-                raise ValueError(f"{path}:{lineno}: each line needs a string 'prompt' and a 'ground_truth'")
+            ok = isinstance(row, dict) and "ground_truth" in row and (
+                isinstance(row.get("prompt"), str) or ("prompt" not in row and _valid_messages(row.get("messages"))))
+            if not ok:
+                raise ValueError(f"{path}:{lineno}: each line needs a 'ground_truth' and a string 'prompt' or a "
+                                 "'messages' list of {'role': str, 'content': str}")
             rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no rows")
     return rows
+
+
+def prepare_rows(rows: list[dict[str, Any]], tokenizer: Any, max_prompt_length: Optional[int]) -> tuple[list[dict[str, Any]], int]:
+    """``(kept rows, number dropped)``: ``messages`` rows rendered into ``prompt`` with ``tokenizer``'s chat
+    template, then rows longer than ``max_prompt_length`` tokens (None: no limit) dropped.  Needs a
+    tokenizer only when a row has ``messages`` or a limit is set (else pass None)."""
+    out, dropped = [], 0
+    for row in rows:
+        if "prompt" not in row:
+            if getattr(tokenizer, "chat_template", None) is None:
+                raise ValueError("a row has 'messages' but the tokenizer has no chat template; apply one and use 'prompt'")
+            row = {**row, "prompt": tokenizer.apply_chat_template(row["messages"], tokenize=False, add_generation_prompt=True)}
+        if max_prompt_length is not None and len(tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]) > max_prompt_length:
+            dropped += 1
+            continue
+        out.append(row)
+    return out, dropped
+
+
+def load_prompts(path: str | Path, tokenizer_path: str, max_prompt_length: Optional[int],
+                 what: str = "data") -> tuple[list[dict[str, Any]], int]:
+    """``(rows, dropped)``: ``read_jsonl`` then ``prepare_rows`` (the tokenizer loaded from ``tokenizer_path``
+    only when needed); prints how many rows were dropped for length.  Raises ``ValueError`` when none is left."""
+    rows = read_jsonl(path)
+    tokenizer = None
+    if max_prompt_length is not None or any("prompt" not in r for r in rows):
+        from .rollout_hf import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer_path)
+    kept, dropped = prepare_rows(rows, tokenizer, max_prompt_length)
+    if max_prompt_length is not None:
+        print(f"{what}: {path}: {len(kept)} rows kept, {dropped} dropped as longer than "
+              f"max_prompt_length {max_prompt_length} tokens", flush=True)
+    if not kept:
+        raise ValueError(f"{path}: every row is longer than data.max_prompt_length {max_prompt_length} tokens")
+    return kept, dropped
 
 
 class PromptSampler:

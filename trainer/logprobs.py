@@ -58,25 +58,38 @@ def _chunk_logp(logits: torch.Tensor, targets: torch.Tensor, inv_temperature: fl
     return x.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
 
 
+@torch.no_grad()
+def _chunk_entropy(logits: torch.Tensor, inv_temperature: float) -> torch.Tensor:
+    logp = torch.log_softmax(logits.float() * inv_temperature, dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
 def token_logprobs(model: torch.nn.Module, b: dict[str, torch.Tensor], temperature: float,
-                   chunk_tokens: int = CHUNK_TOKENS) -> torch.Tensor:
+                   chunk_tokens: int = CHUNK_TOKENS, entropy: list[torch.Tensor] | None = None) -> torch.Tensor:
     """``[sequences, c_max]`` log-probs of the completion tokens of batch ``b`` (garbage where ``mask`` is 0).
 
     The logits of position ``j`` predict token ``j + 1``: the completion's tokens, the last ``c_max``
-    columns, are predicted by the ``c_max`` columns before the last one."""
+    columns, are predicted by the ``c_max`` columns before the last one.  With ``entropy`` (a list),
+    the entropy (nats, at ``temperature``, no gradient) of the policy's distribution at each of those
+    positions is appended to it, ``[sequences, c_max]``, computed chunk by chunk like the log-probs."""
     p_max, c_max = int(b["p_max"]), int(b["c_max"])
     kwargs = {"logits_to_keep": c_max + 1} if _takes_logits_to_keep(model) else {}
     logits = model(input_ids=b["ids"], attention_mask=b["attn"], position_ids=b["pos"], **kwargs).logits
     logits = logits[:, -(c_max + 1) : -1, :]
     targets = b["ids"][:, p_max : p_max + c_max]
     inv_t = 1.0 / max(temperature, 1e-6)
-    parts = []
+    parts: list[torch.Tensor] = []
+    ent: list[torch.Tensor] = []
     for s in range(0, c_max, max(1, chunk_tokens)):
         e = min(c_max, s + max(1, chunk_tokens))
         if logits.requires_grad:
             parts.append(checkpoint(_chunk_logp, logits[:, s:e], targets[:, s:e], inv_t, use_reentrant=False))
         else:
             parts.append(_chunk_logp(logits[:, s:e], targets[:, s:e], inv_t))
+        if entropy is not None:
+            ent.append(_chunk_entropy(logits[:, s:e].detach(), inv_t))
+    if entropy is not None:
+        entropy.append(torch.cat(ent, dim=1))
     return torch.cat(parts, dim=1)
 
 

@@ -10,7 +10,9 @@ One step (``GRPOTrainer.step``):
    its own rewards (``train.advantage``), so backward passes start on the first groups scored while
    the rest are still being scored.  The driver blocks (``reward_wait``) only when no scored
    sequence is left to train on.  Every ``mini_batch_size`` sequences the accumulated gradient is
-   normalised (token or sequence count), clipped, and applied.
+   normalised (token or sequence count), clipped, and applied.  With ``train.ppo_epochs`` E > 1 the
+   whole batch is then trained on E - 1 more times, in the same order and mini-batches, against the
+   same old log-probs (PPO's epochs; the clipped ratio now moves away from 1).
 4. ``weight_sync``: the policy's weights into the rollout engine.
 
 With ``train.overlap: false`` the step scores every rollout right after generation and waits for all
@@ -56,12 +58,14 @@ import torch
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .data import PromptSampler, read_jsonl
+from .data import PromptSampler, load_prompts
+from .evaluate import Evaluator
 from .grpo import group_advantages
 from .metrics import MetricsSink
 from .placement import Placement, make_actors
 from .rewards import RewardClient, build_payloads
 from .schedule import lr_multiplier
+from .stats import batch_stats, component_scores
 from .timeline import RewardClock, StepTimeline
 
 __all__ = ["GRPOTrainer", "Group"]
@@ -78,6 +82,7 @@ class Group:
     done: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     rewards: Optional[list[float]] = None
     advantages: Optional[list[float]] = None
+    extras: list = field(default_factory=list)  # the rewards' Result.extra (a composite's components)
     version: int = 0  # the number of steps whose updates were in the weights that sampled it
 
 
@@ -117,7 +122,9 @@ class GRPOTrainer:
         t = cfg.train
         random.seed(t.seed)
         torch.manual_seed(t.seed)
-        self.sampler = PromptSampler(read_jsonl(cfg.data.path), t.prompts_per_step, seed=t.seed, shuffle=cfg.data.shuffle)
+        rows, self.data_dropped = load_prompts(cfg.data.path, cfg.model.path, cfg.data.max_prompt_length)
+        eval_rows = load_prompts(cfg.eval.data, cfg.model.path, cfg.data.max_prompt_length, "eval")[0] if cfg.eval.data else None
+        self.sampler = PromptSampler(rows, t.prompts_per_step, seed=t.seed, shuffle=cfg.data.shuffle)
         self.ckpt_root = Path(cfg.log.dir) / "checkpoints"
         self.start_step = 0
         resume_from = ckpt.latest(self.ckpt_root) if cfg.checkpoint.resume else None
@@ -137,6 +144,9 @@ class GRPOTrainer:
         except BaseException:
             self.rewards.close()
             raise
+        self.evaluator = None if eval_rows is None else Evaluator(
+            cfg=cfg.eval, rows=eval_rows, rollout=self.actors.rollout, rewards=self.rewards,
+            max_new_tokens=cfg.rollout.max_new_tokens, batch_prompts=t.prompts_per_step)
         log = cfg.log
         self.sink = MetricsSink(
             jsonl_path=str(Path(log.dir) / "metrics.jsonl") if log.jsonl else None,
@@ -145,6 +155,7 @@ class GRPOTrainer:
             resume=resume_from is not None, wandb_run_id=wandb_run_id,
         )
         self.history: list[dict[str, Any]] = []
+        self.eval_history: list[dict[str, float]] = []  # every evaluation's metrics, in order
         self.rollout_version = self.start_step  # steps whose updates the rollout's weights hold
         # off-policy: the prefetched batch (groups, reward clock), the thread that makes it, and the
         # sampler's position before it was drawn (what a checkpoint saves)
@@ -164,7 +175,8 @@ class GRPOTrainer:
         _when_all_done(g.futures, g.done)
 
     def _collect(self, g: Group) -> None:
-        g.rewards, _ = self.rewards.scores(g.futures)
+        g.rewards, results = self.rewards.scores(g.futures)
+        g.extras = [r.extra for r in results]
         g.advantages = group_advantages(torch.tensor([g.rewards]), self.cfg.train.advantage)[0].tolist()
 
     @staticmethod
@@ -271,13 +283,12 @@ class GRPOTrainer:
         return self._metrics(step, groups, stats, tl)
 
     def _metrics(self, step: int, groups: list[Group], stats: dict[str, float], tl: StepTimeline) -> dict[str, Any]:
-        flat = [c for g in groups for c in g.completions]
         rewards = torch.tensor([x for g in groups for x in g.rewards or []])
-        lengths = torch.tensor([float(len(c["completion_ids"])) for c in flat])
         return {
             "reward_mean": float(rewards.mean()),
             "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-            "response_len_mean": float(lengths.mean()),
+            **batch_stats([g.completions for g in groups], [g.rewards or [] for g in groups],
+                          component_scores(x for g in groups for x in g.extras)),
             "reward_failures": self.rewards.failures,
             "staleness": float(step - min(g.version for g in groups)),
             **stats,
@@ -290,30 +301,36 @@ class GRPOTrainer:
         mini = t.mini_batch_size or total
         lr = t.lr * lr_multiplier(step, t.steps, t.lr_schedule, t.warmup_ratio, t.min_lr_ratio)
         queue: collections.deque = collections.deque()
+        seen: list[dict[str, Any]] = []   # every item, in the order the first epoch trained on them
         pending = []
         for g in groups:
             if g.rewards is not None:
                 queue.extend(self._items(g))
             else:
                 pending.append(g)
-        in_mini, denom, steps = 0, 0.0, 0
-        summed = ("loss_sum", "denominator", "clipped_tokens", "kl_sum", "tokens")
+        summed = ("loss_sum", "denominator", "clipped_tokens", "kl_sum", "tokens", "entropy_sum")
         sums = dict.fromkeys(summed, 0.0)
-        grad_norm = 0.0
+        acc = {"in_mini": 0, "denom": 0.0, "steps": 0, "grad_norm": 0.0}
+
+        def train_on(micro: list[dict[str, Any]], last: bool) -> None:
+            """Forward/backward ``micro``; step the optimizer when the mini-batch is full or ``last``."""
+            with tl.phase("update"):
+                s = self.actors.policy.call("accumulate", micro)
+            acc["in_mini"] += len(micro)
+            acc["denom"] += s["denominator"]
+            for k in summed:
+                sums[k] += s[k]
+            if acc["in_mini"] == mini or last:
+                with tl.phase("update"):
+                    acc["grad_norm"] = self.actors.policy.call("optimizer_step", acc["denom"], lr)["grad_norm"]
+                acc.update(in_mini=0, denom=0.0, steps=acc["steps"] + 1)
+
         while queue or pending:
-            need = min(t.micro_batch_size, mini - in_mini)
+            need = min(t.micro_batch_size, mini - int(acc["in_mini"]))
             if len(queue) >= need or (queue and not pending):
                 micro = [queue.popleft() for _ in range(min(need, len(queue)))]
-                with tl.phase("update"):
-                    s = self.actors.policy.call("accumulate", micro)
-                in_mini += len(micro)
-                denom += s["denominator"]
-                for k in summed:
-                    sums[k] += s[k]
-                if in_mini == mini or (not queue and not pending):
-                    with tl.phase("update"):
-                        grad_norm = self.actors.policy.call("optimizer_step", denom, lr)["grad_norm"]
-                    in_mini, denom, steps = 0, 0.0, steps + 1
+                seen += micro
+                train_on(micro, last=not queue and not pending)
                 continue
             with tl.phase("reward_wait"):
                 done, _ = concurrent.futures.wait([g.done for g in pending], timeout=self.cfg.reward.gather_timeout_s,
@@ -325,29 +342,52 @@ class GRPOTrainer:
                 for g in ready:
                     self._collect(g)
                     queue.extend(self._items(g))
+        for _ in range(t.ppo_epochs - 1):   # PPO's further epochs: every item is scored by now
+            for m0 in range(0, len(seen), mini):
+                batch = seen[m0 : m0 + mini]
+                for u0 in range(0, len(batch), t.micro_batch_size):
+                    train_on(batch[u0 : u0 + t.micro_batch_size], last=u0 + t.micro_batch_size >= len(batch))
         tokens = max(sums["tokens"], 1.0)
         return {
             "loss": sums["loss_sum"] / max(sums["denominator"], 1e-8),
             "clip_frac": sums["clipped_tokens"] / tokens,
             "kl": sums["kl_sum"] / tokens,
-            "grad_norm": grad_norm,
+            "entropy": sums["entropy_sum"] / tokens,
+            "grad_norm": acc["grad_norm"],
             "lr": lr,
-            "optimizer_steps": steps,
+            "optimizer_steps": int(acc["steps"]),
         }
 
     # ---- the run ------------------------------------------------------------------------------------
+    def evaluate(self, updates: int) -> dict[str, float]:
+        """The held-out evaluation now (``eval``; {} without ``eval.data``), with its line printed."""
+        if self.evaluator is None:
+            return {}
+        m = self.evaluator.run(updates)
+        self.eval_history.append(m)
+        return m
+
     def run(self) -> list[dict[str, Any]]:
-        """Train from ``start_step`` to ``train.steps``; checkpoint every ``checkpoint.every`` steps and at the end."""
+        """Train from ``start_step`` to ``train.steps``; checkpoint every ``checkpoint.every`` steps and at
+        the end; evaluate on ``eval.data`` before the first step, every ``eval.every_n_steps`` and after
+        the last (each evaluation goes into the record of the step it precedes; the last into a record
+        of its own, at step ``train.steps``)."""
         c = self.cfg.checkpoint
         step = self.start_step
         for step in range(self.start_step, self.cfg.train.steps):
-            m = self.step(step)
+            ev = self.evaluate(step) if self.evaluator is not None and self.evaluator.due(step, self.start_step) else {}
+            m = {**self.step(step), **ev}
+            if step == self.start_step and self.cfg.data.max_prompt_length is not None:
+                m["data_dropped_rows"] = self.data_dropped
             self.history.append({"step": step, **m})
             self.sink.log(step, m)
             if c.every and (step + 1) % c.every == 0 and step + 1 < self.cfg.train.steps:
                 self.save(step + 1)
         if self.start_step < self.cfg.train.steps:
             self.save(self.cfg.train.steps)
+            final = self.evaluate(self.cfg.train.steps)
+            if final:
+                self.sink.log(self.cfg.train.steps, final)
         return self.history
 
     def save(self, next_step: int) -> Path:

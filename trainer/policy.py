@@ -158,7 +158,8 @@ class PolicyActor:
     def accumulate(self, micro: list[dict[str, Any]]) -> dict[str, float]:
         """Forward/backward on ``micro``: dicts with ``prompt_ids``, ``completion_ids``, ``advantage``,
         ``old_logp`` and (with KL) ``ref_logp``.  Returns sums: ``loss_sum``, ``denominator``,
-        ``clipped_tokens``, ``kl_sum``, ``tokens``."""
+        ``clipped_tokens``, ``kl_sum``, ``tokens``, ``entropy_sum`` (the policy's entropy at each
+        completion token, nats at the sampling temperature, summed)."""
         b = self._batch([(m["prompt_ids"], m["completion_ids"]) for m in micro])
         mask, c_max = b["mask"], int(b["c_max"])
 
@@ -168,7 +169,8 @@ class PolicyActor:
                 out[i, : len(m[key])] = torch.tensor(m[key], dtype=torch.float32)
             return out.to(self.device)
 
-        logp = self._token_logp(self.model, b)
+        ent: list[torch.Tensor] = []
+        logp = token_logprobs(self.model, b, self.temperature, entropy=ent)
         adv = torch.tensor([m["advantage"] for m in micro], dtype=torch.float32, device=self.device)
         per_token, clipped = clipped_policy_loss(logp, pad("old_logp"), adv, *self.clip)
         kl_sum = 0.0
@@ -179,7 +181,8 @@ class PolicyActor:
         numerator, denominator = aggregate(per_token, mask, self.loss_aggregation, self.max_new_tokens)
         numerator.backward()
         return {"loss_sum": float(numerator.detach()), "denominator": denominator,
-                "clipped_tokens": float((clipped * mask).sum()), "kl_sum": kl_sum, "tokens": float(mask.sum())}
+                "clipped_tokens": float((clipped * mask).sum()), "kl_sum": kl_sum, "tokens": float(mask.sum()),
+                "entropy_sum": float((ent[0] * mask).sum())}
 
     def optimizer_step(self, denominator: float, lr: float) -> dict[str, float]:
         """Scale the accumulated gradient by ``1/denominator``, clip to ``max_grad_norm`` (0: no clip), step at ``lr``."""

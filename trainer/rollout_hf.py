@@ -69,6 +69,8 @@ class HFRollout:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         enc = {k: v.to(self.device) for k, v in enc.items()}
         torch.manual_seed(seed)
+        # greedy (temperature 0): generate refuses num_return_sequences > 1; the n copies are identical anyway
+        per_prompt = n if temperature > 0 else 1
         # Untyped on purpose: some transformers releases type generate's self so that their own auto
         # class's return type does not match it, others do not; an ignore would be wrong in one of them.
         out = cast(Any, self.model).generate(
@@ -78,7 +80,7 @@ class HFRollout:
             top_p=top_p,
             top_k=0,
             max_new_tokens=max_new_tokens,
-            num_return_sequences=n,
+            num_return_sequences=per_prompt,
             eos_token_id=self.eos_token_id,
             pad_token_id=self.pad_token_id,
         )
@@ -89,7 +91,7 @@ class HFRollout:
             prompt_ids = prompt_row[mask].tolist()
             group = []
             for j in range(n):
-                gen = out[i * n + j, width:].tolist()
+                gen = out[i * per_prompt + (j if per_prompt == n else 0), width:].tolist()
                 finish = "length"
                 if self.eos_token_id in gen:
                     gen = gen[: gen.index(self.eos_token_id) + 1]

@@ -17,7 +17,10 @@ __all__ = ["CHARS", "build_tokenizer", "build_tiny_model", "save_tiny_model"]
 
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 CHARS = list(string.digits + string.ascii_lowercase + " :=?+-*/.,<>()")
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+# a turn is "<role's initial>content" ("<u>copy:3="); the generation prompt is "<a>".  Every character is
+# in CHARS, and no space: the tokenizer loaded back from disk drops spaces (its split pre-tokenizer)
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'][0] }}>{{ m['content'] }}{% endfor %}"
+                 "{% if add_generation_prompt %}<a>{% endif %}")
 
 
 def build_tokenizer():
