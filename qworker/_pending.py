@@ -15,7 +15,10 @@ kept here, not by each caller:
   if even that raises, resolved as ``cancelled`` naming the exception; the
   exception propagates to the caller.
 * Once handed on, the dispatcher resolves a task from its result (``resolve``:
-  the first outcome wins, ``claim`` guards every other resolution).
+  the first outcome wins, ``claim`` guards every other resolution).  A
+  ``Client`` hands its tasks on to a reward service and resolves them with the
+  results the service sends (``settle``, the same first-wins claim), so a
+  result that arrives twice (a resend) changes nothing.
 * ``close`` refuses every later registration (``ProducerClosed``) and resolves
   whatever is still pending as ``cancelled``; a submission racing it either
   registers before (and its tasks are cancelled) or raises.
@@ -173,6 +176,23 @@ class PendingTable:
             ))
         self.counts["failed"] += failed
         self.counts["resolved"] += len(fresh)
+
+    def settle(self, done: Sequence[tuple[Pending, Result]]) -> list[Pending]:
+        """Resolve tasks with results made elsewhere (a reward service's, for a ``Client``); nothing is cached.
+        The first result of a task wins; returns the tasks resolved by this call."""
+        claimed = []
+        with self._lock:
+            pending = self._pending
+            for p, r in done:
+                if pending.get(p.key) is p:
+                    del pending[p.key]
+                    p.resolved = True
+                    claimed.append((p, r))
+        for p, r in claimed:
+            p.future.set_result(r)
+        self.counts["resolved"] += len(claimed)
+        self.counts["failed"] += sum(r.error is not None for _, r in claimed)
+        return [p for p, _ in claimed]
 
     def resolve_cached(self, tasks: list[Pending], found: dict[bytes, tuple[float, dict]]) -> None:
         """Resolve tasks whose results a slower cache tier had (the memory tier learns them)."""
