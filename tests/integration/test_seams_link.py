@@ -4,6 +4,7 @@ right (``count_eval`` scores its index), and the count of evaluations shows what
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -118,3 +119,26 @@ def test_a_pool_behind_a_cut_link_loses_nothing(tmp_path):
     check(results, n)
     counts = evaluations(tmp_path / "evals")
     assert sorted(counts) == list(range(n))
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stopping_service_fails_its_clients_futures_at_once(tmp_path, sig, code):
+    """Ctrl-C or SIGTERM on ``qworker serve``: clients are told, and what they wait on resolves as
+    ``service_lost`` at once (not after their service_timeout_s); the exit code is 128 + the signal."""
+    port = free_port()
+    proc = serve(port, "--workers", "1")
+    try:
+        with Client(f"tcp://127.0.0.1:{port}", service_timeout_s=60) as c:
+            futures = c.submit_batch("count_eval", payloads(tmp_path, 50, sleep_ms=200))  # 10 s of work
+            futures[0].result(timeout=30)
+            t0 = time.monotonic()
+            proc.send_signal(sig)
+            results = c.gather(futures, timeout=15)
+            took = time.monotonic() - t0
+            assert proc.wait(60) == code
+    finally:
+        stop(proc)
+    lost = [r for r in results if not r.ok]
+    assert lost and all(r.error_kind == "service_lost" and "stopped" in r.error for r in lost), lost[:2]
+    assert all(r.score == float(i) for i, r in enumerate(results) if r.ok)
+    assert took < 10, f"the client's futures resolved {took:.1f} s after the signal"
