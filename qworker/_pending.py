@@ -36,7 +36,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Hashable, Iterator, Optional, Sequence
 
 from ._errors import ErrorKind
 from ._exceptions import ProducerClosed
@@ -82,7 +82,8 @@ class PendingTable:
 
     @contextmanager
     def registering(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-                    gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None]) -> Iterator[Registration]:
+                    gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None],
+                    lane: Hashable = 0) -> Iterator[Registration]:
         """Register ``(key, payload bytes)`` entries; the block owns the new tasks until ``reg.hand_on``.
 
         An entry whose key is already pending shares that task's future.  The
@@ -91,7 +92,7 @@ class PendingTable:
         ``hand_on`` all the same, or are cancelled if that raises too.  Raises
         ``ProducerClosed`` once the table is closed.
         """
-        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now, hand_on=hand_on)
+        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now, hand_on=hand_on, lane=lane)
         try:
             yield reg
         except BaseException as exc:
@@ -105,7 +106,7 @@ class PendingTable:
             raise
 
     def _add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-             gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None]) -> Registration:
+             gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None], lane: Hashable = 0) -> Registration:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
         hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]] = []
@@ -125,7 +126,7 @@ class PendingTable:
                         hits.append((fut, key, hit))
                         futures.append(fut)
                         continue
-                    p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, gate=gate)
+                    p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, gate=gate, lane=lane)
                     new.append(p)
                 futures.append(p.future)
         for fut, key, (score, extra) in hits:

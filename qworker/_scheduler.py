@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from typing import Callable, Iterable, Optional
 
 import msgpack
 
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
+from ._lanes import FairQueue
 from ._pending import PendingTable
 from ._status import JudgeStatus, PoolRow
 from ._task import Pending, Resolution, TaskGate
@@ -91,7 +91,7 @@ class Scheduler:
         self.max_attempts = max_attempts
         self.max_message_bytes = max_message_bytes
         self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
-        self.queue: deque[Pending] = deque()  # waiting for credit; retries go first
+        self.queue = FairQueue()  # waiting for credit; retries go first, then each lane in turn
         self.gates: list[TaskGate] = []  # tasks waiting for an endpoint's capacity
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
         self._import_errors_logged: set[str] = set()

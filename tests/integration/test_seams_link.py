@@ -13,6 +13,7 @@ import pytest
 from qworker import Client, Producer
 from tests.chaos_scenarios.measure import evaluations
 from tests.chaos_scenarios.processes import start_pool, stop_proc
+from tests.chaos_scenarios.seams_link import link_cuts
 from tests.faults.proxy import Proxy
 from tests.service.test_service import free_port, serve, stop
 
@@ -142,3 +143,9 @@ def test_a_stopping_service_fails_its_clients_futures_at_once(tmp_path, sig, cod
     assert lost and all(r.error_kind == "service_lost" and "stopped" in r.error for r in lost), lost[:2]
     assert all(r.score == float(i) for i, r in enumerate(results) if r.ok)
     assert took < 10, f"the client's futures resolved {took:.1f} s after the signal"
+
+
+def test_chaos_link_cuts(tmp_path):
+    """The chaos row, small: repeated random cuts; nothing lost, nothing hung, paid once."""
+    o = link_cuts(tmp_path, 400, cuts=3)
+    assert o.detail["hung"] == 0 and o.lost == 0 and o.paid_twice == 0, o.note
