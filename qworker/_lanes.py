@@ -10,26 +10,45 @@ judge gate admitted) go first, before any lane.
 With one lane it is a deque.  The deque calls the scheduler makes are the
 ones it has: ``append``, ``extendleft``, ``popleft``, ``[0]``, ``len``,
 iteration (front, then lanes in turn order).
+
+Turns at the queue are not enough: workers ask for credit ahead (up to
+``max_hold`` tasks, from their past speed), so a lane that arrives while
+workers hold the whole batch of another would still wait for it.
+``overserved`` names how many unstarted tasks each worker should give back
+(``Revoke``) when lanes wait while others hold more than their share; what
+comes back goes to the front of its own lane (``putback``), so the lanes then
+take turns.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Hashable, Iterable, Iterator
+from collections import Counter, deque
+from typing import TYPE_CHECKING, Hashable, Iterable, Iterator
 
 from ._task import Pending
 
-__all__ = ["FairQueue"]
+if TYPE_CHECKING:
+    from ._fleet import WorkerState
+
+__all__ = ["FairQueue", "overserved", "KEEP"]
+
+KEEP = 2  # tasks a worker keeps when asked to give back: the one it runs and the next
 
 
 class FairQueue:
-    __slots__ = ("_front", "_lanes", "_turn", "_len")
+    __slots__ = ("_front", "_lanes", "_turn", "_len", "_first", "mixed")
 
     def __init__(self) -> None:
         self._front: deque[Pending] = deque()  # put back: goes first
         self._lanes: dict[Hashable, deque[Pending]] = {}
         self._turn: deque[Hashable] = deque()  # lanes with tasks, the next to serve first
         self._len = 0
+        self._first: Hashable = None
+        self.mixed = False  # a second lane was ever seen: turns (and giving back) matter
+
+    def waiting(self) -> set[Hashable]:
+        """Lanes with tasks queued."""
+        return set(self._turn)
 
     def __len__(self) -> int:
         return self._len
@@ -44,14 +63,25 @@ class FairQueue:
 
     def append(self, p: Pending) -> None:
         """A new task, at the back of its lane."""
-        lane = p.lane
+        self._lane(p.lane).append(p)
+        self._len += 1
+
+    def _lane(self, lane: Hashable) -> deque[Pending]:
         q = self._lanes.get(lane)
         if q is None:
+            if self._first is None:
+                self._first = lane
+            elif lane != self._first:
+                self.mixed = True
             q = self._lanes[lane] = deque()
-        if not q:
             self._turn.append(lane)
-        q.append(p)
-        self._len += 1
+        return q
+
+    def putback(self, tasks: Iterable[Pending]) -> None:
+        """Tasks given back unstarted, each to the front of its own lane (their order kept)."""
+        for p in reversed(list(tasks)):
+            self._lane(p.lane).appendleft(p)
+            self._len += 1
 
     def extendleft(self, tasks: Iterable[Pending]) -> None:
         """Tasks put back, each to the very front (as ``deque.extendleft``: pass them reversed to keep their order)."""
@@ -86,3 +116,32 @@ class FairQueue:
         elif len(turn) > 1:
             turn.rotate(-1)
         return p
+
+
+def overserved(queue: FairQueue, workers: Iterable[WorkerState]) -> dict[WorkerState, int]:
+    """Unstarted tasks each worker should give back so that waiting lanes get their turn.
+
+    Only while lanes wait: a lane holding more than an equal share of the tasks
+    held (lanes waiting or held, counted alike) plus ``KEEP`` is over-served;
+    a worker holding its tasks gives back up to that many, keeping ``KEEP``.
+    """
+    waiting = queue.waiting()
+    if not waiting:
+        return {}
+    held: Counter = Counter()
+    per: dict[WorkerState, Counter] = {}
+    for w in workers:
+        if len(w.leases) > KEEP and not w.quarantined:
+            c = per[w] = Counter(p.lane for p in w.leases.values())
+            held.update(c)
+    lanes = waiting | set(held)
+    if len(lanes) < 2:
+        return {}
+    share = sum(held.values()) / len(lanes)
+    over = {lane for lane, n in held.items() if n > share + KEEP}
+    out = {}
+    for w, c in per.items():
+        n = min(len(w.leases) - KEEP, sum(c[lane] for lane in over))
+        if n > 0:
+            out[w] = n
+    return out

@@ -41,7 +41,7 @@ import msgpack
 
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
-from ._lanes import FairQueue
+from ._lanes import FairQueue, overserved
 from ._pending import PendingTable
 from ._status import JudgeStatus, PoolRow
 from ._task import Pending, Resolution, TaskGate
@@ -96,6 +96,7 @@ class Scheduler:
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
         self._import_errors_logged: set[str] = set()
         self._sizer = _TaskSizer()
+        self._turns_at = 0.0  # when lanes' turns were last checked
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
@@ -147,7 +148,7 @@ class Scheduler:
             for p in back:
                 p.holder = None
                 p.undeliver()  # it never ran, and was handed back on request
-            self._back_to_queue(back)
+            self._back_to_queue(back, own_lane=True)
         elif isinstance(msg, wire.Bye):
             w = fleet.workers.get(peer.decode(errors="replace"))
             if w is not None:
@@ -264,8 +265,9 @@ class Scheduler:
         self.stats["redelivered"] += len(retry)
         self._back_to_queue(retry)
 
-    def _back_to_queue(self, tasks: list[Pending]) -> None:
-        """Unsent or unanswered tasks go back to the front of their queue (a gate's, or the main one)."""
+    def _back_to_queue(self, tasks: list[Pending], own_lane: bool = False) -> None:
+        """Unsent or unanswered tasks go back to the front of their queue (a gate's, or the main one; with
+        ``own_lane``, tasks given back unstarted, the front of their lane: they wait their lane's turn)."""
         plain = []
         for p in tasks:
             if p.gate is None:
@@ -273,7 +275,10 @@ class Scheduler:
             else:
                 p.gate.forget(p)
                 p.gate.queue.appendleft(p)
-        self.queue.extendleft(reversed(plain))
+        if own_lane:
+            self.queue.putback(plain)
+        else:
+            self.queue.extendleft(reversed(plain))
 
     def housekeeping(self, now: float) -> None:
         """Lose workers heard from by neither themselves nor their pool for too long."""
@@ -330,6 +335,8 @@ class Scheduler:
             return
         ready = self.fleet.with_credit()
         if not ready:
+            if queue.mixed:
+                self._take_turns(now)
             return
         ready.sort(key=lambda w: len(w.leases))
         share = math.ceil(len(queue) / len(ready))
@@ -372,6 +379,18 @@ class Scheduler:
                 self._lose(w, "unreachable")
             if not queue:
                 return
+        if queue.mixed:
+            self._take_turns(now)
+
+    def _take_turns(self, now: float) -> None:
+        """Lanes wait while workers hold other lanes' tasks beyond their share: ask for those back."""
+        if now - self._turns_at < REVOKE_EVERY_S:
+            return
+        self._turns_at = now
+        for w, n in overserved(self.queue, self.fleet.workers.values()).items():
+            if now - w.last_revoke_at >= REVOKE_EVERY_S:
+                w.last_revoke_at = now
+                self.send(w.id.encode(), wire.Revoke(n))
 
     def _fail_oversized(self, p: Pending, size: int) -> None:
         if p.gate is not None:
