@@ -13,6 +13,9 @@ Faults, from the test's thread:
   more bytes in each direction, then close it (a frame cut short mid-way).
 * ``drop(nbytes)``: discard the next ``nbytes`` bytes on each open connection,
   each direction, and go on forwarding (the stream is damaged, not closed).
+* ``blackhole(seconds)``: swallow every byte both ways, connections open, for
+  ``seconds``, then close them (a link that goes silent, then resets): what was
+  sent meanwhile is lost, and neither side is told until the close.
 
 ``connections`` counts connections accepted (refused ones included), ``cuts``
 the cuts made.
@@ -53,6 +56,8 @@ class _Link:
                 delay = self.proxy.delay_s
                 if delay > 0:
                     time.sleep(delay)
+                if time.monotonic() < self.proxy._hole_until:
+                    continue  # swallowed
                 with self._lock:
                     skip = min(self.skip[name], len(data))
                     self.skip[name] -= skip
@@ -93,6 +98,7 @@ class Proxy:
         self._links: list[_Link] = []
         self._lock = threading.Lock()
         self._cut_until = 0.0  # monotonic; float("inf") while cut until healed
+        self._hole_until = 0.0
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
 
@@ -138,6 +144,18 @@ class Proxy:
         self.cuts += 1
         for link in self._open_links():
             link.close()
+
+    def blackhole(self, seconds: float) -> None:
+        """Swallow everything for ``seconds``, then close every connection (returns at once)."""
+        self._hole_until = time.monotonic() + seconds
+
+        def close_all() -> None:
+            for link in self._open_links():
+                link.close()
+
+        timer = threading.Timer(seconds, close_all)
+        timer.daemon = True
+        timer.start()
 
     def heal(self) -> None:
         self._cut_until = 0.0

@@ -92,6 +92,19 @@ def test_a_cut_during_submission(service, tmp_path):
     check(results, n)
 
 
+def test_a_submission_swallowed_by_a_silent_link_is_sent_again(service, tmp_path):
+    """The Submit (or its Accepted) vanishes on a link that goes silent, then resets: the client sends it again
+    until it is taken, and the service answers a repeat without taking it twice."""
+    with Proxy(service) as proxy, Client(proxy.endpoint, service_timeout_s=SERVICE_TIMEOUT_S, connect_timeout_s=15) as c:
+        c.map("count_eval", payloads(tmp_path / "warm", 1), timeout=30)  # connected
+        proxy.blackhole(2.0)
+        futures = c.submit_batch("count_eval", payloads(tmp_path, 50, sleep_ms=5))
+        results = c.gather(futures, timeout=RESOLVE_WITHIN_S)
+        assert c.resubmitted >= 1
+    check(results, 50)
+    assert max(evaluations(tmp_path / "evals").values()) == 1
+
+
 def test_damaged_bytes_on_the_link_lose_nothing(service, tmp_path):
     with Proxy(service) as proxy, Client(proxy.endpoint, service_timeout_s=SERVICE_TIMEOUT_S) as c:
         futures = c.submit_batch("count_eval", payloads(tmp_path, 100, sleep_ms=20))
