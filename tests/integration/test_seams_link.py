@@ -14,6 +14,7 @@ from qworker import Client, Producer
 from tests.chaos_scenarios.measure import evaluations
 from tests.chaos_scenarios.processes import start_pool, stop_proc
 from tests.chaos_scenarios.seams_link import link_cuts
+from tests.conftest import TEST_REWARDS
 from tests.faults.proxy import Proxy
 from tests.service.test_service import free_port, serve, stop
 
@@ -162,3 +163,26 @@ def test_chaos_link_cuts(tmp_path):
     """The chaos row, small: repeated random cuts; nothing lost, nothing hung, paid once."""
     o = link_cuts(tmp_path, 400, cuts=3)
     assert o.detail["hung"] == 0 and o.lost == 0 and o.paid_twice == 0, o.note
+
+
+def test_results_evicted_from_a_full_ledger_are_asked_for_again(tmp_path):
+    """A ledger too small to keep anything (1 byte): results sent while the link is cut are evicted; the
+    client's next ping names its requests, the service says it no longer holds them, and the client resubmits
+    them (the successful ones come back from the producer's cache, not paid again)."""
+    from qworker.service.server import RewardService
+
+    with Producer(local_workers=2, reward_modules=[TEST_REWARDS]) as p:
+        svc = RewardService(p, listen="tcp://127.0.0.1:0", ledger_max_bytes=1).start()
+        try:
+            with Proxy(int(svc.endpoint.rsplit(":", 1)[1])) as proxy, Client(proxy.endpoint, service_timeout_s=SERVICE_TIMEOUT_S) as c:
+                futures = c.submit_batch("count_eval", payloads(tmp_path, 40, sleep_ms=20))
+                time.sleep(0.2)
+                proxy.cut(2.0)
+                results = c.gather(futures, timeout=2.0 + RESOLVE_WITHIN_S)
+                resubmitted = c.resubmitted
+            ledger = svc.ledger.snapshot()
+        finally:
+            svc.stop()
+    check(results, 40)
+    assert ledger["evicted"] >= 1 and resubmitted >= 1, (ledger, resubmitted)
+    assert max(evaluations(tmp_path / "evals").values()) == 1
