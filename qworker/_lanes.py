@@ -23,14 +23,15 @@ take turns.
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import TYPE_CHECKING, Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Iterator
 
 from ._task import Pending
+from .transport import wire
 
 if TYPE_CHECKING:
     from ._fleet import WorkerState
 
-__all__ = ["FairQueue", "overserved", "KEEP"]
+__all__ = ["FairQueue", "Turns", "overserved", "KEEP"]
 
 KEEP = 2  # tasks a worker keeps when asked to give back: the one it runs and the next
 
@@ -145,3 +146,20 @@ def overserved(queue: FairQueue, workers: Iterable[WorkerState]) -> dict[WorkerS
         if n > 0:
             out[w] = n
     return out
+
+
+class Turns:
+    """Asks over-served workers to give back (``Revoke``), at most once per ``every_s``, each worker too."""
+
+    def __init__(self, *, every_s: float) -> None:
+        self.every_s = every_s
+        self._at = float("-inf")
+
+    def check(self, queue: FairQueue, workers: Iterable[WorkerState], now: float, send: Callable[[bytes, wire.Message], bool]) -> None:
+        if now - self._at < self.every_s:
+            return
+        self._at = now
+        for w, n in overserved(queue, workers).items():
+            if now - w.last_revoke_at >= self.every_s:
+                w.last_revoke_at = now
+                send(w.id.encode(), wire.Revoke(n))

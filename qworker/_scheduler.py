@@ -41,7 +41,7 @@ import msgpack
 
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
-from ._lanes import FairQueue, overserved
+from ._lanes import FairQueue, Turns
 from ._pending import PendingTable
 from ._status import JudgeStatus, PoolRow
 from ._task import Pending, Resolution, TaskGate
@@ -96,7 +96,7 @@ class Scheduler:
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
         self._import_errors_logged: set[str] = set()
         self._sizer = _TaskSizer()
-        self._turns_at = 0.0  # when lanes' turns were last checked
+        self._turns = Turns(every_s=REVOKE_EVERY_S)
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
@@ -336,7 +336,7 @@ class Scheduler:
         ready = self.fleet.with_credit()
         if not ready:
             if queue.mixed:
-                self._take_turns(now)
+                self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
             return
         ready.sort(key=lambda w: len(w.leases))
         share = math.ceil(len(queue) / len(ready))
@@ -379,18 +379,8 @@ class Scheduler:
                 self._lose(w, "unreachable")
             if not queue:
                 return
-        if queue.mixed:
-            self._take_turns(now)
-
-    def _take_turns(self, now: float) -> None:
-        """Lanes wait while workers hold other lanes' tasks beyond their share: ask for those back."""
-        if now - self._turns_at < REVOKE_EVERY_S:
-            return
-        self._turns_at = now
-        for w, n in overserved(self.queue, self.fleet.workers.values()).items():
-            if now - w.last_revoke_at >= REVOKE_EVERY_S:
-                w.last_revoke_at = now
-                self.send(w.id.encode(), wire.Revoke(n))
+        if queue.mixed:  # lanes wait while workers hold other lanes' tasks beyond their share: ask for those back
+            self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
 
     def _fail_oversized(self, p: Pending, size: int) -> None:
         if p.gate is not None:
