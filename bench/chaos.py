@@ -65,6 +65,7 @@ def scenarios(quick: bool) -> list:
         ("big-results", lambda d: chaos.big_results(d, n(1_000))),
         ("judge-outage", lambda d: chaos.judge_outage(d, n(3_000))),
         ("hostile-judge", lambda d: chaos.hostile_judge(d, n(2_000))),
+        ("link-cuts", lambda d: chaos.link_cuts(d, n(4_000))),
     ]
 
 

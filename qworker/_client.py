@@ -12,10 +12,20 @@ Contract:
   trip).  A service that does not answer within ``connect_timeout_s``, or that
   has no workers, raises ``ServiceUnavailable``; a bad reward name or params
   raise as they would at a ``Producer``.
+* A link that breaks and comes back loses nothing, whatever the break's length
+  up to ``service_timeout_s``: the client acknowledges every result message,
+  and the service resends what is not acknowledged; a submission is resent
+  until the service takes it; each ping names the requests still waited on,
+  and those the service no longer holds are resubmitted.  A result that
+  arrives twice resolves its future once.
 * A service that restarts is noticed (its replies name a new instance) and the
-  tasks it had not answered are resubmitted to the new one.  A service silent
-  for ``service_timeout_s`` while tasks are pending fails them with
-  ``service_lost``: no future hangs.
+  tasks it had not answered are resubmitted to the new one.  A service that
+  stops says so, and what waits on it fails at once as ``service_lost``.  A
+  service silent for ``service_timeout_s`` while tasks are pending fails them
+  with ``service_lost``: no future hangs.
+* Every future is owned by a ``PendingTable`` (the producer's), from
+  registration to resolution: the first result wins, and ``close`` resolves
+  what is left as ``cancelled`` and refuses later submissions.
 * One I/O thread owns the socket; the caller's threads hand it requests through
   a queue and a wake pipe, and sleep on events and futures.
 """
@@ -36,10 +46,13 @@ import zmq
 
 from ._errors import ErrorKind
 from ._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
+from ._pending import PendingTable
 from ._result import Result, ResultFuture, gather
+from ._resultcache import ResultCache
+from ._task import Pending
 from .transport import client_wire as cw
 from .transport.security import CurveClient, handshake_problem
-from .transport.sockets import WakePipe, make_socket, readable
+from .transport.sockets import Redialer, WakePipe, make_socket, readable
 from .transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -48,6 +61,10 @@ __all__ = ["Client", "DEFAULT_SERVICE_ENDPOINT"]
 
 DEFAULT_SERVICE_ENDPOINT = "tcp://127.0.0.1:5557"
 PING_EVERY_S = 1.0
+RESUBMIT_AFTER_S = 1.0  # a submission not taken is resent after this, doubling up to RESUBMIT_MAX_S
+RESUBMIT_MAX_S = 8.0
+RECONNECT_MAX_MS = 1000  # after a broken link, the socket redials at least this often
+LINK_SILENT_S = 5.0  # pinging and hearing nothing this long: the connection is dead or damaged, dial again
 _ERRORS: dict[str, type[QworkerError]] = {"ConfigError": ConfigError, "RewardError": RewardError}
 _MAX_BYTES = 256 * 1024 * 1024
 
@@ -59,15 +76,17 @@ class _Request:
     params: Optional[dict]
     payloads: list
     timeout_s: Optional[float]
-    futures: list[ResultFuture]
+    tasks: list[Pending]  # one per payload, in order; the table owns their futures
     submitted: float
     instance: str = ""  # the service instance that took it
     answered: Optional[cw.Accepted] = None
     taken: threading.Event = field(default_factory=threading.Event)
-    left: int = field(init=False)  # futures not yet resolved
+    resend_at: float = 0.0  # when to send the submission again if it is not taken by then
+    resend_every: float = RESUBMIT_AFTER_S
+    left: int = field(init=False)  # tasks not yet resolved
 
     def __post_init__(self) -> None:
-        self.left = sum(not f.done() for f in self.futures)
+        self.left = sum(not p.resolved for p in self.tasks)
 
 
 class Client:
@@ -85,17 +104,22 @@ class Client:
         self.fallback_score = fallback_score
         self._closed = False
         self._numbers = itertools.count(1)
+        self._keys = itertools.count(1)  # the table's key of each task: this client's own numbering
+        self._table = PendingTable(cache=ResultCache(max_entries=0, ttl_s=None, path=None), fallback_score=fallback_score)
         self._requests: dict[int, _Request] = {}  # the I/O thread's
         self._outbox: deque[Any] = deque()  # messages from the callers' threads
         self._status_waiters: deque[tuple[threading.Event, list]] = deque()
         self._instance = ""
         self._heard = time.monotonic()
+        self.resubmitted = 0  # requests sent again: not taken in time, restarted or unknown to the service
         self._ctx = zmq.Context(io_threads=1)
         if (curve_secret_key is None) != (curve_server_key is None):
             raise ConfigError("CURVE needs both curve_secret_key and curve_server_key (or neither)")
         curve = CurveClient(curve_secret_key, curve_server_key) if curve_secret_key and curve_server_key else None
         self._sock = make_socket(self._ctx, zmq.DEALER, connect=self.endpoint, identity=f"client-{secrets.token_hex(6)}".encode(),
-                                 curve=curve)
+                                 curve=curve, reconnect_max_ms=RECONNECT_MAX_MS)
+        self._redialer = Redialer(self._sock, self.endpoint)
+        self.redials = 0  # connections dropped and dialled again after LINK_SILENT_S of silence
         self._waker = WakePipe()
         self._wake = self._waker.wake
         self._thread = threading.Thread(target=self._run, name="qworker-client", daemon=True)
@@ -112,23 +136,35 @@ class Client:
         if self._closed:
             raise ProducerClosed("submit_batch() on a closed Client")
         payloads = list(payloads)
-        req = _Request(next(self._numbers), reward, dict(params) if params else None, payloads, timeout_s,
-                       [ResultFuture() for _ in payloads], time.monotonic())
         if not payloads:
             return []
-        self._outbox.append(req)
-        self._wake()
+        params = dict(params) if params else None
+        box: list[_Request] = []
+
+        def hand_on(tasks: list[Pending]) -> None:  # to the I/O thread
+            req = _Request(next(self._numbers), reward, params, payloads, timeout_s, tasks, time.monotonic())
+            box.append(req)
+            self._outbox.append(req)
+            self._wake()
+
+        keys = self._keys
+        with self._table.registering([(next(keys).to_bytes(16, "big"), b"") for _ in payloads], reward=reward, params=params or {},
+                                     timeout_s=timeout_s, gate=None, now=time.monotonic(), hand_on=hand_on) as reg:
+            reg.hand_on(reg.new)
+        req = box[0]
         if not req.taken.wait(self.connect_timeout_s):
             self._outbox.append(("forget", req.number))
             self._wake()
-            raise ServiceUnavailable(handshake_problem(self.endpoint) or f"the reward service at {self.endpoint} did not answer "
-                                     f"within {self.connect_timeout_s:.0f} s (is 'qworker serve' running there?)")
+            why = handshake_problem(self.endpoint) or (f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
+                   "(is 'qworker serve' running there?)")
+            self._fail(req.tasks, ErrorKind.SERVICE_LOST.error(why))  # never handed out, but the table resolves all it owns
+            raise ServiceUnavailable(why)
         answer = req.answered
         if answer is None:
             raise ProducerClosed("the Client closed while submitting")
         if answer.error is not None:
             raise _ERRORS.get(answer.error_type, ServiceUnavailable)(answer.error)
-        return req.futures
+        return reg.futures
 
     def gather(self, futures: Sequence[Any], timeout: Optional[float] = None) -> list[Result]:
         """The ``Result`` of each future, in order; see ``Producer.gather``."""
@@ -154,8 +190,10 @@ class Client:
         self._closed = True
         self._wake()
         self._thread.join(10.0)
-        for req in list(self._requests.values()):
-            self._fail(req, ErrorKind.CANCELLED.error("the client closed"))
+        self._table.close("the client closed")  # later submissions raise ProducerClosed
+        for item in [*self._requests.values(), *self._outbox]:
+            if isinstance(item, _Request):
+                item.taken.set()  # a caller still waiting raises ProducerClosed
         self._waker.close()
 
     def __enter__(self) -> Client:
@@ -180,7 +218,9 @@ class Client:
                     now = time.monotonic()
                     if self._requests and now >= next_ping:
                         next_ping = now + PING_EVERY_S
-                        self._send(cw.Ping())
+                        self._resend_untaken(now)
+                        self._send(cw.Ping([n for n, r in self._requests.items() if r.answered is not None]))
+                        self._check_link(now)
                         self._check_silence(now)
                 except Exception:  # a bug here must not strand every future
                     log.exception("qworker client: unexpected error (continuing)")
@@ -196,7 +236,16 @@ class Client:
 
     def _submit(self, req: _Request) -> None:
         self._requests[req.number] = req
+        req.resend_at = time.monotonic() + req.resend_every
         self._send(cw.Submit(req.number, req.reward, req.params, req.payloads, req.timeout_s))
+
+    def _resend_untaken(self, now: float) -> None:
+        """Submissions the service has not taken (lost on a broken link, or it is slow): send them again."""
+        for req in self._requests.values():
+            if req.answered is None and now >= req.resend_at:
+                req.resend_every = min(2 * req.resend_every, RESUBMIT_MAX_S)
+                self.resubmitted += 1
+                self._submit(req)
 
     def _send_outbox(self) -> None:
         while self._outbox:
@@ -213,6 +262,7 @@ class Client:
 
     def _receive(self) -> None:
         sock = self._sock
+        acks: list[int] = []
         while readable(sock):
             frames = sock.recv_multipart(copy=True)
             try:
@@ -223,22 +273,21 @@ class Client:
                 log.warning("qworker client: dropped a bad frame from the service: %s", exc)
                 continue
             self._heard = time.monotonic()
-            if isinstance(msg, cw.Accepted):
-                self._see(msg.instance)
-                req = self._requests.get(msg.request)
-                if req is not None:
-                    req.instance, req.answered = msg.instance, msg
-                    if msg.error is not None:
-                        del self._requests[msg.request]
-                        # A resubmission after a restart has no caller waiting to raise this: its futures
-                        # are out, so they fail (a first submission's futures were never handed out).
-                        self._fail(req, ErrorKind.SERVICE_LOST.error(f"the restarted reward service refused the request: {msg.error}"))
-                    req.taken.set()
-            elif isinstance(msg, cw.Resolved):
+            if isinstance(msg, cw.Resolved):
                 self._see(msg.instance)
                 self._resolve(msg.results)
+                acks.append(msg.seq)
+            elif isinstance(msg, cw.Accepted):
+                self._see(msg.instance)
+                self._on_accepted(msg)
             elif isinstance(msg, cw.Pong):
                 self._see(msg.instance)
+                for number in msg.unknown:  # taken, yet the service no longer holds it: ask again
+                    req = self._requests.get(number)
+                    if req is not None and req.answered is not None:
+                        self._resubmit(req, "the service no longer holds it")
+            elif isinstance(msg, cw.Closing):
+                self._on_closing(msg)
             elif isinstance(msg, StatusReply):
                 while self._status_waiters and self._status_waiters[0][0].is_set():
                     self._status_waiters.popleft()  # its caller timed out
@@ -246,6 +295,32 @@ class Client:
                     done, box = self._status_waiters.popleft()
                     box.append(msg.status)
                     done.set()
+        if acks:
+            self._send(cw.Ack(acks))
+
+    def _on_accepted(self, msg: cw.Accepted) -> None:
+        req = self._requests.get(msg.request)
+        if req is None or req.answered is not None:
+            return  # forgotten, or the answer to a resend
+        req.instance, req.answered = msg.instance, msg
+        if msg.error is not None:
+            del self._requests[msg.request]
+            # A resubmission has no caller waiting to raise this: its futures are out, so they fail
+            # (a first submission's futures were never handed out; its caller raises).
+            self._fail(req.tasks, ErrorKind.SERVICE_LOST.error(f"the reward service refused the request: {msg.error}"))
+        req.taken.set()
+
+    def _on_closing(self, msg: cw.Closing) -> None:
+        """The service is stopping: what it took fails at once; a submission it had not answered raises."""
+        why = ErrorKind.SERVICE_LOST.error(msg.reason)
+        if self._requests:
+            log.error("qworker client: %s; failing %d requests", msg.reason, len(self._requests))
+        for req in self._requests.values():
+            if req.answered is None:
+                req.answered = cw.Accepted(req.number, msg.instance, msg.reason, "ServiceUnavailable")
+            self._fail(req.tasks, why)
+            req.taken.set()
+        self._requests.clear()
 
     def _see(self, instance: str) -> None:
         """A reply from ``instance``: if the service restarted, resubmit what the old one held."""
@@ -259,26 +334,43 @@ class Client:
         if stale:
             log.warning("qworker client: the reward service at %s restarted; resubmitting %d requests", self.endpoint, len(stale))
         for req in stale:
-            left = [i for i, f in enumerate(req.futures) if not f.done()]
-            del self._requests[req.number]
-            if left:
-                again = _Request(next(self._numbers), req.reward, req.params, [req.payloads[i] for i in left], req.timeout_s,
-                                 [req.futures[i] for i in left], req.submitted, instance=instance)
-                again.taken.set()
-                self._submit(again)
+            self._resubmit(req, "restarted")
+
+    def _resubmit(self, req: _Request, why: str) -> None:
+        """Send what ``req`` still waits for as a new request (the caller's futures stay the same)."""
+        del self._requests[req.number]
+        left = [i for i, p in enumerate(req.tasks) if not p.resolved]
+        if not left:
+            return
+        log.info("qworker client: resubmitting %d tasks of request %d (%s)", len(left), req.number, why)
+        self.resubmitted += 1
+        again = _Request(next(self._numbers), req.reward, req.params, [req.payloads[i] for i in left], req.timeout_s,
+                         [req.tasks[i] for i in left], req.submitted)
+        again.taken.set()  # no caller waits on it
+        self._submit(again)
 
     def _resolve(self, rows: list) -> None:
         now = time.monotonic()
+        by_request: dict[int, list[tuple[Pending, Result]]] = {}
         for number, index, fields in rows:
             req = self._requests.get(number)
-            if req is None or index >= len(req.futures):
-                continue
-            fut = req.futures[index]
-            if not fut.done():
-                fut.set_result(Result(**{**fields, "latency_s": now - req.submitted}))
-                req.left -= 1
-                if req.left == 0:
-                    del self._requests[number]
+            if req is None or index >= len(req.tasks):
+                continue  # answered before (a resend), or resubmitted under a new number
+            by_request.setdefault(number, []).append((req.tasks[index], Result(**{**fields, "latency_s": now - req.submitted})))
+        for number, done in by_request.items():
+            req = self._requests[number]
+            req.left -= len(self._table.settle(done))
+            if req.left <= 0:
+                del self._requests[number]
+
+    def _check_link(self, now: float) -> None:
+        """Pings unanswered for ``LINK_SILENT_S``: a connection can stay open yet carry nothing (its stream
+        damaged, a peer gone without a close); drop it and dial again.  What was queued on it is sent again by
+        the protocol (submissions until taken, results until acknowledged)."""
+        if now - self._heard >= LINK_SILENT_S and now - self._redialer.last >= LINK_SILENT_S:
+            self._redialer.no_peer()
+            self.redials += 1
+            log.warning("qworker client: no answer from %s for %.0f s; dialled again", self.endpoint, now - self._heard)
 
     def _check_silence(self, now: float) -> None:
         silent = now - self._heard
@@ -286,12 +378,10 @@ class Client:
             return
         why = ErrorKind.SERVICE_LOST.error(f"the reward service at {self.endpoint} did not answer for {silent:.0f} s")
         log.error("qworker client: %s; failing %d requests", why, len(self._requests))
-        for req in list(self._requests.values()):
-            self._fail(req, why)
+        for req in self._requests.values():
+            self._fail(req.tasks, why)
+            req.taken.set()
         self._requests.clear()
 
-    def _fail(self, req: _Request, error: str) -> None:
-        for f in req.futures:
-            if not f.done():
-                f.set_result(Result(score=self.fallback_score, error=error))
-        req.taken.set()
+    def _fail(self, tasks: list[Pending], error: str) -> None:
+        self._table.settle([(p, Result(score=self.fallback_score, error=error)) for p in tasks])

@@ -15,7 +15,10 @@ kept here, not by each caller:
   if even that raises, resolved as ``cancelled`` naming the exception; the
   exception propagates to the caller.
 * Once handed on, the dispatcher resolves a task from its result (``resolve``:
-  the first outcome wins, ``claim`` guards every other resolution).
+  the first outcome wins, ``claim`` guards every other resolution).  A
+  ``Client`` hands its tasks on to a reward service and resolves them with the
+  results the service sends (``settle``, the same first-wins claim), so a
+  result that arrives twice (a resend) changes nothing.
 * ``close`` refuses every later registration (``ProducerClosed``) and resolves
   whatever is still pending as ``cancelled``; a submission racing it either
   registers before (and its tasks are cancelled) or raises.
@@ -33,7 +36,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Hashable, Iterator, Optional, Sequence
 
 from ._errors import ErrorKind
 from ._exceptions import ProducerClosed
@@ -80,7 +83,8 @@ class PendingTable:
 
     @contextmanager
     def registering(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-                    gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None]) -> Iterator[Registration]:
+                    gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None],
+                    lane: Hashable = 0) -> Iterator[Registration]:
         """Register ``(key, payload bytes)`` entries; the block owns the new tasks until ``reg.hand_on``.
 
         An entry whose key is already pending shares that task's future.  The
@@ -89,7 +93,7 @@ class PendingTable:
         ``hand_on`` all the same, or are cancelled if that raises too.  Raises
         ``ProducerClosed`` once the table is closed.
         """
-        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now, hand_on=hand_on)
+        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now, hand_on=hand_on, lane=lane)
         try:
             yield reg
         except BaseException as exc:
@@ -103,7 +107,7 @@ class PendingTable:
             raise
 
     def _add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-             gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None]) -> Registration:
+             gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None], lane: Hashable = 0) -> Registration:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
         hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]] = []
@@ -123,7 +127,7 @@ class PendingTable:
                         hits.append((fut, key, hit))
                         futures.append(fut)
                         continue
-                    p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, gate=gate)
+                    p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, gate=gate, lane=lane)
                     new.append(p)
                 futures.append(p.future)
         for fut, key, (score, extra) in hits:
@@ -174,6 +178,23 @@ class PendingTable:
             ))
         self.counts["failed"] += failed
         self.counts["resolved"] += len(fresh)
+
+    def settle(self, done: Sequence[tuple[Pending, Result]]) -> list[Pending]:
+        """Resolve tasks with results made elsewhere (a reward service's, for a ``Client``); nothing is cached.
+        The first result of a task wins; returns the tasks resolved by this call."""
+        claimed = []
+        with self._lock:
+            pending = self._pending
+            for p, r in done:
+                if pending.get(p.key) is p:
+                    del pending[p.key]
+                    p.resolved = True
+                    claimed.append((p, r))
+        for p, r in claimed:
+            p.future.set_result(r)
+        self.counts["resolved"] += len(claimed)
+        self.counts["failed"] += sum(r.error is not None for _, r in claimed)
+        return [p for p, _ in claimed]
 
     def resolve_cached(self, tasks: list[Pending], found: dict[bytes, tuple[float, dict]]) -> None:
         """Resolve tasks whose results a slower cache tier had (the memory tier learns them)."""

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from hashlib import blake2b
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _composite, _config, _discovery, _metrics
 from ._catalog import Catalog, Composite
@@ -138,25 +138,29 @@ class Producer:
         return self.submit_batch(reward, [payload], params=params, timeout_s=timeout_s)[0]
 
     def submit_batch(
-        self, reward: str, payloads: Iterable[Any], *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None
+        self, reward: str, payloads: Iterable[Any], *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None,
+        lane: Hashable = 0,
     ) -> list[ResultFuture]:
         """Submit one task per payload and return their futures at once, in order.
 
         ``reward`` is a reward name, ``package.module:function``, or a name from
         the config's ``rewards:`` section (defaults, an alias, or a composite).
         ``params`` are keyword arguments for the reward and part of each task's
-        hash.  ``timeout_s`` overrides the hard limit for these tasks.
+        hash.  ``timeout_s`` overrides the hard limit for these tasks.  Tasks of
+        different ``lane``\\s are dispatched round-robin (a reward service gives
+        each client a lane of its own); a task shared by two lanes keeps the first's.
         """
         if self._closed:
             raise ProducerClosed("submit_batch() on a closed Producer")
         target = self.catalog.resolve(reward, params)
         if isinstance(target, Composite):
             return _composite.submit(
-                lambda name, batch, p: self._submit_plain(name, batch, p, timeout_s), target, list(payloads), self.fallback_score
+                lambda name, batch, p: self._submit_plain(name, batch, p, timeout_s, lane), target, list(payloads), self.fallback_score
             )
-        return self._submit_plain(target.reward, payloads, target.params, timeout_s)
+        return self._submit_plain(target.reward, payloads, target.params, timeout_s, lane)
 
-    def _submit_plain(self, reward: str, payloads: Iterable[Any], params: dict, timeout_s: Optional[float]) -> list[ResultFuture]:
+    def _submit_plain(self, reward: str, payloads: Iterable[Any], params: dict, timeout_s: Optional[float],
+                      lane: Hashable = 0) -> list[ResultFuture]:
         gate = None
         hashed = params
         if reward == JUDGE_REWARD:  # endpoint calls wait in a gate for capacity; routing is not part of the hash
@@ -179,17 +183,18 @@ class Producer:
             for payload in payloads:
                 chunk.append(payload)
                 if len(chunk) == _CHUNK:
-                    futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s, gate))
+                    futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s, gate, lane))
                     chunk = []
             if chunk:
-                futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s, gate))
+                futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s, gate, lane))
         finally:
             if paused:
                 gc.enable()
         return futures
 
     def _submit_chunk(
-        self, reward: str, params: dict, prefix: bytes, payloads: list[Any], timeout_s: Optional[float], gate: Optional[Gate] = None
+        self, reward: str, params: dict, prefix: bytes, payloads: list[Any], timeout_s: Optional[float], gate: Optional[Gate] = None,
+        lane: Hashable = 0,
     ) -> list[ResultFuture]:
         futures: list[Optional[ResultFuture]] = []
         misses: list[tuple[bytes, bytes]] = []  # (key, payload bytes)
@@ -221,7 +226,7 @@ class Producer:
             misses.append((key, payload_bytes))
         table = self._table
         with table.registering(misses, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=time.monotonic(),
-                               hand_on=self._dispatcher.submit) as reg:
+                               hand_on=self._dispatcher.submit, lane=lane) as reg:
             for i, fut in zip(at, reg.futures, strict=True):
                 futures[i] = fut
             counts = table.counts

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from typing import Callable, Iterable, Optional
 
 import msgpack
 
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
+from ._lanes import FairQueue, Turns
 from ._pending import PendingTable
 from ._status import JudgeStatus, PoolRow
 from ._task import Pending, Resolution, TaskGate
@@ -91,11 +91,12 @@ class Scheduler:
         self.max_attempts = max_attempts
         self.max_message_bytes = max_message_bytes
         self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
-        self.queue: deque[Pending] = deque()  # waiting for credit; retries go first
+        self.queue = FairQueue()  # waiting for credit; retries go first, then each lane in turn
         self.gates: list[TaskGate] = []  # tasks waiting for an endpoint's capacity
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
         self._import_errors_logged: set[str] = set()
         self._sizer = _TaskSizer()
+        self._turns = Turns(every_s=REVOKE_EVERY_S)
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
@@ -147,7 +148,7 @@ class Scheduler:
             for p in back:
                 p.holder = None
                 p.undeliver()  # it never ran, and was handed back on request
-            self._back_to_queue(back)
+            self._back_to_queue(back, own_lane=True)
         elif isinstance(msg, wire.Bye):
             w = fleet.workers.get(peer.decode(errors="replace"))
             if w is not None:
@@ -264,8 +265,9 @@ class Scheduler:
         self.stats["redelivered"] += len(retry)
         self._back_to_queue(retry)
 
-    def _back_to_queue(self, tasks: list[Pending]) -> None:
-        """Unsent or unanswered tasks go back to the front of their queue (a gate's, or the main one)."""
+    def _back_to_queue(self, tasks: list[Pending], own_lane: bool = False) -> None:
+        """Unsent or unanswered tasks go back to the front of their queue (a gate's, or the main one; with
+        ``own_lane``, tasks given back unstarted, the front of their lane: they wait their lane's turn)."""
         plain = []
         for p in tasks:
             if p.gate is None:
@@ -273,7 +275,10 @@ class Scheduler:
             else:
                 p.gate.forget(p)
                 p.gate.queue.appendleft(p)
-        self.queue.extendleft(reversed(plain))
+        if own_lane:
+            self.queue.putback(plain)
+        else:
+            self.queue.extendleft(reversed(plain))
 
     def housekeeping(self, now: float) -> None:
         """Lose workers heard from by neither themselves nor their pool for too long."""
@@ -330,6 +335,8 @@ class Scheduler:
             return
         ready = self.fleet.with_credit()
         if not ready:
+            if queue.mixed:
+                self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
             return
         ready.sort(key=lambda w: len(w.leases))
         share = math.ceil(len(queue) / len(ready))
@@ -372,6 +379,8 @@ class Scheduler:
                 self._lose(w, "unreachable")
             if not queue:
                 return
+        if queue.mixed:  # lanes wait while workers hold other lanes' tasks beyond their share: ask for those back
+            self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
 
     def _fail_oversized(self, p: Pending, size: int) -> None:
         if p.gate is not None:

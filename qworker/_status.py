@@ -112,6 +112,20 @@ class Status(TypedDict):
     judges: list[JudgeStatus]
 
 
+class LedgerInfo(TypedDict):
+    """Results kept for clients until acknowledged (``service._ledger``): kept now, and counts since start."""
+
+    clients: int
+    unacked: int  # Resolved messages not yet acknowledged
+    unacked_bytes: int
+    sent: int
+    resent: int
+    acked: int
+    evicted: int  # dropped unacknowledged, past the ledger's bytes or age bound
+    dropped_rows: int  # results for requests no longer held
+    repeats: int  # repeated submissions answered without taking them twice
+
+
 class ServiceInfo(TypedDict):
     endpoint: str
     instance: str
@@ -119,6 +133,7 @@ class ServiceInfo(TypedDict):
     requests: int
     dropped_frames: int
     http: Optional[str]  # the HTTP front's URL, None without one
+    ledger: LedgerInfo
 
 
 class ServiceStatus(Status):

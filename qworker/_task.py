@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import TYPE_CHECKING, Hashable, Optional, Protocol
 
 from ._result import ResultFuture
 from .transport import wire
@@ -60,6 +60,7 @@ class Pending:
     tries: int = 0  # endpoint calls retried by the gate after errors
     throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
     failed_on: int = wire.NO_ROUTE  # the endpoint whose error it is retried after: its next call prefers another
+    lane: Hashable = 0  # who submitted it: lanes are served round-robin (``_lanes``); a service's client each
 
     def as_task(self) -> wire.Task:
         return (self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts, self.route)

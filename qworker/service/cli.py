@@ -5,7 +5,9 @@
 
 ``--listen`` is where ``qworker.Client``\\s connect; ``--bind`` (optional) where
 remote ``qworker-pool``\\s connect; ``--workers`` local worker processes.  The
-producer flags are ``ProducerOptions``'.  Stops on SIGTERM or Ctrl-C.
+producer flags are ``ProducerOptions``'.  Stops on SIGTERM or Ctrl-C: connected
+clients are told, and what they wait on fails at once as ``service_lost``; the
+exit code is 128 + the signal (130 for Ctrl-C, 143 for SIGTERM), as ``qworker score``'s.
 """
 
 from __future__ import annotations
@@ -93,8 +95,14 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
     from .server import RewardService
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stopped_by: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         # the flags given, as overrides: they win over the config file even when equal to a default
         producer = Producer(config=args.config, **given)
@@ -120,5 +128,5 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
         print("qworker serve: stopping", file=sys.stderr, flush=True)
         if http is not None:
             http.stop()
-        service.stop()
-    return 0
+        service.stop(signal.Signals(stopped_by[0]).name if stopped_by else "it was stopped")
+    return 128 + stopped_by[0] if stopped_by else 0

@@ -10,6 +10,12 @@ thread and only append to the front's outbox and wake it.
 A request is refused with a clear reason, never held silently: a bad reward
 name or params (the producer's own checks), or no worker connected after
 ``no_workers_grace_s``.
+
+Results reach a client even across a broken link: each ``Resolved`` is kept in
+the ``Ledger`` and resent until the client acknowledges it (bounded in bytes
+and age; see ``_ledger``).  ``stop`` tells every client it is stopping
+(``Closing``), so their waiting futures fail at once as ``service_lost``
+instead of after their ``service_timeout_s``.
 """
 
 from __future__ import annotations
@@ -31,29 +37,36 @@ from .._status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
 from ..transport.sockets import WakePipe, bind_server, bound_endpoint, close_server, readable
 from ..transport.wire import StatusReply, StatusRequest, WireError
+from ._ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, Ledger
 
 log = logging.getLogger("qworker")
 
 __all__ = ["RewardService"]
 
-FLUSH_EVERY = 512  # results per Resolved message, at most
+HOUSEKEEPING_EVERY_S = 0.25  # resends and evictions, at most this often
+CLOSING_LINGER_MS = 2000  # how long a stopping service gives its last messages to leave
 
 
 class RewardService:
     http_url: Optional[str] = None  # the HTTP front's URL, set by 'qworker serve --http'; shown by 'qworker status'
 
-    def __init__(self, producer: Producer, *, listen: str, no_workers_grace_s: float = 10.0) -> None:
+    def __init__(self, producer: Producer, *, listen: str, no_workers_grace_s: float = 10.0,
+                 ledger_max_bytes: int = DEFAULT_MAX_BYTES, ledger_max_age_s: float = DEFAULT_MAX_AGE_S) -> None:
+        """``ledger_max_bytes`` / ``ledger_max_age_s`` bound the results kept for clients until they acknowledge them."""
         self.producer = producer
         self.instance = secrets.token_hex(8)
         self.no_workers_grace_s = no_workers_grace_s
         self.started = time.monotonic()
         opts = producer.options
         self._ctx, self._sock = bind_server(listen, max_message_bytes=opts.max_message_bytes, curve=opts.curve(), insecure=opts.insecure)
+        self._sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a client that reconnects takes its identity back from a dead connection
         self.endpoint = bound_endpoint(self._sock)
+        self.ledger = Ledger(instance=self.instance, max_bytes=ledger_max_bytes, max_age_s=ledger_max_age_s)
         self._outbox: deque[tuple[bytes, int, int, Result]] = deque()  # from future callbacks
         self._waker = WakePipe()
         self._wake = self._waker.wake
         self._stopping = False
+        self._why = ""
         self.clients: set[bytes] = set()
         self.requests = 0
         self.dropped_frames = 0
@@ -63,10 +76,13 @@ class RewardService:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, why: str = "it was stopped") -> None:
+        """Stop serving: send the results resolved so far, tell every client (``Closing``: what they wait on fails
+        at once as ``service_lost``), close the socket."""
+        self._why = why
         self._stopping = True
         self._wake()
-        self._thread.join(10.0)
+        self._thread.join(10.0 + CLOSING_LINGER_MS / 1000)
         self._waker.close()
 
     # the front thread -----------------------------------------------------------
@@ -74,17 +90,41 @@ class RewardService:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._waker.fd, zmq.POLLIN)
+        next_housekeeping = 0.0
+        linger = 0
         try:
             while not self._stopping:
-                poller.poll(500)
+                poller.poll(int(HOUSEKEEPING_EVERY_S * 1000))
                 self._waker.drain()
                 try:
                     self._receive()
                     self._flush()
+                    now = time.monotonic()
+                    if now >= next_housekeeping:
+                        next_housekeeping = now + HOUSEKEEPING_EVERY_S
+                        self._housekeeping(now)
                 except Exception:
                     log.exception("qworker service: unexpected error (continuing)")
+            try:
+                self._flush()
+                self._say_closing()
+                linger = CLOSING_LINGER_MS
+            except Exception:
+                log.exception("qworker service: could not tell clients it is stopping")
         finally:
-            close_server(self._ctx, self._sock)
+            close_server(self._ctx, self._sock, linger_ms=linger)
+
+    def _housekeeping(self, now: float) -> None:
+        for peer, frames in self.ledger.due(now):
+            self._send_frames(peer, frames)
+        self.ledger.evict(now)
+
+    def _say_closing(self) -> None:
+        peers = set(self.clients) | set(self.ledger.peers())
+        for peer in peers:
+            self._send(peer, cw.Closing(self.instance, f"the reward service at {self.endpoint} stopped ({self._why})"))
+        if peers:
+            log.info("qworker service: told %d clients it is stopping", len(peers))
 
     def _receive(self) -> None:
         sock = self._sock
@@ -101,10 +141,20 @@ class RewardService:
                 self._drop(peer, str(exc))
                 continue
             self.clients.add(peer)
-            if isinstance(msg, cw.Submit):
-                self._on_submit(peer, msg)
+            now = time.monotonic()
+            self.ledger.heard(peer, now)
+            if isinstance(msg, cw.Ack):
+                self.ledger.ack(peer, msg.seqs)
+            elif isinstance(msg, cw.Submit):
+                if self.ledger.holds(peer, msg.request):  # a resend of a request taken before (its Accepted was lost)
+                    self.ledger.repeat()
+                    self._send(peer, cw.Accepted(msg.request, self.instance, None, ""))
+                else:
+                    self._on_submit(peer, msg)
             elif isinstance(msg, cw.Ping):
-                self._send(peer, cw.Pong(self.instance, self._workers()))
+                self._send(peer, cw.Pong(self.instance, self._workers(), self.ledger.unknown(peer, msg.waiting)))
+                for frames in self.ledger.poke(peer, now):  # it is (back) in touch: what it has not acknowledged
+                    self._send_frames(peer, frames)
             elif isinstance(msg, StatusRequest):
                 self._send(peer, StatusReply(dict(self.status())))
             else:
@@ -128,11 +178,13 @@ class RewardService:
             self._send(peer, cw.Accepted(msg.request, self.instance, why, "ServiceUnavailable"))
             return
         try:
-            futures = self.producer.submit_batch(msg.reward, msg.payloads, params=msg.params, timeout_s=msg.timeout_s)
+            futures = self.producer.submit_batch(msg.reward, msg.payloads, params=msg.params, timeout_s=msg.timeout_s,
+                                                 lane=peer)  # each client's tasks take turns with the others'
         except Exception as exc:  # ConfigError, RewardError (the client raises the same), or a bad request: answered, never silent
             text = str(exc) if isinstance(exc, QworkerError) else f"bad request ({type(exc).__name__}: {exc})"
             self._send(peer, cw.Accepted(msg.request, self.instance, text, type(exc).__name__))
             return
+        self.ledger.taken(peer, msg.request, len(futures))
         self._send(peer, cw.Accepted(msg.request, self.instance, None, ""))
         for i, fut in enumerate(futures):
             fut.add_done_callback(functools.partial(self._on_done, peer, msg.request, i))
@@ -149,19 +201,25 @@ class RewardService:
         while self._outbox:
             peer, request, index, r = self._outbox.popleft()
             by_peer[peer].append([request, index, r.to_dict()])
+        now = time.monotonic()
         for peer, rows in by_peer.items():
-            for i in range(0, len(rows), FLUSH_EVERY):
-                self._send(peer, cw.Resolved(self.instance, rows[i : i + FLUSH_EVERY]))
+            for frames in self.ledger.add(peer, rows, now):
+                self._send_frames(peer, frames)
 
     def _send(self, peer: bytes, msg: cw.ClientMessage) -> None:
+        self._send_frames(peer, cw.encode(msg))
+
+    def _send_frames(self, peer: bytes, frames: list[bytes]) -> bool:
         try:
-            self._sock.send_multipart([peer, *cw.encode(msg)], flags=zmq.NOBLOCK)
-        except zmq.ZMQError as exc:  # the client is gone; its results are cached for when it asks again
+            self._sock.send_multipart([peer, *frames], flags=zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError as exc:  # not connected now: the ledger resends results until they are acknowledged
             log.debug("qworker service: cannot send to %r: %s", peer[:32], exc)
+            return False
 
     def status(self) -> ServiceStatus:
         st = self.producer.status()
         info: ServiceInfo = {"endpoint": self.endpoint, "instance": self.instance, "clients": len(self.clients),
                              "requests": self.requests, "dropped_frames": self.dropped_frames,
-                             "http": self.http_url}
+                             "http": self.http_url, "ledger": self.ledger.snapshot()}
         return {"producer": st["producer"], "pools": st["pools"], "judges": st["judges"], "service": info}

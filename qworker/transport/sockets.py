@@ -49,13 +49,15 @@ def make_socket(
     linger_ms: int = 0,
     curve: Optional[Curve] = None,
     insecure: bool = False,
+    reconnect_max_ms: int = 5000,
 ) -> zmq.Socket:
     """Create a socket of ``kind`` and bind or connect it.
 
     ``max_message_bytes`` becomes ``MAXMSGSIZE``: a peer sending a larger message
     is disconnected by libzmq before the message reaches Python.  ``curve``
     authenticates and encrypts (``security``); binding beyond loopback without it
-    raises ``ConfigError`` unless ``insecure``.  A socket bound with CURVE needs
+    raises ``ConfigError`` unless ``insecure``.  A connecting socket retries a lost
+    connection after 100 ms, backing off to ``reconnect_max_ms``.  A socket bound with CURVE needs
     ``security.release(ctx)`` before its context terminates.
     """
     if (bind is None) == (connect is None):
@@ -76,7 +78,7 @@ def make_socket(
     try:
         if connect is not None:
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
-            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, reconnect_max_ms)
             security.secure(ctx, sock, curve, connect)
             sock.connect(connect)
         else:
@@ -183,8 +185,9 @@ def bind_server(bind: str, *, max_message_bytes: int, curve: Optional[Curve], in
     return ctx, sock
 
 
-def close_server(ctx: zmq.Context, sock: zmq.Socket) -> None:
-    """Close a socket from ``bind_server``, its CURVE authenticator and its context."""
-    sock.close(linger=0)
+def close_server(ctx: zmq.Context, sock: zmq.Socket, *, linger_ms: int = 0) -> None:
+    """Close a socket from ``bind_server``, its CURVE authenticator and its context; ``linger_ms``: how long
+    messages still queued may take to leave."""
+    sock.close(linger=linger_ms)
     security.release(ctx)
     ctx.term()

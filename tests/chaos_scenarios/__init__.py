@@ -26,6 +26,8 @@ The modules, by scenario family:
   ``seams_disk``, a cache disk that fills, locks and holds damaged rows;
   ``seams_transport``, results near and over the frame limit; ``seams_judge``, a
   judge down for 2 s, and hostile headers, giant bodies and an outage interleaved;
+  ``seams_link``, the TCP link between a Client and ``qworker serve`` cut again
+  and again (``tests/faults/proxy.py``);
 
 and what they share: ``measure`` (``Outcome`` and its counts), ``processes``
 (pools, ports, waiting), ``recording_judge`` (the judge that counts).
@@ -43,6 +45,7 @@ from .producer import producer_sigkill_judge
 from .recording_judge import RecordingJudge
 from .seams_disk import disk_faults
 from .seams_judge import hostile_judge, judge_outage
+from .seams_link import link_cuts
 from .seams_producer import submit_close_interleavings
 from .seams_transport import big_results
 from .workers import hung_tasks, pool_sigkill, worker_sigkill, worker_sigstop
@@ -53,5 +56,5 @@ __all__ = [
     "producer_sigkill_judge",
     "judge_faults", "key_leak",
     "garbage", "rogue_peer",
-    "submit_close_interleavings", "disk_faults", "big_results", "judge_outage", "hostile_judge",
+    "submit_close_interleavings", "disk_faults", "big_results", "judge_outage", "hostile_judge", "link_cuts",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -48,7 +49,7 @@ SERVICE_GARBAGE: list[list[bytes]] = [
     [cw.SUBMIT, msgpack.packb([-1, "noop", None, [{}], None])],  # negative request id
     [cw.SUBMIT, msgpack.packb([1, 7, None, [{}], None])],  # reward not a string
     [b"?", msgpack.packb([])],
-    cw.encode(cw.Resolved("x", [[1, 0, {}]])),  # wrong direction
+    cw.encode(cw.Resolved("x", 1, [[1, 0, {}]])),  # wrong direction
     cw.encode(cw.Accepted(1, "x", None, "")),  # wrong direction
     cw.encode(cw.Pong("x", 3)),  # wrong direction
 ]
@@ -132,7 +133,7 @@ def garbage(tmp: Path, n: int) -> Outcome:
                    f"sent {sum(sent.values())}; producer counted {dropped} dropped; service logged {service_logged} "
                    f"(counted: {'dropped_frames' in status.get('service', {})})",
                    {"results": results, "after": after, "status": status, "sent": sent, "health": health, "log": log,
-                    "alive": proc.returncode in (0, None)})
+                    "alive": proc.returncode in (0, 128 + signal.SIGTERM, None)})  # 143: it stopped on SIGTERM, as asked
 
 
 ROGUE = """
