@@ -155,8 +155,9 @@ class Client:
         if not req.taken.wait(self.connect_timeout_s):
             self._outbox.append(("forget", req.number))
             self._wake()
-            why = handshake_problem(self.endpoint) or (f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
-                   "(is 'qworker serve' running there?)")
+            why = handshake_problem(self.endpoint) or (
+                f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
+                "(is 'qworker serve' running there?)")
             self._fail(req.tasks, ErrorKind.SERVICE_LOST.error(why))  # never handed out, but the table resolves all it owns
             raise ServiceUnavailable(why)
         answer = req.answered
