@@ -95,6 +95,7 @@ class Endpoint:
     load_used: float = 0.0
     down_max_s: float = DOWN_MAX_S  # the longest wait between probes of a down endpoint
     warned_headers: set = field(default_factory=set)  # headers already reported as not believable
+    priority: int = 0  # its tier: lower first (``routing``)
 
     def state(self, now: float) -> str:
         if self.down_reason:

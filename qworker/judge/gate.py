@@ -4,7 +4,8 @@ A task of ``llm_judge`` does not go to a worker when a worker has credit: it
 waits here until one of the judge's endpoints has room under its adaptive
 limit (``limiter``), its pacing (static ``rpm``/``tpm``, and the rates the
 provider's headers announce: ``endpoint``) and any cooldown.  The gate then
-picks the endpoint with the most free capacity (times its ``weight``) and the
+picks the endpoint (``routing``: the lowest priority tier with room, then the
+most free capacity times ``weight``, or by prompt prefix for replicas) and the
 dispatcher sends the task with that endpoint's index.  Every answer's outcome
 comes back here.  Because every worker of every pool is fed by this one
 producer, an endpoint has one limit, not one per process.
@@ -78,6 +79,7 @@ from .checks import check as _check
 from .checks import screen
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
+from .routing import DEFAULT_BALANCE, Router
 
 log = logging.getLogger("qworker")
 
@@ -86,7 +88,8 @@ __all__ = ["AUTH_FAILED_ERROR", "Gate", "JUDGE_REWARD", "ROUTING_KEYS", "hash_pa
 JUDGE_REWARD = "llm_judge"
 # params that choose where and how a call is made, not what it scores: not part of the task hash
 ROUTING_KEYS = frozenset({
-    "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "connections_per_host", "dead_after_s", "error_budget"})
+    "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "connections_per_host", "dead_after_s", "error_budget",
+    "routing", "prefix_balance"})
 AUTH_DOWN_S = 60.0
 ERROR_STREAK_DOWN = 5
 MAX_RETRY_AFTER_S = 60.0
@@ -120,11 +123,13 @@ class Gate:
         for i, e in enumerate(params["endpoints"]):
             cap = float(e.get("max_concurrency") or ceiling)
             ep = Endpoint(i, e["url"], float(e.get("weight", 1.0)), AdaptiveLimit(initial=min(initial, cap), ceiling=cap),
-                          Bucket(e["rpm"] / 60.0) if e.get("rpm") else None, Bucket(e["tpm"] / 60.0) if e.get("tpm") else None)
+                          Bucket(e["rpm"] / 60.0) if e.get("rpm") else None, Bucket(e["tpm"] / 60.0) if e.get("tpm") else None,
+                          priority=int(e.get("priority") or 0))
             ep.down_max_s = max(0.5, min(ep.down_max_s, self.dead_after_s / 2))  # a waiting task sees a probe before it fails
             self.endpoints.append(ep)
             if e.get("metrics_url"):
                 LoadPoller(ep, str(e["metrics_url"])).start()
+        self.router = Router(self.endpoints, own["routing"], own["prefix_balance"])
         self.queue: deque[Pending] = deque()
         self._delayed: list[tuple[float, int, Pending]] = []  # (not before, seq, task): refused with Retry-After
         self._seq = 0
@@ -136,7 +141,8 @@ class Gate:
         """The gate's own settings these params ask for (defaults filled in); see ``registry``."""
         return {"max_attempts": int(params.get("max_attempts", 4)), "dead_after_s": float(params.get("dead_after_s", 10.0)),
                 "error_budget": float(params.get("error_budget", 0.15)),
-                "initial_concurrency": float(params.get("initial_concurrency", 32))}
+                "initial_concurrency": float(params.get("initial_concurrency", 32)),
+                "routing": str(params.get("routing", "capacity")), "prefix_balance": float(params.get("prefix_balance", DEFAULT_BALANCE))}
 
     def _tokens(self, p: Pending) -> float:
         return len(p.payload) / 4 + self.completion_tokens  # a rough estimate of the request's tokens
@@ -194,11 +200,7 @@ class Gate:
                 del self._not_before[p.key]
                 queue.appendleft(p)
             tokens = self._tokens(p)
-            best, best_room = None, 0.0
-            for e in self.endpoints:
-                room = e.free(now, tokens) * e.weight
-                if room > best_room:
-                    best, best_room = e, room
+            best = self.router.pick(now, tokens, p)
             if best is None:
                 break
             queue.popleft()
@@ -254,6 +256,7 @@ class Gate:
     def forget(self, p: Pending) -> None:
         """A routed task came back unanswered (its worker was lost, or gave it back)."""
         self._sent.pop(p.key, None)
+        self.router.done(p)
         if 0 <= p.route < len(self.endpoints):
             e = self.endpoints[p.route]
             e.in_flight = max(0, e.in_flight - 1)
@@ -266,6 +269,7 @@ class Gate:
         e = self.endpoints[p.route] if 0 <= p.route < len(self.endpoints) else None
         p.route = -1
         seq, level = self._sent.pop(p.key, (0, 0))
+        self.router.done(p)
         if e is None:
             return False
         e.in_flight = max(0, e.in_flight - 1)
@@ -393,7 +397,7 @@ class Gate:
             c = e.counts
             eps.append({
                 "endpoint": e.index, "url": e.url, "model": self.model, "state": e.state(now), "in_flight": e.in_flight,
-                "limit": round(e.limit.limit, 1), "weight": e.weight, "requests": c["requests"], "ok": c["ok"],
+                "limit": round(e.limit.limit, 1), "weight": e.weight, "priority": e.priority, "requests": c["requests"], "ok": c["ok"],
                 "status_429": c["status_429"], "timeouts": c["timeouts"], "connect_errors": c["connect_errors"],
                 "other_errors": c["other_errors"], "retries": c["retries"],
                 "latency_p50_s": round(q[49], 4), "latency_p90_s": round(q[89], 4), "latency_p99_s": round(q[98], 4),

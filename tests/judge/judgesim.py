@@ -27,6 +27,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import msgpack
+
 from qworker._task import Pending
 from qworker.judge.gate import Gate
 
@@ -72,7 +74,7 @@ class Server:
             return None
         return {"requests": {"limit": int(self.rate * 60), "remaining": int(self.bucket), "reset_s": (self.rate - self.bucket) / self.rate}}
 
-    def arrive(self, sim: Sim, t: float, reply: Callable[[float, dict], None]) -> None:
+    def arrive(self, sim: Sim, t: float, reply: Callable[[float, dict], None], p: Optional[Pending] = None) -> None:
         st = self.stats
         st["requests"] += 1
         if self.outage and self.outage[0] <= t < self.outage[1]:
@@ -131,31 +133,48 @@ class Server:
 
 
 class Client:
-    def __init__(self, sim: Sim, server: Server, n: int, name: str = "c", semaphore: Optional[int] = None,
-                 metrics: bool = False, **params) -> None:
+    def __init__(self, sim: Sim, server: Server | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
+                 metrics: bool = False, endpoints: Optional[list[dict]] = None, arrival_rate: Optional[float] = None,
+                 payload: Optional[Callable[[int], dict]] = None, **params) -> None:
         """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation.
 
         ``metrics``: read the server's running and waiting counts every 0.5 s, as
-        ``LoadPoller`` reads vLLM's metrics URL.
+        ``LoadPoller`` reads vLLM's metrics URL.  ``server`` may be a list, one per
+        endpoint; ``endpoints``: their config entries beyond the URL (``priority``, ...).
+        ``arrival_rate``: tasks arrive at this rate (per second) instead of all at once.
+        ``payload``: task ``i``'s payload (msgpack-packed as the producer does), else 200 bytes.
         """
-        self.sim, self.server, self.n = sim, server, n
-        ep = {"url": "http://sim", "max_concurrency": semaphore} if semaphore else {"url": "http://sim"}
+        self.sim, self.n = sim, n
+        self.servers = server if isinstance(server, list) else [server]
+        self.server = self.servers[0]
+        extra = endpoints or [{} for _ in self.servers]
+        eps = [{"url": f"http://sim{i}", **x} for i, x in enumerate(extra)]
         if semaphore:
+            eps = [{**e, "max_concurrency": semaphore} for e in eps]
             params["initial_concurrency"] = semaphore
-        self.gate = Gate({"model": "m", "endpoints": [ep], **params})
+        self.gate = Gate({"model": "m", "endpoints": eps, **params})
         self.done_at: list[float] = []
+        self.served: list[tuple[float, int]] = []  # (time, endpoint) of each answer
+        self.sends: list[tuple[float, int]] = []  # (time, endpoint) of each request
         self.limits: list[tuple[float, float]] = []  # (time, the endpoint's limit) after each answer
         self.failed: list[str] = []
+        self.overflow_with_room = 0  # requests sent to a higher tier while a lower tier had room
         self._wake_at = math.inf
-        for i in range(n):
-            self.gate.queue.append(Pending(f"{name}{i}".encode(), "llm_judge", {}, b"x" * 200, None, None, 0.0))
+        tasks = [Pending(f"{name}{i}".encode(), "llm_judge", {}, msgpack.packb(payload(i)) if payload else b"x" * 200,
+                         None, None, 0.0) for i in range(n)]
         if metrics:
             self._poll(sim.t)
-        self.pump(sim.t)
+        if arrival_rate:
+            for i, p in enumerate(tasks):
+                sim.at(sim.t + i / arrival_rate, lambda t, p=p: (self.gate.queue.append(p), self.pump(t)))
+        else:
+            self.gate.queue.extend(tasks)
+            self.pump(sim.t)
 
     def _poll(self, t: float) -> None:
         if not self.finished:
-            self.gate.endpoints[0].load = (float(self.server.busy), float(len(self.server.waiting)), t)
+            for e, srv in zip(self.gate.endpoints, self.servers, strict=True):
+                e.load = (float(srv.busy), float(len(srv.waiting)), t)
             self.sim.at(t + 0.5, self._poll)
 
     def pump(self, t: float) -> None:
@@ -163,21 +182,32 @@ class Client:
         for p, why in failed:
             p.resolved = True
             self.failed.append(why)
+        if any(self.gate.endpoints[p.route].priority > min(e.priority for e in self.gate.endpoints) for p in sent):
+            top = max(self.gate.endpoints[p.route].priority for p in sent)
+            self.overflow_with_room += sum(1 for e in self.gate.endpoints if e.priority < top and e.free(t, 0.0) > 0)
         for p in sent:
-            self.server.arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p: self.sim.at(t_end + TRANSIT_S / 2, lambda tt: self.answer(p, out, tt)))
+            route = p.route
+            self.sends.append((t, route))
+            self.servers[route].arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p, route=route: self.sim.at(
+                t_end + TRANSIT_S / 2, lambda tt: self.answer(p, {**out, "endpoint": route}, tt)), p)
         wake = self.gate.next_wake(t)
         if wake is not None and (wake < self._wake_at or self._wake_at <= t):
             self._wake_at = wake
             self.sim.at(wake, self.pump)
 
     def answer(self, p: Pending, outcome: dict, t: float) -> None:
+        route = p.route
         retry = self.gate.settle(p, outcome, None if outcome["status"] == 200 else f"HTTP {outcome['status']} {outcome['failure']}", t)
         self.limits.append((t, self.gate.endpoints[0].limit.limit))
         if retry:
             self.gate.queue.appendleft(p)
         else:
             p.resolved = True
-            (self.done_at.append(t) if outcome["status"] == 200 else self.failed.append(f"{outcome['status']} {outcome['failure']}"))
+            if outcome["status"] == 200:
+                self.done_at.append(t)
+                self.served.append((t, route))
+            else:
+                self.failed.append(f"{outcome['status']} {outcome['failure']}")
         self.pump(t)
 
     @property
