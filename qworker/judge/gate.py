@@ -184,11 +184,13 @@ class Gate:
             queue.clear()
             return [], refused
         failed: list[tuple[Pending, str]] = []
+        prefix = self.router.routing == "prefix"
         while queue and len(sent) < budget:
             p = queue[0]
             if p.resolved:
                 queue.popleft()
                 self._not_before.pop(p.key, None)
+                self.router.done(p)
                 continue
             until = self._not_before.get(p.key)
             if until is not None:
@@ -200,10 +202,22 @@ class Gate:
                 del self._not_before[p.key]
                 queue.appendleft(p)
             tokens = self._tokens(p)
-            best = self.router.pick(now, tokens, p)
-            if best is None:
-                break
-            queue.popleft()
+            if prefix:
+                got = self.router.pick_prefix(queue, now, tokens, self._eligible)
+                if got is None:
+                    break
+                pos, best = got
+                if pos:  # a task further back whose prefix prefers the replica with room
+                    p = queue[pos]
+                    del queue[pos]
+                else:
+                    queue.popleft()
+            else:
+                picked = self.router.pick(now, tokens, p)
+                if picked is None:
+                    break
+                best = picked
+                queue.popleft()
             if best.down_reason:
                 best.probing = True
             best.take(now, tokens)
@@ -216,6 +230,8 @@ class Gate:
             stuck = self.stuck_error(now)
             log.error("qworker: %s", stuck)
             failed.extend((p, stuck) for p in queue if not p.resolved)
+            for p in queue:
+                self.router.done(p)
             queue.clear()
             return sent, failed
         since = self._all_down_since()
@@ -228,11 +244,16 @@ class Gate:
                 if now - max(since, p.submitted) >= self.dead_after_s:
                     error = error or self.dead_error(now)
                     self._not_before.pop(p.key, None)
+                    self.router.done(p)
                     failed.append((p, error))
                 else:
                     keep.append(p)
             self.queue = keep
         return sent, failed
+
+    def _eligible(self, p: Pending) -> bool:
+        """Whether a waiting task may be sent now (prefix routing's look past the head of the queue)."""
+        return not p.resolved and p.key not in self._not_before
 
     def next_wake(self, now: float) -> Optional[float]:
         """When a delayed task, a cooldown, a probe, pacing or the dead-endpoint bound may let a queued task go."""

@@ -22,17 +22,23 @@ room again: nothing is pinned to the tier it went to last.
   prompt share it) go to the same replica, by consistent hashing of the prefix
   on a ring of ``VNODES`` points per replica, while that replica's load (in
   flight) stays within ``(1 + prefix_balance)`` times the tier's mean load (plus
-  one); past it, or with no room, the task walks on along the ring to the next
+  one) or within ``BALANCE_ABS`` of the least loaded replica (as SGLang's
+  router, which balances only past both a relative and an absolute imbalance: a
+  near-idle fleet must not scatter a group of 16); past it, or with no room, the task walks on along the ring to the next
   replica that qualifies (bounded-load consistent hashing, Mirrokni et al.), so a
-  spilled group also lands together.  ``weight`` does not apply.
+  spilled group also lands together.  ``weight`` does not apply.  When the fleet is
+  saturated, the replica that frees a slot takes the first waiting task (of the
+  first ``LOOKAHEAD``) whose prefix prefers it, rather than the head of the queue:
+  otherwise whichever replica frees first would scatter every group.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from hashlib import blake2b
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import msgpack
 
@@ -44,6 +50,8 @@ __all__ = ["ROUTINGS", "Router", "affinity_text"]
 
 ROUTINGS = ("capacity", "round_robin", "prefix")
 VNODES = 64  # points per replica on the hash ring
+BALANCE_ABS = 16  # prefix routing: nor is a replica over the bound while it holds at most this many more than the least loaded
+LOOKAHEAD = 256  # prefix routing: tasks looked at, from the head of the queue, for one that prefers a replica with room
 DEFAULT_BALANCE = 0.25  # prefix routing: a replica may hold up to 1.25x the mean load (plus one) before tasks spill
 
 
@@ -76,71 +84,104 @@ class Router:
         ring = sorted((_h64(f"{e.url}#{e.index}#{k}".encode()), e.index) for e in endpoints for k in range(VNODES))
         self._ring_keys = [k for k, _ in ring]
         self._ring_eps = [i for _, i in ring]
-        self._affinity: dict[bytes, int] = {}  # task key -> its prefix's hash (kept while the task is routed)
+        self._affinity: dict[bytes, tuple[int, ...]] = {}  # task key -> its prefix's ring order (kept while the task waits or runs)
+        self._orders: dict[int, tuple[int, ...]] = {}  # prefix hash -> ring order
         self.routed = 0
         self.affine = 0  # prefix routing: tasks that went to their prefix's first replica
 
-    def pick(self, now: float, tokens: float, p: Pending) -> Optional[Endpoint]:
-        """The endpoint ``p`` goes to now, or None when no endpoint has room."""
+    def tier_with_room(self, now: float, tokens: float) -> Optional[list[tuple[Endpoint, float]]]:
+        """The lowest tier in which some endpoint has room now, as (endpoint, free) pairs; None when none has."""
         for tier in self.tiers:
             rooms = [(e, e.free(now, tokens)) for e in tier]
-            if not any(r > 0 for _, r in rooms):
-                continue  # saturated or down: the next tier
-            if self.routing == "prefix" and len(tier) > 1:
-                return self._by_prefix(tier, rooms, p)
-            if self.routing == "round_robin":
-                for k in range(len(self.endpoints)):
-                    e = self.endpoints[(self._turn + k) % len(self.endpoints)]
-                    if e.priority == tier[0].priority and e.free(now, tokens) > 0:
-                        self._turn = (e.index + 1) % len(self.endpoints)
-                        return e
-            best, best_room = None, 0.0
-            for e, free in rooms:
-                room = free * e.weight
-                if room > best_room:
-                    best, best_room = e, room
-            return best
+            if any(r > 0 for _, r in rooms):
+                return rooms
         return None
 
-    def _key(self, p: Pending) -> int:
-        h = self._affinity.get(p.key)
-        if h is None:
+    def pick(self, now: float, tokens: float, p: Pending) -> Optional[Endpoint]:
+        """The endpoint ``p`` (at the head of the queue) goes to now, or None when no endpoint has room."""
+        rooms = self.tier_with_room(now, tokens)
+        if rooms is None:
+            return None
+        if self.routing == "prefix" and len(rooms) > 1:
+            return self._spill(rooms, p)
+        if self.routing == "round_robin":
+            tier = {e.index for e, r in rooms if r > 0}
+            for k in range(len(self.endpoints)):
+                i = (self._turn + k) % len(self.endpoints)
+                if i in tier:
+                    self._turn = (i + 1) % len(self.endpoints)
+                    return self.endpoints[i]
+        best, best_room = None, 0.0
+        for e, free in rooms:
+            room = free * e.weight
+            if room > best_room:
+                best, best_room = e, room
+        return best
+
+    def pick_prefix(self, queue: deque[Pending], now: float, tokens: float,
+                    eligible: Callable[[Pending], bool]) -> Optional[tuple[int, Endpoint]]:
+        """Prefix routing: (position in ``queue``, replica) of the task to send now, or None when no replica has room.
+
+        A replica with room takes the first task among the first ``LOOKAHEAD`` whose
+        prefix prefers it (its first replica on the ring that is up and within the load
+        bound); with none, the head of the queue spills to its next replica on the ring
+        that has room.  So a group stays on its replica while the fleet is saturated,
+        when whichever replica frees a slot first would otherwise scatter it.  ``eligible``:
+        whether a task may go now (not resolved, no Retry-After pending).
+        """
+        rooms = self.tier_with_room(now, tokens)
+        if rooms is None:
+            return None
+        if len(rooms) == 1:
+            return 0, rooms[0][0]
+        free = {e.index for e, r in rooms if r > 0}
+        usable = {e.index for e, _ in rooms if not e.down_reason and now >= e.cool_until}
+        load = sum(e.in_flight for e, _ in rooms)
+        bound = max(math.ceil((1.0 + self.balance) * (load + 1) / len(rooms)), min(e.in_flight for e, _ in rooms) + BALANCE_ABS)
+        within = {e.index for e, _ in rooms if e.index in usable and e.in_flight + 1 <= bound}
+        for pos in range(min(LOOKAHEAD, len(queue))):
+            p = queue[pos]
+            if pos and not eligible(p):
+                continue
+            order = self._order(p)
+            first = next((i for i in order if i in within), None)
+            if first is not None and first in free:
+                self.routed += 1
+                self.affine += first == next(i for i in order if i in usable or i in free)
+                return pos, self.endpoints[first]
+        return 0, self._spill(rooms, queue[0])
+
+    def _spill(self, rooms: list[tuple[Endpoint, float]], p: Pending) -> Endpoint:
+        """The first replica with room along ``p``'s ring order (a spilled group lands together)."""
+        free = {e.index for e, r in rooms if r > 0}
+        self.routed += 1
+        return self.endpoints[next(i for i in self._order(p) if i in free)]
+
+    def _order(self, p: Pending) -> tuple[int, ...]:
+        """The replicas in ``p``'s prefix's ring order (every endpoint, each once)."""
+        order = self._affinity.get(p.key)
+        if order is None:
             try:
                 payload = msgpack.unpackb(p.payload, raw=False, strict_map_key=False)
             except (ValueError, TypeError, msgpack.UnpackException):
                 payload = None
-            h = self._affinity[p.key] = _h64(affinity_text(p.params, payload).encode())
-        return h
+            h = _h64(affinity_text(p.params, payload).encode())
+            order = self._orders.get(h)
+            if order is None:
+                start = bisect.bisect_left(self._ring_keys, h)
+                seen: dict[int, None] = {}
+                n = len(self._ring_keys)
+                for k in range(n):
+                    seen.setdefault(self._ring_eps[(start + k) % n])
+                    if len(seen) == len(self.endpoints):
+                        break
+                order = tuple(seen)
+                if len(self._orders) > 65536:
+                    self._orders.clear()
+                self._orders[h] = order
+            self._affinity[p.key] = order
+        return order
 
     def done(self, p: Pending) -> None:
-        """``p`` is answered or handed back: its prefix hash is not kept."""
+        """``p`` is answered, handed back or dropped: its ring order is not kept."""
         self._affinity.pop(p.key, None)
-
-    def _by_prefix(self, tier: list[Endpoint], rooms: list[tuple[Endpoint, float]], p: Pending) -> Optional[Endpoint]:
-        h = self._key(p)
-        members = {e.index: (e, r) for e, r in rooms}
-        load = sum(e.in_flight for e in tier)
-        bound = math.ceil((1.0 + self.balance) * (load + 1) / len(tier))
-        start = bisect.bisect_left(self._ring_keys, h) % len(self._ring_keys)
-        seen: set[int] = set()
-        first = None
-        n = len(self._ring_keys)
-        for k in range(n):
-            i = self._ring_eps[(start + k) % n]
-            if i in seen or i not in members:
-                continue
-            seen.add(i)
-            e, room = members[i]
-            if first is None:
-                first = i
-            if room > 0 and (e.in_flight + 1 <= bound or e.down_reason):
-                self.routed += 1
-                self.affine += i == first
-                return e
-            if len(seen) == len(members):
-                break
-        # Every replica with room is over the bound: the least loaded one with room.
-        e = min((e for e, r in rooms if r > 0), key=lambda e: e.in_flight)
-        self.routed += 1
-        return e
-

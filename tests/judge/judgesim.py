@@ -31,6 +31,8 @@ import msgpack
 
 from qworker._task import Pending
 from qworker.judge.gate import Gate
+from qworker.judge.prefixcache import PrefixCache
+from qworker.rewards.llm_judge import DEFAULT_TEMPLATE, render
 
 TRANSIT_S = 0.002  # producer -> worker -> server and back
 
@@ -48,6 +50,7 @@ class Server:
     tokens_per_reply: Optional[Callable[[random.Random], int]] = None
     outage: Optional[tuple[float, float]] = None
     outage_reply: str = "429"
+    prefix: Optional[PrefixCache] = None  # a replica's prefix cache: the prompt's prefill (what missed) is added to the service
     seed: int = 1
     busy: int = 0
     waiting: list = field(default_factory=list)
@@ -93,10 +96,11 @@ class Server:
         if self.rate is not None:
             self.bucket -= 1.0
         rl = self.ratelimit()
+        text = prompt_of(p) if self.prefix is not None and p is not None else ""
         if self.busy < self.capacity:
-            self._start(sim, t, t, reply, rl)
+            self._start(sim, t, t, reply, rl, text)
         else:
-            self.waiting.append((t, reply, rl))
+            self.waiting.append((t, reply, rl, text))
 
     def _outage_reply(self) -> dict:
         kind = self.outage_reply
@@ -109,9 +113,11 @@ class Server:
         after = None if self.retry_after is None else wait if self.retry_after == "ms" else float(max(1, math.ceil(wait)))
         return {"status": 429, "failure": "", "latency_s": 0.01, "retry_after_s": after, "completion_tokens": None, "ratelimit": self.ratelimit()}
 
-    def _start(self, sim: Sim, arrived: float, t: float, reply, rl) -> None:
+    def _start(self, sim: Sim, arrived: float, t: float, reply, rl, text: str = "") -> None:
         self.busy += 1
         s, tokens = self.service()
+        if self.prefix is not None:
+            s += self.prefix.serve(text)
         self.stats["queued_s"] += t - arrived
         self.waits.append((t, t - arrived))
         self.stats["service_s"] += s
@@ -126,10 +132,15 @@ class Server:
             reply(t_end, {"status": status, "failure": "", "latency_s": t_end - arrived + TRANSIT_S, "retry_after_s": None,
                           "completion_tokens": tokens or 12, "ratelimit": rl})
             if self.waiting:
-                a, r, rl2 = self.waiting.pop(0)
-                self._start(sim, a, t_end, r, rl2)
+                a, r, rl2, text2 = self.waiting.pop(0)
+                self._start(sim, a, t_end, r, rl2, text2)
 
         sim.at(t + s, done)
+
+
+def prompt_of(p: Pending) -> str:
+    """The judge prompt ``llm_judge`` would send for ``p`` (the default template)."""
+    return render(DEFAULT_TEMPLATE, msgpack.unpackb(p.payload), "")
 
 
 class Client:
