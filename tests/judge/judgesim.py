@@ -16,6 +16,18 @@ gate's queue, as the dispatcher puts it.  Servers:
   once, as ``outage_reply`` says: ``"429"`` or ``"503"`` (with a whole-second
   ``Retry-After: 1`` unless ``retry_after`` is None), ``"connect"`` (connection
   refused) or ``"reset"`` (connection reset); requests already in service finish.
+
+Harder than the real thing (off by default, so the older tests keep their servers):
+
+* ``capacity_steps`` = [(t, capacity), ...]: the capacity changes at those times
+  (another tenant arrives, a replica restarts, a provider lowers a tier);
+* ``refusal_latency`` = (lo, hi): a refusal comes back after U(lo, hi) seconds
+  (gateways that queue before refusing: 50-300 ms), not 1-20 ms;
+* ``load_slope``: service time x (1 + load_slope x busy / capacity): latency rises with load;
+* ``quota_per_min``: a per-minute quota in fixed windows (at multiples of 60 s):
+  past it, 429 with Retry-After to the window's end;
+* ``outages`` = [(start, end), ...]: more outages; give several servers the same
+  list for correlated ones.
 """
 
 from __future__ import annotations
@@ -50,6 +62,13 @@ class Server:
     tokens_per_reply: Optional[Callable[[random.Random], int]] = None
     outage: Optional[tuple[float, float]] = None
     outage_reply: str = "429"
+    capacity_steps: Optional[list[tuple[float, int]]] = None
+    refusal_latency: tuple[float, float] = (0.001, 0.02)
+    load_slope: float = 0.0
+    quota_per_min: Optional[int] = None
+    outages: list[tuple[float, float]] = field(default_factory=list)
+    quota_window: int = -1
+    quota_used: int = 0
     prefix: Optional[PrefixCache] = None  # a replica's prefix cache: the prompt's prefill (what missed) is added to the service
     seed: int = 1
     busy: int = 0
@@ -59,6 +78,7 @@ class Server:
     refilled: float = 0.0
     stats: dict = field(default_factory=lambda: {"requests": 0, "served": 0, "refused": 0, "errors": 0, "queued_s": 0.0, "service_s": 0.0})
     waits: list = field(default_factory=list)  # (time service started, seconds queued before it)
+    services: list = field(default_factory=list)  # (time service started, service seconds)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -77,27 +97,46 @@ class Server:
             return None
         return {"requests": {"limit": int(self.rate * 60), "remaining": int(self.bucket), "reset_s": (self.rate - self.bucket) / self.rate}}
 
+    def capacity_at(self, t: float) -> int:
+        cap = self.capacity
+        for at, c in self.capacity_steps or ():
+            if t >= at:
+                cap = c
+        return cap
+
+    def _refused_after(self, t: float) -> float:
+        return t + self.rng.uniform(*self.refusal_latency)
+
     def arrive(self, sim: Sim, t: float, reply: Callable[[float, dict], None], p: Optional[Pending] = None) -> None:
         st = self.stats
         st["requests"] += 1
-        if self.outage and self.outage[0] <= t < self.outage[1]:
+        if any(a <= t < b for a, b in ([self.outage] if self.outage else []) + self.outages):
             st["refused"] += 1
-            return reply(t + self.rng.uniform(0.001, 0.02), self._outage_reply())
+            return reply(self._refused_after(t), self._outage_reply())
+        if self.quota_per_min is not None:
+            window = int(t // 60)
+            if window != self.quota_window:
+                self.quota_window, self.quota_used = window, 0
+            if self.quota_used >= self.quota_per_min:
+                st["refused"] += 1
+                return reply(self._refused_after(t), self._refusal((window + 1) * 60.0 - t))
+            self.quota_used += 1
         if self.rate is not None:
             self.bucket = min(self.rate, self.bucket + (t - self.refilled) * self.rate)
             self.refilled = t
             if self.bucket < 1.0:
                 st["refused"] += 1
                 wait = (1.0 - self.bucket) / self.rate
-                return reply(t + self.rng.uniform(0.001, 0.02), self._refusal(wait))
-        if self.mode == "refuse" and self.busy >= self.capacity:
+                return reply(self._refused_after(t), self._refusal(wait))
+        capacity = self.capacity_at(t)
+        if self.mode == "refuse" and self.busy >= capacity:
             st["refused"] += 1
-            return reply(t + self.rng.uniform(0.001, 0.02), self._refusal(max(0.001, min(self.ends) - t)))
+            return reply(self._refused_after(t), self._refusal(max(0.001, min(self.ends, default=t + self.latency) - t)))
         if self.rate is not None:
             self.bucket -= 1.0
         rl = self.ratelimit()
         text = prompt_of(p) if self.prefix is not None and p is not None else ""
-        if self.busy < self.capacity:
+        if self.busy < capacity:
             self._start(sim, t, t, reply, rl, text)
         else:
             self.waiting.append((t, reply, rl, text))
@@ -116,10 +155,13 @@ class Server:
     def _start(self, sim: Sim, arrived: float, t: float, reply, rl, text: str = "") -> None:
         self.busy += 1
         s, tokens = self.service()
+        if self.load_slope:
+            s *= 1.0 + self.load_slope * self.busy / max(1, self.capacity_at(t))
         if self.prefix is not None:
             s += self.prefix.serve(text)
         self.stats["queued_s"] += t - arrived
         self.waits.append((t, t - arrived))
+        self.services.append((t, s))
         self.stats["service_s"] += s
         self.ends.append(t + s)
 
@@ -131,7 +173,7 @@ class Server:
             status = 503 if error else 200
             reply(t_end, {"status": status, "failure": "", "latency_s": t_end - arrived + TRANSIT_S, "retry_after_s": None,
                           "completion_tokens": tokens or 12, "ratelimit": rl})
-            if self.waiting:
+            if self.waiting and self.busy < self.capacity_at(t_end):
                 a, r, rl2, text2 = self.waiting.pop(0)
                 self._start(sim, a, t_end, r, rl2, text2)
 
@@ -169,6 +211,7 @@ class Client:
         self.sends: list[tuple[float, int]] = []  # (time, endpoint) of each request
         self.limits: list[tuple[float, float]] = []  # (time, the endpoint's limit) after each answer
         self.failed: list[str] = []
+        self.refused_at: list[float] = []  # when each refusal (429, or 503 with Retry-After) came back
         self.overflow_with_room = 0  # requests sent to a higher tier while a lower tier had room
         self._wake_at = math.inf
         tasks = [Pending(f"{name}{i}".encode(), "llm_judge", {}, msgpack.packb(payload(i)) if payload else b"x" * 200,
@@ -208,6 +251,8 @@ class Client:
 
     def answer(self, p: Pending, outcome: dict, t: float) -> None:
         route = p.route
+        if outcome["status"] in (429, 503):
+            self.refused_at.append(t)
         retry = self.gate.settle(p, outcome, None if outcome["status"] == 200 else f"HTTP {outcome['status']} {outcome['failure']}", t)
         self.limits.append((t, self.gate.endpoints[0].limit.limit))
         if retry:
@@ -281,3 +326,46 @@ def run_staggered(server: Server, n: int, starts: list[float], until: float, sim
         sim.t = t
         fn(t)
     return clients
+
+
+class SemaphoreClient:
+    """A hand-set semaphore: ``concurrency`` in flight; a refused request is retried after its Retry-After
+    (else 0.1 s doubling to 2 s) without holding a slot meanwhile, as the bench's aiohttp client does.
+
+    It sends nothing new after ``stop`` (simulated seconds).  Same counters as ``Client``.
+    """
+
+    def __init__(self, sim: Sim, server: Server, n: int, concurrency: int, stop: float = math.inf) -> None:
+        self.sim, self.server, self.n, self.concurrency, self.stop = sim, server, n, concurrency, stop
+        self.done_at: list[float] = []
+        self.refused_at: list[float] = []
+        self.failed: list[str] = []
+        self.in_flight = 0
+        self.ready: list[tuple[float, int, int]] = [(sim.t, i, 0) for i in range(n)]  # (not before, task, refusals so far)
+        heapq.heapify(self.ready)
+        self._wake_at = math.inf
+        self.pump(sim.t)
+
+    def pump(self, t: float) -> None:
+        while self.in_flight < self.concurrency and self.ready and self.ready[0][0] <= t and t < self.stop:
+            _, i, tries = heapq.heappop(self.ready)
+            self.in_flight += 1
+            self.server.arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, i=i, tries=tries: self.sim.at(
+                t_end + TRANSIT_S / 2, lambda tt: self.answer(i, tries, out, tt)))
+        if self.ready and self.ready[0][0] > t and (self.ready[0][0] < self._wake_at or self._wake_at <= t):
+            self._wake_at = self.ready[0][0]
+            self.sim.at(self._wake_at, self.pump)
+
+    def answer(self, i: int, tries: int, out: dict, t: float) -> None:
+        self.in_flight -= 1
+        if out["status"] == 200:
+            self.done_at.append(t)
+        else:
+            self.refused_at.append(t)
+            after = out.get("retry_after_s")
+            heapq.heappush(self.ready, (t + (after if after is not None else min(2.0, 0.1 * 2**tries)), i, tries + 1))
+        self.pump(t)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.done_at) >= self.n or (self.sim.t >= self.stop and not self.in_flight)
