@@ -314,9 +314,13 @@ class Gate:
                 e.streak_since = now
             e.refusal_streak += 1
             e.streak_retry_s = min(e.streak_retry_s, after) if after is not None else e.streak_retry_s
+            e.streak_due = e.streak_promised  # when the streak's earlier refusals said to come back
+            if after is not None:
+                e.streak_promised = max(e.streak_promised, now + min(float(after), MAX_RETRY_AFTER_S))
         elif (status or failure) and (p.routed_at >= e.streak_since or not e.refusal_streak):
             # (an answer to a request sent before the streak began does not end it: the server may be refusing all that is new)
             e.refusal_streak, e.streak_retry_s, e.streak_since = 0, math.inf, math.inf
+            e.streak_promised = e.streak_due = 0.0
         retry = self._classify(e, p, status, failure, latency, after, refused, in_flight, level, outcome, ratelimit, now)
         if not retry:
             return False
@@ -371,7 +375,9 @@ class Gate:
                 e.cool(now + min(MAX_RETRY_AFTER_S, wait), f"{e.refusal_streak} refusals in a row")
                 if after is None:  # the next probe is another task: the refusals of an outage are spread, not one task's
                     self._not_before[p.key] = now + 2 * min(MAX_RETRY_AFTER_S, wait)
-                if now - e.streak_since >= self.dead_after_s:  # refusing everything for that long: down, and dead_after_s applies
+                if now - e.streak_since >= self.dead_after_s and now >= e.streak_due:
+                    # Refusing everything for that long, and past the time its Retry-Afters named (a per-minute quota
+                    # spent until the minute ends is not a dead endpoint): down, and dead_after_s applies
                     e.go_down(f"refused every request for {now - e.streak_since:.0f} s", now)
             return True
         if failure == "timeout":
