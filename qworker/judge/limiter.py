@@ -127,6 +127,9 @@ class AdaptiveLimit:
     high: float = field(init=False, default=0.0)  # the highest level a lone refusal found: a capacity seen before
     _refused_level: float = field(init=False, default=math.inf)  # in flight at the last fresh refusal
     _above_since: float = field(init=False, default=math.inf)  # since when the limit is in use at or above it
+    _regaining: bool = field(init=False, default=False)  # climbing back to ``high``
+    _regain_wait: float = field(init=False, default=2.0)  # round trips of evidence the next climb back wants
+    _lone_level: float = field(init=False, default=-math.inf)  # in flight at the last lone refusal
 
     def __post_init__(self) -> None:
         self.limit = max(self.floor, min(self.ceiling, self.initial))
@@ -249,16 +252,20 @@ class AdaptiveLimit:
             self._above_since = math.inf
         elif self._above_since == math.inf:
             self._above_since = now
-        elif self.limit < self.regain * self.high and now - self._above_since >= self.regain_rtts * self._round_trip():
+        elif self.limit < self.regain * self.high and now - self._above_since >= self._regain_wait * self._round_trip():
             # In use at the level the last refusal came at, for round trips, with no refusal, below a capacity
             # seen before: the capacity came back (a tenant left, a replica returned).  Climb back x2 per round
             # trip to it, as after an outage.
             self._restore_to = self.high
             self.regains += 1
+            self._regaining = True
         if self._restore_to and self._in_use(in_flight):  # back from an outage: x2 per round trip to where it was
             self.limit = min(self.ceiling, self._restore_to, self.limit + 1.0)
             if self.limit >= self._restore_to:
                 self._restore_to = 0.0
+                if self._regaining:  # all of it came back
+                    self._regaining = False
+                    self._regain_wait = self.regain_rtts
             return
         if now - self._last_drop < self._round_trip():
             return  # answers to requests sent before the last drop say nothing about more room
@@ -313,8 +320,14 @@ class AdaptiveLimit:
                 self._overloaded = True
             elif now - self._reacted >= self._round_trip():
                 self._episode_drops = 1  # a lone refusal: one request over the capacity; the cap is the answer
-                self.high = max(self.high, self.last_drop_level)
+                if abs(in_flight - self._lone_level) <= 1.0 + 0.05 * in_flight:
+                    # Two lone refusals in a row at the same level: a concurrency cap (a rate limit refuses at any level)
+                    self.high = max(self.high, self.last_drop_level)
+                self._lone_level = in_flight
             self._refused_level = in_flight
+            if self._regaining:  # refused on the way back: not all of it is back; the next try wants longer evidence
+                self._regaining = False
+                self._regain_wait = min(4 * self.regain_rtts, 2 * self._regain_wait)
             self._reacted = now
         self.cap(in_flight)
 

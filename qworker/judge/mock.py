@@ -34,6 +34,7 @@ It serves ``POST /v1/chat/completions`` on 127.0.0.1 as real judges behave:
   ``hostile(headers, count)`` / ``/admin/headers {"headers", "count"}``: add
   these headers (``x-ratelimit-limit-requests: -1``, ``retry-after: inf``, ...) to
   the next ``count`` replies (every reply when ``count`` is null);
+  ``set_capacity(n)`` / ``/admin/capacity {"capacity"}``: serve ``n`` at once from now on;
   ``giant(count, size)`` / ``/admin/giant {"count", "bytes"}``: the next
   ``count`` answers carry a body of ``size`` bytes (padding in the JSON);
 * a **prefix cache** per server (``prefix_blocks`` > 0, ``judge.prefixcache``:
@@ -158,6 +159,19 @@ class MockJudge(ThreadingHTTPServer):
         with self.lock:
             return self.down_how if now < self.down_until else ""
 
+    def set_capacity(self, capacity: int) -> None:
+        """From now on serve ``capacity`` at once (a tenant arrived, a replica restarted); requests in service finish."""
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, not {capacity}")
+        with self.lock:
+            self.capacity = capacity
+            while self.waiters and len(self.ends) < self.capacity:  # queue mode: more room lets waiting requests start
+                slot = self.waiters.popleft()
+                if self.prefix is not None:
+                    slot[1] += self.prefix.serve(slot[2])
+                self.ends.append(time.monotonic() + slot[1])
+                slot[0].set()
+
     def hostile(self, headers: dict, count: Optional[int] = None) -> None:
         """Add ``headers`` to the next ``count`` replies (all replies when None; ``{}`` stops)."""
         with self.lock:
@@ -263,7 +277,7 @@ class MockJudge(ThreadingHTTPServer):
             if ok:
                 self.held_s += time.monotonic() - started
             self.stats["served" if ok else "errors"] += 1
-            if self.waiters:  # the slot passes to the first in the queue
+            if self.waiters and len(self.ends) < self.capacity:  # the slot passes to the first in the queue
                 slot = self.waiters.popleft()
                 if self.prefix is not None:
                     slot[1] += self.prefix.serve(slot[2])
@@ -346,6 +360,8 @@ class _Handler(BaseHTTPRequestHandler):
                 s.go_down(float(args["seconds"]), str(args.get("how", "503")))
             elif self.path == "/admin/headers":
                 s.hostile({str(k): str(v) for k, v in args["headers"].items()}, args.get("count"))
+            elif self.path == "/admin/capacity":
+                s.set_capacity(int(args["capacity"]))
             elif self.path == "/admin/giant":
                 s.giant(int(args.get("count", 1)), int(args.get("bytes", 20 * 1024 * 1024)))
             else:
