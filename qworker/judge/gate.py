@@ -93,6 +93,7 @@ ROUTING_KEYS = frozenset({
 AUTH_DOWN_S = 60.0
 ERROR_STREAK_DOWN = 5
 MAX_RETRY_AFTER_S = 60.0
+REFUSAL_BACKOFF_S, REFUSAL_BACKOFF_MAX_S = 0.05, 2.0  # a task's second refusal and on: its retry waits this, doubling
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
 STREAK_COOL_FIRST_S, STREAK_COOL_MAX_S = 0.1, 1.0  # a streak of refusals without Retry-After cools the endpoint this long, doubling
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
@@ -328,6 +329,11 @@ class Gate:
             p.throttled += 1
             if p.throttled >= THROTTLED_ATTEMPTS_FACTOR * self.max_attempts:
                 return False
+            if p.throttled >= 2:
+                # Refused again: not the next one sent.  When the capacity drops under what is in flight, every
+                # slot that frees is refused until the server drains; the task at the head would take each of
+                # those refusals and spend its budget in a second.  It waits 0.05 s, doubling to 2 s.
+                after = max(after or 0.0, min(REFUSAL_BACKOFF_MAX_S, REFUSAL_BACKOFF_S * 2 ** (p.throttled - 2)))
         else:
             if e.down_reason and status != 401 and status != 403:
                 pass  # the endpoint is down (this error took it down, or it was): its fault, not the task's; dead_after_s bounds the wait
