@@ -19,6 +19,10 @@ do by hand) and backs off exponentially; qreward (when installed) gets it as
   TWO   two producers x 4 workers on one capacity-64 lognormal endpoint: each one's share
   LATE  a queueing server (batch 64): a second producer starts 8 s after the first; its share
         and the server's queue in the two 10 s windows after, with and without ``metrics_url``
+  STEP  capacity 64 -> 16 -> 64; TENANT: a second tenant takes half of it for 10 s (``_judge_changes``)
+  TIER  priority tiers: a primary (capacity 32) and a fallback (capacity 64, priority 1): the share each served
+  FLEET 8 replicas with prefix caches, GRPO groups of 8 and 16: prefix-affinity routing against
+        free-capacity routing and round-robin (``_judge_fleet``)
 
 It prints throughput (tasks resolved / wall time), 429s as a share of the
 requests the server saw, failed tasks, connections the server accepted, and
@@ -42,6 +46,8 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _judge_changes  # noqa: E402
+import _judge_fleet  # noqa: E402
 from _common import Server, table  # noqa: E402
 
 from qworker import Producer  # noqa: E402
@@ -310,7 +316,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=3, help="runs of each qworker and aiohttp scenario (medians are reported)")
     ap.add_argument("--quick", action="store_true", help="2,000 requests per run, 1 run")
-    ap.add_argument("--only", action="append", default=[], help="run only these scenarios: L64 L64s TB TBh Q64 E5 A B C failover TWO LATE")
+    ap.add_argument("--only", action="append", default=[], help="run only these scenarios: L64 L64s TB TBh Q64 E5 A B C failover TWO LATE STEP TENANT TIER FLEET")
     ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, or a scenario name")
     args = ap.parse_args()
     n, runs = (2000, 1) if args.quick else (args.tasks, args.runs)
@@ -345,6 +351,12 @@ def main() -> None:
     if want("LATE"):
         for metrics in (True, False):
             latecomer(n, metrics)
+    if want("STEP") or want("TENANT"):
+        _judge_changes.changes(n, runs, [x for x in ("STEP", "TENANT") if want(x)])
+    if want("TIER"):
+        _judge_fleet.tiers(n, runs)
+    if want("FLEET"):
+        _judge_fleet.fleet(min(n, 2000), runs)
 
     rows = [r for r in rows if r]
     print("\nthroughput and waste per system: medians over runs; failed and connections are the worst run"

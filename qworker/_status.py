@@ -44,6 +44,7 @@ class EndpointRow(TypedDict):
     in_flight: int
     limit: float
     weight: float
+    priority: int
     requests: int
     ok: int
     status_429: int

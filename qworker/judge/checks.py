@@ -21,6 +21,7 @@ from typing import Optional
 from .._exceptions import ConfigError
 from .endpoint import Endpoint
 from .ratelimit import MAX_DELAY_S, MAX_PER_MINUTE
+from .routing import ROUTINGS
 
 log = logging.getLogger("qworker")
 
@@ -29,8 +30,9 @@ __all__ = ["ENDPOINT_BOUNDS", "ENDPOINT_KEYS", "JUDGE_KEYS", "PARAM_BOUNDS", "ch
 JUDGE_KEYS = frozenset({
     "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
     "score_max", "timeout_s", "connections_per_host", "max_attempts", "ceiling", "initial_concurrency", "dead_after_s", "error_budget",
+    "routing", "prefix_balance",
 })
-ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm", "metrics_url"})
+ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm", "metrics_url", "priority"})
 
 def check(params: dict) -> None:
     """Judge params as the gate reads them: known keys, a model, endpoints, numbers in bounds (``ValueError``/``ConfigError``)."""
@@ -49,6 +51,9 @@ def check(params: dict) -> None:
             _check_number(e, key, *bounds, where=f"endpoints[{i}].")
     for key, bounds in PARAM_BOUNDS.items():
         _check_number(params, key, *bounds)
+    routing = params.get("routing")
+    if routing is not None and routing not in ROUTINGS:
+        raise ConfigError(f"routing = {routing!r}: must be one of {', '.join(ROUTINGS)}")
     req = params.get("request")
     if req is not None and not isinstance(req, dict):
         raise ConfigError(f"request = {req!r}: must be a mapping of request body fields")
@@ -62,10 +67,12 @@ PARAM_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
     "max_attempts": (1, 1000, True, False), "connections_per_host": (1, 65536, True, False),
     "ceiling": (1.0, 1e6, False, False), "initial_concurrency": (1.0, 1e6, False, False),
     "error_budget": (0.0, 1.0, False, False), "score_max": (0.0, 1e12, False, True),
+    "prefix_balance": (0.0, 100.0, False, True),
 }
 ENDPOINT_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
     "weight": (0.0, 1e6, False, True), "max_concurrency": (1, 1e6, True, False),
     "rpm": (0.0, MAX_PER_MINUTE, False, True), "tpm": (0.0, MAX_PER_MINUTE, False, True),
+    "priority": (-1000, 1000, True, False),
 }
 
 

@@ -87,6 +87,8 @@ class Endpoint:
     streak_since: float = math.inf  # when the first refusal of the streak came
     streak_cools: int = 0  # coolings for a streak of refusals without Retry-After since the last answer
     streak_retry_s: float = math.inf  # the shortest Retry-After in the current refusal streak
+    streak_promised: float = 0.0  # the latest time a refusal of the streak said to come back (its Retry-After)
+    streak_due: float = 0.0  # the same, over the streak's refusals before the last one
     errors: deque = field(default_factory=lambda: deque(maxlen=ERROR_WINDOW))  # True: a 5xx, reset or 408
     counts: dict = field(default_factory=lambda: {
         "requests": 0, "ok": 0, "status_429": 0, "timeouts": 0, "connect_errors": 0, "other_errors": 0, "retries": 0})
@@ -95,6 +97,7 @@ class Endpoint:
     load_used: float = 0.0
     down_max_s: float = DOWN_MAX_S  # the longest wait between probes of a down endpoint
     warned_headers: set = field(default_factory=set)  # headers already reported as not believable
+    priority: int = 0  # its tier: lower first (``routing``)
 
     def state(self, now: float) -> str:
         if self.down_reason:

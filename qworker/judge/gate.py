@@ -4,7 +4,8 @@ A task of ``llm_judge`` does not go to a worker when a worker has credit: it
 waits here until one of the judge's endpoints has room under its adaptive
 limit (``limiter``), its pacing (static ``rpm``/``tpm``, and the rates the
 provider's headers announce: ``endpoint``) and any cooldown.  The gate then
-picks the endpoint with the most free capacity (times its ``weight``) and the
+picks the endpoint (``routing``: the lowest priority tier with room, then the
+most free capacity times ``weight``, or by prompt prefix for replicas) and the
 dispatcher sends the task with that endpoint's index.  Every answer's outcome
 comes back here.  Because every worker of every pool is fed by this one
 producer, an endpoint has one limit, not one per process.
@@ -78,6 +79,7 @@ from .checks import check as _check
 from .checks import screen
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
+from .routing import DEFAULT_BALANCE, Router
 
 log = logging.getLogger("qworker")
 
@@ -86,14 +88,15 @@ __all__ = ["AUTH_FAILED_ERROR", "Gate", "JUDGE_REWARD", "ROUTING_KEYS", "hash_pa
 JUDGE_REWARD = "llm_judge"
 # params that choose where and how a call is made, not what it scores: not part of the task hash
 ROUTING_KEYS = frozenset({
-    "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "connections_per_host", "dead_after_s", "error_budget"})
+    "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "connections_per_host", "dead_after_s", "error_budget",
+    "routing", "prefix_balance"})
 AUTH_DOWN_S = 60.0
 ERROR_STREAK_DOWN = 5
 MAX_RETRY_AFTER_S = 60.0
+REFUSAL_BACKOFF_S, REFUSAL_BACKOFF_MAX_S = 0.05, 2.0  # a task's second refusal and on: its retry waits this, doubling
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
 STREAK_COOL_FIRST_S, STREAK_COOL_MAX_S = 0.1, 1.0  # a streak of refusals without Retry-After cools the endpoint this long, doubling
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
-AVOID_FACTOR = 1e-6  # a retried task's room on the endpoint that failed it: another with room goes first
 AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
 OVERLOAD_STATUSES = (503, 529)
 SHORT_RETRY_AFTER = 0.25  # an exact Retry-After up to this fraction of a round trip holds the whole endpoint
@@ -121,11 +124,13 @@ class Gate:
         for i, e in enumerate(params["endpoints"]):
             cap = float(e.get("max_concurrency") or ceiling)
             ep = Endpoint(i, e["url"], float(e.get("weight", 1.0)), AdaptiveLimit(initial=min(initial, cap), ceiling=cap),
-                          Bucket(e["rpm"] / 60.0) if e.get("rpm") else None, Bucket(e["tpm"] / 60.0) if e.get("tpm") else None)
+                          Bucket(e["rpm"] / 60.0) if e.get("rpm") else None, Bucket(e["tpm"] / 60.0) if e.get("tpm") else None,
+                          priority=int(e.get("priority") or 0))
             ep.down_max_s = max(0.5, min(ep.down_max_s, self.dead_after_s / 2))  # a waiting task sees a probe before it fails
             self.endpoints.append(ep)
             if e.get("metrics_url"):
                 LoadPoller(ep, str(e["metrics_url"])).start()
+        self.router = Router(self.endpoints, own["routing"], own["prefix_balance"])
         self.queue: deque[Pending] = deque()
         self._delayed: list[tuple[float, int, Pending]] = []  # (not before, seq, task): refused with Retry-After
         self._seq = 0
@@ -137,7 +142,8 @@ class Gate:
         """The gate's own settings these params ask for (defaults filled in); see ``registry``."""
         return {"max_attempts": int(params.get("max_attempts", 4)), "dead_after_s": float(params.get("dead_after_s", 10.0)),
                 "error_budget": float(params.get("error_budget", 0.15)),
-                "initial_concurrency": float(params.get("initial_concurrency", 32))}
+                "initial_concurrency": float(params.get("initial_concurrency", 32)),
+                "routing": str(params.get("routing", "capacity")), "prefix_balance": float(params.get("prefix_balance", DEFAULT_BALANCE))}
 
     def _tokens(self, p: Pending) -> float:
         return len(p.payload) / 4 + self.completion_tokens  # a rough estimate of the request's tokens
@@ -179,11 +185,13 @@ class Gate:
             queue.clear()
             return [], refused
         failed: list[tuple[Pending, str]] = []
+        prefix = self.router.routing == "prefix"
         while queue and len(sent) < budget:
             p = queue[0]
             if p.resolved:
                 queue.popleft()
                 self._not_before.pop(p.key, None)
+                self.router.done(p)
                 continue
             until = self._not_before.get(p.key)
             if until is not None:
@@ -195,16 +203,22 @@ class Gate:
                 del self._not_before[p.key]
                 queue.appendleft(p)
             tokens = self._tokens(p)
-            best, best_room = None, 0.0
-            for e in self.endpoints:
-                room = e.free(now, tokens) * e.weight
-                if e.index == p.failed_on:
-                    room *= AVOID_FACTOR  # taken only when no other endpoint has room
-                if room > best_room:
-                    best, best_room = e, room
-            if best is None:
-                break
-            queue.popleft()
+            if prefix:
+                got = self.router.pick_prefix(queue, now, tokens, self._eligible)
+                if got is None:
+                    break
+                pos, best = got
+                if pos:  # a task further back whose prefix prefers the replica with room
+                    p = queue[pos]
+                    del queue[pos]
+                else:
+                    queue.popleft()
+            else:
+                picked = self.router.pick(now, tokens, p)
+                if picked is None:
+                    break
+                best = picked
+                queue.popleft()
             if best.down_reason:
                 best.probing = True
             best.take(now, tokens)
@@ -217,6 +231,8 @@ class Gate:
             stuck = self.stuck_error(now)
             log.error("qworker: %s", stuck)
             failed.extend((p, stuck) for p in queue if not p.resolved)
+            for p in queue:
+                self.router.done(p)
             queue.clear()
             return sent, failed
         since = self._all_down_since()
@@ -229,11 +245,16 @@ class Gate:
                 if now - max(since, p.submitted) >= self.dead_after_s:
                     error = error or self.dead_error(now)
                     self._not_before.pop(p.key, None)
+                    self.router.done(p)
                     failed.append((p, error))
                 else:
                     keep.append(p)
             self.queue = keep
         return sent, failed
+
+    def _eligible(self, p: Pending) -> bool:
+        """Whether a waiting task may be sent now (prefix routing's look past the head of the queue)."""
+        return not p.resolved and p.key not in self._not_before
 
     def next_wake(self, now: float) -> Optional[float]:
         """When a delayed task, a cooldown, a probe, pacing or the dead-endpoint bound may let a queued task go."""
@@ -257,6 +278,7 @@ class Gate:
     def forget(self, p: Pending) -> None:
         """A routed task came back unanswered (its worker was lost, or gave it back)."""
         self._sent.pop(p.key, None)
+        self.router.done(p)
         if 0 <= p.route < len(self.endpoints):
             e = self.endpoints[p.route]
             e.in_flight = max(0, e.in_flight - 1)
@@ -269,6 +291,7 @@ class Gate:
         e = self.endpoints[p.route] if 0 <= p.route < len(self.endpoints) else None
         p.route = -1
         seq, level = self._sent.pop(p.key, (0, 0))
+        self.router.done(p)
         if e is None:
             return False
         e.in_flight = max(0, e.in_flight - 1)
@@ -292,9 +315,13 @@ class Gate:
                 e.streak_since = now
             e.refusal_streak += 1
             e.streak_retry_s = min(e.streak_retry_s, after) if after is not None else e.streak_retry_s
+            e.streak_due = e.streak_promised  # when the streak's earlier refusals said to come back
+            if after is not None:
+                e.streak_promised = max(e.streak_promised, now + min(float(after), MAX_RETRY_AFTER_S))
         elif (status or failure) and (p.routed_at >= e.streak_since or not e.refusal_streak):
             # (an answer to a request sent before the streak began does not end it: the server may be refusing all that is new)
             e.refusal_streak, e.streak_retry_s, e.streak_since = 0, math.inf, math.inf
+            e.streak_promised = e.streak_due = 0.0
         retry = self._classify(e, p, status, failure, latency, after, refused, in_flight, level, outcome, ratelimit, now)
         if not retry:
             return False
@@ -302,6 +329,11 @@ class Gate:
             p.throttled += 1
             if p.throttled >= THROTTLED_ATTEMPTS_FACTOR * self.max_attempts:
                 return False
+            if p.throttled >= 2:
+                # Refused again: not the next one sent.  When the capacity drops under what is in flight, every
+                # slot that frees is refused until the server drains; the task at the head would take each of
+                # those refusals and spend its budget in a second.  It waits 0.05 s, doubling to 2 s.
+                after = max(after or 0.0, min(REFUSAL_BACKOFF_MAX_S, REFUSAL_BACKOFF_S * 2 ** (p.throttled - 2)))
         else:
             p.failed_on = e.index
             if e.down_reason and status != 401 and status != 403:
@@ -350,7 +382,9 @@ class Gate:
                 e.cool(now + min(MAX_RETRY_AFTER_S, wait), f"{e.refusal_streak} refusals in a row")
                 if after is None:  # the next probe is another task: the refusals of an outage are spread, not one task's
                     self._not_before[p.key] = now + 2 * min(MAX_RETRY_AFTER_S, wait)
-                if now - e.streak_since >= self.dead_after_s:  # refusing everything for that long: down, and dead_after_s applies
+                if now - e.streak_since >= self.dead_after_s and now >= e.streak_due:
+                    # Refusing everything for that long, and past the time its Retry-Afters named (a per-minute quota
+                    # spent until the minute ends is not a dead endpoint): down, and dead_after_s applies
                     e.go_down(f"refused every request for {now - e.streak_since:.0f} s", now)
             return True
         if failure == "timeout":
@@ -397,7 +431,7 @@ class Gate:
             c = e.counts
             eps.append({
                 "endpoint": e.index, "url": e.url, "model": self.model, "state": e.state(now), "in_flight": e.in_flight,
-                "limit": round(e.limit.limit, 1), "weight": e.weight, "requests": c["requests"], "ok": c["ok"],
+                "limit": round(e.limit.limit, 1), "weight": e.weight, "priority": e.priority, "requests": c["requests"], "ok": c["ok"],
                 "status_429": c["status_429"], "timeouts": c["timeouts"], "connect_errors": c["connect_errors"],
                 "other_errors": c["other_errors"], "retries": c["retries"],
                 "latency_p50_s": round(q[49], 4), "latency_p90_s": round(q[89], 4), "latency_p99_s": round(q[98], 4),

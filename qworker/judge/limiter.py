@@ -91,6 +91,9 @@ class AdaptiveLimit:
     base_samples: int = 128  # answers at the lowest levels that make the base
     stale_base: float = 0.8  # g below this: the base was measured while others loaded the server; rebuilt
     outage_after: int = 8  # refusals, with nothing sent for a round trip answered, that make an outage
+    regain: float = 0.9  # below this share of a capacity seen before (``high``), the limit climbs back to it on evidence
+    regain_rtts: float = 2.0  # the evidence: in use at the last refusal's level for this many round trips without a refusal
+    regains: int = field(init=False, default=0)
     limit: float = field(init=False)
     rtt: float = field(init=False, default=0.0)  # EWMA of successful round trips, seconds
     slow_start: bool = field(init=False, default=True)
@@ -121,6 +124,12 @@ class AdaptiveLimit:
     _held: Optional[tuple] = field(init=False, default=None)  # what held before they began (``_snapshot``)
     _restore_to: float = field(init=False, default=0.0)  # after an outage: climb back x2 per round trip to this
     _recovered_at: float = field(init=False, default=-math.inf)  # refusals of requests sent before this are the outage's
+    high: float = field(init=False, default=0.0)  # the highest level a lone refusal found: a capacity seen before
+    _refused_level: float = field(init=False, default=math.inf)  # in flight at the last fresh refusal
+    _above_since: float = field(init=False, default=math.inf)  # since when the limit is in use at or above it
+    _regaining: bool = field(init=False, default=False)  # climbing back to ``high``
+    _regain_wait: float = field(init=False, default=2.0)  # round trips of evidence the next climb back wants
+    _lone_level: float = field(init=False, default=-math.inf)  # in flight at the last lone refusal
 
     def __post_init__(self) -> None:
         self.limit = max(self.floor, min(self.ceiling, self.initial))
@@ -239,10 +248,24 @@ class AdaptiveLimit:
             self._run, self._run_started, self._held = 0, math.inf, None
         if self._record(rtt, float(level if level is not None else in_flight), tokens) and now - self._load_at > LOAD_FRESH_S:
             self._decide(now)
+        if self.limit < self._refused_level or self.slow_start or self._restore_to or not self._in_use(in_flight):
+            self._above_since = math.inf
+        elif self._above_since == math.inf:
+            self._above_since = now
+        elif self.limit < self.regain * self.high and now - self._above_since >= self._regain_wait * self._round_trip():
+            # In use at the level the last refusal came at, for round trips, with no refusal, below a capacity
+            # seen before: the capacity came back (a tenant left, a replica returned).  Climb back x2 per round
+            # trip to it, as after an outage.
+            self._restore_to = self.high
+            self.regains += 1
+            self._regaining = True
         if self._restore_to and self._in_use(in_flight):  # back from an outage: x2 per round trip to where it was
             self.limit = min(self.ceiling, self._restore_to, self.limit + 1.0)
             if self.limit >= self._restore_to:
                 self._restore_to = 0.0
+                if self._regaining:  # all of it came back
+                    self._regaining = False
+                    self._regain_wait = self.regain_rtts
             return
         if now - self._last_drop < self._round_trip():
             return  # answers to requests sent before the last drop say nothing about more room
@@ -260,7 +283,7 @@ class AdaptiveLimit:
         elif self.limit < below:  # above the knee of a queueing server: one per round trip
             grown = min(self.limit + 1.0 / self.limit, below)
             self._raise_knee(grown)
-        else:  # probe: the same per round trip for every client sharing the endpoint
+        else:  # probe: the same per round trip for every client sharing the endpoint (faster below a capacity seen before)
             grown = self.limit + self.probe / max(1.0, self.limit)
         self.limit = min(self.ceiling, grown)
 
@@ -278,6 +301,7 @@ class AdaptiveLimit:
         self._run += 1
         self._restore_to = 0.0
         self._last_drop = now
+        self._above_since = math.inf
         self._episode_drops += 1
         if sent_at <= self._reacted:  # sent before the last reaction: an echo of the overload it answered
             self._echo_level -= 1
@@ -296,6 +320,14 @@ class AdaptiveLimit:
                 self._overloaded = True
             elif now - self._reacted >= self._round_trip():
                 self._episode_drops = 1  # a lone refusal: one request over the capacity; the cap is the answer
+                if abs(in_flight - self._lone_level) <= 1.0 + 0.05 * in_flight:
+                    # Two lone refusals in a row at the same level: a concurrency cap (a rate limit refuses at any level)
+                    self.high = max(self.high, self.last_drop_level)
+                self._lone_level = in_flight
+            self._refused_level = in_flight
+            if self._regaining:  # refused on the way back: not all of it is back; the next try wants longer evidence
+                self._regaining = False
+                self._regain_wait = min(4 * self.regain_rtts, 2 * self._regain_wait)
             self._reacted = now
         self.cap(in_flight)
 
@@ -341,6 +373,7 @@ class AdaptiveLimit:
         self._queue_free = True
         self._last_cut = self._last_drop = self._reacted = -math.inf
         self.last_drop_level = self.knee_level = math.inf
+        self._refused_level = math.inf
         self._recent.clear()
         self._recent_sum[:] = [0.0, 0.0]
         self._levels.clear()

@@ -34,8 +34,14 @@ It serves ``POST /v1/chat/completions`` on 127.0.0.1 as real judges behave:
   ``hostile(headers, count)`` / ``/admin/headers {"headers", "count"}``: add
   these headers (``x-ratelimit-limit-requests: -1``, ``retry-after: inf``, ...) to
   the next ``count`` replies (every reply when ``count`` is null);
+  ``set_capacity(n)`` / ``/admin/capacity {"capacity"}``: serve ``n`` at once from now on;
   ``giant(count, size)`` / ``/admin/giant {"count", "bytes"}``: the next
-  ``count`` answers carry a body of ``size`` bytes (padding in the JSON).
+  ``count`` answers carry a body of ``size`` bytes (padding in the JSON);
+* a **prefix cache** per server (``prefix_blocks`` > 0, ``judge.prefixcache``:
+  an LRU of prompt blocks, as vLLM's automatic prefix caching keeps): a
+  request's service time is then the prefill of the prompt tokens that missed
+  (``prefill_per_token_s`` each) plus the drawn latency (the decode).  A
+  replica fleet is one mock per replica.
 
 The reply's last line is ``Score: N``, N in 0..10, a hash of the last user
 message (``expected_score``).  ``GET /stats``: requests, served, 429s, errors,
@@ -61,6 +67,8 @@ from email.utils import formatdate
 from hashlib import blake2b
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
+
+from .prefixcache import PrefixCache
 
 __all__ = ["MockJudge", "expected_score", "main"]
 
@@ -97,6 +105,7 @@ class MockJudge(ThreadingHTTPServer):
         p_hang: float = 0.0, api_key: Optional[str] = None, seed: int = 0, queue: bool = False,
         latency_dist: str = "fixed", sigma: float = 0.6, ttft_s: float = 0.02, per_token_s: float = 0.002,
         tokens_mean: int = 150, retry_after: str = "ms", ratelimit_headers: str = "none",
+        prefix_blocks: int = 0, prefill_per_token_s: float = 0.0002,
     ) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.capacity, self.latency_s, self.queue = capacity, latency_s, queue
@@ -109,7 +118,8 @@ class MockJudge(ThreadingHTTPServer):
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.ends: list[float] = []  # finish times of requests in service
-        self.waiters: deque[tuple[threading.Event, float]] = deque()  # queue mode: requests waiting for a slot, in order
+        self.waiters: deque[list] = deque()  # queue mode: [event, service s, prompt] waiting for a slot, in order
+        self.prefix = PrefixCache(blocks=prefix_blocks, prefill_s_per_token=prefill_per_token_s) if prefix_blocks else None
         self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "resets": 0, "max_in_flight": 0, "connections": 0,
                       "metrics_reads": 0, "outage_replies": 0}
         self.held_s = self.queued_s = self.service_s = 0.0
@@ -147,6 +157,19 @@ class MockJudge(ThreadingHTTPServer):
         """How requests are turned away now ("" when they are not)."""
         with self.lock:
             return self.down_how if now < self.down_until else ""
+
+    def set_capacity(self, capacity: int) -> None:
+        """From now on serve ``capacity`` at once (a tenant arrived, a replica restarted); requests in service finish."""
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, not {capacity}")
+        with self.lock:
+            self.capacity = capacity
+            while self.waiters and len(self.ends) < self.capacity:  # queue mode: more room lets waiting requests start
+                slot = self.waiters.popleft()
+                if self.prefix is not None:
+                    slot[1] += self.prefix.serve(slot[2])
+                self.ends.append(time.monotonic() + slot[1])
+                slot[0].set()
 
     def hostile(self, headers: dict, count: Optional[int] = None) -> None:
         """Add ``headers`` to the next ``count`` replies (all replies when None; ``{}`` stops)."""
@@ -216,8 +239,12 @@ class MockJudge(ThreadingHTTPServer):
                             f"anthropic-ratelimit-{kind}-remaining": str(int(b.tokens)), f"anthropic-ratelimit-{kind}-reset": at})
         return out
 
-    def admit(self, tokens: float) -> tuple[int, Optional[float], dict, Optional[threading.Event], float, int, float]:
-        """(status, retry_after_s, headers, event to wait on in queue mode, service s, output tokens, random roll)."""
+    def admit(self, tokens: float, prompt: str = "") -> tuple[int, Optional[float], dict, Optional[list], float, int, float]:
+        """(status, retry_after_s, headers, [event, service s] to wait on in queue mode, service s, output tokens, random roll).
+
+        ``prompt``: the user message, for the prefix cache: its prefill is added to the service time when the
+        request's service starts (at once, or when the queue hands it a slot).
+        """
         now = time.monotonic()
         with self.lock:
             service, n_tokens = self.draw()
@@ -234,9 +261,11 @@ class MockJudge(ThreadingHTTPServer):
                 if not self.queue:
                     self.stats["status_429"] += 1
                     return 429, max(0.001, (min(self.ends) if self.ends else now + self.latency_s) - now), self.headers(now), None, 0.0, 0, roll
-                ev = threading.Event()
-                self.waiters.append((ev, service))
-                return 200, None, self.headers(now), ev, service, n_tokens, roll
+                slot = [threading.Event(), service, prompt]
+                self.waiters.append(slot)
+                return 200, None, self.headers(now), slot, service, n_tokens, roll
+            if self.prefix is not None:
+                service += self.prefix.serve(prompt)
             self.ends.append(now + service)
             self.stats["max_in_flight"] = max(self.stats["max_in_flight"], len(self.ends))
             return 200, None, self.headers(now), None, service, n_tokens, roll
@@ -247,10 +276,12 @@ class MockJudge(ThreadingHTTPServer):
             if ok:
                 self.held_s += time.monotonic() - started
             self.stats["served" if ok else "errors"] += 1
-            if self.waiters:  # the slot passes to the first in the queue
-                ev, service = self.waiters.popleft()
-                self.ends.append(time.monotonic() + service)
-                ev.set()
+            if self.waiters and len(self.ends) < self.capacity:  # the slot passes to the first in the queue
+                slot = self.waiters.popleft()
+                if self.prefix is not None:
+                    slot[1] += self.prefix.serve(slot[2])
+                self.ends.append(time.monotonic() + slot[1])
+                slot[0].set()
 
     def start(self) -> MockJudge:
         self._thread = threading.Thread(target=self.serve_forever, name="mock-judge", daemon=True)
@@ -267,8 +298,8 @@ class MockJudge(ThreadingHTTPServer):
     def _reset_open(self) -> None:
         with self.lock:
             sockets, self.open_sockets = self.open_sockets, []
-            for ev, _ in self.waiters:
-                ev.set()
+            for slot in self.waiters:
+                slot[0].set()
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -302,7 +333,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, {**s.stats, "in_flight": len(s.ends), "waiting": len(s.waiters),
                                  "mean_held_s": round(s.held_s / s.stats["served"], 5) if s.stats["served"] else 0.0,
                                  "mean_queued_s": round(s.queued_s / n, 5) if n else 0.0,
-                                 "mean_service_s": round(s.service_s / n, 5) if n else 0.0})
+                                 "mean_service_s": round(s.service_s / n, 5) if n else 0.0,
+                                 **({"prefix_hit_rate": round(s.prefix.hit_rate(), 5), **s.prefix.stats} if s.prefix else {})})
         elif self.path == "/metrics":
             with s.lock:
                 s.stats["metrics_reads"] += 1
@@ -327,6 +359,8 @@ class _Handler(BaseHTTPRequestHandler):
                 s.go_down(float(args["seconds"]), str(args.get("how", "503")))
             elif self.path == "/admin/headers":
                 s.hostile({str(k): str(v) for k, v in args["headers"].items()}, args.get("count"))
+            elif self.path == "/admin/capacity":
+                s.set_capacity(int(args["capacity"]))
             elif self.path == "/admin/giant":
                 s.giant(int(args.get("count", 1)), int(args.get("bytes", 20 * 1024 * 1024)))
             else:
@@ -372,7 +406,7 @@ class _Handler(BaseHTTPRequestHandler):
             after = {} if s.retry_after == "none" else {"Retry-After": "1"}
             self._send(int(down), {"error": {"message": "the judge is down", "type": "overloaded"}}, {**after, **extra})
             return
-        status, retry_after, headers, wait, service, n_tokens, roll = s.admit(len(body) / 4 + float(req.get("max_tokens") or 16))
+        status, retry_after, headers, wait, service, n_tokens, roll = s.admit(len(body) / 4 + float(req.get("max_tokens") or 16), user)
         extra, giant = s.extras(status == 200)
         if status == 429:
             ra = retry_after or 0.0
@@ -385,7 +419,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(429, {"error": {"message": "Rate limit reached", "type": "rate_limit"}}, {**headers, **extra})
             return
         if wait is not None:
-            wait.wait()
+            wait[0].wait()
+            service = wait[1]
         started = time.monotonic()
         with s.lock:
             s.queued_s += started - arrived
@@ -448,6 +483,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--p-reset", type=float, default=0.0, help="probability of a connection reset instead of an answer")
     ap.add_argument("--p-hang", type=float, default=0.0, help="probability of never answering")
     ap.add_argument("--api-key-env", help="require the key in this environment variable")
+    ap.add_argument("--prefix-blocks", type=int, default=0, help="a prefix cache of this many 64-character blocks (0: none)")
+    ap.add_argument("--prefill-per-token", type=float, default=0.0002, help="prefix cache: seconds of prefill per prompt token that missed")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random draws")
     args = ap.parse_args(argv)
     import os
@@ -459,7 +496,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             port=args.port, capacity=args.capacity, latency_s=args.latency, rpm=args.rpm, tpm=args.tpm, p_error=args.p_error,
             error_status=args.error_status, p_reset=args.p_reset, p_hang=args.p_hang, api_key=key, seed=args.seed, queue=args.queue,
             latency_dist=args.latency_dist, sigma=args.sigma, ttft_s=args.ttft, per_token_s=args.per_token, tokens_mean=args.tokens_mean,
-            retry_after=args.retry_after, ratelimit_headers=args.ratelimit_headers,
+            retry_after=args.retry_after, ratelimit_headers=args.ratelimit_headers, prefix_blocks=args.prefix_blocks,
+            prefill_per_token_s=args.prefill_per_token,
         )
     except OSError as exc:  # a busy port, most often
         print(f"qworker mock-judge: cannot listen on 127.0.0.1:{args.port}: {exc.strerror}; pick another --port", file=sys.stderr)

@@ -21,12 +21,12 @@ from .gate import Gate, identity
 
 __all__ = ["GATE_SETTINGS", "JudgeGates"]
 
-GATE_SETTINGS = ("max_attempts", "dead_after_s", "error_budget", "initial_concurrency")
+GATE_SETTINGS = ("max_attempts", "dead_after_s", "error_budget", "initial_concurrency", "routing", "prefix_balance")
 
 
 def _settings(gate: Gate) -> dict:
     return {"max_attempts": gate.max_attempts, "dead_after_s": gate.dead_after_s, "error_budget": gate.error_budget,
-            "initial_concurrency": gate.initial_concurrency}
+            "initial_concurrency": gate.initial_concurrency, "routing": gate.router.routing, "prefix_balance": gate.router.balance}
 
 
 class JudgeGates:

@@ -151,6 +151,8 @@ def llm_judge(
     initial_concurrency: float = 32,  # the gate's
     dead_after_s: float = 10.0,  # the gate's
     error_budget: float = 0.15,  # the gate's
+    routing: str = "capacity",  # the gate's
+    prefix_balance: float = 0.25,  # the gate's
 ) -> dict:
     if call is None:
         raise ValueError("llm_judge runs only as routed by a producer's judge gate (it was given no endpoint)")

@@ -16,6 +16,18 @@ gate's queue, as the dispatcher puts it.  Servers:
   once, as ``outage_reply`` says: ``"429"`` or ``"503"`` (with a whole-second
   ``Retry-After: 1`` unless ``retry_after`` is None), ``"connect"`` (connection
   refused) or ``"reset"`` (connection reset); requests already in service finish.
+
+Harder than the real thing (off by default, so the older tests keep their servers):
+
+* ``capacity_steps`` = [(t, capacity), ...]: the capacity changes at those times
+  (another tenant arrives, a replica restarts, a provider lowers a tier);
+* ``refusal_latency`` = (lo, hi): a refusal comes back after U(lo, hi) seconds
+  (gateways that queue before refusing: 50-300 ms), not 1-20 ms;
+* ``load_slope``: service time x (1 + load_slope x busy / capacity): latency rises with load;
+* ``quota_per_min``: a per-minute quota in fixed windows (at multiples of 60 s):
+  past it, 429 with Retry-After to the window's end;
+* ``outages`` = [(start, end), ...]: more outages; give several servers the same
+  list for correlated ones.
 """
 
 from __future__ import annotations
@@ -27,8 +39,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import msgpack
+
 from qworker._task import Pending
 from qworker.judge.gate import Gate
+from qworker.judge.prefixcache import PrefixCache
+from qworker.rewards.llm_judge import DEFAULT_TEMPLATE, render
 
 TRANSIT_S = 0.002  # producer -> worker -> server and back
 
@@ -46,6 +62,14 @@ class Server:
     tokens_per_reply: Optional[Callable[[random.Random], int]] = None
     outage: Optional[tuple[float, float]] = None
     outage_reply: str = "429"
+    capacity_steps: Optional[list[tuple[float, int]]] = None
+    refusal_latency: tuple[float, float] = (0.001, 0.02)
+    load_slope: float = 0.0
+    quota_per_min: Optional[int] = None
+    outages: list[tuple[float, float]] = field(default_factory=list)
+    quota_window: int = -1
+    quota_used: int = 0
+    prefix: Optional[PrefixCache] = None  # a replica's prefix cache: the prompt's prefill (what missed) is added to the service
     seed: int = 1
     busy: int = 0
     waiting: list = field(default_factory=list)
@@ -54,6 +78,7 @@ class Server:
     refilled: float = 0.0
     stats: dict = field(default_factory=lambda: {"requests": 0, "served": 0, "refused": 0, "errors": 0, "queued_s": 0.0, "service_s": 0.0})
     waits: list = field(default_factory=list)  # (time service started, seconds queued before it)
+    services: list = field(default_factory=list)  # (time service started, service seconds)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -72,29 +97,49 @@ class Server:
             return None
         return {"requests": {"limit": int(self.rate * 60), "remaining": int(self.bucket), "reset_s": (self.rate - self.bucket) / self.rate}}
 
-    def arrive(self, sim: Sim, t: float, reply: Callable[[float, dict], None]) -> None:
+    def capacity_at(self, t: float) -> int:
+        cap = self.capacity
+        for at, c in self.capacity_steps or ():
+            if t >= at:
+                cap = c
+        return cap
+
+    def _refused_after(self, t: float) -> float:
+        return t + self.rng.uniform(*self.refusal_latency)
+
+    def arrive(self, sim: Sim, t: float, reply: Callable[[float, dict], None], p: Optional[Pending] = None) -> None:
         st = self.stats
         st["requests"] += 1
-        if self.outage and self.outage[0] <= t < self.outage[1]:
+        if any(a <= t < b for a, b in ([self.outage] if self.outage else []) + self.outages):
             st["refused"] += 1
-            return reply(t + self.rng.uniform(0.001, 0.02), self._outage_reply())
+            return reply(self._refused_after(t), self._outage_reply())
+        if self.quota_per_min is not None:
+            window = int(t // 60)
+            if window != self.quota_window:
+                self.quota_window, self.quota_used = window, 0
+            if self.quota_used >= self.quota_per_min:
+                st["refused"] += 1
+                return reply(self._refused_after(t), self._refusal((window + 1) * 60.0 - t))
+            self.quota_used += 1
         if self.rate is not None:
             self.bucket = min(self.rate, self.bucket + (t - self.refilled) * self.rate)
             self.refilled = t
             if self.bucket < 1.0:
                 st["refused"] += 1
                 wait = (1.0 - self.bucket) / self.rate
-                return reply(t + self.rng.uniform(0.001, 0.02), self._refusal(wait))
-        if self.mode == "refuse" and self.busy >= self.capacity:
+                return reply(self._refused_after(t), self._refusal(wait))
+        capacity = self.capacity_at(t)
+        if self.mode == "refuse" and self.busy >= capacity:
             st["refused"] += 1
-            return reply(t + self.rng.uniform(0.001, 0.02), self._refusal(max(0.001, min(self.ends) - t)))
+            return reply(self._refused_after(t), self._refusal(max(0.001, min(self.ends, default=t + self.latency) - t)))
         if self.rate is not None:
             self.bucket -= 1.0
         rl = self.ratelimit()
-        if self.busy < self.capacity:
-            self._start(sim, t, t, reply, rl)
+        text = prompt_of(p) if self.prefix is not None and p is not None else ""
+        if self.busy < capacity:
+            self._start(sim, t, t, reply, rl, text)
         else:
-            self.waiting.append((t, reply, rl))
+            self.waiting.append((t, reply, rl, text))
 
     def _outage_reply(self) -> dict:
         kind = self.outage_reply
@@ -107,11 +152,16 @@ class Server:
         after = None if self.retry_after is None else wait if self.retry_after == "ms" else float(max(1, math.ceil(wait)))
         return {"status": 429, "failure": "", "latency_s": 0.01, "retry_after_s": after, "completion_tokens": None, "ratelimit": self.ratelimit()}
 
-    def _start(self, sim: Sim, arrived: float, t: float, reply, rl) -> None:
+    def _start(self, sim: Sim, arrived: float, t: float, reply, rl, text: str = "") -> None:
         self.busy += 1
         s, tokens = self.service()
+        if self.load_slope:
+            s *= 1.0 + self.load_slope * self.busy / max(1, self.capacity_at(t))
+        if self.prefix is not None:
+            s += self.prefix.serve(text)
         self.stats["queued_s"] += t - arrived
         self.waits.append((t, t - arrived))
+        self.services.append((t, s))
         self.stats["service_s"] += s
         self.ends.append(t + s)
 
@@ -123,39 +173,62 @@ class Server:
             status = 503 if error else 200
             reply(t_end, {"status": status, "failure": "", "latency_s": t_end - arrived + TRANSIT_S, "retry_after_s": None,
                           "completion_tokens": tokens or 12, "ratelimit": rl})
-            if self.waiting:
-                a, r, rl2 = self.waiting.pop(0)
-                self._start(sim, a, t_end, r, rl2)
+            if self.waiting and self.busy < self.capacity_at(t_end):
+                a, r, rl2, text2 = self.waiting.pop(0)
+                self._start(sim, a, t_end, r, rl2, text2)
 
         sim.at(t + s, done)
 
 
+def prompt_of(p: Pending) -> str:
+    """The judge prompt ``llm_judge`` would send for ``p`` (the default template)."""
+    return render(DEFAULT_TEMPLATE, msgpack.unpackb(p.payload), "")
+
+
 class Client:
-    def __init__(self, sim: Sim, server: Server, n: int, name: str = "c", semaphore: Optional[int] = None,
-                 metrics: bool = False, **params) -> None:
+    def __init__(self, sim: Sim, server: Server | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
+                 metrics: bool = False, endpoints: Optional[list[dict]] = None, arrival_rate: Optional[float] = None,
+                 payload: Optional[Callable[[int], dict]] = None, **params) -> None:
         """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation.
 
         ``metrics``: read the server's running and waiting counts every 0.5 s, as
-        ``LoadPoller`` reads vLLM's metrics URL.
+        ``LoadPoller`` reads vLLM's metrics URL.  ``server`` may be a list, one per
+        endpoint; ``endpoints``: their config entries beyond the URL (``priority``, ...).
+        ``arrival_rate``: tasks arrive at this rate (per second) instead of all at once.
+        ``payload``: task ``i``'s payload (msgpack-packed as the producer does), else 200 bytes.
         """
-        self.sim, self.server, self.n = sim, server, n
-        ep = {"url": "http://sim", "max_concurrency": semaphore} if semaphore else {"url": "http://sim"}
+        self.sim, self.n = sim, n
+        self.servers = server if isinstance(server, list) else [server]
+        self.server = self.servers[0]
+        extra = endpoints or [{} for _ in self.servers]
+        eps = [{"url": f"http://sim{i}", **x} for i, x in enumerate(extra)]
         if semaphore:
+            eps = [{**e, "max_concurrency": semaphore} for e in eps]
             params["initial_concurrency"] = semaphore
-        self.gate = Gate({"model": "m", "endpoints": [ep], **params})
+        self.gate = Gate({"model": "m", "endpoints": eps, **params})
         self.done_at: list[float] = []
+        self.served: list[tuple[float, int]] = []  # (time, endpoint) of each answer
+        self.sends: list[tuple[float, int]] = []  # (time, endpoint) of each request
         self.limits: list[tuple[float, float]] = []  # (time, the endpoint's limit) after each answer
         self.failed: list[str] = []
+        self.refused_at: list[float] = []  # when each refusal (429, or 503 with Retry-After) came back
+        self.overflow_with_room = 0  # requests sent to a higher tier while a lower tier had room
         self._wake_at = math.inf
-        for i in range(n):
-            self.gate.queue.append(Pending(f"{name}{i}".encode(), "llm_judge", {}, b"x" * 200, None, None, 0.0))
+        tasks = [Pending(f"{name}{i}".encode(), "llm_judge", {}, msgpack.packb(payload(i)) if payload else b"x" * 200,
+                         None, None, 0.0) for i in range(n)]
         if metrics:
             self._poll(sim.t)
-        self.pump(sim.t)
+        if arrival_rate:
+            for i, p in enumerate(tasks):
+                sim.at(sim.t + i / arrival_rate, lambda t, p=p: (self.gate.queue.append(p), self.pump(t)))
+        else:
+            self.gate.queue.extend(tasks)
+            self.pump(sim.t)
 
     def _poll(self, t: float) -> None:
         if not self.finished:
-            self.gate.endpoints[0].load = (float(self.server.busy), float(len(self.server.waiting)), t)
+            for e, srv in zip(self.gate.endpoints, self.servers, strict=True):
+                e.load = (float(srv.busy), float(len(srv.waiting)), t)
             self.sim.at(t + 0.5, self._poll)
 
     def pump(self, t: float) -> None:
@@ -163,21 +236,34 @@ class Client:
         for p, why in failed:
             p.resolved = True
             self.failed.append(why)
+        if any(self.gate.endpoints[p.route].priority > min(e.priority for e in self.gate.endpoints) for p in sent):
+            top = max(self.gate.endpoints[p.route].priority for p in sent)
+            self.overflow_with_room += sum(1 for e in self.gate.endpoints if e.priority < top and e.free(t, 0.0) > 0)
         for p in sent:
-            self.server.arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p: self.sim.at(t_end + TRANSIT_S / 2, lambda tt: self.answer(p, out, tt)))
+            route = p.route
+            self.sends.append((t, route))
+            self.servers[route].arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p, route=route: self.sim.at(
+                t_end + TRANSIT_S / 2, lambda tt: self.answer(p, {**out, "endpoint": route}, tt)), p)
         wake = self.gate.next_wake(t)
         if wake is not None and (wake < self._wake_at or self._wake_at <= t):
             self._wake_at = wake
             self.sim.at(wake, self.pump)
 
     def answer(self, p: Pending, outcome: dict, t: float) -> None:
+        route = p.route
+        if outcome["status"] in (429, 503):
+            self.refused_at.append(t)
         retry = self.gate.settle(p, outcome, None if outcome["status"] == 200 else f"HTTP {outcome['status']} {outcome['failure']}", t)
         self.limits.append((t, self.gate.endpoints[0].limit.limit))
         if retry:
             self.gate.queue.appendleft(p)
         else:
             p.resolved = True
-            (self.done_at.append(t) if outcome["status"] == 200 else self.failed.append(f"{outcome['status']} {outcome['failure']}"))
+            if outcome["status"] == 200:
+                self.done_at.append(t)
+                self.served.append((t, route))
+            else:
+                self.failed.append(f"{outcome['status']} {outcome['failure']}")
         self.pump(t)
 
     @property
@@ -240,3 +326,46 @@ def run_staggered(server: Server, n: int, starts: list[float], until: float, sim
         sim.t = t
         fn(t)
     return clients
+
+
+class SemaphoreClient:
+    """A hand-set semaphore: ``concurrency`` in flight; a refused request is retried after its Retry-After
+    (else 0.1 s doubling to 2 s) without holding a slot meanwhile, as the bench's aiohttp client does.
+
+    It sends nothing new after ``stop`` (simulated seconds).  Same counters as ``Client``.
+    """
+
+    def __init__(self, sim: Sim, server: Server, n: int, concurrency: int, stop: float = math.inf) -> None:
+        self.sim, self.server, self.n, self.concurrency, self.stop = sim, server, n, concurrency, stop
+        self.done_at: list[float] = []
+        self.refused_at: list[float] = []
+        self.failed: list[str] = []
+        self.in_flight = 0
+        self.ready: list[tuple[float, int, int]] = [(sim.t, i, 0) for i in range(n)]  # (not before, task, refusals so far)
+        heapq.heapify(self.ready)
+        self._wake_at = math.inf
+        self.pump(sim.t)
+
+    def pump(self, t: float) -> None:
+        while self.in_flight < self.concurrency and self.ready and self.ready[0][0] <= t and t < self.stop:
+            _, i, tries = heapq.heappop(self.ready)
+            self.in_flight += 1
+            self.server.arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, i=i, tries=tries: self.sim.at(
+                t_end + TRANSIT_S / 2, lambda tt: self.answer(i, tries, out, tt)))
+        if self.ready and self.ready[0][0] > t and (self.ready[0][0] < self._wake_at or self._wake_at <= t):
+            self._wake_at = self.ready[0][0]
+            self.sim.at(self._wake_at, self.pump)
+
+    def answer(self, i: int, tries: int, out: dict, t: float) -> None:
+        self.in_flight -= 1
+        if out["status"] == 200:
+            self.done_at.append(t)
+        else:
+            self.refused_at.append(t)
+            after = out.get("retry_after_s")
+            heapq.heappush(self.ready, (t + (after if after is not None else min(2.0, 0.1 * 2**tries)), i, tries + 1))
+        self.pump(t)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.done_at) >= self.n or (self.sim.t >= self.stop and not self.in_flight)

@@ -1,0 +1,122 @@
+"""Judge benchmark scenarios for tiers and replica fleets (run from ``bench/judge.py``: TIER, FLEET).
+
+TIER   a primary (capacity 32, lognormal 0.3 s: 107 req/s) at priority 0 and a fallback
+       (capacity 64: 213 req/s) at priority 1: the share each served, with every task
+       submitted at once, and with tasks arriving at 80/s (75% of the primary's ceiling)
+FLEET  8 queueing replicas of one model (batch 8, decode lognormal 0.3 s, a prefix cache:
+       0.2 ms of prefill per prompt token that missed), GRPO-shaped traffic (groups of 8
+       and 16 responses to one 3,000-token judge prompt): prefix-affinity routing against
+       free-capacity routing and round-robin; throughput, prefix-cache hit rate, time at
+       the judge per request, the trainer's p50 latency
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Optional
+
+from _common import Server, free_port, table
+
+from qworker import Producer
+
+LOGNORMAL = ("--latency", "0.3", "--latency-dist", "lognormal", "--sigma", "0.6")
+FILL = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+
+
+def grpo_payloads(n: int, group: int, tag: str, prompt_chars: int = 12000, response_chars: int = 1200) -> list[dict]:
+    """Task i: response i % group to prompt i // group (a GRPO group shares the judge prompt up to the response)."""
+    filler = FILL * (prompt_chars // len(FILL) + 1)
+    rfill = FILL * (response_chars // len(FILL) + 1)
+    return [{"prompt": f"Question {tag}-{i // group}: " + filler[:prompt_chars],
+             "response": f"answer {i // group}.{i % group} " + rfill[:response_chars], "ground_truth": "42"} for i in range(n)]
+
+
+def run(servers: list[Server], payloads: list[dict], eps_extra: list[dict], judge_extra: dict, workers: int = 4,
+        pace: Optional[Callable[[int], float]] = None) -> dict:
+    """One producer scoring ``payloads`` on ``servers``; ``pace(i)``: when (s after the start) task i is submitted (None: all at once)."""
+    eps = [{"url": s.url, **x} for s, x in zip(servers, eps_extra, strict=True)]
+    cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": eps, "timeout_s": 60, "ceiling": 512, **judge_extra}}}
+    with Producer(local_workers=workers, config=cfg) as p:
+        p.wait_for_workers(workers, timeout=60)
+        t0 = time.monotonic()
+        if pace is None:
+            futures = p.submit_batch("llm_judge", payloads)
+        else:
+            futures = []
+            for i in range(0, len(payloads), 8):
+                time.sleep(max(0.0, t0 + pace(i) - time.monotonic()))
+                futures.extend(p.submit_batch("llm_judge", payloads[i:i + 8]))
+        results = p.gather(futures, timeout=900)
+        elapsed = time.monotonic() - t0
+    failed = [r for r in results if not r.ok]
+    stats = [s.stats() for s in servers]
+    return {"elapsed_s": elapsed, "completed": len(results) - len(failed), "failed": len(failed), "stats": stats,
+            "p50_latency_s": statistics.median(r.latency_s for r in results),
+            "first_error": failed[0].error if failed else None}
+
+
+def tiers(n: int, runs: int) -> list[list[object]]:
+    rows = []
+    for mode in ("all at once", "80/s arriving"):
+        got = []
+        for seed in range(1, runs + 1):
+            servers = [Server(free_port(), *LOGNORMAL, "--capacity", "32", seed=seed),
+                       Server(free_port(), *LOGNORMAL, "--capacity", "64", seed=seed + 100)]
+            try:
+                out = run(servers, [{"prompt": f"Q tier{seed}-{i}", "response": f"a {i}", "ground_truth": "y"} for i in range(n)],
+                          [{"priority": 0}, {"priority": 1}], {}, pace=None if mode == "all at once" else (lambda i: i / 80.0))
+            finally:
+                for s in servers:
+                    s.stop()
+            served = [s["served"] for s in out["stats"]]
+            requests = sum(s["requests"] for s in out["stats"])
+            got.append({"rate": out["completed"] / out["elapsed_s"], "primary": served[0] / max(1, sum(served)),
+                        "r429": sum(s["status_429"] for s in out["stats"]) / max(1, requests), "failed": out["failed"]})
+            print(f"  TIER ({mode}), seed {seed}: {got[-1]['rate']:.0f} req/s, primary served {got[-1]['primary']:.1%}, "
+                  f"fallback {1 - got[-1]['primary']:.1%}, 429s {got[-1]['r429']:.2%}, failed {out['failed']}", flush=True)
+        med = lambda k, got=got: statistics.median(g[k] for g in got)  # noqa: E731
+        rows.append([f"TIER: {mode}", len(got), f"{med('rate'):.0f}", f"{med('primary'):.1%}", f"{1 - med('primary'):.1%}",
+                     f"{med('r429'):.2%}", max(g["failed"] for g in got)])
+    print("\nTIER: primary capacity 32 (107 req/s) at priority 0, fallback capacity 64 (213 req/s) at priority 1; medians")
+    print(table(["run", "runs", "req/s", "primary served", "fallback served", "429s / requests", "failed"], rows))
+    return rows
+
+
+FLEET_ARGS = (*LOGNORMAL, "--capacity", "8", "--queue", "--prefix-blocks", "20000", "--prefill-per-token", "0.0002")
+ROUTINGS = ("prefix", "capacity", "round_robin")
+
+
+def fleet(n: int, runs: int, replicas: int = 8) -> None:
+    rows, ratios = [], []
+    for group in (8, 16):
+        got: dict[str, list[dict]] = {r: [] for r in ROUTINGS}
+        for seed in range(1, runs + 1):
+            for routing in ROUTINGS:  # paired: the same seeds for every routing
+                servers = [Server(free_port(), *FLEET_ARGS, seed=100 * seed + i) for i in range(replicas)]
+                try:
+                    eps = [{"metrics_url": f"http://127.0.0.1:{s.port}/metrics"} for s in servers]
+                    out = run(servers, grpo_payloads(n, group, f"g{group}s{seed}"), eps, {"routing": routing})
+                finally:
+                    for s in servers:
+                        s.stop()
+                st = out["stats"]
+                served = sum(s["served"] for s in st)
+                r = {"rate": out["completed"] / out["elapsed_s"], "failed": out["failed"], "p50": out["p50_latency_s"],
+                     "hit": sum(s["hit_tokens"] for s in st) / max(1, sum(s["prompt_tokens"] for s in st)),
+                     "judge_s": sum((s["mean_queued_s"] + s["mean_service_s"]) * s["served"] for s in st) / max(1, served)}
+                got[routing].append(r)
+                print(f"  FLEET groups of {group}, seed {seed}, {routing}: {r['rate']:.0f} req/s, hit rate {r['hit']:.1%}, "
+                      f"at the judge {r['judge_s']:.3f} s/request, p50 latency {r['p50']:.2f} s, failed {r['failed']}", flush=True)
+        for routing in ROUTINGS:
+            med = lambda k, rr=got[routing]: statistics.median(g[k] for g in rr)  # noqa: E731
+            rows.append([f"FLEET g{group}: {routing}", len(got[routing]), f"{med('rate'):.0f}", f"{med('hit'):.1%}",
+                         f"{med('judge_s'):.3f}", f"{med('p50'):.2f}", max(g["failed"] for g in got[routing])])
+        for other in ("capacity", "round_robin"):
+            paired = [a["rate"] / b["rate"] for a, b in zip(got["prefix"], got[other], strict=True)]
+            ratios.append([f"FLEET g{group}: prefix / {other}", f"{statistics.median(paired):.2f}x",
+                           ", ".join(f"{x:.2f}" for x in paired)])
+    print(f"\nFLEET: {replicas} queueing replicas (batch 8, decode lognormal 0.3 s, prefix cache, 0.2 ms prefill per missed token), "
+          f"{n} tasks, GRPO groups, 3,000-token judge prompt + 300-token response; medians of {runs} with paired seeds")
+    print(table(["run", "runs", "req/s", "prefix hit rate", "at the judge s/req", "p50 latency s", "failed"], rows))
+    print(table(["routing", "throughput ratio (median)", "per seed"], ratios))

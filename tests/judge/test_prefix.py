@@ -1,0 +1,147 @@
+"""Prefix-affinity routing over a fleet of replicas with prefix caches (simulated time), and the prefix-cache model."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import urllib.request
+from collections import Counter, defaultdict
+
+import msgpack
+import pytest
+
+from qworker._task import Pending
+from qworker.judge.gate import Gate
+from qworker.judge.mock import MockJudge
+from qworker.judge.prefixcache import PrefixCache
+from qworker.judge.routing import affinity_text
+
+from .judgesim import Client, Server, Sim
+
+FILL = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+
+
+def grpo(group: int, prompt_chars: int = 12000, response_chars: int = 1200):
+    """Task i: response i % group to prompt i // group (a GRPO group shares the judge prompt up to the response)."""
+    def payload(i: int) -> dict:
+        g, k = divmod(i, group)
+        return {"prompt": f"Question {g}: " + (FILL * (prompt_chars // len(FILL) + 1))[:prompt_chars],
+                "response": f"answer {g}.{k} " + (FILL * (response_chars // len(FILL) + 1))[:response_chars], "ground_truth": "42"}
+    return payload
+
+
+def fleet(routing: str, group: int, n: int = 3000, replicas: int = 8, seed: int = 1, arrival_rate=None) -> tuple[float, float, Client, list[Server]]:
+    """(answers/s, prefix-cache hit rate, client, servers): queueing replicas (batch 16, decode 0.3 s lognormal) with prefix caches."""
+    servers = [Server(mode="queue", capacity=16, latency=0.3, sigma=0.6, seed=100 * seed + i,
+                      prefix=PrefixCache(blocks=20000, prefill_s_per_token=0.0002)) for i in range(replicas)]
+    sim = Sim()
+    c = Client(sim, servers, n, payload=grpo(group), metrics=True, routing=routing, arrival_rate=arrival_rate)
+    end = sim.run([c])
+    hit = sum(s.prefix.stats["hit_tokens"] for s in servers) / sum(s.prefix.stats["prompt_tokens"] for s in servers)
+    assert not c.failed and len(c.done_at) == n
+    return n / end, hit, c, servers
+
+
+def mean_judge_s(servers: list[Server]) -> float:
+    """Mean seconds a request spent at the judge (queued + served)."""
+    return sum(s.stats["queued_s"] + s.stats["service_s"] for s in servers) / sum(s.stats["served"] for s in servers)
+
+
+def test_the_prefix_cache_hits_leading_blocks_and_evicts_the_least_recent():
+    c = PrefixCache(blocks=8, prefill_s_per_token=0.001, block_chars=64)
+    a, b = "A" * 256 + "x" * 64, "A" * 256 + "y" * 64  # 4 shared blocks, 1 own
+    assert c.serve(a) == pytest.approx(0.08)  # 320 chars = 80 tokens, all missed
+    assert c.serve(b) == pytest.approx(0.016)  # only its last block
+    assert c.hit_rate() == pytest.approx(64 / 160)
+    c.serve("B" * 640)  # 10 blocks: more than the cache holds, evicting all of a's
+    assert c.serve(a) == pytest.approx(0.08)
+    assert len(c.lru) == 8
+
+
+def test_the_affinity_text_is_the_prompt_up_to_the_response():
+    payload = grpo(8)(3)
+    text = affinity_text({}, payload)
+    assert "Question 0:" in text and "answer 0." not in text and text.endswith("Model's answer:\n")
+    assert affinity_text({}, grpo(8)(5)) == text != affinity_text({}, grpo(8)(9))
+    # a template that starts with the response shares nothing before it
+    assert affinity_text({"prompt_template": "{response}\n{prompt}"}, payload) == "\x00"
+    assert affinity_text({"prompt_template": "no placeholders"}, payload).endswith(payload["prompt"])
+
+
+def test_a_group_goes_to_one_replica_when_the_fleet_has_room():
+    _, hit, c, _ = fleet("prefix", 8, n=1600, arrival_rate=100)
+    groups = defaultdict(set)
+    for i, (_, route) in enumerate(c.sends):  # nothing waits, so sends are in submission order: task i is in group i // 8
+        groups[i // 8].add(route)
+    together = sum(1 for s in groups.values() if len(s) == 1) / len(groups)
+    # the rest were split by the load bound (a replica 16 over the least loaded one)
+    assert together > 0.75
+    assert hit > 0.7  # of at most 7/8 of the shared prefix's share of the prompt (0.79)
+    assert fleet("round_robin", 8, n=1600, arrival_rate=100)[1] < 0.05
+
+
+@pytest.mark.parametrize("group", [8, 16])
+def test_prefix_affinity_beats_round_robin_and_free_capacity_on_grpo_groups(group):
+    ratios, hits = [], []
+    for seed in (1, 2, 3):  # paired: each routing meets the same servers' draws
+        rates = {r: fleet(r, group, seed=seed) for r in ("prefix", "round_robin", "capacity")}
+        ratios.append(min(rates["prefix"][0] / rates["round_robin"][0], rates["prefix"][0] / rates["capacity"][0]))
+        hits.append((rates["prefix"][1], rates["round_robin"][1]))
+        assert mean_judge_s(rates["prefix"][3]) <= mean_judge_s(rates["round_robin"][3])  # equal or better latency
+    assert statistics.median(ratios) >= 1.3, (ratios, hits)
+    assert all(p > r + 0.2 for p, r in hits)
+
+
+def test_one_hot_prefix_is_spread_by_the_load_bound():
+    servers = [Server(mode="queue", capacity=16, latency=0.3, sigma=0.6, seed=i, prefix=PrefixCache()) for i in range(4)]
+    sim = Sim()
+    c = Client(sim, servers, 3000, payload=grpo(10**6), metrics=True, routing="prefix")  # one prompt for all
+    sim.run([c])
+    shares = Counter(route for _, route in c.served)
+    assert not c.failed and len(shares) == 4
+    assert min(shares.values()) / len(c.served) > 0.15
+
+
+def test_a_replica_that_goes_down_hands_its_groups_on_and_nothing_fails():
+    servers = [Server(mode="queue", capacity=16, latency=0.3, sigma=0.6, seed=i, prefix=PrefixCache(),
+                      outage=(3.0, 8.0) if i == 0 else None, outage_reply="connect") for i in range(4)]
+    sim = Sim()
+    c = Client(sim, servers, 4000, payload=grpo(8), metrics=True, routing="prefix")
+    sim.run([c])
+    assert not c.failed and len(c.done_at) == 4000
+    assert len([t for t, route in c.sends if route == 0 and 3.5 < t < 8.0]) <= 8  # probes only
+    assert [t for t, route in c.served if route == 0 and t > 9.0]  # back after the outage
+
+
+def test_prefix_routing_sends_each_task_once_and_each_group_to_one_replica():
+    g = Gate({"model": "m", "endpoints": [{"url": f"http://r{i}"} for i in range(4)], "routing": "prefix"})
+    tasks = [Pending(bytes([i]) * 16, "llm_judge", {}, msgpack.packb(grpo(4)(i)), None, None, 0.0) for i in range(64)]
+    g.queue.extend(tasks)
+    sent, failed = g.admit(0.0, 10**6)
+    assert not failed and len(sent) == 64 and len({p.key for p in sent}) == 64
+    by_group = defaultdict(set)
+    for i, p in enumerate(tasks):
+        by_group[i // 4].add(p.route)
+    assert all(len(s) == 1 for s in by_group.values())
+
+
+def test_the_mock_judge_serves_cached_prefixes_faster():
+    judge = MockJudge(capacity=8, latency_s=0.01, prefix_blocks=1000, prefill_per_token_s=0.0005).start()
+    try:
+        def ask(text: str) -> None:
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}).encode()
+            req = urllib.request.Request(judge.url, body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 200
+                r.read()
+        shared = "Q" * 4000
+        ask(shared + "first answer")
+        ask(shared + "second answer")
+        with urllib.request.urlopen(judge.url.replace("/v1/chat/completions", "/stats"), timeout=5) as r:
+            stats = json.load(r)
+        assert stats["prompts"] == 2 and stats["hits"] == 1
+        assert 0.45 < stats["prefix_hit_rate"] < 0.5
+        # the miss paid ~1000 tokens of prefill (0.5 s), the hit only its own tail
+        assert stats["mean_service_s"] < 0.5
+    finally:
+        judge.stop()
