@@ -125,7 +125,8 @@ class AdaptiveLimit:
     _restore_to: float = field(init=False, default=0.0)  # after an outage: climb back x2 per round trip to this
     _recovered_at: float = field(init=False, default=-math.inf)  # refusals of requests sent before this are the outage's
     high: float = field(init=False, default=0.0)  # the highest level a lone refusal found: a capacity seen before
-    _refused_level: float = field(init=False, default=math.inf)  # in flight at the last fresh refusal
+    refused_level: float = field(init=False, default=math.inf)  # in flight at the last fresh refusal
+    refusals: int = field(init=False, default=0)  # fresh refusals so far (not echoes, not an outage's)
     _above_since: float = field(init=False, default=math.inf)  # since when the limit is in use at or above it
     _regaining: bool = field(init=False, default=False)  # climbing back to ``high``
     _regain_wait: float = field(init=False, default=2.0)  # round trips of evidence the next climb back wants
@@ -248,7 +249,7 @@ class AdaptiveLimit:
             self._run, self._run_started, self._held = 0, math.inf, None
         if self._record(rtt, float(level if level is not None else in_flight), tokens) and now - self._load_at > LOAD_FRESH_S:
             self._decide(now)
-        if self.limit < self._refused_level or self.slow_start or self._restore_to or not self._in_use(in_flight):
+        if self.limit < self.refused_level or self.slow_start or self._restore_to or not self._in_use(in_flight):
             self._above_since = math.inf
         elif self._above_since == math.inf:
             self._above_since = now
@@ -324,12 +325,28 @@ class AdaptiveLimit:
                     # Two lone refusals in a row at the same level: a concurrency cap (a rate limit refuses at any level)
                     self.high = max(self.high, self.last_drop_level)
                 self._lone_level = in_flight
-            self._refused_level = in_flight
+            self.refused_level = in_flight
+            self.refusals += 1
             if self._regaining:  # refused on the way back: not all of it is back; the next try wants longer evidence
                 self._regaining = False
                 self._regain_wait = min(4 * self.regain_rtts, 2 * self._regain_wait)
             self._reacted = now
         self.cap(in_flight)
+
+    def adopt(self, level: float, high: float, regain: float = 0.0) -> None:
+        """What other producers of the endpoint learnt (``peers``): their largest limit ``level``, taken
+        before this limit's first answer; the highest capacity they saw (``high``); and ``regain``, the
+        level one of them climbs back to as capacity returned, which this limit climbs to as well."""
+        if self.rtt == 0.0 and not self.drops and level > self.limit:
+            self.limit = min(self.ceiling, level)
+        self.high = max(self.high, min(self.ceiling, high))
+        if regain > self.limit and not self._restore_to and not self.slow_start:
+            self._restore_to = min(self.ceiling, regain)
+            self._regaining = True
+
+    def regaining_to(self) -> float:
+        """The level this limit climbs back to as capacity returned (0: not climbing so)."""
+        return self._restore_to if self._regaining else 0.0
 
     def cap(self, in_flight: int) -> None:
         """The refused request's slot is not reused until something finishes."""
@@ -373,7 +390,7 @@ class AdaptiveLimit:
         self._queue_free = True
         self._last_cut = self._last_drop = self._reacted = -math.inf
         self.last_drop_level = self.knee_level = math.inf
-        self._refused_level = math.inf
+        self.refused_level = math.inf
         self._recent.clear()
         self._recent_sum[:] = [0.0, 0.0]
         self._levels.clear()
