@@ -122,6 +122,9 @@ def format_status(status: Status) -> str:
                 f"    {e['url'][:44]:<44} {e['state'][:20]:<20} {e['in_flight']:>9} {e['limit']:>6.1f} {e['ok']:>8} "
                 f"{e['status_429']:>6} {errors:>6} {e['latency_p50_s']:>6.3f} {e['latency_p99_s']:>6.3f}"
             )
+            if e.get("other_producers"):
+                lines.append(f"      shared with {e['other_producers']} other producer(s) on this host: "
+                             f"this one may hold {e['share']:.0f} of the limit {e['limit']:.1f}")
     return "\n".join(lines)
 
 

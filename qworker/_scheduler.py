@@ -309,6 +309,8 @@ class Scheduler:
 
     def _admit(self, now: float) -> None:
         """Move tasks whose endpoint has room from the gates to the front of the queue."""
+        for gate in self.gates:
+            gate.tick(now)
         budget = sum(w.credit for w in self.fleet.with_credit()) - len(self.queue)
         if budget <= 0:
             return

@@ -59,6 +59,8 @@ class EndpointRow(TypedDict):
     error_share: float
     paced_rpm: Optional[float]
     cool_reason: str
+    other_producers: int  # producers on this host that share the endpoint (``judge.peers``)
+    share: float  # what this producer may hold of the limit (the limit itself when alone)
 
 
 class JudgeStatus(TypedDict):

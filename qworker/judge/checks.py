@@ -30,7 +30,7 @@ __all__ = ["ENDPOINT_BOUNDS", "ENDPOINT_KEYS", "JUDGE_KEYS", "PARAM_BOUNDS", "ch
 JUDGE_KEYS = frozenset({
     "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
     "score_max", "timeout_s", "connections_per_host", "max_attempts", "ceiling", "initial_concurrency", "dead_after_s", "error_budget",
-    "routing", "prefix_balance",
+    "routing", "prefix_balance", "coordinate",
 })
 ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm", "metrics_url", "priority"})
 
@@ -54,6 +54,9 @@ def check(params: dict) -> None:
     routing = params.get("routing")
     if routing is not None and routing not in ROUTINGS:
         raise ConfigError(f"routing = {routing!r}: must be one of {', '.join(ROUTINGS)}")
+    coordinate = params.get("coordinate")
+    if coordinate is not None and not isinstance(coordinate, bool):
+        raise ConfigError(f"coordinate = {coordinate!r}: must be true or false")
     req = params.get("request")
     if req is not None and not isinstance(req, dict):
         raise ConfigError(f"request = {req!r}: must be a mapping of request body fields")

@@ -98,6 +98,8 @@ class Endpoint:
     down_max_s: float = DOWN_MAX_S  # the longest wait between probes of a down endpoint
     warned_headers: set = field(default_factory=set)  # headers already reported as not believable
     priority: int = 0  # its tier: lower first (``routing``)
+    peers: list = field(default_factory=list)  # other producers' fresh notes on this endpoint (``peers.Note``), from ``peers.Peers``
+    turn: int = 0  # this producer's place among those with tasks waiting, for the odd requests of an even split (``peers``)
 
     def state(self, now: float) -> str:
         if self.down_reason:
@@ -117,7 +119,31 @@ class Endpoint:
         for b, is_tokens in self.buckets():
             if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
                 return 0.0
-        return max(0.0, math.floor(self.limit.limit) - self.in_flight)
+        return max(0.0, math.floor(self.share()) - self.in_flight)
+
+    def total_in_flight(self) -> int:
+        """Requests in flight to this endpoint from every producer that shares it (``peers``): what its limit is judged against."""
+        return self.in_flight + sum(n.in_flight for n in self.peers)
+
+    def share(self) -> float:
+        """What this producer may hold: its limit, or with peers (``peers``) an even share.
+
+        With peers, the endpoint's limit is the lowest among the producers with tasks
+        waiting (the most cautious reading of the same server); those producers split
+        the whole requests of what the others hold apart evenly, the odd ones going
+        in turn (``turn``), and none takes more than the limit leaves after what every
+        other producer holds now.  At least 1: a producer holding nothing may always
+        send one request (its answer is how its limit learns).
+        """
+        if not self.peers:
+            return self.limit.limit
+        wanting = [n for n in self.peers if n.wants]
+        idle = sum(n.in_flight for n in self.peers if not n.wants)
+        limit = min([self.limit.limit, *(n.limit for n in wanting)])
+        others = sum(n.in_flight for n in self.peers)
+        whole, n = max(0, math.floor(limit - idle)), 1 + len(wanting)
+        even = whole // n + (1 if self.turn < whole % n else 0)
+        return max(1.0, min(even, limit - others))
 
     def blocked(self, now: float, tokens: float) -> str:
         """Why this endpoint has no room now (for an error message)."""
@@ -130,7 +156,8 @@ class Endpoint:
         for b, is_tokens in self.buckets():
             if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
                 return f"paced by {names[id(b)]} at {b.rate * 60:g}/min, {b.tokens:g} left, never refilling"
-        return f"limit {self.limit.limit:g}, {self.in_flight} in flight, weight {self.weight:g}"
+        peers = f", {len(self.peers)} other producers holding {self.total_in_flight() - self.in_flight}" if self.peers else ""
+        return f"limit {self.limit.limit:g}, {self.in_flight} in flight{peers}, weight {self.weight:g}"
 
     def ready_at(self, now: float, tokens: float) -> Optional[float]:
         """When pacing next lets a request go (None: pacing does not hold it)."""
@@ -231,3 +258,5 @@ class LoadPoller(threading.Thread):
                 ep.load = (load[0], load[1], time.monotonic())
             del ep
             time.sleep(max(0.0, self.interval_s - (time.monotonic() - t0)))
+
+

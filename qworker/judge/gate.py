@@ -79,6 +79,7 @@ from .checks import check as _check
 from .checks import screen
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
+from .peers import Board, Peers
 from .routing import DEFAULT_BALANCE, Router
 
 log = logging.getLogger("qworker")
@@ -89,7 +90,7 @@ JUDGE_REWARD = "llm_judge"
 # params that choose where and how a call is made, not what it scores: not part of the task hash
 ROUTING_KEYS = frozenset({
     "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "connections_per_host", "dead_after_s", "error_budget",
-    "routing", "prefix_balance"})
+    "routing", "prefix_balance", "coordinate"})
 AUTH_DOWN_S = 60.0
 ERROR_STREAK_DOWN = 5
 MAX_RETRY_AFTER_S = 60.0
@@ -111,7 +112,8 @@ def identity(params: dict) -> str:
 
 
 class Gate:
-    def __init__(self, params: dict) -> None:
+    def __init__(self, params: dict, *, board: Optional[Board] = None) -> None:
+        """``board``: where producers sharing these endpoints leave notes (``peers``); None: this gate keeps to itself."""
         _check(params)
         self.model = str(params["model"])
         own = self.settings(params)
@@ -131,6 +133,7 @@ class Gate:
             if e.get("metrics_url"):
                 LoadPoller(ep, str(e["metrics_url"])).start()
         self.router = Router(self.endpoints, own["routing"], own["prefix_balance"])
+        self.peers = Peers(board, self.endpoints) if board is not None else None
         self.queue: deque[Pending] = deque()
         self._delayed: list[tuple[float, int, Pending]] = []  # (not before, seq, task): refused with Retry-After
         self._seq = 0
@@ -143,7 +146,8 @@ class Gate:
         return {"max_attempts": int(params.get("max_attempts", 4)), "dead_after_s": float(params.get("dead_after_s", 10.0)),
                 "error_budget": float(params.get("error_budget", 0.15)),
                 "initial_concurrency": float(params.get("initial_concurrency", 32)),
-                "routing": str(params.get("routing", "capacity")), "prefix_balance": float(params.get("prefix_balance", DEFAULT_BALANCE))}
+                "routing": str(params.get("routing", "capacity")), "prefix_balance": float(params.get("prefix_balance", DEFAULT_BALANCE)),
+                "coordinate": bool(params.get("coordinate", True))}
 
     def _tokens(self, p: Pending) -> float:
         return len(p.payload) / 4 + self.completion_tokens  # a rough estimate of the request's tokens
@@ -176,6 +180,7 @@ class Gate:
     def admit(self, now: float, budget: int) -> tuple[list[Pending], list[tuple[Pending, str]]]:
         """(tasks to send now, each with ``route`` set; (task, error) to fail now: no endpoint can take them)."""
         self._release_due(now)
+        self.tick(now)
         sent: list[Pending] = []
         queue = self.queue
         if not queue:
@@ -222,7 +227,7 @@ class Gate:
             if best.down_reason:
                 best.probing = True
             best.take(now, tokens)
-            self._sent[p.key] = (best.sent, best.in_flight)
+            self._sent[p.key] = (best.sent, best.total_in_flight())
             p.route, p.routed_at = best.index, now
             sent.append(p)
         if queue and len(sent) < budget and not self._delayed and not any(e.in_flight for e in self.endpoints) \
@@ -252,6 +257,11 @@ class Gate:
             self.queue = keep
         return sent, failed
 
+    def tick(self, now: float) -> None:
+        """Trade notes with the other producers of these endpoints, when due (``peers``); the scheduler calls it every turn."""
+        if self.peers is not None:
+            self.peers.tick(now, bool(self.queue or self._delayed))
+
     def _eligible(self, p: Pending) -> bool:
         """Whether a waiting task may be sent now (prefix routing's look past the head of the queue)."""
         return not p.resolved and p.key not in self._not_before
@@ -271,6 +281,8 @@ class Gate:
             since = self._all_down_since()
             if since is not None:
                 times.append(max(since, min(p.submitted for p in self.queue)) + self.dead_after_s)
+            if self.peers is not None and any(e.peers for e in self.endpoints):
+                times.append(self.peers.due)  # the next notes may give this producer a larger share
         future = [t for t in times if t > now]
         return min(future) if future else None
 
@@ -301,7 +313,7 @@ class Gate:
         status, failure = int(outcome.get("status") or 0), outcome.get("failure") or ""
         latency = float(outcome.get("latency_s") or 0.0)
         after, ratelimit = screen(e, outcome)
-        in_flight = e.in_flight + 1
+        in_flight = e.total_in_flight() + 1  # the endpoint's load when this answer came, every producer's
         if error:
             e.last_error = error[:200]
         e.learn(ratelimit, now, p.routed_at, seq, self._tokens(p))
@@ -419,7 +431,7 @@ class Gate:
         load = e.load
         if load is not None and load[2] > e.load_used and now - load[2] < LOAD_FRESH_S:
             e.load_used = load[2]
-            e.limit.on_server_load(load[0], load[1], e.in_flight, now)
+            e.limit.on_server_load(load[0], load[1], e.total_in_flight(), now)
 
     # reporting --------------------------------------------------------------
     def snapshot(self, now: float) -> JudgeStatus:
@@ -437,5 +449,6 @@ class Gate:
                 "latency_p50_s": round(q[49], 4), "latency_p90_s": round(q[89], 4), "latency_p99_s": round(q[98], 4),
                 "latency_gradient": round(e.limit.gradient, 3), "error_share": round(e.error_share(), 4),
                 "paced_rpm": paced, "cool_reason": e.cool_reason if now < e.cool_until else "",
+                "other_producers": len(e.peers), "share": round(e.share(), 1),
             })
         return {"model": self.model, "queued": len(self.queue), "delayed": len(self._delayed), "endpoints": eps}

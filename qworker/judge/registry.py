@@ -14,25 +14,30 @@ endpoint's limit into two limits that each believe they own it.
 from __future__ import annotations
 
 import threading
+from typing import Optional
 
 from .._exceptions import ConfigError
 from .checks import check
 from .gate import Gate, identity
+from .peers import Board, default_board
 
 __all__ = ["GATE_SETTINGS", "JudgeGates"]
 
-GATE_SETTINGS = ("max_attempts", "dead_after_s", "error_budget", "initial_concurrency", "routing", "prefix_balance")
+GATE_SETTINGS = ("max_attempts", "dead_after_s", "error_budget", "initial_concurrency", "routing", "prefix_balance", "coordinate")
 
 
 def _settings(gate: Gate) -> dict:
     return {"max_attempts": gate.max_attempts, "dead_after_s": gate.dead_after_s, "error_budget": gate.error_budget,
-            "initial_concurrency": gate.initial_concurrency, "routing": gate.router.routing, "prefix_balance": gate.router.balance}
+            "initial_concurrency": gate.initial_concurrency, "routing": gate.router.routing, "prefix_balance": gate.router.balance,
+            "coordinate": gate.peers is not None}
 
 
 class JudgeGates:
-    def __init__(self) -> None:
+    def __init__(self, board: Optional[Board] = None) -> None:
+        """``board``: where gates with ``coordinate`` (the default) trade notes with other producers (default: ``peers.default_board``)."""
         self._gates: dict[str, Gate] = {}
         self._lock = threading.Lock()
+        self._board = board
 
     def for_params(self, params: dict) -> Gate:
         """The gate of the judge these params call; a bad judge config, or one at odds with the gate's settings, is a ``ConfigError``."""
@@ -41,7 +46,10 @@ class JudgeGates:
             gate = self._gates.get(ident)
             if gate is None:
                 try:
-                    gate = self._gates[ident] = Gate(params)
+                    board = None
+                    if Gate.settings(params)["coordinate"]:
+                        board = self._board = self._board or default_board()
+                    gate = self._gates[ident] = Gate(params, board=board)
                 except (ValueError, TypeError, KeyError) as exc:
                     raise ConfigError(f"llm_judge: {exc}") from None
                 return gate

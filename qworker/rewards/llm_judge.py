@@ -153,6 +153,7 @@ def llm_judge(
     error_budget: float = 0.15,  # the gate's
     routing: str = "capacity",  # the gate's
     prefix_balance: float = 0.25,  # the gate's
+    coordinate: bool = True,  # the gate's
 ) -> dict:
     if call is None:
         raise ValueError("llm_judge runs only as routed by a producer's judge gate (it was given no endpoint)")

@@ -43,6 +43,7 @@ import msgpack
 
 from qworker._task import Pending
 from qworker.judge.gate import Gate
+from qworker.judge.peers import MemoryBoard
 from qworker.judge.prefixcache import PrefixCache
 from qworker.rewards.llm_judge import DEFAULT_TEMPLATE, render
 
@@ -188,7 +189,7 @@ def prompt_of(p: Pending) -> str:
 class Client:
     def __init__(self, sim: Sim, server: Server | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
                  metrics: bool = False, endpoints: Optional[list[dict]] = None, arrival_rate: Optional[float] = None,
-                 payload: Optional[Callable[[int], dict]] = None, **params) -> None:
+                 payload: Optional[Callable[[int], dict]] = None, board: Optional[MemoryBoard] = None, **params) -> None:
         """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation.
 
         ``metrics``: read the server's running and waiting counts every 0.5 s, as
@@ -196,6 +197,7 @@ class Client:
         endpoint; ``endpoints``: their config entries beyond the URL (``priority``, ...).
         ``arrival_rate``: tasks arrive at this rate (per second) instead of all at once.
         ``payload``: task ``i``'s payload (msgpack-packed as the producer does), else 200 bytes.
+        ``board``: the notes board this client's gate shares with the others (``peers``), on simulated time.
         """
         self.sim, self.n = sim, n
         self.servers = server if isinstance(server, list) else [server]
@@ -205,7 +207,7 @@ class Client:
         if semaphore:
             eps = [{**e, "max_concurrency": semaphore} for e in eps]
             params["initial_concurrency"] = semaphore
-        self.gate = Gate({"model": "m", "endpoints": eps, **params})
+        self.gate = Gate({"model": "m", "endpoints": eps, **params}, board=board)
         self.done_at: list[float] = []
         self.served: list[tuple[float, int]] = []  # (time, endpoint) of each answer
         self.sends: list[tuple[float, int]] = []  # (time, endpoint) of each request

@@ -1,0 +1,210 @@
+"""Producers on one host that share a judge endpoint without a service (``judge.peers``), in simulated time.
+
+Targets (issue 21): a producer that starts while another holds the whole
+endpoint gets an even share (within 25%) within 30 s, on a refusing cap, a token
+bucket and a queueing server without a metrics URL; a producer alone runs
+exactly as without notes.  Without the board the latecomer gets 2-8%.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import time
+
+import pytest
+
+from qworker import ConfigError
+from qworker.judge.gate import Gate
+from qworker.judge.peers import REMOVE_S, STALE_S, DirBoard, MemoryBoard, Note, endpoint_key
+from qworker.judge.registry import JudgeGates
+
+from . import judgesim
+from .judgesim import Server, Sim
+
+LATE = 20.0
+
+
+def servers(seed: int) -> dict[str, Server]:
+    return {
+        "refuse": Server(capacity=64, latency=0.3, sigma=0.6, seed=seed),
+        "refuse-slowly": Server(capacity=64, latency=0.3, sigma=0.6, seed=seed, retry_after="s", refusal_latency=(0.05, 0.3),
+                                load_slope=0.2),
+        "bucket": Server(rate=150, latency=0.3, sigma=0.6, seed=seed, retry_after="s"),
+        "queue": Server(mode="queue", capacity=64, latency=0.3, sigma=0.6, seed=seed),
+    }
+
+
+def staggered(server: Server, starts: list[float], n: list[int], until: float, shared: bool = True) -> list[judgesim.Client]:
+    sim = Sim()
+    board = MemoryBoard(clock=lambda: sim.t) if shared else None
+    clients: list[judgesim.Client] = []
+    for i, (at, count) in enumerate(zip(starts, n, strict=True)):
+        sim.at(at, lambda t, i=i, count=count: clients.append(judgesim.Client(sim, server, count, name=f"c{i}-", board=board)))
+    while sim.events and sim.events[0][0] <= until:
+        t, _, fn = heapq.heappop(sim.events)
+        sim.t = t
+        fn(t)
+    return clients
+
+
+def shares(clients: list[judgesim.Client], lo: float, hi: float) -> tuple[list[float], float]:
+    """(each client's share of the answers in (lo, hi], answers/s)."""
+    counts = [sum(1 for x in c.done_at if lo < x <= hi) for c in clients]
+    return [c / max(1, sum(counts)) for c in counts], sum(counts) / (hi - lo)
+
+
+def refused(clients: list[judgesim.Client], lo: float, hi: float) -> float:
+    n = sum(1 for c in clients for x in c.done_at if lo < x <= hi)
+    r = sum(1 for c in clients for x in c.refused_at if lo < x <= hi)
+    return r / max(1, n + r)
+
+
+ALLOWED = {"refuse": 64 / 0.3, "refuse-slowly": 64 / 0.3 / 1.2, "bucket": 150.0, "queue": 64 / 0.3}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["refuse", "refuse-slowly", "bucket", "queue"])
+def test_a_latecomer_gets_an_even_share_within_30_s(kind, seed):
+    server = servers(seed)[kind]
+    clients = staggered(server, [0.0, LATE], [60000, 60000], until=LATE + 30.0)
+    (first, late), _ = shares(clients, LATE + 25.0, LATE + 30.0)
+    assert 0.375 <= late <= 0.625, (first, late)
+    _, rate = shares(clients, LATE + 20.0, LATE + 30.0)
+    assert rate >= 0.9 * ALLOWED[kind], rate  # together they still use the endpoint
+    assert refused(clients, LATE, LATE + 30.0) <= 0.02
+    if kind == "queue":  # and the queue stays short: both judge it against the whole load
+        waits = [w for t, w in server.waits if LATE + 10.0 < t <= LATE + 30.0]
+        assert sum(waits) / len(waits) <= 0.25 * 0.3
+
+
+def test_without_the_board_the_latecomer_starves():
+    # The defect the board answers (and what ``coordinate: false`` still does)
+    clients = staggered(servers(1)["refuse"], [0.0, LATE], [60000, 60000], until=LATE + 30.0, shared=False)
+    (_, late), _ = shares(clients, LATE + 25.0, LATE + 30.0)
+    assert late < 0.15
+
+
+@pytest.mark.parametrize("kind", ["refuse", "bucket", "queue"])
+def test_three_producers_split_in_thirds_and_the_rest_take_back_what_one_leaves(kind):
+    server = servers(1)[kind]
+    clients = staggered(server, [0.0, 10.0, 20.0], [60000, 60000, 1500], until=90.0)
+    thirds, _ = shares(clients, 25.0, 30.0)
+    assert all(0.25 <= s <= 0.42 for s in thirds), thirds
+    gone = max(clients[2].done_at)
+    assert len(clients[2].done_at) == 1500 and gone < 80.0
+    halves, rate = shares(clients[:2], gone + 3.0, gone + 8.0)
+    assert all(0.375 <= s <= 0.625 for s in halves), halves
+    assert rate >= 0.9 * ALLOWED[kind]
+
+
+@pytest.mark.parametrize("kind", ["refuse", "bucket", "queue"])
+def test_a_producer_alone_runs_exactly_as_without_the_board(kind):
+    alone = staggered(servers(2)[kind], [0.0], [6000], until=3600.0, shared=False)[0]
+    with_board = staggered(servers(2)[kind], [0.0], [6000], until=3600.0, shared=True)[0]
+    assert with_board.done_at == alone.done_at and with_board.refused_at == alone.refused_at
+
+
+def gate_with(board, url: str = "http://judge") -> Gate:
+    return Gate({"model": "m", "endpoints": [{"url": url}]}, board=board)
+
+
+def test_a_note_that_stops_coming_is_not_counted():
+    clock = [0.0]
+    board = MemoryBoard(clock=lambda: clock[0])
+    key = endpoint_key("http://judge")
+    board.publish(key, Note("other", 40, 64.0, True, 0.0))
+    g = gate_with(board)
+    e = g.endpoints[0]
+    e.limit.limit = 64.0
+    g.tick(0.0)
+    assert len(e.peers) == 1 and e.share() == 24  # 64 less the 40 the other holds now
+    clock[0] = STALE_S + 0.1
+    g.tick(1.0)
+    assert e.peers == [] and e.share() == 64
+
+
+def test_shares_count_only_producers_with_tasks_waiting():
+    board = MemoryBoard(clock=lambda: 0.0)
+    key = endpoint_key("http://judge")
+    board.publish(key, Note("busy", 20, 60.0, True, 0.0))
+    board.publish(key, Note("idle", 4, 64.0, False, 0.0))  # holds 4, wants no more
+    g = gate_with(board)
+    e = g.endpoints[0]
+    e.limit.limit = 64.0
+    g.tick(0.0)
+    # the lowest limit among those that want more (60), less what the idle one holds, split between two
+    assert e.share() == 28
+    assert e.total_in_flight() == 24
+
+
+def test_a_joining_producer_starts_from_its_peers_limit_and_capacity():
+    board = MemoryBoard(clock=lambda: 0.0)
+    board.publish(endpoint_key("http://judge"), Note("there", 60, 63.5, True, 0.0, high=64.0))
+    g = gate_with(board)
+    g.tick(0.0)
+    lim = g.endpoints[0].limit
+    assert lim.limit == 63.5 and lim.high == 64.0
+
+
+def test_dir_board_notes_pass_between_gates_and_old_ones_are_removed(tmp_path):
+    a, b = gate_with(DirBoard(str(tmp_path))), gate_with(DirBoard(str(tmp_path)))
+    a.endpoints[0].in_flight = 7
+    a.queue.append(object())  # type: ignore[arg-type]  # tasks waiting: it wants more
+    a.tick(0.0)
+    b.tick(0.0)
+    (note,) = b.endpoints[0].peers
+    assert note.in_flight == 7 and note.wants and note.producer == a.peers.producer
+    folder = tmp_path / endpoint_key("http://judge")
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
+    assert "judge" not in "".join(p.read_text() for p in folder.iterdir())  # counts and a hash, no URL
+    (folder / "garbage.json").write_text("{not json")
+    old = time.time() - REMOVE_S - 5
+    os.utime(folder / "garbage.json", (old, old))
+    b.peers.due = 0.0
+    b.tick(1.0)
+    assert len(b.endpoints[0].peers) == 1 and not (folder / "garbage.json").exists()
+
+
+def test_a_board_that_fails_turns_sharing_off_once_and_dispatch_goes_on(tmp_path, caplog):
+    class FullDisk(MemoryBoard):
+        calls = 0
+
+        def publish(self, key, note):
+            FullDisk.calls += 1
+            raise OSError(28, "No space left on device")
+
+    g = gate_with(FullDisk())
+    caplog.set_level(logging.WARNING, logger="qworker")
+    g.tick(0.0)
+    g.tick(10.0)
+    assert FullDisk.calls == 1 and g.peers.board is None
+    assert [r.getMessage() for r in caplog.records if "share board failed" in r.getMessage()] == [
+        "qworker: judge endpoints' share board failed ([Errno 28] No space left on device); this producer now keeps its own "
+        "limits, unaware of other producers on this host"]
+    assert g.endpoints[0].free(0.0, 10.0) == 32  # its own limit, as alone
+
+
+def test_a_board_directory_open_to_others_is_refused(tmp_path, caplog):
+    root = tmp_path / "judges"
+    root.mkdir(mode=0o777)
+    os.chmod(root, 0o777)
+    g = gate_with(DirBoard(str(root)))
+    g.tick(0.0)
+    assert g.peers.board is None
+    assert any("closed to others" in r.getMessage() for r in caplog.records)
+
+
+def test_coordinate_is_checked_and_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("QWORKER_RUNTIME_DIR", str(tmp_path))
+    gates = JudgeGates()
+    on = gates.for_params({"model": "m", "endpoints": [{"url": "http://a"}]})
+    off = gates.for_params({"model": "m", "endpoints": [{"url": "http://b"}], "coordinate": False})
+    assert on.peers is not None and off.peers is None
+    with pytest.raises(ConfigError, match="coordinate = 'yes': must be true or false"):
+        gates.for_params({"model": "m", "endpoints": [{"url": "http://c"}], "coordinate": "yes"})
+    with pytest.raises(ConfigError, match="coordinate False"):
+        gates.for_params({"model": "m", "endpoints": [{"url": "http://a"}], "coordinate": False})
+    on.tick(0.0)
+    assert (tmp_path / "judges" / endpoint_key("http://a")).is_dir()
