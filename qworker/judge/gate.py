@@ -8,13 +8,14 @@ picks the endpoint (``routing``: the lowest priority tier with room, then the
 most free capacity times ``weight``, or by prompt prefix for replicas) and the
 dispatcher sends the task with that endpoint's index.  Every answer's outcome
 comes back here.  Because every worker of every pool is fed by this one
-producer, an endpoint has one limit, not one per process.
+producer, an endpoint has one limit, not one per process; other producers on
+this host that call the same endpoint share it evenly through notes (``peers``).
 
-The dispatcher drives it with four calls, all on its own thread:
+The dispatcher drives it with five calls, all on its own thread:
 ``admit(now, budget) -> (sent, failed)``, ``settle(p, outcome, error, now) ->
-retry?``, ``forget(p)`` and ``next_wake(now) -> time or None``.
+retry?``, ``forget(p)``, ``next_wake(now) -> time or None`` and ``tick(now)``.
 
-After an answer the gate decides:
+After an answer the gate decides (``outcome``):
 
 =====================================  ===========================================
 200                                    done (a reply with no score fails: ``bad_result``)
@@ -79,6 +80,7 @@ from .checks import check as _check
 from .checks import screen
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
+from .outcome import AUTH_DOWN_S, MAX_RETRY_AFTER_S, classify
 from .peers import Board, Peers
 from .routing import DEFAULT_BALANCE, Router
 
@@ -91,16 +93,11 @@ JUDGE_REWARD = "llm_judge"
 ROUTING_KEYS = frozenset({
     "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "connections_per_host", "dead_after_s", "error_budget",
     "routing", "prefix_balance", "coordinate"})
-AUTH_DOWN_S = 60.0
-ERROR_STREAK_DOWN = 5
-MAX_RETRY_AFTER_S = 60.0
 REFUSAL_BACKOFF_S, REFUSAL_BACKOFF_MAX_S = 0.05, 2.0  # a task's second refusal and on: its retry waits this, doubling
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
-STREAK_COOL_FIRST_S, STREAK_COOL_MAX_S = 0.1, 1.0  # a streak of refusals without Retry-After cools the endpoint this long, doubling
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
 AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
 OVERLOAD_STATUSES = (503, 529)
-SHORT_RETRY_AFTER = 0.25  # an exact Retry-After up to this fraction of a round trip holds the whole endpoint
 
 
 def hash_params(params: dict) -> dict:
@@ -334,8 +331,11 @@ class Gate:
             # (an answer to a request sent before the streak began does not end it: the server may be refusing all that is new)
             e.refusal_streak, e.streak_retry_s, e.streak_since = 0, math.inf, math.inf
             e.streak_promised = e.streak_due = 0.0
-        retry = self._classify(e, p, status, failure, latency, after, refused, in_flight, level, outcome, ratelimit, now)
-        if not retry:
+        verdict = classify(e, self.endpoints, p, status, failure, latency, after, refused, in_flight, level, outcome, ratelimit, now,
+                           dead_after_s=self.dead_after_s, error_budget=self.error_budget)
+        if verdict.park_until is not None:
+            self._not_before[p.key] = verdict.park_until
+        if not verdict.again:
             return False
         if refused:  # the limiter's business: these have a budget of their own
             p.throttled += 1
@@ -363,69 +363,6 @@ class Gate:
         if after:  # the dispatcher puts it back at the front of the queue; admit parks it until then
             self._not_before[p.key] = max(self._not_before.get(p.key, 0.0), now + min(float(after), MAX_RETRY_AFTER_S))
         return True
-
-    def _classify(self, e: Endpoint, p: Pending, status: int, failure: str, latency: float, after: Optional[float],
-                  refused: bool, in_flight: int, level: int, outcome: dict, ratelimit: Optional[dict], now: float) -> bool:
-        if status == 200:
-            e.counts["ok"] += 1
-            e.latencies.append(latency)
-            if e.down_reason and p.routed_at >= e.down_since:  # a probe: an answer to a request sent before it went down is old news
-                e.come_back()
-            e.error_streak, e.streak_cools = 0, 0
-            e.limit.on_success(latency, in_flight, now, level=level or in_flight, tokens=outcome.get("completion_tokens"))
-            return False
-        if refused:
-            e.counts["status_429" if status == 429 else "other_errors"] += 1
-            e.limit.on_drop(in_flight, now, sent_at=p.routed_at)
-            e.probing = False
-            rl = (ratelimit or {}).get("requests") or {}
-            if rl.get("remaining") == 0:  # the quota says the whole endpoint is out
-                rate = rl["limit"] / 60.0 if rl.get("limit") else 1.0
-                e.cool(now + min(MAX_RETRY_AFTER_S, after if after is not None else 1.0 / rate), "quota spent")
-            elif after is not None and after != int(after) and after <= SHORT_RETRY_AFTER * e.limit.rtt:  # rtt 0 (no answer yet): never
-                # Exact (not whole seconds) and short: when the server's next slot or token comes
-                # (a token bucket's next refill).  Sending before then is refused too.
-                e.cool(now + after, "retry-after")
-            elif e.refusal_streak >= max(8, e.limit.limit / 2):
-                # Refused across the board (an outage, or an overload the limit did not answer): the whole endpoint
-                # waits, for the shortest Retry-After of the streak, else 0.1 s doubling to 1 s; then one probe.
-                wait = e.streak_retry_s if e.streak_retry_s < math.inf else min(STREAK_COOL_MAX_S, STREAK_COOL_FIRST_S * 2**e.streak_cools)
-                e.streak_cools += 1
-                e.cool(now + min(MAX_RETRY_AFTER_S, wait), f"{e.refusal_streak} refusals in a row")
-                if after is None:  # the next probe is another task: the refusals of an outage are spread, not one task's
-                    self._not_before[p.key] = now + 2 * min(MAX_RETRY_AFTER_S, wait)
-                if now - e.streak_since >= self.dead_after_s and now >= e.streak_due:
-                    # Refusing everything for that long, and past the time its Retry-Afters named (a per-minute quota
-                    # spent until the minute ends is not a dead endpoint): down, and dead_after_s applies
-                    e.go_down(f"refused every request for {now - e.streak_since:.0f} s", now)
-            return True
-        if failure == "timeout":
-            e.counts["timeouts"] += 1
-            # A request that hangs now and then says nothing about load (the latency statistics see a
-            # server that queues); timeouts cut the limit only when errors are over the budget.
-            if e.error_share() > self.error_budget:
-                e.limit.on_drop(in_flight, now, sent_at=p.routed_at, timeout=True)
-            e.probing = False
-            return True
-        straggler = bool(e.down_reason) and p.routed_at < e.down_since  # sent before it went down: already counted
-        if failure == "connect":
-            e.counts["connect_errors"] += 1
-            if not straggler:
-                e.go_down("unreachable", now)
-            return True
-        if status in (401, 403):
-            e.counts["other_errors"] += 1
-            e.go_down("auth", now, AUTH_DOWN_S)
-            return any(not x.down_reason for x in self.endpoints)
-        if failure == "reset" or status in (408, 409) or status >= 500:
-            e.counts["other_errors"] += 1
-            e.error_streak += 1
-            if (e.error_streak >= ERROR_STREAK_DOWN or e.down_reason) and not straggler:
-                e.go_down(f"{e.error_streak} errors in a row", now)
-            return True
-        e.counts["other_errors"] += 1
-        e.probing = False
-        return False
 
     def _read_load(self, e: Endpoint, now: float) -> None:
         load = e.load
