@@ -9,10 +9,11 @@ import time
 from collections import Counter
 from typing import Any, Optional
 
-from qworker.judge.mock import MockJudge, _Handler
+from qworker.judge.mock import MockJudge
+from qworker.judge.mockhandler import Handler
 
 
-class _RecordingHandler(_Handler):
+class _RecordingHandler(Handler):
     server: RecordingJudge
 
     def do_POST(self) -> None:  # noqa: N802
