@@ -59,6 +59,7 @@ NOTE_EVERY_S = 0.25  # how often a gate writes its notes and reads the others'
 STALE_S = 2.0  # a note older than this is not counted
 REMOVE_S = 60.0  # one older than this is deleted
 MAX_NOTE_BYTES = 4096
+MAX_COUNT = 10**6  # a note's counts beyond this are not believed (nor NaN, nor infinite, nor negative)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ class MemoryBoard:
 
     def read(self, key: str) -> list[Note]:
         now = self.clock()
-        return [n for n in self._notes.get(key, {}).values() if now - n.at <= STALE_S]
+        return [n for n in self._notes.get(key, {}).values() if abs(now - n.at) <= STALE_S]
 
 
 class DirBoard:
@@ -161,9 +162,15 @@ class DirBoard:
                     os.unlink(path)
                 except OSError:
                     pass
-            elif note is not None and age <= STALE_S and note.in_flight >= 0 and note.limit >= 0:
+            elif note is not None and abs(age) <= STALE_S and _believable(note):
+                # (a note from the future: the clock was stepped back; its writer rewrites it within NOTE_EVERY_S)
                 notes.append(note)
         return notes
+
+
+def _believable(note: Note) -> bool:
+    numbers = (note.limit, note.high, note.regain, note.refused_level)
+    return 0 <= note.in_flight <= MAX_COUNT and all(math.isfinite(x) and 0 <= x <= MAX_COUNT for x in numbers)
 
 
 def _mtime(path: str) -> float:

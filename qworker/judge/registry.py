@@ -5,7 +5,7 @@ so two reward names that reach the same endpoints share one limit.  Used from th
 caller's thread at submission; the gates themselves are driven by the dispatcher.
 
 The gate's own settings (``GATE_SETTINGS``: retry budget, dead-endpoint bound,
-error budget, starting limit) are one per gate.  A later caller that asks for
+error budget, starting limit, routing, sharing with other producers) are one per gate.  A later caller that asks for
 other values for the same judge gets a ``ConfigError`` naming both, rather than
 silently the first caller's: making them part of the identity would split one
 endpoint's limit into two limits that each believe they own it.

@@ -9,6 +9,7 @@ exactly as without notes.  Without the board the latecomer gets 2-8%.
 from __future__ import annotations
 
 import heapq
+import json
 import logging
 import os
 import time
@@ -159,6 +160,11 @@ def test_dir_board_notes_pass_between_gates_and_old_ones_are_removed(tmp_path):
     folder = tmp_path / endpoint_key("http://judge")
     assert oct(folder.stat().st_mode & 0o777) == "0o700"
     assert "judge" not in "".join(p.read_text() for p in folder.iterdir())  # counts and a hash, no URL
+    now = time.time()
+    for name, bad in (("nan", {"limit": float("nan")}), ("negative", {"in_flight": -5}), ("huge", {"in_flight": 10**9}),
+                      ("list", None)):
+        note = {"producer": name, "in_flight": 1, "limit": 8.0, "wants": True, "at": now, **(bad or {})}
+        (folder / f"{name}.json").write_text(json.dumps(note if bad else [note]))
     (folder / "garbage.json").write_text("{not json")
     old = time.time() - REMOVE_S - 5
     os.utime(folder / "garbage.json", (old, old))
