@@ -98,6 +98,10 @@ def format_status(status: Status) -> str:
     service = cast(dict, status).get("service")
     lines = [f"service: clients on {service['endpoint']}  clients {service['clients']}  requests {service['requests']}"
              + (f"  HTTP on {service['http']}" if service.get("http") else "  no HTTP front")] if service else []
+    ledger = service.get("ledger") if service else None
+    if ledger:
+        lines.append(f"  results awaiting acknowledgement {ledger['unacked']} ({ledger['unacked_bytes'] / 2**20:.1f} MiB)  sent {ledger['sent']}"
+                     f"  resent {ledger['resent']}  acknowledged {ledger['acked']}  evicted unacknowledged {ledger['evicted']}")
     lines += [
         f"producer {p['endpoint']} (pid {p['pid']} on {p['host']}, up {p['uptime_s']} s)",
         f"  submitted {p['submitted']}  resolved {p['resolved']}  failed {p['failed']}  cache hits {p['cache_hits']}"

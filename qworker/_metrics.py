@@ -17,7 +17,9 @@ counted twice and the hot path does no metrics work.
   ``qworker_judge_latency_seconds{quantile}`` (0.5, 0.9, 0.99 of recent answers),
   ``qworker_judge_up`` (1 up or probing, 0 down or cooling),
   ``qworker_judge_error_share`` (5xx and resets among the last 200 answers: the error budget's measure),
-  ``qworker_judge_latency_gradient`` (recent / baseline latency: above 1.3 the server queues)
+  ``qworker_judge_latency_gradient`` (recent / baseline latency: above 1.3 the server queues),
+  ``qworker_judge_share`` (what this producer may hold: the limit, or its even share when
+  ``qworker_judge_other_producers`` other producers on this host call the endpoint too)
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class _Collector:
         latency = GaugeMetricFamily("qworker_judge_latency_seconds", "Latency quantiles of recent answers", labels=[*labels, "quantile"])
         errors = GaugeMetricFamily("qworker_judge_error_share", "Errors among the last 200 answers", labels=labels)
         gradient = GaugeMetricFamily("qworker_judge_latency_gradient", "Recent / baseline latency", labels=labels)
+        share = GaugeMetricFamily("qworker_judge_share", "Requests this producer may hold at once", labels=labels)
+        others = GaugeMetricFamily("qworker_judge_other_producers", "Other producers on this host sharing the endpoint", labels=labels)
         for judge in st["judges"]:
             for row in judge["endpoints"]:
                 e = cast(Mapping[str, Any], row)  # read by the names in _OUTCOMES
@@ -77,7 +81,9 @@ class _Collector:
                     latency.add_metric([*lv, q], e[key])
                 errors.add_metric(lv, e.get("error_share", 0.0))
                 gradient.add_metric(lv, e.get("latency_gradient", 1.0))
-        yield from (in_flight, limit, up, requests, latency, errors, gradient)
+                share.add_metric(lv, e.get("share", e["limit"]))
+                others.add_metric(lv, e.get("other_producers", 0))
+        yield from (in_flight, limit, up, requests, latency, errors, gradient, share, others)
 
 
 class MetricsServer(Protocol):

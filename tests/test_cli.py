@@ -241,3 +241,20 @@ def test_status_removes_notes_of_dead_producers():
     res = run("status", "--json")
     assert res.returncode == 1 and "no running producer" in res.stderr and not os.path.exists(stale)
     assert json.loads(res.stdout) == []
+
+
+def test_human_status_shows_the_ledger_and_an_endpoint_shared_with_other_producers():
+    from qworker._cli import format_status
+
+    producer = {"endpoint": "ipc://x", "pid": 1, "host": "h", "uptime_s": 3, "submitted": 5, "resolved": 5, "failed": 0, "cache_hits": 0,
+                "queued": 0, "in_flight": 0, "redelivered": 0, "dropped_frames": 0}
+    ledger = {"clients": 2, "unacked": 3, "unacked_bytes": 3 * 2**20, "sent": 40, "resent": 7, "acked": 37, "evicted": 1,
+              "dropped_rows": 0, "repeats": 0}
+    endpoint = {"url": "http://judge/v1/chat/completions", "state": "up", "in_flight": 16, "limit": 64.0, "ok": 100, "status_429": 1,
+                "timeouts": 0, "connect_errors": 0, "other_errors": 0, "latency_p50_s": 0.3, "latency_p99_s": 1.0,
+                "other_producers": 1, "share": 32.0}
+    status = {"producer": producer, "pools": [], "judges": [{"model": "m", "queued": 4, "endpoints": [endpoint]}],
+              "service": {"endpoint": "tcp://127.0.0.1:5555", "clients": 2, "requests": 9, "http": None, "ledger": ledger}}
+    text = format_status(status)  # type: ignore[arg-type]
+    assert "results awaiting acknowledgement 3 (3.0 MiB)  sent 40  resent 7  acknowledged 37  evicted unacknowledged 1" in text
+    assert "shared with 1 other producer(s) on this host: this one may hold 32 of the limit 64.0" in text

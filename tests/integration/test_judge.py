@@ -142,6 +142,7 @@ def test_prometheus_metrics_and_status_show_the_endpoint():
             ep = p.status()["judges"][0]["endpoints"][0]
         assert f'qworker_judge_requests_total{{endpoint="{m.url}",model="m",outcome="ok"}} 30.0' in text
         assert "qworker_judge_limit{" in text and "qworker_judge_latency_seconds{" in text
+        assert f'qworker_judge_other_producers{{endpoint="{m.url}",model="m"}} 0.0' in text and "qworker_judge_share{" in text
         assert 'qworker_tasks_total{state="resolved"} 30.0' in text
         assert ep["ok"] == 30 and ep["latency_p50_s"] > 0
     finally:
