@@ -127,6 +127,7 @@ class AdaptiveLimit:
     high: float = field(init=False, default=0.0)  # the highest level a lone refusal found: a capacity seen before
     refused_level: float = field(init=False, default=math.inf)  # in flight at the last fresh refusal
     refusals: int = field(init=False, default=0)  # fresh refusals so far (not echoes, not an outage's)
+    answers_scale: float = field(init=False, default=1.0)  # the endpoint's load / this client's: its answers are that share (``peers``)
     _above_since: float = field(init=False, default=math.inf)  # since when the limit is in use at or above it
     _regaining: bool = field(init=False, default=False)  # climbing back to ``high``
     _regain_wait: float = field(init=False, default=2.0)  # round trips of evidence the next climb back wants
@@ -353,12 +354,12 @@ class AdaptiveLimit:
         self.limit = max(self.floor, min(self.limit, in_flight - 1))
 
     def sustained(self, now: float) -> float:
-        """Little's law on the recent answers: the concurrency that carried them (0 when too few)."""
+        """Little's law on the recent answers: the concurrency that carried them (0 when too few), times ``answers_scale``."""
         answers = self._answers
         span = max(1.0, 4 * self.rtt)
         if len(answers) < 20 or now - answers[0][0] < 0.5 * span:
             return 0.0
-        return self._answers_rtt / min(span, now - answers[0][0])  # answers/s x their mean latency
+        return self.answers_scale * self._answers_rtt / min(span, now - answers[0][0])  # answers/s x their mean latency
 
     def _slow_start_step(self) -> float:
         return self.slow_start_step if self.limit < 2 * self.initial else self.slow_start_step / 2

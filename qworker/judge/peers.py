@@ -220,6 +220,8 @@ class Peers:
                 board.publish(key, Note(self.producer, e.in_flight, round(lim.limit, 3), wants and not e.down_reason, at,
                                         round(lim.high, 3), round(lim.regaining_to(), 3), lim.refusals, refused_level))
                 e.peers = peers = [n for n in board.read(key) if n.producer != self.producer]
+                # This producer's answers are its share of the endpoint's: Little's law on them, scaled up, is the endpoint's
+                lim.answers_scale = min(1.0 + len(peers), e.total_in_flight() / max(1, e.in_flight)) if peers else 1.0
                 if peers:
                     lim.adopt(max(n.limit for n in peers), max(self._held_level(i, e), *(n.high for n in peers)),
                               max(n.regain for n in peers))
