@@ -234,6 +234,7 @@ class Peers:
             self.board = None
             for e in self.endpoints:
                 e.peers = []
+                e.limit.answers_scale = 1.0
 
     def _hear_refusals(self, i: int, e: Endpoint) -> None:
         """A refusal a peer took since its last note caps this limit too: it was the same server, at every producer's load."""
