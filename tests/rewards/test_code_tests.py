@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 
 import psutil
@@ -18,12 +19,17 @@ def score(code: str, tests, **params):
     return code_tests({"response": code, "ground_truth": tests}, **{**FAST, **params})
 
 
-def sandbox_processes() -> list[psutil.Process]:
-    """Processes whose working directory is (or was) a sandbox's temporary directory."""
+def sandbox_processes(root: str) -> list[psutil.Process]:
+    """Processes whose working directory is (or was) a sandbox's temporary directory under ``root``.
+
+    Only under ``root`` (the test's own temporary directory): another test run on the
+    same machine (a second ``make test`` beside this one) has sandboxes of its own.
+    """
     out = []
     for p in psutil.process_iter():
         try:
-            if "qworker-code-" in p.cwd():
+            cwd = p.cwd()
+            if cwd.startswith(root) and "qworker-code-" in cwd:
                 out.append(p)
         except (psutil.Error, OSError):
             continue
@@ -85,7 +91,8 @@ def test_endless_output_is_capped():
     assert out["score"] == 0.0 and ("File too large" in out["first_failure"] or "output size" in out["first_failure"])
 
 
-def test_forked_and_detached_children_are_killed():
+def test_forked_and_detached_children_are_killed(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the sandbox's directory, so only ours are counted
     code = (
         "import os, time\n"
         "for _ in range(4):\n"
@@ -99,7 +106,7 @@ def test_forked_and_detached_children_are_killed():
     zombies_before = {c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE}
     out = score(code, ["assert True"], timeout_s=1)
     assert out["score"] == 0.0
-    assert sandbox_processes() == []
+    assert sandbox_processes(str(tmp_path)) == []
     zombies = {c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE}
     assert zombies <= zombies_before  # the escaped grandchildren were reaped too
 
