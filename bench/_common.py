@@ -7,6 +7,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from typing import Callable
@@ -32,6 +33,15 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
         return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
 
     return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths), *(line(r) for r in cells[1:])])
+
+
+def run_together(*targets: Callable[[], object]) -> None:
+    """Run each of ``targets`` on a thread of its own, all at once; return when every one has."""
+    threads = [threading.Thread(target=t) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def free_port() -> int:

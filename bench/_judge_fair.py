@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import threading
 import time
+from functools import partial
 
-from _common import Server, free_port, table
+from _common import Server, free_port, run_together, table
 from _judge_changes import LOGNORMAL, _semaphore_client
 
 from qworker import Producer
@@ -61,17 +61,11 @@ def one_run(kind: str, system: str, seed: int, n: int) -> dict:
     start = time.monotonic() + 8.0  # both producers' pools are up before the first starts
     counts = (int(n * 1.5), n)
     try:
-        threads = []
-        for i in range(2):
-            at = start + i * LATE_S
-            if system == "aiohttp":
-                t = threading.Thread(target=_aiohttp, args=(server.url, counts[i], at, done[i], []))
-            else:
-                t = threading.Thread(target=_producer, args=(server.url, counts[i], f"{seed}{i}", system == "qworker", at, done[i], failed))
-            threads.append(t)
-            t.start()
-        for t in threads:
-            t.join()
+        if system == "aiohttp":
+            run_together(*(partial(_aiohttp, server.url, counts[i], start + i * LATE_S, done[i], []) for i in range(2)))
+        else:
+            run_together(*(partial(_producer, server.url, counts[i], f"{seed}{i}", system == "qworker", start + i * LATE_S, done[i], failed)
+                           for i in range(2)))
         st = server.stats()
     finally:
         server.stop()

@@ -43,6 +43,7 @@ import statistics
 import sys
 import threading
 import time
+from functools import partial
 
 import psutil
 
@@ -51,7 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _judge_changes  # noqa: E402
 import _judge_fair  # noqa: E402
 import _judge_fleet  # noqa: E402
-from _common import Server, table  # noqa: E402
+from _common import Server, run_together, table  # noqa: E402
 
 from qworker import Producer  # noqa: E402
 
@@ -253,11 +254,7 @@ def two_producers(n: int, runs: int) -> dict:
             def one(i: int, server: Server = server, done: list = done, outs: list = outs) -> None:
                 outs[i] = run_qworker([server], n, f"two{i}", done_at=done[i])
 
-            threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            run_together(*(partial(one, i) for i in range(2)))
             st = server.stats()
         finally:
             server.stop()
@@ -291,12 +288,8 @@ def latecomer(n: int, metrics: bool, late_s: float = 8.0, window_s: float = 10.0
             time.sleep(max(0.0, t0 + late_s + k * window_s - time.monotonic()))
             snaps.append((time.monotonic() - t0, server.stats()))
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)] + [threading.Thread(target=watch)]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_together(partial(one, 0), partial(one, 1), watch)
     finally:
         server.stop()
     label = "with metrics_url" if metrics else "latency only"

@@ -258,5 +258,3 @@ class LoadPoller(threading.Thread):
                 ep.load = (load[0], load[1], time.monotonic())
             del ep
             time.sleep(max(0.0, self.interval_s - (time.monotonic() - t0)))
-
-
