@@ -228,7 +228,7 @@ class Peers:
                     self._hear_refusals(i, e)
                     ids = sorted([self.producer, *(n.producer for n in peers if n.wants)])
                     e.turn = (ids.index(self.producer) + int(at)) % len(ids)  # the odd requests go round once a second
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 (the board is an aid: whatever breaks it must not stop dispatch)
             log.warning("qworker: judge endpoints' share board failed (%s); this producer now keeps its own limits, "
                         "unaware of other producers on this host", exc)
             self.board = None

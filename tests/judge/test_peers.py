@@ -17,6 +17,7 @@ import time
 import pytest
 
 from qworker import ConfigError
+from qworker._task import Pending
 from qworker.judge.gate import Gate
 from qworker.judge.peers import REMOVE_S, STALE_S, DirBoard, MemoryBoard, Note, endpoint_key
 from qworker.judge.registry import JudgeGates
@@ -192,6 +193,18 @@ def test_a_board_that_fails_turns_sharing_off_once_and_dispatch_goes_on(tmp_path
         "limits, unaware of other producers on this host"]
     assert g.endpoints[0].free(0.0, 10.0) == 32  # its own limit, as alone
     assert g.endpoints[0].limit.answers_scale == 1.0
+
+
+def test_a_board_that_raises_anything_turns_sharing_off_and_dispatch_goes_on(caplog):
+    class Broken(MemoryBoard):
+        def read(self, key):
+            raise RuntimeError("a bug in the board")
+
+    g = gate_with(Broken())
+    g.queue.append(Pending(b"k", "llm_judge", {}, b"x", None, None, 0.0))
+    sent, failed = g.admit(0.0, 10)
+    assert g.peers.board is None and len(sent) == 1 and not failed
+    assert any("share board failed (a bug in the board)" in r.getMessage() for r in caplog.records)
 
 
 def test_a_board_directory_open_to_others_is_refused(tmp_path, caplog):
