@@ -212,11 +212,11 @@ class DiskWriter:
                     except sqlite3.Error as exc:
                         log.error("disk cache %s: purge of expired results failed: %s", self.path, exc)
             except Exception as exc:  # the writer never ends on an error: every later row would be lost
-                self.write_errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 self._damaged_file = kind(exc) in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
                 self._write_warn(kind(exc), "disk cache %s: writing %d results failed (%s); they stay queued and are retried in %.1f s",
                                  self.path, len(held), self.last_error, delay)
+                self.write_errors += 1  # after the warning: whoever sees the count can find its line in the log
                 if conn is not None and getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_FULL"):
                     rollback(conn)
                     try:  # an I/O error may have left it unusable: reopen for the next try

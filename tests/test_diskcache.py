@@ -196,6 +196,29 @@ def test_a_lock_held_by_another_connection_is_waited_out(tmp_path, caplog):
     c.close()
 
 
+def test_a_counted_write_error_is_already_in_the_log(tmp_path, caplog, monkeypatch):
+    # make test beside a second one: the test above saw write_errors >= 1 before the writer thread had
+    # logged the failure (it counted first); a slow log call stands in for the preempted thread
+    from qworker import _diskwriter
+
+    log = _diskwriter.Throttled.__call__
+
+    def slow(self, *args):
+        time.sleep(0.3)
+        log(self, *args)
+
+    monkeypatch.setattr(_diskwriter.Throttled, "__call__", slow)
+    path = str(tmp_path / "c.sqlite")
+    c = DiskCache(path)
+    lock = Lock(path, 3.0).start()
+    c.put_many(_rows(10))
+    _wait(lambda: c.write_errors >= 1)
+    assert "database is locked" in caplog.text
+    lock.join()
+    assert c.flush(timeout=60) is True
+    c.close()
+
+
 def test_vacuum_and_clear_from_another_process_lose_no_rows(tmp_path):
     path = str(tmp_path / "c.sqlite")
     c = DiskCache(path)
