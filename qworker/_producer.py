@@ -279,6 +279,7 @@ class Producer:
         if self._metrics is not None:
             self._metrics.shutdown()
         self._dispatcher.stop()
+        self._gates.close()
         self._table.close("the producer closed")
         self.cache.close()
         _discovery.unregister(self._note)

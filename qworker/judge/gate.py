@@ -259,6 +259,11 @@ class Gate:
         if self.peers is not None:
             self.peers.tick(now, bool(self.queue or self._delayed))
 
+    def close(self) -> None:
+        """The producer closes (after its dispatcher stopped): withdraw this gate's notes to other producers."""
+        if self.peers is not None:
+            self.peers.close()
+
     def _eligible(self, p: Pending) -> bool:
         """Whether a waiting task may be sent now (prefix routing's look past the head of the queue)."""
         return not p.resolved and p.key not in self._not_before

@@ -24,7 +24,8 @@ The endpoint then takes (``endpoint.Endpoint.share``):
 
 A producer alone sees no notes and runs exactly as without this.  A note older
 than ``STALE_S`` is not counted (a producer that stopped or hung holds nothing
-any more, or soon will not); one older than ``REMOVE_S`` is deleted.  A note
+any more, or soon will not); one older than ``REMOVE_S`` is deleted.  A
+producer that closes removes its notes at once.  A note
 holds counts and a hash of the endpoint URL, nothing else.  A board that fails
 (a directory that is not ours, not writable, a full disk) turns sharing off for
 that gate with one warning; dispatch goes on, each producer on its own limit.
@@ -57,6 +58,7 @@ __all__ = ["Board", "DirBoard", "MemoryBoard", "NOTE_EVERY_S", "Note", "Peers", 
 
 NOTE_EVERY_S = 0.25  # how often a gate writes its notes and reads the others'
 STALE_S = 2.0  # a note older than this is not counted
+QUIET_S = 1.0  # a note older than this (four missed) is not evidence of a capacity held (``Peers._held_level``)
 REMOVE_S = 60.0  # one older than this is deleted
 MAX_NOTE_BYTES = 4096
 MAX_COUNT = 10**6  # a note's counts beyond this are not believed (nor NaN, nor infinite, nor negative)
@@ -87,6 +89,9 @@ class Board(Protocol):
     def read(self, key: str) -> list[Note]:
         """Every fresh note for the endpoint ``key``, this producer's included; ``OSError`` when the board fails."""
 
+    def withdraw(self, key: str, producer: str) -> None:
+        """Remove ``producer``'s note for ``key`` (it leaves); nothing when there is none; ``OSError`` when the board fails."""
+
 
 class MemoryBoard:
     """A board in memory, for producers in one process and for simulations (``clock``: their time)."""
@@ -101,6 +106,9 @@ class MemoryBoard:
     def read(self, key: str) -> list[Note]:
         now = self.clock()
         return [n for n in self._notes.get(key, {}).values() if abs(now - n.at) <= STALE_S]
+
+    def withdraw(self, key: str, producer: str) -> None:
+        self._notes.get(key, {}).pop(producer, None)
 
 
 class DirBoard:
@@ -167,6 +175,12 @@ class DirBoard:
                 notes.append(note)
         return notes
 
+    def withdraw(self, key: str, producer: str) -> None:
+        try:
+            os.unlink(os.path.join(self._dir(key), f"{producer}.json"))
+        except FileNotFoundError:
+            pass
+
 
 def _believable(note: Note) -> bool:
     numbers = (note.limit, note.high, note.regain, note.refused_level)
@@ -223,7 +237,7 @@ class Peers:
                 # This producer's answers are its share of the endpoint's: Little's law on them, scaled up, is the endpoint's
                 lim.answers_scale = min(1.0 + len(peers), e.total_in_flight() / max(1, e.in_flight)) if peers else 1.0
                 if peers:
-                    lim.adopt(max(n.limit for n in peers), max(self._held_level(i, e), *(n.high for n in peers)),
+                    lim.adopt(max(n.limit for n in peers), max(self._held_level(i, e, at), *(n.high for n in peers)),
                               max(n.regain for n in peers))
                     self._hear_refusals(i, e)
                     ids = sorted([self.producer, *(n.producer for n in peers if n.wants)])
@@ -235,6 +249,17 @@ class Peers:
             for e in self.endpoints:
                 e.peers = []
                 e.limit.answers_scale = 1.0
+
+    def close(self) -> None:
+        """This producer leaves: its notes go at once, so peers take back its share now rather than when the notes go stale."""
+        board, self.board = self.board, None
+        if board is None:
+            return
+        for key in self.keys:
+            try:
+                board.withdraw(key, self.producer)
+            except Exception as exc:  # noqa: BLE001 (leaving must not fail: a note left behind goes stale in STALE_S)
+                log.debug("qworker: could not remove a judge share note: %s", exc)
 
     def _hear_refusals(self, i: int, e: Endpoint) -> None:
         """A refusal a peer took since its last note caps this limit too: it was the same server, at every producer's load."""
@@ -249,17 +274,18 @@ class Peers:
             for k in [k for k in heard if k not in live]:
                 del heard[k]
 
-    def _held_level(self, i: int, e: Endpoint) -> float:
+    def _held_level(self, i: int, e: Endpoint, at: float) -> float:
         """A level every producer together held across two notes with no refusal between: a capacity seen (0 when none).
 
         Producers that share an endpoint keep below it and are seldom refused, so
         their limiters rarely find its capacity the way one producer alone does
         (two lone refusals at one level); this is how they learn it instead, and
-        climb back to it when it returns.  Never above where queueing began.
+        climb back to it when it returns.  Never above where queueing began.  Not while
+        a peer's note is quiet (a producer killed or stalled: what it says it holds may be gone).
         """
         total, drops = e.total_in_flight(), e.limit.drops
         before, drops_before = self._held[i]
         self._held[i] = (total, drops)
-        if drops != drops_before:
+        if drops != drops_before or any(at - n.at > QUIET_S for n in e.peers):
             return 0.0
         return min(float(min(total, before)), e.limit.knee_level)

@@ -39,6 +39,13 @@ class JudgeGates:
         self._lock = threading.Lock()
         self._board = board
 
+    def close(self) -> None:
+        """The producer closes: every gate withdraws its notes to other producers (``Gate.close``)."""
+        with self._lock:
+            gates = list(self._gates.values())
+        for gate in gates:
+            gate.close()
+
     def for_params(self, params: dict) -> Gate:
         """The gate of the judge these params call; a bad judge config, or one at odds with the gate's settings, is a ``ConfigError``."""
         ident = identity(params)

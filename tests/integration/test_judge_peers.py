@@ -10,6 +10,7 @@ false``, the second got a few percent: see ``tests/judge/test_peers.py``.)
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -52,8 +53,9 @@ def run_pair(tmp_path, url: str, coordinate: bool) -> tuple[dict, dict, float]:
     script = tmp_path / "producer.py"
     script.write_text(PRODUCER)
     start = time.time() + 6.0  # both are up (pool started, warmed) before the clock starts
+    env = {**os.environ, "QWORKER_RUNTIME_DIR": str(tmp_path / "run")}
     procs = [subprocess.Popen([sys.executable, str(script), url, tag, str(start + delay), str(n), "1" if coordinate else "0"],
-                              stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, text=True, env=env)
              for tag, delay, n in (("a", 0.0, 1500), ("b", LATE_S, 500))]
     a, b = (json.loads(p.communicate(timeout=300)[0]) for p in procs)
     return a, b, start
@@ -68,6 +70,7 @@ def test_a_second_producer_on_this_host_gets_half_of_a_capped_endpoint(tmp_path)
         m.stop()
     assert a["ok"] == 1500 and b["ok"] == 500
     assert a["other_producers"] == 1 and b["other_producers"] == 1
+    assert list((tmp_path / "run").glob("judges/*/*.json")) == []  # each withdrew its note as it closed
     lo, hi = start + LATE_S + 2.0, start + LATE_S + 5.0
     counts = [sum(1 for t in x["done"] if lo < t <= hi) for x in (a, b)]
     late_share = counts[1] / sum(counts)

@@ -174,6 +174,61 @@ def test_dir_board_notes_pass_between_gates_and_old_ones_are_removed(tmp_path):
     assert len(b.endpoints[0].peers) == 1 and not (folder / "garbage.json").exists()
 
 
+def test_a_producer_that_closes_withdraws_its_notes_and_the_others_take_its_share_at_once(tmp_path):
+    for board in (MemoryBoard(clock=lambda: 0.0), DirBoard(str(tmp_path))):
+        a, b = gate_with(board), gate_with(board)
+        for g in (a, b):
+            g.endpoints[0].limit.limit = 64.0
+            g.queue.append(object())  # type: ignore[arg-type]
+        a.endpoints[0].in_flight = 30
+        a.tick(0.0)
+        b.tick(0.0)
+        assert b.endpoints[0].share() == 32
+        a.close()
+        a.close()  # twice is harmless
+        b.peers.due = 0.0
+        b.tick(0.1)  # well before the note would go stale
+        assert b.endpoints[0].peers == [] and b.endpoints[0].share() == 64
+        a.tick(1.0)  # a closed gate writes no more notes
+        assert [n.producer for n in board.read(endpoint_key("http://judge"))] == [b.peers.producer]
+
+
+def test_a_capacity_held_is_learnt_from_live_notes_only():
+    clock = [0.0]
+    board = MemoryBoard(clock=lambda: clock[0])
+    key = endpoint_key("http://judge")
+    g = gate_with(board)
+    e = g.endpoints[0]
+    e.in_flight = 30
+    for t, rewrite in ((0.0, True), (0.25, True), (0.5, True)):
+        clock[0] = t
+        if rewrite:
+            board.publish(key, Note("live", 40, 70.0, True, t))
+        g.peers.due = 0.0
+        g.tick(t)
+    assert e.limit.high == 70  # both held 70 together across notes with no refusal
+    g2 = gate_with(MemoryBoard(clock=lambda: clock[0]))
+    g2.peers.board.publish(key, Note("killed", 40, 70.0, True, 0.0))  # SIGKILLed: its last note stays until stale
+    e2 = g2.endpoints[0]
+    e2.in_flight = 30
+    for t in (1.25, 1.5, 1.75):
+        clock[0] = t
+        g2.peers.due = 0.0
+        g2.tick(t)
+    assert len(e2.peers) == 1 and e2.limit.high == 0  # the 40 it claims may be gone: no capacity learnt from it
+
+
+def test_a_board_that_fails_on_leaving_does_not_stop_the_close():
+    class Stuck(MemoryBoard):
+        def withdraw(self, key, producer):
+            raise OSError(30, "Read-only file system")
+
+    g = gate_with(Stuck(clock=lambda: 0.0))
+    g.tick(0.0)
+    g.close()
+    assert g.peers.board is None
+
+
 def test_a_board_that_fails_turns_sharing_off_once_and_dispatch_goes_on(tmp_path, caplog):
     class FullDisk(MemoryBoard):
         calls = 0
