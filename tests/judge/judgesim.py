@@ -208,6 +208,8 @@ class Client:
             eps = [{**e, "max_concurrency": semaphore} for e in eps]
             params["initial_concurrency"] = semaphore
         self.gate = Gate({"model": "m", "endpoints": eps, **params}, board=board)
+        if self.gate.peers is not None:  # a name of the simulation's own, not pid + uuid: the order of turns repeats run to run
+            self.gate.peers.producer = f"sim-{next(sim.clients):04d}"
         self.done_at: list[float] = []
         self.served: list[tuple[float, int]] = []  # (time, endpoint) of each answer
         self.sends: list[tuple[float, int]] = []  # (time, endpoint) of each request
@@ -277,6 +279,7 @@ class Sim:
     def __init__(self) -> None:
         self.events: list = []
         self.seq = itertools.count()
+        self.clients = itertools.count()  # names the clients' producers on a board, in order of creation
         self.t = 0.0
 
     def at(self, t: float, fn: Callable[[float], None]) -> None:
