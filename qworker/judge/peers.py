@@ -176,8 +176,11 @@ class DirBoard:
         return notes
 
     def withdraw(self, key: str, producer: str) -> None:
+        folder = os.path.join(self.root, key)
+        if folder not in self._checked:  # never written through this board: no note to remove, nothing to create
+            return
         try:
-            os.unlink(os.path.join(self._dir(key), f"{producer}.json"))
+            os.unlink(os.path.join(folder, f"{producer}.json"))
         except FileNotFoundError:
             pass
 

@@ -218,6 +218,11 @@ def test_a_capacity_held_is_learnt_from_live_notes_only():
     assert len(e2.peers) == 1 and e2.limit.high == 0  # the 40 it claims may be gone: no capacity learnt from it
 
 
+def test_a_dir_board_that_never_wrote_a_note_creates_nothing_on_leaving(tmp_path):
+    DirBoard(str(tmp_path / "judges")).withdraw(endpoint_key("http://judge"), "p")
+    assert not (tmp_path / "judges").exists()
+
+
 def test_a_board_that_fails_on_leaving_does_not_stop_the_close():
     class Stuck(MemoryBoard):
         def withdraw(self, key, producer):
