@@ -62,18 +62,22 @@ from __future__ import annotations
 
 import glob
 import logging
+import math
 import os
 import tempfile
 from typing import Any, Iterable
 
 import torch
 
-__all__ = ["ROUTES", "VllmRollout", "WeightSyncExtension"]
+__all__ = ["AUTO_SHM_FILE_PARAMS", "ROUTES", "VllmRollout", "WeightSyncExtension", "resolve_weight_sync"]
 
 log = logging.getLogger(__name__)
 
 ROUTES = ("inprocess", "rpc_bytes", "shm_file")
 BATCH_BYTES = 256 << 20
+# ``auto`` on CPU: ``shm_file`` for a checkpoint of at least this many parameters, ``inprocess`` below
+# (the module docstring gives the measurements it comes from)
+AUTO_SHM_FILE_PARAMS = 1_000_000
 
 
 class WeightSyncExtension:
@@ -159,6 +163,22 @@ def _pack(batch: list[tuple[str, torch.Tensor]]) -> list[tuple[str, str, list[in
     return out
 
 
+def resolve_weight_sync(weight_sync: str, model_path: str, on_cuda: bool) -> tuple[str, str]:
+    """``(route, why)``: ``weight_sync`` itself unless it is ``auto``; ``auto`` is ``inprocess`` on CUDA, and on
+    CPU ``shm_file`` for a checkpoint of ``AUTO_SHM_FILE_PARAMS`` parameters or more (or of unknown size: no
+    local safetensors files), else ``inprocess``.  ``why`` says which rule chose it, for the start-up log."""
+    if weight_sync != "auto":
+        return weight_sync, "set"
+    if on_cuda:
+        return "inprocess", "auto: on CUDA"
+    shapes = _checkpoint_shapes(model_path)
+    if not shapes:
+        return "shm_file", "auto: on CPU, the checkpoint's size unknown (no local safetensors)"
+    params = sum(math.prod(shape) for shape in shapes.values())
+    route = "shm_file" if params >= AUTO_SHM_FILE_PARAMS else "inprocess"
+    return route, f"auto: on CPU, {params / 1e6:.2f} M parameters, {'>=' if route == 'shm_file' else '<'} {AUTO_SHM_FILE_PARAMS / 1e6:g} M"
+
+
 class VllmRollout:
     """Sampling with a vLLM engine; see the module docstring."""
 
@@ -170,7 +190,7 @@ class VllmRollout:
 
         if weight_sync not in ("auto",) + ROUTES:
             raise ValueError(f"weight_sync: {weight_sync!r} is not one of {['auto', *ROUTES]}")
-        self.weight_sync = "inprocess" if weight_sync == "auto" else weight_sync
+        self.weight_sync, why = resolve_weight_sync(weight_sync, model_path, torch.cuda.is_available())
         self.tokenizer = load_tokenizer(model_path)
         self.eos_token_id = int(self.tokenizer.eos_token_id)
         self.pad_token_id = int(self.tokenizer.pad_token_id)
@@ -193,7 +213,7 @@ class VllmRollout:
                 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = saved
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.shapes = _checkpoint_shapes(model_path)
-        log.warning("vLLM rollout: weight sync route %r (engine %s), max_model_len %d", self.weight_sync,
+        log.warning("vLLM rollout: weight sync route %r (%s; engine %s), max_model_len %d", self.weight_sync, why,
                     "in this process" if self.weight_sync == "inprocess" else "in a spawned process", self.max_model_len)
 
     def token_limit(self) -> int:
