@@ -15,7 +15,9 @@ Written against vLLM 0.32's offline API (V1 engine) and run for real on ``vllm-c
   ``top_p < 1``, where the policy's are of the untruncated distribution).  Each completion carries them
   as ``logprobs``; ``train.off_policy`` uses them as the PPO ratio's "old" log-probs;
 - a prompt whose length plus ``max_new_tokens`` exceeds the engine's ``max_model_len`` is refused up
-  front (``ValueError`` naming both), rather than cut short or failed deep inside the engine.
+  front (``ValueError`` naming both), rather than cut short or failed deep inside the engine; the
+  trainer checks every row of its data against it when it starts (``preflight.py``), so a run does not
+  stop at the step that first draws a long row.
 
 Weight sync (``weight_sync``).  vLLM V1 runs the engine core in a spawned process by default, and
 ``collective_rpc``'s arguments then cross a msgpack boundary: a tensor arrives as an untyped
