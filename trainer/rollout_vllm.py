@@ -53,8 +53,7 @@ model, parameters     inprocess: run 1 / run 2   shm_file: run 1 / run 2
 
 From 0.54 M up ``shm_file`` took 0.21-0.60 of ``inprocess``'s time in every run; at 0.14 M the runs
 disagree (1.2x and 0.29x, the second while a test run of ours shared the cores; tens of milliseconds
-either way), and the in-process engine starts 2-3x
-sooner, so the rule keeps ``inprocess`` there.  The spawned engine's slower start (up to a minute and
+either way), and the in-process engine starts 2-3x sooner, so the rule keeps ``inprocess`` there.  The spawned engine's slower start (up to a minute and
 more on a loaded machine) is paid once: a run of a few steps may prefer ``inprocess`` at any size.
 ``rpc_bytes`` took 1.26 s per sync on the 34 M model in an earlier measurement (``shm_file`` 0.19 s).
 One in-process engine per process: vLLM's parallel state is process-global, and dropping an
