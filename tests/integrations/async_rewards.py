@@ -1,0 +1,10 @@
+"""An ``async def`` reward that is not registered: adapters name it ``module:function``."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+async def length_parity(payload: dict) -> float:
+    await asyncio.sleep(0)
+    return float(len(payload["response"]) % 2)
