@@ -60,8 +60,9 @@ class QworkerReward:
     ``pkg.mod:fn``), or the function itself (``def`` or ``async def``: one
     registered with ``@reward``, or one at the top level of an importable
     module); default ``$QWORKER_REWARD``, else ``math``.  The name and
-    ``params`` are checked here (``check_reward``): an unknown name raises now,
-    with the closest known names.  ``params``: keyword arguments for it.  ``fallback``: the score of a failed task (None:
+    ``params`` are checked here (``check_reward``) against the client it will
+    use: an unknown name raises now, with the closest known names (so call
+    ``use_client`` first, or pass ``client=``, when it is your own Producer).  ``params``: keyword arguments for it.  ``fallback``: the score of a failed task (None:
     ``None``, excluded from the baseline).  ``ground_truth_column``: the dataset
     column with the ground truth (default: the first of ``ground_truth``,
     ``solution``, ``answer``, ``label`` present).  ``max_response_length``: tokens
