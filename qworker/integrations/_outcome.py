@@ -24,6 +24,7 @@ checked before anything is scored where the adapter has a constructor
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import threading
@@ -48,6 +49,9 @@ ENV_MAX_CONSECUTIVE_FAILURES = "QWORKER_MAX_CONSECUTIVE_FAILURES"
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 64
 
 
+_FRAMEWORK_FIRST_PARAMS = frozenset({"prompts", "completions", "queries", "data_source", "args"})  # TRL, OpenRLHF, verl, slime
+
+
 class RewardsFailed(QworkerError, RuntimeError):
     """Too many of a reward's tasks failed for training on them to mean anything (see the module docstring)."""
 
@@ -59,12 +63,22 @@ def reward_name(reward: Union[str, Callable, None]) -> Optional[str]:
 
     A function registered with ``@reward`` is its registered name; another function (``def`` or
     ``async def``) defined at the top level of an importable module is ``"module:function"``.
-    Anything else raises ``TypeError`` in one line: a worker process could not find it.
+    Anything else raises ``TypeError`` in one line: a worker process could not find it, or its first
+    parameter is a framework's (``prompts``, ``completions``, ``queries``, ``data_source``, ``args``),
+    so it is that framework's reward function, not one over a payload.
     """
     if reward is None or isinstance(reward, str):
         return reward
     if not callable(reward):
         raise TypeError(f"reward must be a reward name or a function, not {type(reward).__name__}")
+    try:
+        first = next(iter(inspect.signature(reward).parameters), None)
+    except (TypeError, ValueError):
+        first = None
+    if first in _FRAMEWORK_FIRST_PARAMS:
+        raise TypeError(f"reward {getattr(reward, '__qualname__', reward)!r} takes {first!r} first, as a framework's own reward "
+                        "function does: a qworker reward takes one payload dict (fn(payload, **params) -> float | dict); "
+                        "give the framework's function to the framework directly, or write it over the payload")
     names = sorted((s.name for s in registered().values() if s.fn is reward), key=lambda n: (":" in n, n))
     if names:
         return names[0]

@@ -30,7 +30,7 @@ from qworker._registry import registered  # noqa: E402
 from qworker.integrations import _client  # noqa: E402
 from qworker.integrations.trl import AsyncQworkerReward, QworkerGRPOTrainer, QworkerReward, RewardsFailed  # noqa: E402
 
-from .async_rewards import length_parity  # noqa: E402
+from .async_rewards import length_parity, trl_style  # noqa: E402
 from .tiny import WORDS, tokenizer  # noqa: E402
 
 STEPS = 2
@@ -203,9 +203,10 @@ def test_a_misspelled_reward_name_raises_in_the_constructor_with_the_closest_nam
         _client.use_client(producer)
 
 
-def test_a_wrong_ground_truth_column_stops_training_at_the_first_step_naming_the_columns(producer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", [QworkerReward, AsyncQworkerReward])
+def test_a_wrong_ground_truth_column_stops_training_at_the_first_step_naming_the_columns(producer, tmp_path: Path, form) -> None:
     tok = tokenizer()
-    trainer = GRPOTrainer(model=tiny_model(tok), reward_funcs=[QworkerReward("math")], args=config(tmp_path),
+    trainer = GRPOTrainer(model=tiny_model(tok), reward_funcs=[form("math")], args=config(tmp_path),
                           train_dataset=dataset(answer_column="target"), processing_class=tok)
     with pytest.raises(RewardsFailed) as info:
         trainer.train()
@@ -250,6 +251,8 @@ def test_async_def_rewards_score_through_the_adapter_given_by_name_or_as_functio
 
     with pytest.raises(TypeError, match="is not registered with @reward and no worker can import it by name"):
         QworkerReward(nested)
+    with pytest.raises(TypeError, match="'trl_style' takes 'prompts' first, as a framework's own reward function does"):
+        QworkerReward(trl_style)
     tok = tokenizer()
     trainer = GRPOTrainer(model=tiny_model(tok), reward_funcs=[QworkerReward(registered_async, name="len_async_fn")],
                           args=config(tmp_path), train_dataset=dataset(), processing_class=tok)
