@@ -1,7 +1,8 @@
 """A worker process: receives task batches, runs rewards, returns results.
 
 One thread owns the socket and runs CPU rewards, so SIGALRM-based timeouts in
-reward libraries work; ``kind="io"`` rewards run on a thread pool.  The worker
+reward libraries work; ``kind="io"`` rewards run on a thread pool.  ``async def``
+rewards are awaited (``run_awaitable``).  The worker
 grants credit so that it holds about ``target_hold_s`` of work (by its measured
 service time), never more than ``max_hold`` tasks: a slow worker holds few tasks
 and cannot hoard a batch others could run.
@@ -17,7 +18,9 @@ lost); the producer keeps the first result for each task key.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import inspect
 import logging
 import math
 import os
@@ -109,6 +112,8 @@ def call_reward(spec: Any, payload_bytes: bytes, params: dict, route: int = wire
         payload = msgpack.unpackb(payload_bytes, raw=False, strict_map_key=False)
         kwargs = params if call is None else {**params, "call": call}
         out = spec.fn(payload, **kwargs) if kwargs else spec.fn(payload)
+        if inspect.isawaitable(out):  # an ``async def`` reward
+            out = run_awaitable(out)
     except KeyboardInterrupt:
         raise
     except CallFailed as exc:  # the outcome travels to the producer's gate
@@ -116,6 +121,39 @@ def call_reward(spec: Any, payload_bytes: bytes, params: dict, route: int = wire
     except BaseException as exc:  # math_verify's TimeoutException derives from BaseException
         return None, None, _error(ErrorKind.REWARD_ERROR, f"{type(exc).__name__}: {exc}"), None if call is None else call.outcome
     return (*to_score(out), None if call is None else call.outcome)
+
+
+_main_loop: Optional[asyncio.AbstractEventLoop] = None  # the main thread's, for kind="cpu" rewards
+_io_loop: Optional[asyncio.AbstractEventLoop] = None  # one loop on a thread of its own, shared by the io threads
+_io_loop_lock = threading.Lock()
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def run_awaitable(awaitable: Any) -> Any:
+    """What an ``async def`` reward's coroutine returns (or raises), run to completion.
+
+    On the main thread (``kind="cpu"``) it runs on the main thread's event loop, made once per
+    worker process and reused by every task, so SIGALRM-based timeouts work inside it too.  On an
+    io thread (``kind="io"``) it runs on one event loop shared by all io tasks of the process (on a
+    thread of its own), so clients a reward keeps between tasks stay on one loop; the io thread
+    waits for it, so at most ``io_threads`` of them run at once, as for plain io rewards.  The
+    task's time limit is kept from outside as for any reward (the pool kills a CPU task's worker;
+    an io task past its deadline fails as ``timeout`` and its coroutine is left to finish).
+    """
+    global _main_loop, _io_loop
+    if threading.current_thread() is threading.main_thread():
+        if _main_loop is None or _main_loop.is_closed():
+            _main_loop = asyncio.new_event_loop()
+        return _main_loop.run_until_complete(_awaited(awaitable))
+    with _io_loop_lock:
+        if _io_loop is None:
+            _io_loop = asyncio.new_event_loop()
+            threading.Thread(target=_io_loop.run_forever, name="qworker-io-loop", daemon=True).start()
+        loop = _io_loop
+    return asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop).result()
 
 
 class Worker:
