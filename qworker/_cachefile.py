@@ -174,8 +174,8 @@ class CacheFile:
         except OSError as exc:
             raise CacheError(f"cannot use {path} as the result cache: {exc.strerror or exc}") from None
         if not database:
-            raise CacheError(f"{path} is not an SQLite database, so it cannot be the result cache: "
-                             "name another file (qworker creates it), or remove this one")
+            raise CacheError(f"{path} is not an SQLite database: it cannot be a result cache "
+                             "(name another file, or remove this one)")
         try:
             self._init_file()
         except sqlite3.Error as exc:
@@ -199,8 +199,8 @@ class CacheFile:
     # connections ----------------------------------------------------------------------
     def connection(self, role: str, busy_s: float) -> sqlite3.Connection:
         """This thread's connection for ``role`` ("reader", "writer", "maintenance"), opened with a busy
-        timeout of ``busy_s`` s; reopened if the file was replaced since.  Raises ``sqlite3.ProgrammingError``
-        once closed."""
+        timeout of ``busy_s`` s; reopened if the file was replaced since.  Raises ``sqlite3.OperationalError``
+        if the file is being set aside for over ``busy_s`` s, and ``sqlite3.ProgrammingError`` once closed."""
         slot = getattr(self._local, role, None)
         if slot is None:
             slot = _Slot()
@@ -210,11 +210,15 @@ class CacheFile:
         if slot.conn is not None and slot.generation != self.generation:
             self._close_slot(slot)
         if slot.conn is None:
-            with self._lock:  # not while the file is being renamed
+            if not self._lock.acquire(timeout=busy_s):  # not while the file is being set aside
+                raise sqlite3.OperationalError(f"the disk cache {self.path} is being set aside")
+            try:
                 if self.closed:
                     raise sqlite3.ProgrammingError(f"the disk cache {self.path} is closed")
                 slot.generation = self.generation
                 slot.conn = self._connect(self.path, busy_s)
+            finally:
+                self._lock.release()
         return slot.conn
 
     def generation_of(self, role: str) -> int:
@@ -260,7 +264,7 @@ class CacheFile:
                 return False
             try:
                 self._replace(why)
-            except (sqlite3.Error, OSError) as exc:
+            except (sqlite3.Error, OSError, CacheError) as exc:
                 log.error("disk cache %s is damaged (%s) and could not be set aside: %s: %s; its writes are retried",
                           self.path, why, type(exc).__name__, exc)
                 return False
@@ -275,8 +279,8 @@ class CacheFile:
                 return
             self._init_file()
             self.generation += 1
-            log.warning("disk cache %s: the file was replaced (by another process that found it damaged); "
-                        "using the new file", self.path)
+            log.warning("disk cache %s: the path names another file now (another process set a damaged file aside, "
+                        "or it was removed); writing to that one", self.path)
 
     def _replace(self, why: str) -> None:
         """Under ``_lock``: set the damaged file aside and make a fresh one, unless another process did first."""
@@ -293,6 +297,8 @@ class CacheFile:
                 self._init_file()
                 self.generation += 1
                 return
+            if not _has_sqlite_header(self.path):
+                raise CacheError(f"{self.path} is not an SQLite database now: it is left as it is")
             aside = _aside_name(self.path)
             for suffix in ("", "-wal", "-shm"):
                 try:
