@@ -119,21 +119,27 @@ def _aside_name(path: str) -> str:
 
 
 @contextlib.contextmanager
-def _folder_lock(path: str) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``'s folder (not on a file SQLite has open: closing another descriptor
-    of a database file would drop SQLite's own locks on it).  Raises TimeoutError after ``FOLDER_LOCK_S``."""
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+def _folder_lock(path: str, timeout: float = FOLDER_LOCK_S) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path``'s folder, held while a file is set aside and while a connection opens
+    (so that no connection opens a file set aside and the fresh file's WAL).  Not a lock on a file SQLite
+    has open: closing another descriptor of a database file would drop SQLite's own locks on it.  Raises
+    TimeoutError after ``timeout`` s; where the folder cannot be locked (a file system without ``flock``),
+    goes on without it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd = os.open(folder, os.O_RDONLY)
     try:
-        deadline = time.monotonic() + FOLDER_LOCK_S
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"another process held the lock on {os.path.dirname(os.path.abspath(path))} "
-                                       f"for over {FOLDER_LOCK_S:.0f} s") from None
-                time.sleep(0.01)
+                    raise TimeoutError(f"another process held the lock on {folder} for over {timeout:.0f} s") from None
+                time.sleep(0.005)
+            except OSError as exc:
+                log.debug("disk cache %s: cannot lock its folder (%s); going on without", path, exc)
+                break
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -177,7 +183,10 @@ class CacheFile:
             raise CacheError(f"{path} is not an SQLite database: it cannot be a result cache "
                              "(name another file, or remove this one)")
         try:
-            self._init_file()
+            with _folder_lock(path):
+                self._init_file()
+        except OSError as exc:  # the folder lock
+            raise CacheError(f"cannot open the result cache {path}: {exc}") from None
         except sqlite3.Error as exc:
             if not is_damage(exc):
                 raise CacheError(f"cannot open the result cache {path}: {exc}") from None
@@ -216,7 +225,11 @@ class CacheFile:
                 if self.closed:
                     raise sqlite3.ProgrammingError(f"the disk cache {self.path} is closed")
                 slot.generation = self.generation
-                slot.conn = self._connect(self.path, busy_s)
+                try:
+                    with _folder_lock(self.path, busy_s):
+                        slot.conn = self._connect(self.path, busy_s)
+                except OSError as exc:
+                    raise sqlite3.OperationalError(f"cannot open {self.path}: {exc}") from exc
             finally:
                 self._lock.release()
         return slot.conn
@@ -277,7 +290,8 @@ class CacheFile:
         with self._lock:
             if self.closed or _file_id(self.path) == self._id:
                 return
-            self._init_file()
+            with _folder_lock(self.path):  # not halfway through another process's set-aside
+                self._init_file()
             self.generation += 1
             log.warning("disk cache %s: the path names another file now (another process set a damaged file aside, "
                         "or it was removed); writing to that one", self.path)
