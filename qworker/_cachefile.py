@@ -17,9 +17,9 @@
 * **Several processes share one file.**  Setting a file aside holds an
   exclusive ``flock`` on its folder, and renames the file only while its path
   still names the file this cache opened; a process whose file another process
-  set aside opens the fresh one (``follow``, before each commit).  Within a
-  process no connection is opened while the file is renamed; a process opening
-  the file at the very moment another sets it aside is not guarded against.
+  set aside opens the fresh one (``follow``, before each commit).  Connections
+  open under the same lock, so none pairs the file being set aside with the
+  fresh file's WAL.
 * **Connections.**  Each thread has its own connection per role
   (``connection``); one opened before the file was replaced is reopened on the
   fresh file at its next use; ``close`` closes every one, from any thread.
