@@ -187,7 +187,8 @@ class Client:
         return box[0]
 
     def close(self) -> None:
-        """Stop the I/O thread; tasks still pending resolve as cancelled."""
+        """Stop the I/O thread; tasks still pending resolve as cancelled.  A ``submit_batch`` on another thread
+        is not waited for: it stops registering within 1,024 tasks and raises ``ProducerClosed``."""
         if self._closed:
             return
         self._closed = True
