@@ -8,7 +8,9 @@ import logging
 import multiprocessing as mp
 import os
 import re
+import socket
 import sqlite3
+import subprocess
 import threading
 import time
 
@@ -16,9 +18,27 @@ import pytest
 
 from qworker import CacheError, Producer, ProducerClosed
 from qworker._diskcache import DiskCache
-from tests.conftest import TEST_REWARDS
+from tests.conftest import TEST_REWARDS, console_script
 from tests.faults.disk import corrupt_pages
-from tests.test_cli_errors import free_port, one_line, run
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(args: list[str], tmp_path) -> tuple[int, str]:
+    """Run a console script as a user does; its exit code and stderr."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    res = subprocess.run([console_script(args[0]), *args[1:]], capture_output=True, timeout=120, env=env)
+    return res.returncode, res.stderr.decode()
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
 
 
 def _rows(n: int, start: int = 0) -> list[tuple]:
@@ -99,10 +119,10 @@ def test_score_and_serve_refuse_a_cache_that_is_not_a_database_in_one_line(tmp_p
     bad.write_bytes(GARBAGE_FILES["random bytes"])
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"response": "#### 4", "ground_truth": "4"}\n')
-    rc, _, err = run(["qworker", "score", str(rows), "--reward", "gsm8k", "--cache", str(bad), "--workers", "1",
-                      "--out", str(tmp_path / "out.jsonl")])
+    rc, err = run(["qworker", "score", str(rows), "--reward", "gsm8k", "--cache", str(bad), "--workers", "1",
+                   "--out", str(tmp_path / "out.jsonl")], tmp_path)
     assert rc == 2 and f"{bad} is not an SQLite database" in one_line(err)
-    rc, _, err = run(["qworker", "serve", "--listen", f"tcp://127.0.0.1:{free_port()}", "--cache", str(bad), "--workers", "1"])
+    rc, err = run(["qworker", "serve", "--listen", f"tcp://127.0.0.1:{free_port()}", "--cache", str(bad), "--workers", "1"], tmp_path)
     assert rc == 2 and f"{bad} is not an SQLite database" in one_line(err)
     assert bad.read_bytes() == GARBAGE_FILES["random bytes"]
 
