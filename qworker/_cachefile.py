@@ -314,7 +314,13 @@ class CacheFile:
             if not _has_sqlite_header(self.path):
                 raise CacheError(f"{self.path} is not an SQLite database now: it is left as it is")
             aside = _aside_name(self.path)
-            for suffix in ("", "-wal", "-shm"):
+            try:
+                os.rename(self.path, aside)
+            except FileNotFoundError:  # removed meanwhile: nothing to set aside
+                self._init_file()
+                self.generation += 1
+                return
+            for suffix in ("-wal", "-shm"):
                 try:
                     os.rename(self.path + suffix, aside + suffix)
                 except FileNotFoundError:
