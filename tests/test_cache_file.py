@@ -177,6 +177,20 @@ def test_a_damaged_schema_is_set_aside_when_the_cache_opens(tmp_path, caplog):
     c.close()
 
 
+def test_a_cache_whose_file_another_set_aside_writes_to_the_fresh_file(tmp_path, caplog):
+    path = tmp_path / "c.sqlite"
+    _damaged_database(path)
+    first, second = DiskCache(str(path)), DiskCache(str(path))  # both opened the damaged file
+    first.put_many(_rows(100))
+    assert first.flush(timeout=30) is True and len(first.set_aside) == 1  # the first sets it aside
+    second.put_many(_rows(100, 100))
+    assert second.flush(timeout=30) is True and second.set_aside == []  # the second follows; it sets nothing aside
+    assert _on_disk(path) == set(range(200)) and len(_set_aside_files(path)) == 1
+    assert "the path names another file now" in caplog.text
+    assert len(second.get_many([k for k, *_ in _rows(200)])) == 200
+    assert first.close() and second.close()
+
+
 def _share_a_damaged_file(path: str, start: int, go) -> None:
     go.wait(60)
     c = DiskCache(path)
