@@ -123,10 +123,15 @@ def _folder_lock(path: str, timeout: float = FOLDER_LOCK_S) -> Iterator[None]:
     """An exclusive ``flock`` on ``path``'s folder, held while a file is set aside and while a connection opens
     (so that no connection opens a file set aside and the fresh file's WAL).  Not a lock on a file SQLite
     has open: closing another descriptor of a database file would drop SQLite's own locks on it.  Raises
-    TimeoutError after ``timeout`` s; where the folder cannot be locked (a file system without ``flock``),
-    goes on without it."""
+    TimeoutError after ``timeout`` s; where the folder cannot be locked (not readable, or a file system
+    without ``flock``), goes on without it."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except PermissionError as exc:  # a folder we may write in but not read
+        log.debug("disk cache %s: cannot lock its folder (%s); going on without", path, exc)
+        yield
+        return
     try:
         deadline = time.monotonic() + timeout
         while True:
