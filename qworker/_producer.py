@@ -268,9 +268,20 @@ class Producer:
             raise ProducerClosed("status() on a closed Producer")
         return self._dispatcher.status()
 
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Block until the result of every task that resolved before the call is written to the disk cache
+        (``cache_path``), for at most ``timeout`` seconds.  True once they are all on disk (at once without a
+        disk cache); False after ``timeout`` while the disk still fails (the results stay queued and are
+        retried), or if some were dropped (see "The result cache" in the README).  Scores never wait for the
+        disk: this is for a checkpoint, or before another process reads the file."""
+        if self._closed:
+            raise ProducerClosed("flush() on a closed Producer")
+        return self.cache.flush(timeout)
+
     # shutdown ----------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:
-        """Drain the local pool, cancel what is unfinished, flush the disk cache."""
+        """Drain the local pool, cancel what is unfinished, flush the disk cache and close every connection
+        to its file."""
         if self._closed:
             return
         self._closed = True
