@@ -181,6 +181,11 @@ def cache_main(args: argparse.Namespace) -> int:
         print(f"qworker cache: cannot open {path}: {exc}", file=sys.stderr)
         return 2
     try:
+        if args.reward and args.reward not in cache.stats()["rewards"]:
+            problem = _unknown_cached_reward(args.reward, cache.stats()["rewards"])
+            if problem:
+                print(f"qworker cache: {path}: {problem}", file=sys.stderr)
+                return 2
         if args.action == "clear":
             deleted = cache.clear(args.reward)
             print(f"deleted {deleted} rows" + (f" of reward {args.reward!r}" if args.reward else "") + f" from {path}")
@@ -204,6 +209,22 @@ def cache_main(args: argparse.Namespace) -> int:
     if UNRECORDED in rewards:
         print(f"  {UNRECORDED}: rows written before the cache recorded rewards; 'qworker cache clear' (all) removes them")
     return 0
+
+
+def _unknown_cached_reward(name: str, with_rows: dict) -> Optional[str]:
+    """Why ``--reward NAME`` names nothing (no rows, and no reward registered here), with the closest names; None
+    for a known reward that simply has no rows."""
+    import difflib
+
+    from . import rewards as _builtins  # noqa: F401  (registers the built-ins)
+    from ._registry import registered
+
+    known = sorted(set(with_rows) | {n for n in registered() if ":" not in n})
+    if name in known:
+        return None
+    near = difflib.get_close_matches(name, known, 3)
+    return (f"--reward {name!r} matches no rows and no known reward" + (f" (did you mean {' or '.join(map(repr, near))}?)" if near else "")
+            + f"; rewards with rows: {', '.join(sorted(with_rows)) or 'none'}")
 
 
 # main --------------------------------------------------------------------------
