@@ -59,7 +59,7 @@ FLAGS = {
     SERVE_SYNOPSIS: "qworker serve",
     "qworker score rollouts.jsonl --reward gsm8k --out scores.jsonl [--workers N] [--reward-modules mypkg.rewards] "
     "[--params '{\"format_score\": 0.1}'] [--config FILE] [--cache PATH | --no-cache] [--refresh] [--overwrite] "
-    "[--skip-bad-lines N] [--timeout S] [--bind tcp://127.0.0.1:5555] [--strict] [--quiet]": "qworker score",
+    "[--skip-bad-lines N] [--timeout S] [--bind tcp://127.0.0.1:5555 [--pool-timeout S]] [--strict] [--quiet]": "qworker score",
     "qworker-pool --connect tcp://10.0.0.5:5555 --workers 16 --reward-modules mypkg.rewards [--max-rss-mb 4096] "
     "[--config configs/qworker.yaml] --curve-secret-key keys/host1.key_secret --curve-server-key keys/producer.key": "qworker-pool",
     "qworker ray-pools --address auto --connect tcp://10.0.0.5:5555 --workers-per-node 16 --reward-modules mypkg.rewards "
