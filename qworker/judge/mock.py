@@ -305,8 +305,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     from .._args import Parser, bool_flag
 
     ap = Parser(prog="qworker mock-judge", description="An OpenAI-compatible mock judge on 127.0.0.1.")
-    ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port on 127.0.0.1 (0: any free port; the default is the "
-                    "port configs/demo-judge.yaml names, clear of the quick start's --http 8000)")
+    ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port on 127.0.0.1 (0: any free port); 18600 is "
+                    "the one configs/demo-judge.yaml names, clear of the quick start's --http 8000")
     ap.add_argument("--capacity", type=int, default=64, help="requests served at once; more get 429 (or wait, with --queue)")
     bool_flag(ap, "queue", help="never refuse: queue beyond --capacity, served in order (vLLM-like)")
     ap.add_argument("--latency", type=float, default=0.2, help="seconds per served request (the mean, for lognormal)")
