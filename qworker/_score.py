@@ -50,7 +50,7 @@ from ._progress import Progress
 from ._rewardinfo import import_here
 from ._status import ProducerStatus
 
-__all__ = ["check_reward", "default_cache_path", "resolve_reward", "score_main"]
+__all__ = ["check_modules", "check_reward", "default_cache_path", "resolve_reward", "score_main"]
 
 
 def default_cache_path() -> str:
@@ -150,12 +150,10 @@ def scored_rows(path: str, inputs: dict[int, Any], reward: str, params: Optional
     return done
 
 
-def resolve_reward(*, config: Optional[str], reward: str, modules: Optional[list[str]], bind: Optional[str],
-                   params: Optional[dict]) -> tuple[Union[Plain, Composite], dict]:
-    """Resolve ``reward`` as a producer with these settings will, before it starts any worker; returns the
-    target and the loaded config.  ``ConfigError``/``RewardError`` for: an unknown name (listing the known
-    ones), params the reward does not take, and, unless remote pools may join with ``bind``, a reward
-    module that does not import here (no local worker could import it either)."""
+def check_modules(*, config: Optional[str], modules: Optional[list[str]], bind: Optional[str]) -> tuple[dict, tuple[str, ...], Optional[str]]:
+    """Load the config and import the reward modules a producer with these settings will load; unless remote
+    pools may join (``bind``, or the config's), one that does not import is a ``ConfigError`` (no local worker
+    could import it either).  Returns the loaded config, the modules and the bind endpoint."""
     loaded = _config.load(config)
     # the modules the producer will load: --reward-modules replaces the config's reward_modules, as in Producer()
     modules_ = ProducerOptions.from_mapping(loaded["producer"], {"reward_modules": modules or None},
@@ -166,6 +164,16 @@ def resolve_reward(*, config: Optional[str], reward: str, modules: Optional[list
         if errors:
             raise ConfigError(f"{errors[0]} (check --reward-modules, or the config's producer.reward_modules; "
                               "no local worker could import it)")
+    return loaded, modules_, bind
+
+
+def resolve_reward(*, config: Optional[str], reward: str, modules: Optional[list[str]], bind: Optional[str],
+                   params: Optional[dict]) -> tuple[Union[Plain, Composite], dict]:
+    """Resolve ``reward`` as a producer with these settings will, before it starts any worker; returns the
+    target and the loaded config.  ``ConfigError``/``RewardError`` for: an unknown name (listing the known
+    ones), params the reward does not take, and, unless remote pools may join with ``bind``, a reward
+    module that does not import here (no local worker could import it either)."""
+    loaded, modules_, bind = check_modules(config=config, modules=modules, bind=bind)
     catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(modules_), remote=bind is not None)
     target = catalog.resolve(reward, params)
     if not isinstance(target, Composite) and bind is None and catalog.book.spec(target.reward) is None:

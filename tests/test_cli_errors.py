@@ -222,11 +222,14 @@ def test_a_producer_refuses_a_zero_task_timeout():
         ProducerOptions.from_mapping({"task_timeout_s": 0})
 
 
-def test_a_reward_module_that_does_not_import_stops_score_before_any_worker_starts(tmp_path):
+@pytest.mark.parametrize("verb", ["score", "serve"])
+def test_a_reward_module_that_does_not_import_stops_before_any_worker_starts(tmp_path, verb):
     src = tmp_path / "in.jsonl"
     src.write_text('{"response": "#### 1", "ground_truth": "1"}\n')
-    rc, _, err = run(["qworker", "score", str(src), "--reward", "gsm8k", "--out", str(tmp_path / "o.jsonl"),
-                      "--reward-modules", "myrewardz.contains", "--workers", "1", "--log-level", "INFO"], timeout=60)
+    args = ([str(src), "--reward", "gsm8k", "--out", str(tmp_path / "o.jsonl")] if verb == "score"
+            else ["--listen", f"tcp://127.0.0.1:{free_port()}"])
+    rc, _, err = run(["qworker", verb, *args, "--reward-modules", "myrewardz.contains", "--workers", "1", "--log-level", "INFO"],
+                     timeout=60)
     line = one_line(err)  # INFO would show a pool starting: nothing started
     assert rc == 2 and "cannot import reward module 'myrewardz.contains'" in line and "--reward-modules" in line
 

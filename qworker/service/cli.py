@@ -24,7 +24,7 @@ from .._args import Parser, add_log_level, bool_flag, hidden_alias, setup_loggin
 from .._client import DEFAULT_SERVICE_ENDPOINT
 from .._exceptions import ConfigError, QworkerError
 from .._options import ProducerOptions
-from .._score import resolve_reward
+from .._score import check_modules, resolve_reward
 from .http import ON_FAILURE, check_http_reward
 
 __all__ = ["main"]
@@ -96,9 +96,10 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
         ap.error("--http needs --reward NAME: the reward HTTP requests are scored with")
     given = ProducerOptions.given(args)
     try:  # everything a user can get wrong, before any worker starts
+        modules = list(given.get("reward_modules", ())) or None
+        check_modules(config=args.config, modules=modules, bind=given.get("bind"))
         if args.reward:
-            target, _ = resolve_reward(config=args.config, reward=args.reward, modules=list(given.get("reward_modules", ())) or None,
-                                       bind=given.get("bind"), params=None)
+            target, _ = resolve_reward(config=args.config, reward=args.reward, modules=modules, bind=given.get("bind"), params=None)
             if args.http is not None:
                 check_http_reward(target)
         for endpoint in (args.listen, given.get("bind") or ""):
