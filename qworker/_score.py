@@ -6,7 +6,10 @@ Contract:
   ``--params`` JSON must be an object, ``--out`` must be writable, the config
   must load, and the reward must resolve (an unknown name is an error unless
   remote pools may join with ``--bind``; params the reward does not take are
-  an error).  Any of these exits 2 with one line naming the problem.
+  an error), a reward module must import (unless ``--bind``), and ``--workers 0``
+  needs ``--bind``.  Any of these exits 2 with one line naming the problem.
+* With ``--bind`` and no local worker, it says where it waits and waits at
+  most ``--pool-timeout`` seconds (300) for a first pool; then exit 1, one line.
 * Each finished row is appended to ``--out`` (and flushed) as soon as its
   result arrives, so Ctrl-C, SIGTERM or a crash keep every finished row.  When
   the whole file is scored, ``--out`` is rewritten in input order.
