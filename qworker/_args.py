@@ -65,13 +65,13 @@ def positive_number(text: str) -> float:
 
 
 class _Formatter(argparse.HelpFormatter):
-    """Shows every option's default: ``(default: X)`` after its help, unless the help already says it
-    (an option whose absence means "not set" shows ``(default: none)``)."""
+    """Shows every optional option's default: ``(default: X)`` after its help, unless the help already says
+    it (an option whose absence means "not set" shows ``(default: none)``)."""
 
     def _get_help_string(self, action: argparse.Action) -> Optional[str]:
         text = action.help or ""
         default = action.default
-        if not action.option_strings or default is argparse.SUPPRESS or "default" in text.lower():
+        if not action.option_strings or action.required or default is argparse.SUPPRESS or "default" in text.lower():
             return text
         if default is None or (isinstance(default, (list, tuple)) and not default):
             return f"{text} (default: none)"

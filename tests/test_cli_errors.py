@@ -251,11 +251,13 @@ def test_cache_clear_of_a_reward_with_no_rows_and_no_such_name_suggests_the_clos
 
 
 def _options_without_a_default(help_text: str) -> list[str]:
-    """The options of a --help whose text says no default."""
+    """The options of a --help, but required ones, whose text says no default."""
+    usage = help_text.split("\n\n", 1)[0]
+    required = {m for m in re.findall(r"(?<![\[\w-])(--[a-z][\w-]*)", usage)}  # not in [brackets]: required
     body = help_text.split("options:", 1)[1]
     entries = re.split(r"\n  (?=-)", "\n" + body)
     return [e.split()[0] for e in entries if e.strip().startswith("--") and "default" not in e and not e.startswith("-h")
-            and not e.strip().startswith(("--help", "--version"))]
+            and not e.strip().startswith(("--help", "--version")) and e.split()[0] not in required]
 
 
 @pytest.mark.parametrize("command", [
