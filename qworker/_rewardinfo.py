@@ -149,7 +149,9 @@ class RewardBook:
         if ":" in name or not self.complete:
             self._warn_unknown(name)
             return
-        raise ConfigError(f"{where}: {name!r} is not a known reward; known rewards: {', '.join(self.known_names())}")
+        near = difflib.get_close_matches(name, self.known_names(), 3)
+        hint = f" (did you mean {' or '.join(map(repr, near))}?)" if near else ""
+        raise ConfigError(f"{where}: {name!r} is not a known reward; known rewards: {', '.join(self.known_names())}{hint}")
 
     def check_runnable(self, name: str, asked: str) -> None:
         """Raise ``RewardError`` at submission for a reward no worker can run: a name unknown here, or a

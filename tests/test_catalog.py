@@ -74,9 +74,10 @@ def test_config_errors_name_the_place(section, match):
         ({"math": {"format_bonu": 0.1}}, r"cfg\.yaml: rewards\.math: unknown param 'format_bonu' for reward 'math'; it takes: .*format_bonus"),
         ({"s": {"componets": [{"reward": "math"}]}}, r"rewards\.s: 's' is not a known reward.*'componets' -> 'components'"),
         ({"mth": {"strict": True}}, r"rewards\.mth: 'mth' is not a known reward.*did you mean 'math'.*known rewards: .*gsm8k"),
-        ({"a": {"reward": "gsm8", "params": {}}}, r"rewards\.a\.reward: 'gsm8' is not a known reward"),
+        ({"a": {"reward": "gsm8", "params": {}}}, r"rewards\.a\.reward: 'gsm8' is not a known reward.*did you mean 'gsm8k'"),
         ({"a": {"reward": "gsm8k", "params": {"scor": 1}}}, r"rewards\.a: unknown param 'scor' for reward 'gsm8k'"),
-        ({"s": {"components": [{"reward": "format"}, {"reward": "mth"}]}}, r"rewards\.s\.components\[1\]\.reward: 'mth'"),
+        ({"s": {"components": [{"reward": "format"}, {"reward": "mth"}]}},
+         r"rewards\.s\.components\[1\]\.reward: 'mth' is not a known reward.*\(did you mean 'math'\?\)"),
         ({"s": {"components": [{"reward": "format", "params": {"patern": "x"}}]}}, r"components\[0\]: unknown param 'patern'"),
     ],
 )

@@ -23,8 +23,9 @@ of messages: the last user message is the ``prompt``, the last assistant
 message the ``response``); see ``_payload`` for every field.  A failed task
 scores ``None`` (TRL leaves it out of the group baseline and gives it no
 advantage) unless ``fallback`` is a number.  Each call logs the metric
-``qworker/<name>/failed`` (the fraction of failed tasks) and the column
-``qworker_error/<name>`` (the error kind, or None) in the completions table.
+``qworker/<reward>/failed`` (the fraction of failed tasks) and the column
+``qworker_error/<reward>`` (the error kind, or None) in the completions table
+(``log_names``).
 
 Fail fast: the reward's name (and params) are checked in the constructor, and
 a call in which every task failed (``fail_fraction=1.0``; or at least that
@@ -46,11 +47,24 @@ from ._client import RewardClient, reward_client
 from ._outcome import ERROR_KEY, FAILED_KEY, RewardsFailed, check_reward, choose, failure_keys, reward_name, warn_failed
 from ._payload import from_trl, trl_columns
 
-__all__ = ["QworkerReward", "AsyncQworkerReward", "QworkerGRPOTrainer", "RewardsFailed"]
+__all__ = ["QworkerReward", "AsyncQworkerReward", "QworkerGRPOTrainer", "RewardsFailed", "default_name", "log_names"]
 
 log = logging.getLogger("qworker.integrations")
 
 _NOT_COLUMNS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"})
+
+
+def default_name(reward: str) -> str:
+    """TRL's name for a ``QworkerReward`` (its ``rewards/<name>/mean`` metric): ``qworker_<reward>``, where a
+    ``pkg.mod:fn`` reward is its function's name, so metric names hold no module path or colon."""
+    return f"qworker_{reward.rpartition(':')[2]}"
+
+
+def log_names(name: str) -> tuple[str, str]:
+    """The failure-rate metric and the completions-table column of a reward TRL names ``name``:
+    ``qworker/<r>/failed`` and ``qworker_error/<r>``, ``<r>`` being ``name`` without its ``qworker_`` prefix."""
+    short = name.removeprefix("qworker_")
+    return f"qworker/{short}/failed", f"qworker_error/{short}"
 
 
 class QworkerReward:
@@ -92,7 +106,7 @@ class QworkerReward:
         self.ground_truth_column = ground_truth_column
         self.max_response_length = max_response_length
         self.timeout = timeout
-        self.__name__ = name or f"qworker_{self.reward}"
+        self.__name__ = name or default_name(self.reward)
         self._client = client
         self._lock = threading.Lock()
         self._prefetched: Optional[tuple[list[dict], list[ResultFuture]]] = None
@@ -142,9 +156,9 @@ class QworkerReward:
         keys = [failure_keys(r) for r in results]
         log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         if callable(log_metric):  # every call logs it, so all ranks log the same names
-            log_metric(f"qworker/{self.__name__}/failed", sum(k[FAILED_KEY] for k in keys) / max(1, len(keys)))
+            log_metric(log_names(self.__name__)[0], sum(k[FAILED_KEY] for k in keys) / max(1, len(keys)))
         if callable(log_extra):
-            log_extra(f"qworker_error/{self.__name__}", [k[ERROR_KEY] or None for k in keys])
+            log_extra(log_names(self.__name__)[1], [k[ERROR_KEY] or None for k in keys])
         return [float(r.score) if r.ok else self.fallback for r in results]
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Optional[Sequence[Sequence[int]]] = None,

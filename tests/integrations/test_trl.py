@@ -28,7 +28,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from qworker import ConfigError, RewardError  # noqa: E402
 from qworker._registry import registered  # noqa: E402
 from qworker.integrations import _client  # noqa: E402
-from qworker.integrations.trl import AsyncQworkerReward, QworkerGRPOTrainer, QworkerReward, RewardsFailed  # noqa: E402
+from qworker.integrations.trl import AsyncQworkerReward, QworkerGRPOTrainer, QworkerReward, RewardsFailed, log_names  # noqa: E402
 
 from .async_rewards import length_parity, trl_style  # noqa: E402
 from .tiny import WORDS, tokenizer  # noqa: E402
@@ -88,7 +88,7 @@ def assert_table_matches_qworker(producer, trainer, out: Path, name: str, reward
     and the logged per-step means equal those of the table."""
     table = logged_table(out)
     direct = producer.map(reward, [{"response": completion_text(c)} for c in table["completion"]])
-    for logged, d, kind in zip(table[name], direct, table[f"qworker_error/{name}"], strict=True):
+    for logged, d, kind in zip(table[name], direct, table[log_names(name)[1]], strict=True):
         if d.ok:
             assert logged == pytest.approx(d.score) and pd.isna(kind)
         else:
@@ -99,7 +99,7 @@ def assert_table_matches_qworker(producer, trainer, out: Path, name: str, reward
         column = table.loc[table["step"] == step, name]
         if column.notna().any():
             assert mean == pytest.approx(column.mean(skipna=True))
-    failed = [h[f"qworker/{name}/failed"] for h in trainer.state.log_history if f"qworker/{name}/failed" in h]
+    failed = [h[log_names(name)[0]] for h in trainer.state.log_history if log_names(name)[0] in h]
     assert failed == [pytest.approx(table.loc[table["step"] == s, name].isna().mean()) for s in sorted(table["step"].unique())]
     return table
 
@@ -175,7 +175,7 @@ def test_failures_are_none_unless_a_fallback_is_asked(producer) -> None:
     assert QworkerReward("adapter_fail", fallback=-1.0, fail_fast=False)(**kw) == [-1.0, -1.0]
     metrics = {}
     assert QworkerReward("adapter_len")(log_metric=metrics.__setitem__, **kw) == [1 / 6, 1 / 6]
-    assert metrics == {"qworker/qworker_adapter_len/failed": 0.0}
+    assert metrics == {"qworker/adapter_len/failed": 0.0}
 
 
 def test_reward_objects_pickle(producer) -> None:
