@@ -26,7 +26,7 @@ real servers do:
   ``1 + load_slope x busy / capacity`` (busy when it starts, itself included): slower under load;
 * ``GET /metrics``: ``vllm:num_requests_running`` (the tenant's included) and
   ``vllm:num_requests_waiting`` in Prometheus text, as vLLM names them;
-* ``GET /ledger``: its own account (JSON), see ``Ledger.report``.
+* ``GET /ledger``: its own account (JSON), see ``Ledger.report``; ``GET /health``: its clock.
 
 The schedule's clock starts at the first chat request (``t = 0``), so a client that takes seconds
 to start meets the same schedule as one that starts at once.  ``horizon`` seconds later the
@@ -327,8 +327,8 @@ class JudgeServer:
         if method == "GET" and path == "/ledger":
             return 200, {}, json.dumps({**self.ledger.report(), "requests": self.requests, "started": self.t0 is not None,
                                         "now_s": self.now()}).encode()
-        if method == "GET" and path == "/health":
-            return 200, {}, b"{}"
+        if method == "GET" and path == "/health":  # the schedule's clock: seconds since the first chat request
+            return 200, {}, json.dumps({"started": self.t0 is not None, "now_s": self.now(), "horizon_s": self.schedule.horizon}).encode()
         return 404, {}, json.dumps({"error": {"message": f"no route {method} {path}"}}).encode()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
