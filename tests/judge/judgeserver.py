@@ -325,6 +325,7 @@ class JudgeServer:
         if method == "GET" and path == "/metrics":
             return 200, {"Content-Type": "text/plain; version=0.0.4"}, self.metrics()
         if method == "GET" and path == "/ledger":
+            self._set_tenant(self.tenant_running)  # the tenant's slot-seconds up to now
             return 200, {}, json.dumps({**self.ledger.report(), "requests": self.requests, "started": self.t0 is not None,
                                         "now_s": self.now()}).encode()
         if method == "GET" and path == "/health":  # the schedule's clock: seconds since the first chat request
