@@ -172,6 +172,7 @@ class JudgeServer:
         self.requests = 0
         self._stop: Optional[asyncio.Event] = None
         self._tasks: set[asyncio.Task] = set()
+        self._writers: set[asyncio.StreamWriter] = set()  # open connections, closed on stopping
 
     # ---- the schedule ----
     def now(self) -> float:
@@ -333,6 +334,7 @@ class JudgeServer:
         return 404, {}, json.dumps({"error": {"message": f"no route {method} {path}"}}).encode()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
             while True:
                 try:
@@ -361,6 +363,7 @@ class JudgeServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             return
         finally:
+            self._writers.discard(writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -381,11 +384,17 @@ class JudgeServer:
         self.port = server.sockets[0].getsockname()[1]
         if ready is not None:
             ready.set()
-        async with server:
+        try:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), duration)
-        for task in list(self._tasks):
-            task.cancel()
+        finally:
+            server.close()
+            for writer in list(self._writers):  # keep-alive connections would hold wait_closed open (Python >= 3.12)
+                writer.close()
+            for task in list(self._tasks):
+                task.cancel()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), 5.0)
 
     def stop(self) -> None:
         if self._stop is not None:
