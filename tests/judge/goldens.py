@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from qworker.judge.peers import MemoryBoard
+from qworker.judge.prefixcache import PrefixCache
 
 from .judgesim import Client, SemaphoreClient, Server, Sim
 
@@ -146,6 +147,13 @@ def _scenarios() -> list[Scenario]:
                      until=90.0, board=True, changes=[10.0, 20.0]))
         add(Scenario(f"peers-alone-{kind}", f"{peers}::test_a_producer_alone_runs_exactly_as_without_the_board",
                      [{**kinds[kind], "seed": 2}], [{"start": 0.0, "n": 6000}], board=True))
+    prefix = "tests/judge/test_prefix.py"
+    for group in (8, 16):
+        for routing in ("prefix", "round_robin", "capacity"):
+            add(Scenario(f"fleet-{routing}-group{group}", f"{prefix}::test_prefix_affinity_beats_round_robin_and_free_capacity_on_grpo_groups",
+                         [{"mode": "queue", "capacity": 16, **LOGN, "seed": 100 + i, "prefix": {"blocks": 20000, "prefill_s_per_token": 0.0002}}
+                          for i in range(8)],
+                         [{"start": 0.0, "n": 3000, "payload": f"grpo({group})", "metrics": True, "routing": routing}]))
     return out
 
 
@@ -156,6 +164,8 @@ def _server(kw: dict) -> Server:
     kw = dict(kw)
     if kw.get("tokens_per_reply") == "lognormal(4.8, 0.6)":  # test_limiter's per-token replies (about 150 tokens, 10x spread)
         kw["tokens_per_reply"] = lambda rng: max(1, int(rng.lognormvariate(4.8, 0.6)))
+    if "prefix" in kw:  # a replica's prefix cache, as test_prefix builds it
+        kw["prefix"] = PrefixCache(**kw["prefix"])
     for key in ("refusal_latency", "outage"):
         if key in kw:
             kw[key] = tuple(kw[key])
@@ -175,6 +185,9 @@ def _run(sc: Scenario) -> dict:
     tenant: list[SemaphoreClient] = []
     def arrive(i: int, c: dict) -> Callable[[float], None]:
         kw = {k: v for k, v in c.items() if k not in ("start", "n")}
+        if "payload" in kw:  # test_prefix's GRPO groups: "grpo(N)"
+            from .test_prefix import grpo
+            kw["payload"] = grpo(int(kw["payload"][5:-1]))
         return lambda t: clients.append(Client(sim, servers if len(servers) > 1 else servers[0], c["n"], name=f"c{i}-", board=board, **kw))
 
     for i, c in enumerate(sc.clients):
