@@ -1,0 +1,166 @@
+"""Assert tests judged outside the program: split, plain values, verdict.
+
+An assert snippet such as ``assert add(2, 3) == 5`` is split with ``ast`` into
+the parts that need the program (*probes*: here ``add(2, 3)``) and the rest
+(``<probe 0> == 5``).  Only the probes' source text is sent to the sandboxed
+child; it evaluates them after the program and sends back their values as
+plain data (``encode`` in ``_sandbox_child``).  ``decode`` rebuilds them in the
+trusted parent with exact builtin types only, and ``Split.verdict`` evaluates
+the rest of the assert there, with those values substituted.  The expected
+values never reach the child, and no object of the program takes part in a
+comparison.
+
+A snippet that cannot be split safely is refused (its case fails): anything
+but one ``assert`` statement; comprehensions, lambdas and ``:=`` (their local
+names cannot be told from the program's); a probe that itself contains a
+comparison (the program would decide it).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+from dataclasses import dataclass
+from typing import Any, Union
+
+__all__ = ["Split", "Refused", "split_assert", "decode", "PlainValueError"]
+
+# Names an assert may use that are evaluated in the parent, not taken from the program.
+_SAFE_BUILTINS: dict[str, Any] = {
+    name: getattr(builtins, name)
+    for name in (
+        "abs", "all", "any", "bool", "bytes", "chr", "complex", "dict", "divmod", "float", "frozenset", "int",
+        "isinstance", "len", "list", "max", "min", "ord", "pow", "range", "repr", "reversed", "round", "set",
+        "sorted", "str", "sum", "tuple", "type", "zip",
+    )
+}
+_SAFE_NAMES: dict[str, Any] = {**_SAFE_BUILTINS, "math": math}
+_PROBE = "_qworker_probe_"
+
+# Nodes the parent evaluates (with probes substituted); a tainted node of another kind becomes a probe.
+_TRANSPARENT = (
+    ast.Compare, ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.IfExp, ast.Tuple, ast.List, ast.Set, ast.Dict,
+    ast.Subscript, ast.Slice, ast.Starred, ast.JoinedStr, ast.FormattedValue,
+)
+_REFUSED_ANYWHERE = (
+    ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr, ast.Await, ast.Yield,
+    ast.YieldFrom,
+)
+
+
+@dataclass(frozen=True)
+class Split:
+    """An assert whose verdict the parent decides; ``probes`` are evaluated by the child, in order."""
+
+    probes: tuple[str, ...]
+    _expr: Any  # code object of the assert's test, probes replaced by names
+
+    def verdict(self, values: list[Any]) -> bool:
+        """The assert's truth with the probes' plain ``values``; raises what evaluating it raises."""
+        names = {f"{_PROBE}{k}": v for k, v in enumerate(values)}
+        return bool(eval(self._expr, {"__builtins__": {}, **_SAFE_NAMES, **names}))  # noqa: S307 - the test's own text, plain values
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+
+
+def _is_tainted(node: ast.AST) -> bool:
+    """Whether ``node`` refers to a name the program defines (anything not in the parent's safe names)."""
+    return any(isinstance(n, ast.Name) and n.id not in _SAFE_NAMES for n in ast.walk(node))
+
+
+def _is_safe_call(node: ast.Call) -> bool:
+    f = node.func
+    if isinstance(f, ast.Name):
+        return f.id in _SAFE_BUILTINS
+    return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "math"
+
+
+class _Splitter(ast.NodeTransformer):
+    def __init__(self) -> None:
+        self.probes: list[str] = []
+
+    def visit(self, node: ast.AST) -> Any:
+        if not isinstance(node, ast.expr) or not _is_tainted(node):
+            return node
+        if isinstance(node, _TRANSPARENT) or (isinstance(node, ast.Call) and _is_safe_call(node)):
+            return self.generic_visit(node)
+        if any(isinstance(n, ast.Compare) for n in ast.walk(node)):
+            raise ValueError(f"the program's part {ast.unparse(node)[:80]!r} contains a comparison")
+        self.probes.append(ast.unparse(node))
+        return ast.copy_location(ast.Name(id=f"{_PROBE}{len(self.probes) - 1}", ctx=ast.Load()), node)
+
+
+def split_assert(snippet: str) -> Union[Split, Refused]:
+    """Split one assert snippet into probes and a parent-side expression, or refuse it."""
+    try:
+        tree = ast.parse(snippet)
+    except SyntaxError as e:
+        return Refused(f"SyntaxError: {e.msg}")
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+        return Refused("only a single 'assert <expression>' statement is checked outside the program")
+    test = tree.body[0].test
+    bad = next((n for n in ast.walk(test) if isinstance(n, _REFUSED_ANYWHERE)), None)
+    if bad is not None:
+        return Refused(f"{type(bad).__name__} in an assert cannot be checked outside the program")
+    splitter = _Splitter()
+    try:
+        rewritten = splitter.visit(test)
+    except ValueError as e:
+        return Refused(f"cannot be checked outside the program: {e}")
+    expr = ast.fix_missing_locations(ast.Expression(body=rewritten))
+    return Split(probes=tuple(splitter.probes), _expr=compile(expr, "<assert>", "eval"))
+
+
+class PlainValueError(ValueError):
+    """A probe's value as sent by the child is not well-formed plain data."""
+
+
+_MAX_DEPTH = 64
+_MAX_INT_HEX = 100_000  # hex digits: ints up to ~400,000 bits
+
+
+def decode(obj: Any, depth: int = 0) -> Any:
+    """Rebuild a value from the child's tagged JSON, with exact builtin types only.
+
+    Tags: ``["n"]`` None, ``["b", bool]``, ``["i", hex]``, ``["f", float.hex]``,
+    ``["c", re_hex, im_hex]``, ``["s", str]``, ``["y", hex]`` bytes, and
+    ``["l"|"t"|"set"|"fs", [items]]``, ``["d", [[k, v], ...]]``.  Anything else
+    raises ``PlainValueError``.
+    """
+    if depth > _MAX_DEPTH:
+        raise PlainValueError("value nested too deeply")
+    if type(obj) is not list or not obj or type(obj[0]) is not str:
+        raise PlainValueError("malformed value")
+    tag, args = obj[0], obj[1:]
+    try:
+        if tag == "n" and not args:
+            return None
+        if tag == "b" and len(args) == 1 and type(args[0]) is bool:
+            return args[0]
+        if tag == "i" and len(args) == 1 and type(args[0]) is str and len(args[0]) <= _MAX_INT_HEX:
+            return int(args[0], 16)
+        if tag == "f" and len(args) == 1 and type(args[0]) is str:
+            return float.fromhex(args[0])
+        if tag == "c" and len(args) == 2 and all(type(a) is str for a in args):
+            return complex(float.fromhex(args[0]), float.fromhex(args[1]))
+        if tag == "s" and len(args) == 1 and type(args[0]) is str:
+            return args[0]
+        if tag == "y" and len(args) == 1 and type(args[0]) is str:
+            return bytes.fromhex(args[0])
+        if tag in ("l", "t", "set", "fs") and len(args) == 1 and type(args[0]) is list:
+            items = [decode(item, depth + 1) for item in args[0]]
+            return {"l": list, "t": tuple, "set": set, "fs": frozenset}[tag](items)
+        if tag == "d" and len(args) == 1 and type(args[0]) is list:
+            out = {}
+            for pair in args[0]:
+                if type(pair) is not list or len(pair) != 2:
+                    raise PlainValueError("malformed dict item")
+                out[decode(pair[0], depth + 1)] = decode(pair[1], depth + 1)
+            return out
+    except (ValueError, TypeError, OverflowError) as e:  # bad hex, unhashable set item or key
+        raise PlainValueError(f"malformed value: {e}") from None
+    raise PlainValueError(f"not a plain value (tag {tag[:20]!r})")
