@@ -28,39 +28,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import time
 from typing import Any
 
 from .._registry import reward
 from . import _payload
+from ._asserts import PlainValueError, Refused, Split, decode, split_assert
 from ._sandbox import Limits, run_python, sandbox_dir
 
 __all__ = ["code_tests", "extract_code", "load_tests"]
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
-
-_HARNESS = r'''
-import sys
-_nonce, _n = sys.argv[1], int(sys.argv[2])
-_asserts = [open(f".assert{_i}.py", encoding="utf-8").read() for _i in range(_n)]
-_out = open(".results", "a", encoding="utf-8")
-_ns = {"__name__": "__main__"}
-try:
-    exec(compile(open("solution.py", encoding="utf-8").read(), "solution.py", "exec"), _ns)
-except BaseException as _e:
-    print(f"program: {type(_e).__name__}: {_e}", file=sys.stderr)
-else:
-    for _i, _a in enumerate(_asserts):
-        try:
-            exec(compile(_a, f"assert{_i}", "exec"), _ns)
-        except BaseException as _e:
-            print(f"assert {_i}: {type(_e).__name__}: {_e}", file=sys.stderr)
-        else:
-            _out.write(f"{_nonce} {_i}\n")
-            _out.flush()
-'''
-
 
 def extract_code(response: str) -> tuple[str, bool]:
     """The last fenced code block, or the whole response; and whether a block was found."""
@@ -106,7 +84,7 @@ def _run_io(workdir: str, cases: list, limits: Limits, deadline: float) -> tuple
         left = deadline - time.monotonic()
         if left <= 0:
             return passed, first or f"case {n}: out of time (max_total_s)"
-        run = run_python(workdir, "solution.py", stdin=stdin, limits=_with_wall(limits, left))
+        run = run_python(workdir, stdin=stdin, limits=_with_wall(limits, left))
         if run.failure is None and _same_output(run.stdout, want):
             passed += 1
         elif first is None:
@@ -114,26 +92,66 @@ def _run_io(workdir: str, cases: list, limits: Limits, deadline: float) -> tuple
     return passed, first
 
 
+def _probe_results(data: bytes) -> tuple[bool, dict[int, tuple[bool, Any]]]:
+    """Parse the child's result lines: whether the program loaded, and per probe (ok, value or error)."""
+    loaded, out = False, {}
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if msg == ["loaded"]:
+            loaded = True
+        elif type(msg) is list and len(msg) == 3 and type(msg[1]) is int and msg[1] not in out:
+            if msg[0] == "value":
+                try:
+                    out[msg[1]] = (True, decode(msg[2]))
+                except (PlainValueError, RecursionError) as e:
+                    out[msg[1]] = (False, f"PlainValueError: {e}")
+            elif msg[0] == "raised" and type(msg[2]) is str:
+                out[msg[1]] = (False, msg[2][:300])
+    return loaded, out
+
+
 def _run_asserts(workdir: str, asserts: list, limits: Limits, deadline: float) -> tuple[int, str | None]:
-    for n, snippet in enumerate(asserts):
-        _write(os.path.join(workdir, f".assert{n}.py"), snippet)
-    _write(os.path.join(workdir, ".harness.py"), _HARNESS)
-    nonce = secrets.token_hex(16)
+    splits = [split_assert(a) for a in asserts]
+    probes: list[str] = []
+    first_probe: list[int] = []
+    for sp in splits:
+        first_probe.append(len(probes))
+        if isinstance(sp, Split):
+            probes.extend(sp.probes)
     left = max(0.0, deadline - time.monotonic())
-    run = run_python(workdir, ".harness.py", limits=_with_wall(limits, left), args=(nonce, str(len(asserts))))
-    done: set[int] = set()
-    results = os.path.join(workdir, ".results")
-    if os.path.exists(results):
-        with open(results, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                tag, _, idx = line.strip().partition(" ")
-                if tag == nonce and idx.isdigit():
-                    done.add(int(idx))
-    passed = len(done & set(range(len(asserts))))
-    first = None
-    if passed < len(asserts):
-        lines = run.stderr.strip().splitlines()
-        first = next((ln for ln in lines if ln.startswith(("assert ", "program: "))), None) or run.failure or "no result recorded"
+    run = run_python(workdir, limits=_with_wall(limits, left), probes=probes)
+    loaded, values = _probe_results(run.results)
+    passed, first = 0, None
+    program_error = next((ln for ln in run.stderr.strip().splitlines() if ln.startswith("program: ")), None)
+    for n, sp in enumerate(splits):
+        if isinstance(sp, Refused):
+            why = f"assert {n}: {sp.reason}"
+        elif not loaded:
+            why = program_error or run.failure or "the program did not finish"
+        else:
+            got = [values.get(first_probe[n] + k) for k in range(len(sp.probes))]
+            missing = next((i for i, v in enumerate(got) if v is None), None)
+            failed = next((v[1] for v in got if v is not None and not v[0]), None)
+            if missing is not None:
+                why = run.failure or "no result recorded"
+            elif failed is not None:
+                why = f"assert {n}: {failed}"
+            else:
+                try:
+                    ok = sp.verdict([v[1] for v in got if v is not None])
+                except Exception as e:  # noqa: BLE001 - the assert's own comparison raised (TypeError, ...)
+                    ok, why = False, f"assert {n}: {type(e).__name__}: {e}"
+                else:
+                    why = f"assert {n}: AssertionError"
+                if ok:
+                    passed += 1
+                    continue
+        first = first or why
     return passed, first[:300] if first else None
 
 

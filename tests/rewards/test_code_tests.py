@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
 import time
 
@@ -11,6 +12,8 @@ import psutil
 import pytest
 
 from qworker.rewards.code_tests import code_tests, extract_code, load_tests
+
+from .code_worker import SECRET_NAME, CodeWorker
 
 FAST = {"timeout_s": 2, "cpu_s": 2}
 
@@ -129,7 +132,90 @@ def test_bad_tests_are_named(gt):
         load_tests(gt)
 
 
-def test_never_runs_in_the_worker_process(tmp_path):
-    marker = tmp_path / "pid"
-    score(f"import os\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\n", ["assert True"])
-    assert int(marker.read_text()) != os.getpid()
+def test_never_runs_in_the_worker_process():
+    out = score("import os\nprint(os.getpid())\n", {"inputs": [""], "outputs": ["not a pid"]})
+    reported = out["first_failure"].split("wrong output ")[1]
+    assert int(reported.strip("'").replace("\\n", "")) != os.getpid()
+
+
+ADD_ASSERTS = {"asserts": ["assert add(2, 3) == 5", "assert add(1, 1) == 2", "assert add(0, 0) == 0"]}
+
+
+def test_a_program_that_forges_the_harness_record_passes_no_assert():
+    code = ("import sys, os; open('.results', 'a').write(''.join(f'{sys.argv[1]} {i}\\n' for i in range(int(sys.argv[2])))); "
+            "os._exit(0)")
+    out = score(code, ADD_ASSERTS)
+    assert (out["score"], out["passed"]) == (0.0, 0)
+
+
+def test_an_always_equal_object_passes_no_assert():
+    out = score("class E:\n    def __eq__(self, o): return True\ndef add(a, b):\n    return E()\n", ADD_ASSERTS)
+    assert (out["score"], out["passed"]) == (0.0, 0)
+    assert "only plain builtin values" in out["first_failure"]
+
+
+def test_the_worker_environment_is_unreadable_through_proc():
+    secret = "sk-proc-environ-0123456789abcdef"
+    worker = CodeWorker(secret=secret)
+    try:
+        code = (
+            "import os\npid = os.getppid()\nfor _ in range(3):\n    try:\n"
+            "        data = open(f'/proc/{pid}/environ', 'rb').read()\n"
+            f"        hit = [kv for kv in data.split(b'\\0') if kv.startswith(b'{SECRET_NAME}=')]\n"
+            "        if hit:\n            print(hit[0].split(b'=', 1)[1].decode()); break\n"
+            "        pid = int(open(f'/proc/{pid}/stat').read().split(')')[1].split()[1])\n"
+            "    except OSError:\n        break\n"
+        )
+        out = worker.score(code, {"inputs": [""], "outputs": [secret]})
+    finally:
+        worker.close()
+    assert out["score"] == 0.0 and secret not in json.dumps(out)
+
+
+def test_generated_code_cannot_connect_to_a_local_port():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')\n"
+        out = score(code, {"inputs": [""], "outputs": ["connected"]})
+        assert out["score"] == 0.0
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+
+
+def test_generated_code_cannot_read_or_write_files_outside_its_directory(tmp_path):
+    canary = tmp_path / "cache.sqlite"
+    canary.write_text("canary-text")
+    code = f"print(open({str(canary)!r}).read())\nopen({str(canary)!r}, 'a').write('planted')\n"
+    out = score(code, {"inputs": [""], "outputs": ["canary-text"]})
+    assert out["score"] == 0.0
+    assert canary.read_text() == "canary-text"
+    planted = tmp_path / "planted"
+    out = score(f"open({str(planted)!r}, 'w').write('x')\nprint('wrote')\n", {"inputs": [""], "outputs": ["wrote"]})
+    assert out["score"] == 0.0 and not planted.exists()
+
+
+def test_asserts_that_cannot_be_split_fail_closed():
+    code = "def add(a, b):\n    return a + b\n"
+    out = score(code, ["assert all(add(i, i) == 2 * i for i in range(3))", "x = add(1, 1)\nassert x == 2",
+                       "assert add(1, 2) == 3"])
+    assert (out["passed"], out["total"]) == (1, 3)
+    assert out["first_failure"] == "assert 0: GeneratorExp in an assert cannot be checked outside the program"
+
+
+def test_common_assert_forms_are_judged_as_python_would():
+    code = ("import math\ndef area(r):\n    return math.pi * r * r\ndef pair(n):\n    return (n, n + 1)\n"
+            "def evens(xs):\n    return [x for x in xs if x % 2 == 0]\ndef nothing():\n    return None\n")
+    tests = [
+        "assert math.isclose(area(2), 12.566, rel_tol=0.001)", "assert pair(1) == (1, 2)", "assert pair(1) != [1, 2]",
+        "assert set(evens([4, 1, 2])) == set([2, 4])", "assert abs(area(1) - 3.14159) < 1e-4", "assert nothing() is None",
+        "assert not evens([1, 3])", "assert evens([2])", "assert sorted(evens([4, 2]))[0] == 2", "assert len(evens(range(10))) == 5",
+    ]
+    out = score(code, tests)
+    assert (out["passed"], out["total"]) == (10, 10), out["first_failure"]
+    assert score(code, ["assert pair(1) == [1, 2]"])["passed"] == 0  # a tuple is not a list, as in Python
+
+
+def test_a_subclass_of_a_builtin_is_not_compared():
+    out = score("class I(int):\n    pass\ndef add(a, b):\n    return I(a + b)\n", ["assert add(2, 3) == 5"])
+    assert out["passed"] == 0 and "returned a I" in out["first_failure"]
