@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 
+from qworker.rewards import _sandbox
 from qworker.rewards.code_tests import code_tests, extract_code, load_tests
 
 from .code_worker import SECRET_NAME, CodeWorker
@@ -219,3 +220,21 @@ def test_common_assert_forms_are_judged_as_python_would():
 def test_a_subclass_of_a_builtin_is_not_compared():
     out = score("class I(int):\n    pass\ndef add(a, b):\n    return I(a + b)\n", ["assert add(2, 3) == 5"])
     assert out["passed"] == 0 and "returned a I" in out["first_failure"]
+
+
+def test_nothing_of_one_run_reaches_the_next():
+    write = "import json, sys\njson.planted = 1\nsys.modules['planted'] = json\nimport builtins\nbuiltins.planted = 1\nprint('ok')\n"
+    read = "import json, sys, builtins\nprint(hasattr(json, 'planted'), 'planted' in sys.modules, hasattr(builtins, 'planted'))\n"
+    assert score(write, {"inputs": [""], "outputs": ["ok"]})["score"] == 1.0
+    assert score(read, {"inputs": [""], "outputs": ["False False False"]})["score"] == 1.0
+
+
+def test_a_kernel_without_the_boundary_refuses_code_tests_with_the_fix_unless_opted_out(monkeypatch):
+    problem = _sandbox.boundary_problem({"landlock_abi": 0, "seccomp": True})
+    assert problem is not None and "lsm=" in problem and f"{_sandbox.ENV}=unconfined" in problem and "\n" not in problem
+    monkeypatch.setattr(_sandbox, "boundary_problem", lambda info: problem)
+    monkeypatch.delenv(_sandbox.ENV, raising=False)
+    with pytest.raises(_sandbox.SandboxUnavailable, match="Landlock"):
+        score("print(1)", {"inputs": [""], "outputs": ["1"]})
+    monkeypatch.setenv(_sandbox.ENV, "unconfined")
+    assert score("print(1)", {"inputs": [""], "outputs": ["1"]})["score"] == 1.0
