@@ -213,17 +213,23 @@ def _run(workdir: str, *, mode: str, request: dict, stdin: str, limits: Limits, 
         res_r, res_w = os.pipe()
         t0 = time.monotonic()
         try:
+            pending = json.dumps(request).encode()  # into the pipe now: the child reads it without a round trip
+            os.set_blocking(req_w, False)
+            with contextlib.suppress(BlockingIOError):
+                pending = pending[os.write(req_w, pending):]
+            if not pending:
+                os.close(req_w)
+                req_w = -1
             with open(paths["stdin"], "rb") as fin, open(paths["stdout"], "wb") as fout, open(paths["stderr"], "wb") as ferr:
                 try:
                     server.send(header, (fin.fileno(), fout.fileno(), ferr.fileno(), req_r, res_w))
-                    server.receive(_START_S)  # {"pid": ...}
-                except (OSError, TimeoutError, EOFError, ValueError):
+                except OSError:
                     _drop_server()
                     raise
             os.close(req_r)
             os.close(res_w)
             req_r = res_w = -1
-            returncode, timed_out, results = _wait(server, req_w, res_r, json.dumps(request).encode(), limits, t0)
+            returncode, timed_out, results = _wait(server, req_w, res_r, pending, limits, t0)
             req_w = res_r = -1
         finally:
             for fd in (req_r, req_w, res_r, res_w):
@@ -237,7 +243,6 @@ def _run(workdir: str, *, mode: str, request: dict, stdin: str, limits: Limits, 
 
 def _wait(server: _ForkServer, req_w: int, res_r: int, request: bytes, limits: Limits, t0: float) -> tuple[Optional[int], bool, bytes]:
     """Feed the request, collect results, until the fork server reports the run's status (kill it at the wall limit)."""
-    os.set_blocking(req_w, False)
     results = bytearray()
     status: Optional[int] = None
     timed_out = killed = False
@@ -258,7 +263,7 @@ def _wait(server: _ForkServer, req_w: int, res_r: int, request: bytes, limits: L
             readers: list[Any] = [server.sock] if status is None else []
             if res_open:
                 readers.append(res_r)
-            writers = [req_w] if request else []
+            writers = [req_w] if req_w >= 0 and request else []
             ready_r, ready_w, _ = select.select(readers, writers, [], max(0.0, deadline - now))
             if req_w in ready_w:
                 try:
@@ -284,10 +289,13 @@ def _wait(server: _ForkServer, req_w: int, res_r: int, request: bytes, limits: L
                     results += chunk
             if server.sock in ready_r:
                 try:
-                    status = server.receive(_START_S)["status"]
-                except (OSError, TimeoutError, EOFError, ValueError, KeyError):
+                    message = server.receive(_START_S)  # {"pid": ...} first, then {"status": ...}
+                except (OSError, TimeoutError, EOFError, ValueError):
                     _drop_server()
                     return None, timed_out, bytes(results)
+                if "status" not in message:
+                    continue
+                status = message["status"]
                 if timed_out:
                     break
     finally:

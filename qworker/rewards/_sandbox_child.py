@@ -36,6 +36,7 @@ import array
 import builtins
 import ctypes
 import fcntl
+import gc
 import json
 import os
 import platform
@@ -43,6 +44,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import traceback
 import types
@@ -207,8 +209,8 @@ def _seccomp_filter(*, allow_fork: bool, allow_exec: bool) -> list[tuple[int, in
 
 def _seccomp(*, allow_fork: bool, allow_exec: bool) -> None:
     prog = _seccomp_filter(allow_fork=allow_fork, allow_exec=allow_exec)
-    filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
-    fprog = _SockFprog(len(prog), filters)
+    packed = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *ins) for ins in prog))
+    fprog = _SockFprog(len(prog), ctypes.cast(packed, ctypes.POINTER(_SockFilter)))
     _check(_libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
@@ -220,12 +222,15 @@ def _readable_paths() -> list[str]:
     return [p for p in dict.fromkeys(paths) if os.path.exists(p)]
 
 
+_READABLE: list[str] = []  # filled once by the fork server before it forks
+
+
 def apply_boundary(workdir: str, *, mode: str) -> None:
     """Confine this process (see the module's docstring); ``mode``: python, exec or compile."""
     _drop_privileges()
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     abi = landlock_abi()
-    readable = _readable_paths()
+    readable = _READABLE or _readable_paths()
     executable = ["/usr/bin", "/bin", "/usr/libexec", "/usr/lib", "/usr/lib64", "/lib", "/lib64"] if mode != "python" else []
     _landlock(abi, readable, workdir, [p for p in executable if os.path.exists(p)])
     _seccomp(allow_fork=mode == "compile", allow_exec=mode != "python")
@@ -417,6 +422,9 @@ def _send_ctrl(sock: socket.socket, message: dict) -> None:
 def serve(sock: socket.socket) -> None:
     """Fork one child per ``run`` request; report its pid, then its wait status."""
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _READABLE.extend(_readable_paths())
+    gc.collect()
+    gc.freeze()  # the server's own objects: a child's collections never touch (and copy) their pages
     _send_ctrl(sock, {"ready": True, "landlock_abi": landlock_abi(), "seccomp": seccomp_available(),
                       "uid": os.geteuid()})
     while True:
