@@ -19,6 +19,7 @@ Each cell is the median over ``--cases`` calls (after a warm-up); cases/s is 100
 
     python bench/sandbox.py               # 40 cases per cell
     python bench/sandbox.py --cases 100
+    python bench/sandbox.py --table       # run the adversarial suite, print the README's table of its attempts
 """
 
 from __future__ import annotations
@@ -139,10 +140,47 @@ def measure(fn: Callable[..., None], program: tuple[str, str, list[str] | None],
     return statistics.median(times), cpu
 
 
+def attempts_table() -> str:
+    """Run tests/rewards/test_code_sandbox_adversarial.py and tabulate its attempts with their outcomes (Markdown)."""
+    import pytest
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, repo)
+    from tests.rewards.test_code_sandbox_adversarial import ATTEMPTS
+
+    outcomes: dict[tuple[str, str], str] = {}
+
+    class Collect:
+        def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+            if "[" in report.nodeid and (report.when == "call" or report.outcome != "passed"):
+                user, _, name = report.nodeid.split("[", 1)[1].rstrip("]").partition("-")
+                outcomes[(name, user)] = report.outcome
+
+    path = os.path.join(repo, "tests", "rewards", "test_code_sandbox_adversarial.py")
+    pytest.main([path, "-q", "-p", "no:cacheprovider", "-k", "scores_zero"], plugins=[Collect()])
+    users = [u for u in ("worker", "unprivileged") if any(k[1] == u for k in outcomes)]
+    word = {"passed": "0 / nothing", "failed": "**FAILED**", "skipped": "skipped"}
+    lines = ["| attempt | kind | what it tries | " + " | ".join(f"score / leaked ({u.replace('worker', 'as root')})" for u in users) + " |",
+             "|---|---|---|" + "---|" * len(users)]
+    for a in ATTEMPTS:
+        cells = [word.get(outcomes.get((a.name, u), ""), "not run") for u in users]
+        lines.append(f"| `{a.name}` | {a.kind} | {a.what} | " + " | ".join(cells) + " |")
+    held = {u: sum(outcomes.get((a.name, u)) == "passed" for a in ATTEMPTS) for u in users}
+    lines.append("")
+    lines.append(f"{len(ATTEMPTS)} attempts ({sum(a.kind == 'score' for a in ATTEMPTS)} on the score, "
+                 f"{sum(a.kind == 'leak' for a in ATTEMPTS)} to read, reach or disturb); scored 0 and leaked nothing: "
+                 + ", ".join(f"{held[u]}/{len(ATTEMPTS)} ({u.replace('worker', 'as root')})" for u in users) + ".")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=40)
+    ap.add_argument("--table", action="store_true", help="print the adversarial suite's table instead of timing")
     args = ap.parse_args()
+    if args.table:
+        print(attempts_table())
+        return
     problem = _sandbox.check()
     print(f"code sandbox benchmark: {args.cases} cases per cell (median), {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.2f}, Python {sys.version.split()[0]}, uid {os.geteuid()}")

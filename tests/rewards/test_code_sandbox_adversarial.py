@@ -1,7 +1,7 @@
 """Adversarial programs against ``code_tests``: each must score 0 and leak nothing.
 
 ``ATTEMPTS`` is data (the README's table is generated from it by
-``bench/sandbox_table.py``).  Each attempt runs in a real worker process
+``python bench/sandbox.py --table``).  Each attempt runs in a real worker process
 (``code_worker.CodeWorker``) that holds a secret in its environment, beside a
 canary file and a live victim process of the worker's user, with TCP, UDP, Unix
 and abstract-socket listeners open.  A ``score`` attempt is judged by the
@@ -67,40 +67,40 @@ ATTEMPTS: list[Attempt] = [
             "import sys\ndef add(a, b):\n    return None\nf = sys._getframe()\nwhile f is not None:\n"
             "    if 'encode' in f.f_globals:\n        f.f_globals['encode'] = lambda v, d=0: ['b', True]\n    f = f.f_back\n"),
     # --- dunder and type tricks ---
-    Attempt("always-equal", "score", "return an object whose __eq__ is always True",
+    Attempt("always-equal", "score", "return an object whose `__eq__` is always True",
             "class E:\n    def __eq__(self, o): return True\n    __hash__ = object.__hash__\ndef add(a, b):\n    return E()\n"),
-    Attempt("int-subclass-eq", "score", "return an int subclass whose __eq__ is always True",
+    Attempt("int-subclass-eq", "score", "return an `int` subclass whose `__eq__` is always True",
             "class I(int):\n    def __eq__(self, o): return True\n    __hash__ = int.__hash__\ndef add(a, b):\n    return I(7)\n"),
-    Attempt("str-subclass-eq", "score", "return a str subclass whose __eq__ is always True",
+    Attempt("str-subclass-eq", "score", "return a `str` subclass whose `__eq__` is always True",
             "class S(str):\n    def __eq__(self, o): return True\n    __hash__ = str.__hash__\ndef add(a, b):\n    return S('x')\n"),
-    Attempt("bool-dunder", "score", "__eq__ returns an object whose __bool__ is True",
+    Attempt("bool-dunder", "score", "`__eq__` returns an object whose `__bool__` is True",
             "class T:\n    def __bool__(self): return True\nclass E:\n    def __eq__(self, o): return T()\n    __ne__ = __eq__\n"
             "def add(a, b):\n    return E()\n"),
-    Attempt("reflected-eq", "score", "an int subclass that wins the reflected comparison (__eq__ and __ne__ on the right)",
+    Attempt("reflected-eq", "score", "an `int` subclass that wins the reflected comparison (`__eq__`, `__ne__` on the right)",
             "class R(int):\n    def __eq__(self, o): return True\n    def __ne__(self, o): return False\n    __hash__ = int.__hash__\n"
             "def add(a, b):\n    return R(-1)\n"),
-    Attempt("list-subclass", "score", "a list subclass whose __eq__ is always True",
+    Attempt("list-subclass", "score", "a `list` subclass whose `__eq__` is always True",
             "class L(list):\n    def __eq__(self, o): return True\ndef add(a, b):\n    return L()\n"),
     # --- early exits ---
-    Attempt("sys-exit-0", "score", "sys.exit(0) before defining anything", "import sys\nsys.exit(0)\ndef add(a, b): return None\n"),
-    Attempt("os-exit-0", "score", "os._exit(0) before the asserts", "import os\nos._exit(0)\n"),
-    Attempt("raise-systemexit", "score", "raise SystemExit from inside the function under test",
+    Attempt("sys-exit-0", "score", "`sys.exit(0)` before defining anything", "import sys\nsys.exit(0)\ndef add(a, b): return None\n"),
+    Attempt("os-exit-0", "score", "`os._exit(0)` before the asserts", "import os\nos._exit(0)\n"),
+    Attempt("raise-systemexit", "score", "raise `SystemExit` from inside the function under test",
             "def add(a, b):\n    raise SystemExit(0)\n"),
     Attempt("kill-self", "score", "SIGKILL itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
-    Attempt("abort", "score", "os.abort() (SIGABRT)", "import os\nos.abort()\n"),
-    Attempt("atexit-forge", "score", "register an atexit handler that prints pass records and exits 0",
+    Attempt("abort", "score", "`os.abort()` (SIGABRT)", "import os\nos.abort()\n"),
+    Attempt("atexit-forge", "score", "register an `atexit` handler that prints pass records and exits 0",
             "import atexit, os\natexit.register(lambda: (print('ok 0\\nok 1\\nok 2'), os._exit(0)))\ndef add(a, b): return None\n"),
     # --- patching the harness ---
-    Attempt("patch-builtins", "score", "replace builtins eval/exec/compile/__import__ and AssertionError",
+    Attempt("patch-builtins", "score", "replace `builtins` `eval`, `exec`, `compile` and `AssertionError`",
             "import builtins\nbuiltins.eval = lambda *a, **k: True\nbuiltins.exec = lambda *a, **k: None\n"
             "builtins.compile = lambda *a, **k: compile('True', 'x', 'eval')\nbuiltins.AssertionError = type('X', (Exception,), {})\n"),
-    Attempt("patch-sys-modules", "score", "replace json and os in sys.modules with fakes that report success",
+    Attempt("patch-sys-modules", "score", "replace `json` in `sys.modules` with a fake that reports success",
             "import sys, types\nfake = types.ModuleType('json')\nfake.dumps = lambda *a, **k: '[\"value\", 0, [\"b\", true]]'\n"
             "fake.loads = lambda *a, **k: {}\nsys.modules['json'] = fake\ndef add(a, b): return None\n"),
-    Attempt("plant-conftest", "score", "write a conftest.py and sitecustomize.py that mark tests passed",
+    Attempt("plant-conftest", "score", "write a `conftest.py` and `sitecustomize.py`",
             "open('conftest.py', 'w').write('import pytest\\n')\nopen('sitecustomize.py', 'w').write('print(1)\\n')\n"
             "def add(a, b): return None\n"),
-    Attempt("answers-from-memory", "score", "search gc objects and frames for the expected values of the asserts",
+    Attempt("answers-from-memory", "score", "search `gc` objects for the asserts' expected values",
             "import gc, re, sys\nhits = {}\nfor o in gc.get_objects():\n    for s in (o if isinstance(o, (list, tuple)) else [o]):\n"
             "        if isinstance(s, str):\n            for m in re.finditer(r'add\\((\\d+), (\\d+)\\) == (\\d+)', s):\n"
             "                hits[(int(m[1]), int(m[2]))] = int(m[3])\n"
@@ -115,46 +115,46 @@ ATTEMPTS: list[Attempt] = [
     # --- reading secrets and other tasks' data ---
     Attempt("env-var", "leak", "read the worker's API key from the environment",
             f"import os\nprint(os.environ.get('{SECRET_NAME}', ''))\n", expect="@SECRET@"),
-    Attempt("proc-ppid-environ", "leak", "read /proc/<ppid>/environ and /proc/<ppid's ppid>/environ",
+    Attempt("proc-ppid-environ", "leak", "read `/proc/<ppid>/environ` and its parent's",
             _FIND_SECRET + "import os\npid = os.getppid()\nfor _ in range(3):\n    try:\n"
             "        s = _secret(open(f'/proc/{pid}/environ', 'rb').read())\n        if s: print(s); break\n"
             "        pid = int(open(f'/proc/{pid}/stat').read().split(')')[1].split()[1])\n    except OSError: break\n",
             expect="@SECRET@"),
-    Attempt("proc-worker-environ", "leak", "read the worker's /proc/<pid>/environ by its pid",
+    Attempt("proc-worker-environ", "leak", "read the worker's `/proc/<pid>/environ` by its pid",
             _FIND_SECRET + "print(_secret(open('/proc/@PID@/environ', 'rb').read()))\n", expect="@SECRET@"),
-    Attempt("proc-scan-environ", "leak", "scan every /proc/*/environ for the key",
+    Attempt("proc-scan-environ", "leak", "scan every `/proc/*/environ` for the key",
             _FIND_SECRET + "import os\nfor p in os.listdir('/proc'):\n    try: s = _secret(open(f'/proc/{p}/environ', 'rb').read())\n"
             "    except OSError: continue\n    if s: print(s); break\n", expect="@SECRET@"),
-    Attempt("proc-worker-mem", "leak", "read the worker's memory through /proc/<pid>/mem",
+    Attempt("proc-worker-mem", "leak", "read the worker's memory through `/proc/<pid>/mem`",
             f"import re\nfound = ''\nfor line in open('/proc/@PID@/maps'):\n    lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n"
             f"    try:\n        with open('/proc/@PID@/mem', 'rb') as m:\n            m.seek(lo); data = m.read(min(hi - lo, 1 << 24))\n"
             f"    except OSError: continue\n    hit = re.search(rb'{SECRET_NAME}=([^\\0]+)', data)\n"
             f"    if hit: found = hit[1].decode(); break\nprint(found)\n", expect="@SECRET@"),
-    Attempt("process-vm-readv", "leak", "read the worker's memory with process_vm_readv",
+    Attempt("process-vm-readv", "leak", "read the worker's memory with `process_vm_readv`",
             "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = ctypes.create_string_buffer(16)\n"
             "class IOV(ctypes.Structure): _fields_ = [('b', ctypes.c_void_p), ('n', ctypes.c_size_t)]\n"
             "local = IOV(ctypes.cast(buf, ctypes.c_void_p), 16)\nok = False\n"
             "for addr in (0x400000, 0x555555554000):\n    remote = IOV(addr, 16)\n"
             "    ok = ok or libc.process_vm_readv(@PID@, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) > 0\n"
             "print('PWNED' if ok else '')\n"),
-    Attempt("worker-fds", "leak", "list and open the worker's fds (the result cache's SQLite) through /proc/<pid>/fd",
+    Attempt("worker-fds", "leak", "open the worker's fds (the cache's SQLite) through `/proc/<pid>/fd`",
             "import os\nfds = os.listdir('/proc/@PID@/fd')\nfor fd in fds:\n    try: open(f'/proc/@PID@/fd/{fd}', 'rb').close()\n"
             "    except OSError: pass\nprint('PWNED' if fds else '')\n"),
     Attempt("read-canary", "leak", "read another task's file (a canary outside the run's directory)",
             "print(open('@CANARY@').read())\n", expect="@CANARY_TEXT@"),
     Attempt("write-canary", "leak", "append to another task's file (a cache entry could be planted so)",
             "open('@CANARY@', 'a').write('planted')\nprint('PWNED')\n"),
-    Attempt("plant-tmp", "leak", "create files in /tmp, /var/tmp and /dev/shm for a later run",
+    Attempt("plant-tmp", "leak", "create files in `/tmp`, `/var/tmp`, `/dev/shm` for a later run",
             "ok = False\nfor d in ('/tmp', '/var/tmp', '/dev/shm'):\n    try: open(f'{d}/@TOKEN@', 'w').write('x'); ok = True\n"
             "    except OSError: pass\nprint('PWNED' if ok else '')\n"),
-    Attempt("other-runs", "leak", "list other runs' directories under /tmp",
+    Attempt("other-runs", "leak", "list other runs' directories under `/tmp`",
             "import glob, os\nmine = os.getcwd()\nprint('PWNED' if [p for p in glob.glob('/tmp/*') if p != mine] else '')\n"),
     Attempt("patch-sandbox-code", "leak", "open the sandbox's own code for writing (to change later runs)",
             "open('@CHILD@', 'a').close()\nprint('PWNED')\n"),
-    Attempt("subprocess-cat", "leak", "run /bin/cat on the canary through subprocess",
+    Attempt("subprocess-cat", "leak", "run `/bin/cat` on the canary through `subprocess`",
             "import subprocess\nprint(subprocess.run(['/bin/cat', '@CANARY@'], capture_output=True, text=True).stdout)\n",
             expect="@CANARY_TEXT@"),
-    Attempt("execve-shell", "leak", "replace itself with /bin/sh", "import os\nos.execv('/bin/sh', ['sh', '-c', 'echo PWNED'])\n"),
+    Attempt("execve-shell", "leak", "replace itself with `/bin/sh`", "import os\nos.execv('/bin/sh', ['sh', '-c', 'echo PWNED'])\n"),
     # --- network ---
     Attempt("tcp-connect", "leak", "TCP connect to a listener on 127.0.0.1 (a serve port, a local judge)",
             "import socket\nsocket.create_connection(('127.0.0.1', @PORT@), timeout=1)\nprint('PWNED')\n"),
@@ -164,7 +164,7 @@ ATTEMPTS: list[Attempt] = [
             "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('@UNIX@')\nprint('PWNED')\n"),
     Attempt("abstract-connect", "leak", "connect to an abstract Unix socket",
             "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0@ABSTRACT@')\nprint('PWNED')\n"),
-    Attempt("raw-syscall-socket", "leak", "call socket() and connect() through ctypes, bypassing Python's socket module",
+    Attempt("raw-syscall-socket", "leak", "`socket()` and `connect()` through `ctypes`",
             "import ctypes, struct\nlibc = ctypes.CDLL(None)\nfd = libc.socket(2, 1, 0)\n"
             "addr = struct.pack('<H', 2) + struct.pack('>H', @PORT@) + bytes([127, 0, 0, 1]) + bytes(8)\n"
             "print('PWNED' if fd >= 0 and libc.connect(fd, addr, 16) == 0 else '')\n"),
@@ -173,7 +173,7 @@ ATTEMPTS: list[Attempt] = [
             "import os, signal\nos.kill(@VICTIM@, signal.SIGKILL)\nprint('PWNED')\n"),
     Attempt("stop-parent", "leak", "SIGSTOP its parent (the fork server; before, the worker)",
             "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint('PWNED')\n"),
-    Attempt("signal-group-and-all", "leak", "signal every process it may (kill -1) and the parent's group",
+    Attempt("signal-group-and-all", "leak", "signal every process it may (`kill -1`) and the parent's group",
             "import os, signal\nok = False\nfor target in (-1, -os.getpgid(os.getppid())):\n"
             "    try: os.kill(target, 0); ok = True\n    except OSError: pass\nprint('PWNED' if ok else '')\n"),
     Attempt("ptrace-victim", "leak", "ptrace-attach to another process of the worker's user",
@@ -184,7 +184,7 @@ ATTEMPTS: list[Attempt] = [
             "import os\ndef ok(fd):\n    try: os.fstat(fd); return True\n    except OSError: return False\n"
             "print('PWNED' if [fd for fd in range(5, 1024) if ok(fd)] else '')\n"),
     # --- resources ---
-    Attempt("fork-bomb", "leak", "an unbounded fork bomb (RLIMIT_NPROC does not bind root)",
+    Attempt("fork-bomb", "leak", "an unbounded fork bomb (`RLIMIT_NPROC` does not bind root)",
             "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n", timeout_s=1),
     Attempt("giant-output", "leak", "write output without end", "import sys\nwhile True:\n    sys.stdout.write('PWNED' * 20000)\n"),
     Attempt("sleep-past-wall", "leak", "print the proof only after the wall limit", "import time\ntime.sleep(30)\nprint('PWNED')\n",
@@ -198,9 +198,9 @@ def _fill(text: str, env: dict[str, str]) -> str:
     return text
 
 
-@pytest.fixture(scope="module", params=["worker-user", "unprivileged"])
+@pytest.fixture(scope="module", params=["worker", "unprivileged"])
 def rig(request, tmp_path_factory):
-    """A worker with a secret, a canary, a victim and listeners, as the worker's user or as uid 65534."""
+    """A worker with a secret, a canary, a victim and listeners, as this process's user or as uid 65534."""
     as_user: Optional[int] = None
     if request.param == "unprivileged":
         if os.geteuid() != 0 or not shutil.which("setpriv"):
