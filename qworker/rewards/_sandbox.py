@@ -320,8 +320,12 @@ def run_python(workdir: str, *, stdin: str = "", limits: Limits, probes: Optiona
 
 
 def run_exec(workdir: str, argv: list[str], *, stdin: str = "", limits: Limits, compile_step: bool = False,
-             isolate: Optional[bool] = None) -> Run:
-    """Run a program (``argv[0]`` an absolute path) confined to ``workdir``; ``compile_step`` allows it to fork (a compiler)."""
-    return _run(workdir, mode="compile" if compile_step else "exec", request={"argv": argv}, stdin=stdin,
-                limits=limits, isolate=isolate)
+             env: Optional[dict[str, str]] = None, isolate: Optional[bool] = None) -> Run:
+    """Run a program (``argv[0]`` an absolute path) confined to ``workdir``, with ``env`` (default: empty).
+
+    ``compile_step``: a compiler from ``/usr/bin``, which may fork and exec its own passes and read
+    the system headers; otherwise a binary in ``workdir``, which may not fork or exec anything else.
+    """
+    return _run(workdir, mode="compile" if compile_step else "exec", request={"argv": argv, "env": env or {}},
+                stdin=stdin, limits=limits, isolate=isolate)
 

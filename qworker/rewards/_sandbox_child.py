@@ -226,13 +226,20 @@ _READABLE: list[str] = []  # filled once by the fork server before it forks
 
 
 def apply_boundary(workdir: str, *, mode: str) -> None:
-    """Confine this process (see the module's docstring); ``mode``: python, exec or compile."""
+    """Confine this process (see the module's docstring).
+
+    ``mode``: ``python`` (no exec at all), ``exec`` (a binary in the run's directory; it may not fork),
+    ``compile`` (a compiler from ``/usr/bin``; it may fork and exec its passes, and read the headers).
+    """
     _drop_privileges()
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     abi = landlock_abi()
-    readable = _READABLE or _readable_paths()
-    executable = ["/usr/bin", "/bin", "/usr/libexec", "/usr/lib", "/usr/lib64", "/lib", "/lib64"] if mode != "python" else []
-    _landlock(abi, readable, workdir, [p for p in executable if os.path.exists(p)])
+    readable = list(_READABLE or _readable_paths())
+    loader = ["/usr/lib", "/usr/lib64", "/lib", "/lib64"]  # the dynamic loader and shared libraries of a binary
+    executable = {"python": [], "exec": loader, "compile": loader + ["/usr/bin", "/bin", "/usr/libexec"]}[mode]
+    if mode == "compile":
+        readable += ["/usr/include", "/usr/local/include"]
+    _landlock(abi, [p for p in readable if os.path.exists(p)], workdir, [p for p in executable if os.path.exists(p)])
     _seccomp(allow_fork=mode == "compile", allow_exec=mode != "python")
 
 
@@ -369,7 +376,7 @@ def child_main(header: dict, fds: list[int]) -> None:
         if mode == "python":
             run_program(request)
         else:
-            os.execve(request["argv"][0], request["argv"], {})
+            os.execve(request["argv"][0], request["argv"], request.get("env") or {})
     except BaseException as e:  # noqa: BLE001
         try:
             os.write(2, f"{type(e).__name__}: {e}\n".encode())

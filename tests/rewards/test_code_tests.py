@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -238,3 +239,33 @@ def test_a_kernel_without_the_boundary_refuses_code_tests_with_the_fix_unless_op
         score("print(1)", {"inputs": [""], "outputs": ["1"]})
     monkeypatch.setenv(_sandbox.ENV, "unconfined")
     assert score("print(1)", {"inputs": [""], "outputs": ["1"]})["score"] == 1.0
+
+
+CPP_SUM = ("```cpp\n#include <cstdio>\nint main() {\n    int n; long long s = 0, x;\n    if (scanf(\"%d\", &n) != 1) return 1;\n"
+           "    for (int i = 0; i < n; i++) { scanf(\"%lld\", &x); s += x; }\n    printf(\"%lld\\n\", s);\n}\n```\n")
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_a_cpp_program_is_compiled_in_the_sandbox_and_run_per_case():
+    tests = {"inputs": ["3\n1 2 3\n", "2\n5 5\n", "1\n7\n"], "outputs": ["6\n", "10\n", "8\n"]}
+    out = score(CPP_SUM, tests, language="cpp")
+    assert (out["passed"], out["total"], out["first_failure"]) == (2, 3, "case 2: wrong output '7\\n'")
+    assert score(CPP_SUM, tests, language="auto")["passed"] == 2
+    broken = score("```cpp\nint main( { return 0 }\n```", tests, language="cpp")
+    assert broken["score"] == 0.0 and broken["first_failure"].startswith("compile: ")
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_a_cpp_program_can_neither_fork_nor_read_outside_its_directory(tmp_path):
+    canary = tmp_path / "canary"
+    canary.write_text("canary-text")
+    code = ("```cpp\n#include <cstdio>\n#include <unistd.h>\nint main() {\n    char buf[64] = {0};\n"
+            f"    FILE* f = fopen(\"{canary}\", \"r\");\n    if (f) fgets(buf, 63, f);\n"
+            "    pid_t p = fork();\n    if (p == 0) _exit(0);\n    printf(\"%s %s\\n\", buf, p > 0 ? \"forked\" : \"no-fork\");\n}\n```\n")
+    out = score(code, {"inputs": [""], "outputs": ["canary-text forked"]}, language="cpp")
+    assert out["score"] == 0.0 and out["first_failure"] == "case 0: wrong output ' no-fork\\n'"
+
+
+def test_cpp_takes_stdin_stdout_tests_only():
+    with pytest.raises(ValueError, match="C\\+\\+ programs are judged by stdin/stdout"):
+        score(CPP_SUM, ["assert True"], language="cpp")
