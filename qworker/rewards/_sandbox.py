@@ -35,6 +35,7 @@ import os
 import platform
 import select
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -110,6 +111,11 @@ def sandbox_dir():
         yield path
 
 
+def _site_packages() -> list[str]:
+    """This interpreter's site-packages: importable by programs (read-only), without running their ``.pth`` files."""
+    return [p for p in site.getsitepackages() if os.path.isdir(p)]
+
+
 class _ForkServer:
     """This process's fork server and the control socket to it (one run at a time)."""
 
@@ -119,7 +125,7 @@ class _ForkServer:
         self.sock = ours
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", _CHILD, str(theirs.fileno())], pass_fds=[theirs.fileno()], env={},
+                [sys.executable, "-I", "-S", "-B", _CHILD, str(theirs.fileno()), *_site_packages()], pass_fds=[theirs.fileno()], env={},
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
                 start_new_session=True,
             )

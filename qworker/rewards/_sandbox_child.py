@@ -1,7 +1,7 @@
 """The inside of the code sandbox: a fork server, the boundary, and the program runner.
 
-Run as a script (``python -I -B _sandbox_child.py``) with an empty environment
-and a control socket on fd 3; it imports nothing from qworker, so nothing of
+Run as a script (``python -I -S -B _sandbox_child.py FD [SITE_PACKAGES...]``)
+with an empty environment and the control socket on fd ``FD``; it imports nothing from qworker, so nothing of
 the worker is in its memory.  It never reads a task's data itself: per run it
 forks a child, and only the child reads the program and its probes, after it
 has applied the boundary.  Each run is a fresh fork, so nothing a run does
@@ -483,4 +483,9 @@ def serve(sock: socket.socket) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.path.extend(sys.argv[2:])  # site-packages, given by the worker (started with -S: no .pth file runs here)
+    import _sitebuiltins  # what -S leaves out and programs use: exit() and quit()
+
+    builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
     serve(socket.socket(fileno=int(sys.argv[1])))

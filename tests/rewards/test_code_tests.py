@@ -269,3 +269,22 @@ def test_a_cpp_program_can_neither_fork_nor_read_outside_its_directory(tmp_path)
 def test_cpp_takes_stdin_stdout_tests_only():
     with pytest.raises(ValueError, match="C\\+\\+ programs are judged by stdin/stdout"):
         score(CPP_SUM, ["assert True"], language="cpp")
+
+
+SUM_CASE = {"inputs": ["3\n1 2 3\n"], "outputs": ["6\n"]}
+
+
+@pytest.mark.parametrize("program", [
+    "import sys\ninput = sys.stdin.readline\nn = int(input())\nprint(sum(map(int, input().split())))",
+    "import sys, threading\nsys.setrecursionlimit(10**6)\nthreading.stack_size(2**26)\n"
+    "def main():\n    n = int(input()); print(sum(map(int, input().split())))\nthreading.Thread(target=main).start()",
+    "import sys\ndata = sys.stdin.buffer.read().split()\nprint(sum(map(int, data[1:])))",
+    "import heapq, bisect, itertools, functools, math, re, fractions, decimal, random, collections\n"
+    "n = int(input()); print(sum(map(int, input().split())))\nexit()",
+    "def main():\n    n = int(input()); print(sum(map(int, input().split())))\nif __name__ == '__main__':\n    main()",
+    "from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\nn = int(input()); print(P(sum(map(int, input().split()))).x)",
+    "import sys\nn = int(input()); sys.stdout.write(str(sum(map(int, input().split()))) + '\\n'); sys.exit(0)",
+], ids=["readline", "thread", "buffer", "stdlib-exit", "main-guard", "dataclass", "sys-exit"])
+def test_common_program_forms_score_as_in_a_fresh_interpreter(program):
+    out = score(program, SUM_CASE)
+    assert out["score"] == 1.0, out["first_failure"]
