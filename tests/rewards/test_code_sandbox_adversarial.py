@@ -173,6 +173,8 @@ ATTEMPTS: list[Attempt] = [
             "import os, signal\nos.kill(@VICTIM@, signal.SIGKILL)\nprint('PWNED')\n"),
     Attempt("stop-parent", "leak", "SIGSTOP its parent (the fork server; before, the worker)",
             "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint('PWNED')\n"),
+    Attempt("stop-worker", "leak", "SIGSTOP the worker by its pid (the pool would lose it)",
+            "import os, signal\nos.kill(@PID@, signal.SIGSTOP)\nprint('PWNED')\n"),
     Attempt("signal-group-and-all", "leak", "signal every process it may (`kill -1`) and the parent's group",
             "import os, signal\nok = False\nfor target in (-1, -os.getpgid(os.getppid())):\n"
             "    try: os.kill(target, 0); ok = True\n    except OSError: pass\nprint('PWNED' if ok else '')\n"),
@@ -180,6 +182,13 @@ ATTEMPTS: list[Attempt] = [
             "import ctypes\nlibc = ctypes.CDLL(None)\nprint('PWNED' if libc.ptrace(16, @VICTIM@, 0, 0) == 0 else '')\n"),
     Attempt("unshare-namespaces", "leak", "enter new user and network namespaces (to get capabilities back)",
             "import ctypes\nlibc = ctypes.CDLL(None)\nprint('PWNED' if libc.unshare(0x10000000 | 0x40000000) == 0 else '')\n"),
+    Attempt("io-uring", "leak", "set up an `io_uring` (its operations bypass per-syscall filters)",
+            "import ctypes\nlibc = ctypes.CDLL(None)\nparams = ctypes.create_string_buffer(120)\n"
+            "print('PWNED' if libc.syscall(425, 8, params) >= 0 else '')\n"),
+    Attempt("raise-limits", "leak", "raise its own CPU, memory and file-size limits",
+            "import resource\nok = False\nfor r in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_FSIZE):\n"
+            "    try: resource.setrlimit(r, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)); ok = True\n"
+            "    except (ValueError, OSError): pass\nprint('PWNED' if ok else '')\n"),
     Attempt("inherited-fds", "leak", "look for fds inherited from the worker (sockets, the cache)",
             "import os\ndef ok(fd):\n    try: os.fstat(fd); return True\n    except OSError: return False\n"
             "print('PWNED' if [fd for fd in range(5, 1024) if ok(fd)] else '')\n"),
