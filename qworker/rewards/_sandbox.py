@@ -14,8 +14,9 @@ filter: no sockets of any family, no fork (threads allowed), no exec for Python
 runs, signals only to itself, no ptrace or other processes' memory, no mounts,
 namespaces, bpf, io_uring or keyrings.  The limits: ``RLIMIT_CPU``,
 ``RLIMIT_AS`` (memory), ``RLIMIT_FSIZE`` (stdout and stderr are files in the run's
-directory, so output stops at the cap), ``RLIMIT_NOFILE``, ``RLIMIT_NPROC`` when
-not root, and a wall-clock limit after which the run's process group is killed
+directory, so output stops at the cap), ``RLIMIT_NOFILE``, ``RLIMIT_NPROC`` (when
+not root, and only where seccomp does not already stop forks: unconfined runs
+and the compiler), and a wall-clock limit after which the run's process group is killed
 (and whatever escaped it, the fork server being a child subreaper).
 
 It needs x86_64 Linux with Landlock (5.13+, ``landlock`` in the kernel's LSM

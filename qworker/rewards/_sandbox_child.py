@@ -243,14 +243,14 @@ def apply_boundary(workdir: str, *, mode: str) -> None:
     _seccomp(allow_fork=mode == "compile", allow_exec=mode != "python")
 
 
-def _limits(limits: dict) -> None:
+def _limits(limits: dict, *, count_processes: bool) -> None:
     mem = limits["memory_mb"] * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["output_bytes"], limits["output_bytes"]))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if os.geteuid() != 0:
+    if count_processes and os.geteuid() != 0:  # counts every process of the user; seccomp stops forks otherwise
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_procs"], limits["max_procs"]))
 
 
@@ -358,8 +358,8 @@ def child_main(header: dict, fds: list[int]) -> None:
         os.setsid()
         _place_fds(fds)
         os.chdir(header["workdir"])
-        _limits(header["limits"])
         mode = header["mode"]
+        _limits(header["limits"], count_processes=not header["isolate"] or mode == "compile")
         if header["isolate"]:
             apply_boundary(header["workdir"], mode=mode)
         chunks = []
