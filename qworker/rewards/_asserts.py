@@ -5,7 +5,8 @@ the parts that need the program (*probes*: here ``add(2, 3)``) and the rest
 (``<probe 0> == 5``).  Only the probes' source text is sent to the sandboxed
 child; it evaluates them after the program and sends back their values as
 plain data (``encode`` in ``_sandbox_child``).  ``decode`` rebuilds them in the
-trusted parent with exact builtin types only, and ``Split.verdict`` evaluates
+trusted parent with exact builtin types only (the child sends a subclass of a
+builtin as its builtin value), and ``Split.verdict`` evaluates
 the rest of the assert there, with those values substituted.  The expected
 values never reach the child, and no object of the program takes part in a
 comparison.

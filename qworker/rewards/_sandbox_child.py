@@ -255,7 +255,14 @@ def _limits(limits: dict, *, count_processes: bool) -> None:
 
 
 def encode(value: Any, depth: int = 0) -> list:
-    """``value`` as tagged JSON data when it is built of exact builtin types (see ``_asserts.decode``)."""
+    """``value`` as tagged JSON data (see ``_asserts.decode``), when it is built of builtin values.
+
+    A subclass of a builtin (``Counter``, ``OrderedDict``, a namedtuple, an ``int`` subclass)
+    is sent as its builtin value, read with the builtin's own methods: its Python-level methods
+    (``__eq__``, ``__iter__``, ``__str__``, ...) do not run, and what the worker compares is a
+    plain value.  Other objects are refused.  (This runs in the sandbox: the worker trusts none
+    of it, and decodes strictly.)
+    """
     if depth > 64:
         raise ValueError("value nested too deeply")
     t = type(value)
@@ -263,23 +270,22 @@ def encode(value: Any, depth: int = 0) -> list:
         return ["n"]
     if t is bool:
         return ["b", value]
-    if t is int:
-        return ["i", hex(value)]
-    if t is float:
-        return ["f", float.hex(value)]
-    if t is complex:
-        return ["c", float.hex(value.real), float.hex(value.imag)]
-    if t is str:
-        return ["s", value]
-    if t is bytes:
+    if issubclass(t, int):
+        return ["i", hex(int.__int__(value))]
+    if issubclass(t, float):
+        return ["f", float.hex(float.__float__(value))]
+    if issubclass(t, complex):
+        return ["c", float.hex(complex.real.__get__(value)), float.hex(complex.imag.__get__(value))]
+    if issubclass(t, str):
+        return ["s", str.__str__(value)]
+    if issubclass(t, bytes):
         return ["y", bytes.hex(value)]
-    tags: dict[type, str] = {list: "l", tuple: "t", set: "set", frozenset: "fs"}
-    tag = tags.get(t)
-    if tag is not None:
-        return [tag, [encode(item, depth + 1) for item in value]]
-    if t is dict:
+    if issubclass(t, dict):
         return ["d", [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in dict.items(value)]]
-    raise TypeError(f"returned a {t.__name__}: only plain builtin values (no subclasses or other objects) are compared")
+    for base, tag in ((list, "l"), (tuple, "t"), (set, "set"), (frozenset, "fs")):
+        if issubclass(t, base):
+            return [tag, [encode(item, depth + 1) for item in base.__iter__(value)]]
+    raise TypeError(f"returned a {t.__name__}: only builtin values (numbers, str, bytes, None, containers) are compared")
 
 
 def _send(message: list) -> None:

@@ -195,6 +195,8 @@ ATTEMPTS: list[Attempt] = [
     # --- resources ---
     Attempt("fork-bomb", "leak", "an unbounded fork bomb (`RLIMIT_NPROC` does not bind root)",
             "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n", timeout_s=1),
+    Attempt("thread-bomb", "leak", "start threads without end (threads are allowed; memory bounds them)",
+            "import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(100,)).start()\n", timeout_s=1),
     Attempt("giant-output", "leak", "write output without end", "import sys\nwhile True:\n    sys.stdout.write('PWNED' * 20000)\n"),
     Attempt("sleep-past-wall", "leak", "print the proof only after the wall limit", "import time\ntime.sleep(30)\nprint('PWNED')\n",
             timeout_s=1),

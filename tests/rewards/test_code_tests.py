@@ -153,7 +153,7 @@ def test_a_program_that_forges_the_harness_record_passes_no_assert():
 def test_an_always_equal_object_passes_no_assert():
     out = score("class E:\n    def __eq__(self, o): return True\ndef add(a, b):\n    return E()\n", ADD_ASSERTS)
     assert (out["score"], out["passed"]) == (0.0, 0)
-    assert "only plain builtin values" in out["first_failure"]
+    assert "only builtin values" in out["first_failure"]
 
 
 def test_the_worker_environment_is_unreadable_through_proc():
@@ -218,9 +218,15 @@ def test_common_assert_forms_are_judged_as_python_would():
     assert score(code, ["assert pair(1) == [1, 2]"])["passed"] == 0  # a tuple is not a list, as in Python
 
 
-def test_a_subclass_of_a_builtin_is_not_compared():
-    out = score("class I(int):\n    pass\ndef add(a, b):\n    return I(a + b)\n", ["assert add(2, 3) == 5"])
-    assert out["passed"] == 0 and "returned a I" in out["first_failure"]
+def test_a_subclass_of_a_builtin_is_compared_by_its_builtin_value_only():
+    tricked = score("class I(int):\n    def __eq__(self, o): return True\n    __hash__ = int.__hash__\n"
+                    "def add(a, b):\n    return I(7)\n", ["assert add(2, 3) == 5"])
+    assert tricked["passed"] == 0 and tricked["first_failure"] == "assert 0: AssertionError"
+    code = ("from collections import Counter, OrderedDict, namedtuple\nP = namedtuple('P', 'x y')\n"
+            "def count(s):\n    return Counter(s)\ndef pair():\n    return P(1, 2)\ndef od():\n    return OrderedDict(a=1)\n")
+    out = score(code, ["assert count('aab') == {'a': 2, 'b': 1}", "assert pair() == (1, 2)", "assert od() == {'a': 1}"])
+    assert out["passed"] == 3, out["first_failure"]
+
 
 
 def test_nothing_of_one_run_reaches_the_next():
@@ -239,6 +245,7 @@ def test_a_kernel_without_the_boundary_refuses_code_tests_with_the_fix_unless_op
         score("print(1)", {"inputs": [""], "outputs": ["1"]})
     monkeypatch.setenv(_sandbox.ENV, "unconfined")
     assert score("print(1)", {"inputs": [""], "outputs": ["1"]})["score"] == 1.0
+
 
 
 CPP_SUM = ("```cpp\n#include <cstdio>\nint main() {\n    int n; long long s = 0, x;\n    if (scanf(\"%d\", &n) != 1) return 1;\n"
