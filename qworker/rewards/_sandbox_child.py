@@ -260,7 +260,7 @@ def encode(value: Any, depth: int = 0) -> list:
     A subclass of a builtin (``Counter``, ``OrderedDict``, a namedtuple, an ``int`` subclass)
     is sent as its builtin value, read with the builtin's own methods: its Python-level methods
     (``__eq__``, ``__iter__``, ``__str__``, ...) do not run, and what the worker compares is a
-    plain value.  Other objects are refused.  (This runs in the sandbox: the worker trusts none
+    plain value.  A numpy scalar is sent as its ``item()``.  Other objects are refused.  (This runs in the sandbox: the worker trusts none
     of it, and decodes strictly.)
     """
     if depth > 64:
@@ -285,6 +285,8 @@ def encode(value: Any, depth: int = 0) -> list:
     for base, tag in ((list, "l"), (tuple, "t"), (set, "set"), (frozenset, "fs")):
         if issubclass(t, base):
             return [tag, [encode(item, depth + 1) for item in base.__iter__(value)]]
+    if t.__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return encode(value.item(), depth + 1)  # a numpy scalar (np.int64, np.float64, np.bool_) as its Python value
     raise TypeError(f"returned a {t.__name__}: only builtin values (numbers, str, bytes, None, containers) are compared")
 
 

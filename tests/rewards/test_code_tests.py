@@ -295,3 +295,10 @@ SUM_CASE = {"inputs": ["3\n1 2 3\n"], "outputs": ["6\n"]}
 def test_common_program_forms_score_as_in_a_fresh_interpreter(program):
     out = score(program, SUM_CASE)
     assert out["score"] == 1.0, out["first_failure"]
+
+
+def test_a_numpy_scalar_is_compared_by_its_python_value():
+    pytest.importorskip("numpy")
+    code = "import numpy as np\ndef f(x):\n    return np.int64(x) * 2\ndef g():\n    return np.array([1, 2])\n"
+    out = score(code, ["assert f(2) == 4", "assert g() == [1, 2]"])
+    assert out["passed"] == 1 and "returned a ndarray" in out["first_failure"]
