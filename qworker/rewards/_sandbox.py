@@ -167,6 +167,9 @@ def _get_server() -> _ForkServer:
     if _server is not None and (_server.owner != os.getpid() or _server.proc.poll() is not None):
         if _server.owner == os.getpid():
             _server.close()
+        else:  # a forked copy of the owner: let go of its socket, so the owner's server still ends with the owner
+            with contextlib.suppress(OSError):
+                _server.sock.close()
         _server = None
     if _server is None:
         _server = _ForkServer()

@@ -145,6 +145,7 @@ def _landlock(abi: int, readable: list[str], workdir: str, executable: list[str]
     try:
         rules = [(p, _FS_READ_FILE | _FS_READ_DIR) for p in readable]
         rules += [(p, _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE) for p in executable]
+        rules.append(("/dev/null", _FS_READ_FILE | _FS_WRITE_FILE))
         rules.append((workdir, _FS_WORKDIR | (_FS_EXECUTE if executable else 0)))
         for path, rights in rules:
             try:
