@@ -74,7 +74,7 @@ _NR = {
 _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _SYS_CAPSET = 126
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _PR_GET_SECCOMP = 38, 22, 21
-_PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _PR_CAP_AMBIENT, _PR_SET_CHILD_SUBREAPER = 24, 28, 47, 36
+_PR_SET_SECUREBITS, _PR_CAP_AMBIENT, _PR_SET_CHILD_SUBREAPER = 28, 47, 36
 _SECBITS_LOCKED_NOROOT = 0x2F  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED and their locks
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _CLONE_THREAD = 0x00010000
@@ -124,11 +124,8 @@ def _check(rc: int, what: str) -> None:
 
 def _drop_privileges() -> None:
     """Drop every capability; for uid 0, also lock out regaining them (securebits)."""
-    if os.geteuid() == 0:
+    if os.geteuid() == 0:  # (the bounding set can stay: no_new_privs and NOROOT leave exec nothing to grant)
         _check(_libc.prctl(_PR_SET_SECUREBITS, _SECBITS_LOCKED_NOROOT, 0, 0, 0), "securebits")
-        for cap in range(64):
-            if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
-                break
     _libc.prctl(_PR_CAP_AMBIENT, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()
@@ -176,42 +173,56 @@ def _errno(e: int) -> int:
     return 0x00050000 | e
 
 
-def _seccomp_filter(*, allow_fork: bool, allow_exec: bool) -> list[tuple[int, int, int, int]]:
-    me = os.getpid()
-    prog = [_bpf(_LD, 4), _bpf(_JEQ, _AUDIT_ARCH_X86_64, 1, 0), _bpf(_RET, _KILL),
-            _bpf(_LD, 0), _bpf(_JGE, 0x40000000, 0, 1), _bpf(_RET, _errno(_EPERM))]  # no x32 syscalls
-    denied = [n for name, n in _NR.items() if name not in (
-        "socketpair", "clone", "kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "clone3",
-        "fork", "vfork", "execve", "execveat", "personality")]
-    if not allow_fork:
-        denied += [_NR["fork"], _NR["vfork"]]
-    if not allow_exec:
-        denied += [_NR["execve"], _NR["execveat"]]
-    for nr in denied:
-        prog += [_bpf(_LD, 0), _bpf(_JEQ, nr, 0, 1), _bpf(_RET, _errno(_EPERM))]
+def _pack(prog: list[tuple[int, int, int, int]]) -> bytes:
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
-    def only(nr: int, arg: int, values: list[int]) -> None:
-        body = [_bpf(_LD, 16 + 8 * arg)]
-        body += [_bpf(_JEQ, v, len(values) - i, 0) for i, v in enumerate(values)]
-        body += [_bpf(_RET, _errno(_EPERM)), _bpf(_RET, _ALLOW)]
-        prog.extend([_bpf(_LD, 0), _bpf(_JEQ, nr, 0, len(body))] + body)
 
-    only(_NR["kill"], 0, [me, 0, -me])
-    for name in ("tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
-        only(_NR[name], 0, [me])
-    only(_NR["socketpair"], 0, [socket.AF_UNIX])
-    if not allow_fork:
-        clone = [_bpf(_LD, 16), _bpf(_JSET, _CLONE_THREAD, 1, 0), _bpf(_RET, _errno(_EPERM)), _bpf(_RET, _ALLOW)]
-        prog += [_bpf(_LD, 0), _bpf(_JEQ, _NR["clone"], 0, len(clone))] + clone
-    prog += [_bpf(_LD, 0), _bpf(_JEQ, _NR["clone3"], 0, 1), _bpf(_RET, _errno(_ENOSYS))]  # libc falls back to clone
-    prog.append(_bpf(_RET, _ALLOW))
-    return prog
+def _only(nr: int, arg: int, values: list[int]) -> list[tuple[int, int, int, int]]:
+    """A block: syscall ``nr`` is allowed only when argument ``arg`` is one of ``values`` (else EPERM)."""
+    body = [_bpf(_LD, 16 + 8 * arg)]
+    body += [_bpf(_JEQ, v, len(values) - i, 0) for i, v in enumerate(values)]
+    body += [_bpf(_RET, _errno(_EPERM)), _bpf(_RET, _ALLOW)]
+    return [_bpf(_LD, 0), _bpf(_JEQ, nr, 0, len(body))] + body
+
+
+_STATIC_FILTERS: dict[tuple[bool, bool], tuple[bytes, bytes]] = {}
+
+
+def _static_filter(allow_fork: bool, allow_exec: bool) -> tuple[bytes, bytes]:
+    """The filter's parts that do not depend on the process: its head and its tail (packed; cached)."""
+    key = (allow_fork, allow_exec)
+    if key not in _STATIC_FILTERS:
+        head = [_bpf(_LD, 4), _bpf(_JEQ, _AUDIT_ARCH_X86_64, 1, 0), _bpf(_RET, _KILL),
+                _bpf(_LD, 0), _bpf(_JGE, 0x40000000, 0, 1), _bpf(_RET, _errno(_EPERM))]  # no x32 syscalls
+        denied = [n for name, n in _NR.items() if name not in (
+            "socketpair", "clone", "kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "clone3",
+            "fork", "vfork", "execve", "execveat", "personality")]
+        if not allow_fork:
+            denied += [_NR["fork"], _NR["vfork"]]
+        if not allow_exec:
+            denied += [_NR["execve"], _NR["execveat"]]
+        for nr in denied:
+            head += [_bpf(_LD, 0), _bpf(_JEQ, nr, 0, 1), _bpf(_RET, _errno(_EPERM))]
+        tail = _only(_NR["socketpair"], 0, [socket.AF_UNIX])
+        if not allow_fork:
+            clone = [_bpf(_LD, 16), _bpf(_JSET, _CLONE_THREAD, 1, 0), _bpf(_RET, _errno(_EPERM)), _bpf(_RET, _ALLOW)]
+            tail += [_bpf(_LD, 0), _bpf(_JEQ, _NR["clone"], 0, len(clone))] + clone
+        tail += [_bpf(_LD, 0), _bpf(_JEQ, _NR["clone3"], 0, 1), _bpf(_RET, _errno(_ENOSYS))]  # libc falls back to clone
+        tail.append(_bpf(_RET, _ALLOW))
+        _STATIC_FILTERS[key] = (_pack(head), _pack(tail))
+    return _STATIC_FILTERS[key]
 
 
 def _seccomp(*, allow_fork: bool, allow_exec: bool) -> None:
-    prog = _seccomp_filter(allow_fork=allow_fork, allow_exec=allow_exec)
-    packed = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *ins) for ins in prog))
-    fprog = _SockFprog(len(prog), ctypes.cast(packed, ctypes.POINTER(_SockFilter)))
+    """Install the filter (see the module's docstring); signals are allowed only to this process."""
+    me = os.getpid()
+    signals = _only(_NR["kill"], 0, [me, 0, -me])
+    for name in ("tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+        signals += _only(_NR[name], 0, [me])
+    head, tail = _static_filter(allow_fork, allow_exec)
+    program = head + _pack(signals) + tail
+    packed = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(packed, ctypes.POINTER(_SockFilter)))
     _check(_libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
@@ -439,6 +450,9 @@ def serve(sock: socket.socket) -> None:
     """Fork one child per ``run`` request; report its pid, then its wait status."""
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _READABLE.extend(_readable_paths())
+    for fork_ok, exec_ok in ((False, False), (False, True), (True, True)):
+        _static_filter(fork_ok, exec_ok)
+    exec(compile("import sys\nx = [i for i in range(3)]\n", "warm-up", "exec"), {})  # the compiler's first use costs ~2 ms
     gc.collect()
     gc.freeze()  # the server's own objects: a child's collections never touch (and copy) their pages
     _send_ctrl(sock, {"ready": True, "landlock_abi": landlock_abi(), "seccomp": seccomp_available(),
