@@ -36,13 +36,25 @@ def as_user_prefix(uid: int) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all"]
 
 
-def interpreter_for(prefix: list[str]) -> str:
-    """A Python that the user of ``prefix`` can run and re-run as ``sys.executable`` (a venv under a private home may not be)."""
-    probe = "import subprocess, sys; subprocess.run([sys.executable, '-c', ''], check=True)"
+class UserCannotRun(RuntimeError):
+    """The other user cannot run a Python that imports this checkout (a private home, say)."""
+
+
+def interpreter_for(prefix: list[str], env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """A Python that the user of ``prefix`` can run, re-run as ``sys.executable`` and import qworker with; and its env.
+
+    A venv under a private home may not be runnable by another user: then another interpreter of
+    this version is tried, given this one's site-packages.
+    """
+    probe = "import subprocess, sys, qworker.rewards.code_tests; subprocess.run([sys.executable, '-c', ''], check=True)"
     for python in (sys.executable, os.path.realpath(sys.executable), "/usr/bin/python3"):
-        if subprocess.run([*prefix, python, "-c", probe], capture_output=True).returncode == 0:
-            return python
-    raise RuntimeError(f"no Python that {' '.join(prefix)} can run")
+        run_env = env
+        if python != sys.executable:
+            paths = [env.get("PYTHONPATH", ""), *site.getsitepackages()]
+            run_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        if subprocess.run([*prefix, python, "-c", probe], capture_output=True, env=run_env).returncode == 0:
+            return python, run_env
+    raise UserCannotRun(f"{' '.join(prefix)} can run no Python that imports qworker from this checkout")
 
 
 class CodeWorker:
@@ -51,10 +63,9 @@ class CodeWorker:
     def __init__(self, *, secret: str, env: Optional[dict] = None, as_user: Optional[int] = None) -> None:
         full_env = {**os.environ, **(env or {}), SECRET_NAME: secret}
         prefix = as_user_prefix(as_user) if as_user is not None else []
-        python = sys.executable if as_user is None else interpreter_for(prefix)
-        if python != sys.executable:  # another interpreter of the same version: give it this one's packages
-            paths = [full_env.get("PYTHONPATH", ""), *site.getsitepackages()]
-            full_env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        python = sys.executable
+        if as_user is not None:
+            python, full_env = interpreter_for(prefix, full_env)
         self.proc = subprocess.Popen([*prefix, python, "-c", _SCRIPT], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=full_env, text=True)
         self.pid: int = json.loads(self._line(60))["pid"]

@@ -31,7 +31,7 @@ import pytest
 
 from qworker.rewards import _sandbox
 
-from .code_worker import SECRET_NAME, CodeWorker, as_user_prefix
+from .code_worker import SECRET_NAME, CodeWorker, UserCannotRun, as_user_prefix
 
 ADD_TESTS = {"asserts": ["assert add(2, 3) == 5", "assert add(1, 1) == 2", "assert add(0, 0) == 0"]}
 NOBODY = 65534
@@ -247,7 +247,13 @@ def rig(request, tmp_path_factory):
     abstract.listen()
     for s in (tcp, udp, unix, abstract):
         s.setblocking(False)
-    worker = CodeWorker(secret=secret, env={"TMPDIR": tmp}, as_user=as_user)
+    try:
+        worker = CodeWorker(secret=secret, env={"TMPDIR": tmp}, as_user=as_user)
+    except UserCannotRun as e:
+        victim.kill()
+        victim.wait()
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(str(e))
     env = {"PID": str(worker.pid), "VICTIM": str(victim.pid), "CANARY": canary, "TOKEN": f"qw-planted-{secrets.token_hex(6)}",
            "PORT": str(tcp.getsockname()[1]), "UDP_PORT": str(udp.getsockname()[1]), "UNIX": unix_path,
            "ABSTRACT": abstract_name, "CHILD": os.path.join(os.path.dirname(_sandbox.__file__), "_sandbox_child.py")}
