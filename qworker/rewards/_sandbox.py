@@ -239,8 +239,8 @@ def _run(workdir: str, *, mode: str, request: dict, stdin: str, limits: Limits, 
             os.close(req_r)
             os.close(res_w)
             req_r = res_w = -1
-            returncode, timed_out, results = _wait(server, req_w, res_r, pending, limits, t0)
-            req_w = res_r = -1
+            owned_by_wait, req_w, res_r = (req_w, res_r), -1, -1  # _wait closes them, whatever happens
+            returncode, timed_out, results = _wait(server, *owned_by_wait, pending, limits, t0)
         finally:
             for fd in (req_r, req_w, res_r, res_w):
                 if fd >= 0:
