@@ -302,3 +302,31 @@ def test_a_numpy_scalar_is_compared_by_its_python_value():
     code = "import numpy as np\ndef f(x):\n    return np.int64(x) * 2\ndef g():\n    return np.array([1, 2])\n"
     out = score(code, ["assert f(2) == 4", "assert g() == [1, 2]"])
     assert out["passed"] == 1 and "returned a ndarray" in out["first_failure"]
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether any readable mapping of process ``pid`` contains ``needle``."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for line in maps:
+            fields = line.split()
+            if "r" not in fields[1] or (len(fields) > 5 and fields[5] in ("[vvar]", "[vsyscall]")):
+                continue
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                mem.seek(lo)
+                if needle in mem.read(hi - lo):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def test_the_fork_server_never_holds_a_tasks_program_or_inputs():
+    token = f"tok{os.urandom(8).hex()}"
+    out = score(f"x = input()\nprint(x == {token + 'p'!r})\ndef f():\n    return {token + 'q'!r}\n",
+                {"inputs": [token + "p\n"], "outputs": ["True"]})
+    assert out["score"] == 1.0
+    assert score(f"def f():\n    return {token + 'q'!r}\n", [f"assert f() == {token + 'q'!r}"])["score"] == 1.0
+    server = _sandbox._server
+    assert server is not None and server.owner == os.getpid()
+    assert not _memory_holds(server.proc.pid, token.encode())
