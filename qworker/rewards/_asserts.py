@@ -14,7 +14,11 @@ comparison.
 A snippet that cannot be split safely is refused (its case fails): anything
 but one ``assert`` statement; comprehensions, lambdas and ``:=`` (their local
 names cannot be told from the program's); a probe that itself contains a
-comparison (the program would decide it).
+comparison (the program would decide it); in the part the worker evaluates,
+anything but operators, literals, the safe builtins and ``math``'s cheap
+functions (no attribute access, no method call).  There, ``**``, ``*`` and
+``<<`` refuse results that would be huge (a program could return ``10**9``
+for ``assert 2 ** f() == 8``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,40 @@ _SAFE_BUILTINS: dict[str, Any] = {
     )
 }
 _SAFE_NAMES: dict[str, Any] = {**_SAFE_BUILTINS, "math": math}
+# math's cheap members (not factorial, comb, perm or prod, whose cost grows with a value the program chooses).
+_MATH_OK = frozenset({
+    "isclose", "sqrt", "isqrt", "fabs", "floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "log", "log2", "log10",
+    "exp", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "hypot", "degrees", "radians", "gcd", "lcm", "copysign",
+    "pow", "fsum", "dist", "pi", "e", "tau", "inf", "nan",
+})
 _PROBE = "_qworker_probe_"
+_BINOP = "_qworker_binop"
+_MAX_BITS = 1 << 20  # a power or shift the worker computes stays under a million bits
+_MAX_ITEMS = 10_000_000  # a repeated sequence the worker builds stays under ten million items
+
+
+def _binop(op: str, a: Any, b: Any) -> Any:
+    """``a ** b``, ``a * b`` or ``a << b``, refused (OverflowError) when the result would be huge."""
+    if op == "pow":
+        if type(a) is int and type(b) is int and b > 0 and abs(a) > 1 and b * a.bit_length() > _MAX_BITS:
+            raise OverflowError("a power too large to evaluate")
+        return a**b
+    if op == "lshift":
+        if type(b) is int and b > _MAX_BITS:
+            raise OverflowError("a shift too large to evaluate")
+        return a << b
+    for seq, n in ((a, b), (b, a)):
+        if isinstance(seq, (str, bytes, list, tuple)) and type(n) is int and len(seq) * n > _MAX_ITEMS:
+            raise OverflowError("a repetition too large to evaluate")
+    return a * b
+
+
+# What the worker evaluates: operators, literals, the safe names and the probes' values.
+_PARENT_NODES = (
+    ast.Expression, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.IfExp, ast.Tuple, ast.List, ast.Set, ast.Dict,
+    ast.Subscript, ast.Slice, ast.Starred, ast.JoinedStr, ast.FormattedValue, ast.Constant, ast.Name, ast.Call,
+    ast.keyword, ast.Attribute, ast.Load, ast.operator, ast.boolop, ast.unaryop, ast.cmpop,
+)
 
 # Nodes the parent evaluates (with probes substituted); a tainted node of another kind becomes a probe.
 _TRANSPARENT = (
@@ -60,7 +97,8 @@ class Split:
     def verdict(self, values: list[Any]) -> bool:
         """The assert's truth with the probes' plain ``values``; raises what evaluating it raises."""
         names = {f"{_PROBE}{k}": v for k, v in enumerate(values)}
-        return bool(eval(self._expr, {"__builtins__": {}, **_SAFE_NAMES, **names}))  # noqa: S307 - the test's own text, plain values
+        scope = {"__builtins__": {}, **_SAFE_NAMES, _BINOP: _binop, **names}
+        return bool(eval(self._expr, scope))  # noqa: S307 - checked by _parent_side: operators, safe names, plain values
 
 
 @dataclass(frozen=True)
@@ -77,7 +115,40 @@ def _is_safe_call(node: ast.Call) -> bool:
     f = node.func
     if isinstance(f, ast.Name):
         return f.id in _SAFE_BUILTINS
-    return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "math"
+    return _is_math(f)
+
+
+def _is_math(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "math"
+            and node.attr in _MATH_OK)
+
+
+class _Guard(ast.NodeTransformer):
+    """Route ``**``, ``*`` and ``<<`` through ``_binop``, which refuses huge results."""
+
+    _OPS = {ast.Pow: "pow", ast.Mult: "mult", ast.LShift: "lshift"}
+
+    def visit_BinOp(self, node: ast.BinOp) -> Any:
+        self.generic_visit(node)
+        op = self._OPS.get(type(node.op))
+        if op is None:
+            return node
+        call = ast.Call(func=ast.Name(id=_BINOP, ctx=ast.Load()), args=[ast.Constant(op), node.left, node.right], keywords=[])
+        return ast.copy_location(call, node)
+
+
+def _parent_side_problem(expr: ast.AST) -> Union[str, None]:
+    """Why the worker will not evaluate ``expr`` (the assert with its probes replaced), or None."""
+    for n in ast.walk(expr):
+        if not isinstance(n, _PARENT_NODES):
+            return f"{type(n).__name__} is not evaluated outside the program"
+        if isinstance(n, ast.Attribute) and not _is_math(n):
+            return f"attribute {n.attr!r} is not evaluated outside the program (only math's)"
+        if isinstance(n, ast.Name) and n.id not in _SAFE_NAMES and not n.id.startswith(_PROBE):
+            return f"name {n.id!r} is not evaluated outside the program"
+        if isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) or _is_math(n.func)):
+            return "a method call is not evaluated outside the program"
+    return None
 
 
 class _Splitter(ast.NodeTransformer):
@@ -112,8 +183,12 @@ def split_assert(snippet: str) -> Union[Split, Refused]:
         rewritten = splitter.visit(test)
     except ValueError as e:
         return Refused(f"cannot be checked outside the program: {e}")
-    expr = ast.fix_missing_locations(ast.Expression(body=rewritten))
-    return Split(probes=tuple(splitter.probes), _expr=compile(expr, "<assert>", "eval"))
+    expr = ast.Expression(body=rewritten)
+    problem = _parent_side_problem(expr)
+    if problem is not None:
+        return Refused(problem)
+    guarded = ast.fix_missing_locations(_Guard().visit(expr))
+    return Split(probes=tuple(splitter.probes), _expr=compile(guarded, "<assert>", "eval"))
 
 
 class PlainValueError(ValueError):

@@ -330,3 +330,16 @@ def test_the_fork_server_never_holds_a_tasks_program_or_inputs():
     server = _sandbox._server
     assert server is not None and server.owner == os.getpid()
     assert not _memory_holds(server.proc.pid, token.encode())
+
+
+def test_the_worker_refuses_to_build_a_huge_value_a_program_asks_for():
+    code = "def f():\n    return 10**9\n"
+    out = score(code, ["assert 2 ** f() == 8", "assert 'a' * f() == 'aaa'", "assert 1 << f() == 2"])
+    assert out["passed"] == 0 and out["first_failure"] == "assert 0: OverflowError: a power too large to evaluate"
+
+
+def test_the_part_of_an_assert_the_worker_evaluates_has_no_attribute_access_or_method_call():
+    out = score("def f():\n    return 1\n", ["assert ().__class__.__base__ is not None", "assert 'x'.upper() == 'X'",
+                                              "assert math.factorial(f()) == 1", "assert math.isclose(f(), 1.0)"])
+    assert (out["passed"], out["total"]) == (1, 4)
+    assert out["first_failure"] == "assert 0: attribute '__base__' is not evaluated outside the program (only math's)"
