@@ -69,6 +69,23 @@ def _binop(op: str, a: Any, b: Any) -> Any:
     return a * b
 
 
+def _pow(base: Any, exp: Any, mod: Any = None) -> Any:
+    """``pow``, refusing huge results as ``**`` does (see ``_binop``)."""
+    return _binop("pow", base, exp) if mod is None else builtins.pow(base, exp, mod)
+
+
+def _range(*args: Any) -> range:
+    """``range``, refusing one longer than the worker will walk (``sum(range(f()))`` with ``f() == 10**18``)."""
+    r = builtins.range(*args)
+    if len(r) > _MAX_ITEMS:
+        raise OverflowError("a range too long to evaluate")
+    return r
+
+
+_SAFE_NAMES.update(pow=_pow, range=_range)
+_SAFE_BUILTINS.update(pow=_pow, range=_range)
+
+
 # What the worker evaluates: operators, literals, the safe names and the probes' values.
 _PARENT_NODES = (
     ast.Expression, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.IfExp, ast.Tuple, ast.List, ast.Set, ast.Dict,

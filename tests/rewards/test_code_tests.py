@@ -343,3 +343,10 @@ def test_the_part_of_an_assert_the_worker_evaluates_has_no_attribute_access_or_m
                                               "assert math.factorial(f()) == 1", "assert math.isclose(f(), 1.0)"])
     assert (out["passed"], out["total"]) == (1, 4)
     assert out["first_failure"] == "assert 0: attribute '__base__' is not evaluated outside the program (only math's)"
+
+
+def test_the_worker_refuses_a_huge_pow_or_range_a_program_asks_for():
+    out = score("def f():\n    return 10**18\n", ["assert pow(2, f()) == 8", "assert sum(range(f())) == 0",
+                                                  "assert pow(2, 3) == 8 and list(range(3)) == [0, 1, 2]"])
+    assert (out["passed"], out["total"]) == (1, 3)
+    assert out["first_failure"] == "assert 0: OverflowError: a power too large to evaluate"
