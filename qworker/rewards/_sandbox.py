@@ -299,7 +299,7 @@ def _wait(server: _ForkServer, req_w: int, res_r: int, request: bytes, limits: L
                     results += chunk
             if server.sock in ready_r:
                 try:
-                    message = server.receive(_START_S)  # {"pid": ...} first, then {"status": ...}
+                    message = server.receive(_START_S)
                 except (OSError, TimeoutError, EOFError, ValueError):
                     _drop_server()
                     return None, timed_out, bytes(results)

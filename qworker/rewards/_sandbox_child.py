@@ -447,7 +447,7 @@ def _send_ctrl(sock: socket.socket, message: dict) -> None:
 
 
 def serve(sock: socket.socket) -> None:
-    """Fork one child per ``run`` request; report its pid, then its wait status."""
+    """Fork one child per ``run`` request and report its wait status; a ``kill`` request meanwhile kills its group."""
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _READABLE.extend(_readable_paths())
     for fork_ok, exec_ok in ((False, False), (False, True), (True, True)):
@@ -473,7 +473,6 @@ def serve(sock: socket.socket) -> None:
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
-        _send_ctrl(sock, {"pid": pid})
         status = None
         while status is None:
             waiting: list[Any] = [sock, pidfd]
