@@ -175,3 +175,36 @@ def test_a_reward_without_a_fingerprint_where_it_runs_is_never_cached(tmp_path):
     assert log.count("reward 'text_length' has no code fingerprint where it runs") == 1
     second, _ = _embedded(project, scripts, ["lenreward"], "text_length")
     assert not any(_cached(second))
+
+
+REMOTE = '''
+import json, os, signal, subprocess, sys
+from qworker import Producer
+modules, db, name, rows = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+with Producer(bind="tcp://127.0.0.1:0", local_workers=0, reward_modules=modules, cache_path=db) as p:
+    pool = subprocess.Popen([sys.executable, "-m", "qworker", "pool", "--connect", p.endpoint, "--workers", "1",
+                             "--reward-modules", *modules], stdin=subprocess.DEVNULL)
+    try:
+        p.wait_for_workers(1, timeout=60)
+        first = p.map(name, rows, timeout=60)
+        again = p.map(name, rows, timeout=60)
+    finally:
+        pool.send_signal(signal.SIGTERM)
+        pool.wait(timeout=60)
+print(json.dumps({"first": [[r.score, r.cached, r.error] for r in first], "again": [[r.score, r.cached, r.error] for r in again]}))
+'''
+
+
+def test_an_edited_reward_is_scored_again_by_a_remote_pool(tmp_path):
+    # a qworker-pool started in the project directory runs the reward; the producer (elsewhere) cannot import it
+    project, scripts = _layout(tmp_path)
+    (scripts / "train.py").write_text(REMOTE)
+    _write(project / "myrewards" / "__init__.py", "")
+    _write(project / "myrewards" / "contains.py", CONTAINS.format(score="1.0"))
+    first, _ = _embedded(project, scripts, ["myrewards.contains"])
+    assert _scores(first) == [1.0, 0.0] * 3 and all(_cached(first, "again"))
+    second, _ = _embedded(project, scripts, ["myrewards.contains"])
+    assert _scores(second) == [1.0, 0.0] * 3 and all(_cached(second))  # the pool said READY with its version first
+    _write(project / "myrewards" / "contains.py", CONTAINS.format(score="0.5"))
+    edited, _ = _embedded(project, scripts, ["myrewards.contains"])
+    assert _scores(edited) == [0.5, 0.0] * 3 and not any(_cached(edited))
