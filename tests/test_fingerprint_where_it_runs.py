@@ -208,3 +208,70 @@ def test_an_edited_reward_is_scored_again_by_a_remote_pool(tmp_path):
     _write(project / "myrewards" / "contains.py", CONTAINS.format(score="0.5"))
     edited, _ = _embedded(project, scripts, ["myrewards.contains"])
     assert _scores(edited) == [0.5, 0.0] * 3 and not any(_cached(edited))
+
+
+def test_rows_an_older_qworker_cached_under_the_producers_copy_are_not_served(tmp_path):
+    # an older qworker keyed rows by the producer's copy of the code, whatever code the workers ran: such a row may
+    # hold the score of other code, so none is served, even when the code now matches the producer's copy
+    from hashlib import blake2b
+
+    from qworker import Producer
+    from qworker._fingerprint import code_fingerprint
+    from qworker._hashing import encode_payload, key_prefix, params_fingerprint
+
+    module = tmp_path / "old_rows_reward.py"
+    _write(module, CONTAINS.replace("contains_answer", "t_fpw_old_rows").format(score="1.0"))
+    payload = {"text": "42", "answer": "42"}
+    with Producer(local_workers=1, reward_modules=[str(module)], cache_path=str(tmp_path / "c.sqlite")) as p:
+        fn = p.catalog.book.spec("t_fpw_old_rows").fn
+        fp = code_fingerprint(fn)
+        assert fp is not None
+        old = blake2b(key_prefix("t_fpw_old_rows", params_fingerprint({}), "\0code " + fp) + encode_payload(payload),
+                      digest_size=16).digest()
+        assert p.cache.disk is not None
+        p.cache.disk.put_many([(old, 0.125, {}, "t_fpw_old_rows")])  # what workers running other code once returned
+        assert p.cache.disk.flush()
+        [r] = p.map("t_fpw_old_rows", [payload], timeout=60)
+    assert r.ok and (r.score, r.cached) == (1.0, False)
+
+
+def test_an_edited_reward_is_scored_again_through_a_reward_service(tmp_path):
+    # 'qworker serve' hashes its clients' tasks: started as the installed command, it cannot import the project's module
+    import signal
+    import socket
+    import threading
+
+    from qworker import Client
+
+    project, scripts = _layout(tmp_path)
+    _write(project / "myrewards" / "__init__.py", "")
+
+    def scores() -> tuple[list[float], list[bool]]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, str(scripts / "qworker_cli.py"), "serve", "--listen", f"tcp://127.0.0.1:{port}", "--workers", "1",
+             "--reward-modules", "myrewards.contains", "--cache", "c.sqlite"],
+            cwd=project, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()
+            while "clients on" not in line:
+                assert proc.poll() is None and line, f"qworker serve did not start: {line}{proc.stderr.read()}"
+                line = proc.stderr.readline()
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            with Client(f"tcp://127.0.0.1:{port}") as c:
+                results = c.map("contains_answer", ROWS, timeout=60)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+        assert all(r.ok for r in results), [r.error for r in results]
+        return [r.score for r in results], [r.cached for r in results]
+
+    _write(project / "myrewards" / "contains.py", CONTAINS.format(score="1.0"))
+    assert scores() == ([1.0, 0.0] * 3, [False] * 6)
+    assert scores() == ([1.0, 0.0] * 3, [True] * 6)
+    _write(project / "myrewards" / "contains.py", CONTAINS.format(score="0.5"))
+    assert scores() == ([0.5, 0.0] * 3, [False] * 6)
