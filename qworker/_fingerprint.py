@@ -21,6 +21,7 @@ results are not cached unless it declares a ``version``.
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from hashlib import blake2b
@@ -64,6 +65,8 @@ def code_fingerprint(fn: Callable) -> Optional[str]:
     code = _code_of(target)
     if code is not None:
         _code_bytes(code, h)
+    if isinstance(target, functools.partial):  # its bound arguments are part of what it computes
+        h.update(repr((target.args, sorted(target.keywords.items()))).encode())
     module = getattr(target, "__module__", None) or getattr(type(target), "__module__", None) or ""
     path = getattr(sys.modules.get(module), "__file__", None)
     source = False
@@ -87,10 +90,15 @@ def reward_version(fn: Callable, declared: Optional[str]) -> Optional[str]:
     try:
         return _versions[fn]
     except KeyError:
-        pass
+        version = _versions[fn] = _code_version(fn)
+        return version
     except TypeError:  # an unhashable callable: fingerprinted every time (rare, and still cheap)
+        return _code_version(fn)
+
+
+def _code_version(fn: Callable) -> Optional[str]:
+    try:
         fp = code_fingerprint(fn)
-        return None if fp is None else CODE_MARK + fp
-    fp = code_fingerprint(fn)
-    version = _versions[fn] = None if fp is None else CODE_MARK + fp
-    return version
+    except Exception:  # an odd callable whose attributes raise: no fingerprint, so its results are not cached
+        fp = None
+    return None if fp is None else CODE_MARK + fp
