@@ -72,6 +72,18 @@ class _Signature:
         return ", ".join(public) if public else "no params"
 
 
+_warned: set[str] = set()  # what this process has warned about (a CLI check and its producer both read the modules)
+_warned_lock = threading.Lock()
+
+
+def _warn_once(what: str, message: str, *args: object) -> None:
+    with _warned_lock:
+        if what in _warned:
+            return
+        _warned.add(what)
+    log.warning(message, *args)
+
+
 def _main_script() -> Optional[str]:
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     return os.path.abspath(path) if path else None
@@ -96,8 +108,8 @@ class RewardBook:
     def __init__(self, modules: Sequence[str] = (), *, complete: bool = True) -> None:
         self.import_errors = import_here(modules)
         for line in self.import_errors:
-            log.warning("qworker: %s (in the producer: the params of its rewards are not checked here; their "
-                        "workers run them and their cache keys follow the workers' code)", line)
+            _warn_once(line, "qworker: %s (in the producer: the params of its rewards are not checked here; their "
+                       "workers run them and their cache keys follow the workers' code)", line)
         self.complete = complete and not self.import_errors
         self._signatures: dict[Callable, _Signature] = {}
         self._unknown: set[str] = set()  # names looked up and not found (warned once)
@@ -135,7 +147,8 @@ class RewardBook:
             self._unknown.add(name)
         hint = "" if self.import_errors else (
             " (name its module in Producer(reward_modules=[...]) so the producer can import it)")
-        log.warning("qworker: reward %r is not known in this process; its params are not checked here%s", name, hint)
+        _warn_once(f"unknown {name}", "qworker: reward %r is not known in this process; its params are not checked here%s",
+                   name, hint)
 
     def check_name(self, name: str, where: str) -> None:
         """Raise ``ConfigError`` for a name no worker can have; warn if only a remote pool might."""

@@ -88,6 +88,7 @@ def test_an_edited_reward_given_by_dotted_path_is_scored_again_by_the_cli(tmp_pa
             cwd=project, capture_output=True, text=True, timeout=180,
         )
         assert done.returncode == 0, done.stderr
+        assert done.stderr.count("cannot import reward module 'myrewards.contains'") == 1, done.stderr  # warned once
         return [json.loads(line) for line in (project / out).read_text().splitlines()]
 
     _write(project / "myrewards" / "contains.py", CONTAINS.format(score="1.0"))
