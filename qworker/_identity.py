@@ -74,17 +74,18 @@ class RunVersions:
     def __init__(self) -> None:
         self._ran: dict[str, str] = {}  # reward -> the version a worker reported (NO_FINGERPRINT: none could be taken)
         self._local: dict[str, Optional[str]] = {}  # reward -> the version of the producer's own copy (None: none here)
+        self._changed: set[str] = set()  # rewards whose reported version changed (pools differ, or the code did)
         self._warned: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
     def for_lookup(self, reward: str, local: Optional[str]) -> Optional[str]:
         """The version to hash ``reward``'s tasks with, for a cache lookup: the one its workers reported;
         None when none has yet, or when they can take none.  ``local`` is the producer's own copy's (compared
-        once, with a warning when the workers run other code)."""
+        with the workers', with a warning when they run other code)."""
         if reward not in self._local:
             with self._lock:
                 self._local[reward] = local
-            self._compare(reward)
+            self._check(reward)
         ran = self._ran.get(reward)
         return ran if ran else None
 
@@ -96,14 +97,10 @@ class RunVersions:
             return
         with self._lock:
             self._ran[reward] = value
-        if before is not None:
-            self._warn(reward, "differ", "qworker: workers report different code for reward %r (pools running other "
-                       "copies of it); each result is cached under the code that computed it", reward)
-        if ran is None:
-            self._warn(reward, "none", "qworker: reward %r has no code fingerprint where it runs (it is not Python "
-                       "code with a source file); its results are not cached: declare @reward(..., version=...) to "
-                       "cache them", reward)
-        self._compare(reward)
+            if before is not None:
+                self._changed.add(reward)
+        if reward in self._local:  # a reward this producer submits (the others' reports are not its concern)
+            self._check(reward)
 
     def learn_many(self, versions: Mapping[str, Optional[str]]) -> None:
         """A worker's READY: the version of every reward it has loaded."""
@@ -112,11 +109,20 @@ class RunVersions:
             if ran.get(reward) != (NO_FINGERPRINT if version is None else version):
                 self.learn(reward, version)
 
-    def _compare(self, reward: str) -> None:
+    def _check(self, reward: str) -> None:
+        """Warn (once per reward and kind) about what the reports say of a reward this producer submits."""
         local, ran = self._local.get(reward), self._ran.get(reward)
-        if local is not None and ran and local != ran:
+        if ran == NO_FINGERPRINT:
+            self._warn(reward, "none", "qworker: reward %r has no code fingerprint where it runs (it is not Python "
+                       "code with a source file); its results are not cached: declare @reward(..., version=...) to "
+                       "cache them", reward)
+        elif local is not None and ran is not None and local != ran:
             self._warn(reward, "local", "qworker: the producer's copy of reward %r is not the code its workers run (it "
                        "imports another copy of the module); cached scores follow the workers' code", reward)
+        if reward in self._changed:
+            self._warn(reward, "differ", "qworker: workers report different code for reward %r (pools running other "
+                       "copies of it, or a worker restarted after its module changed); each result is cached under "
+                       "the code that computed it", reward)
 
     def _warn(self, reward: str, what: str, message: str, *args: object) -> None:
         with self._lock:
