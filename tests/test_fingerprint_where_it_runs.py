@@ -58,9 +58,10 @@ def _write(path: Path, text: str) -> None:
     path.write_text(textwrap.dedent(text))
 
 
-def _embedded(project: Path, scripts: Path, modules: list[str], name: str = "contains_answer") -> tuple[dict, str]:
+def _embedded(project: Path, scripts: Path, modules: list[str], name: str = "contains_answer",
+              rows: list = ROWS) -> tuple[dict, str]:
     done = subprocess.run(
-        [sys.executable, str(scripts / "train.py"), json.dumps(modules), str(project / "cache.sqlite"), name, json.dumps(ROWS)],
+        [sys.executable, str(scripts / "train.py"), json.dumps(modules), str(project / "cache.sqlite"), name, json.dumps(rows)],
         cwd=project, capture_output=True, text=True, timeout=180,
     )
     assert done.returncode == 0, done.stderr
@@ -155,9 +156,13 @@ def test_an_edited_reward_in_a_package_is_scored_again_when_the_producer_imports
 def test_an_edited_module_function_reward_the_producer_cannot_import_is_scored_again(tmp_path):
     # a module:function name is loaded by a worker on first use: its version is learnt from the first results
     project, scripts = _layout(tmp_path)
-    plain = "def contains(payload):\n    return {score} if payload['answer'] in payload['text'] else 0.0\n"
+    plain = ("def contains(payload):\n    with open('calls.log', 'a') as f:\n        f.write('x\\n')\n"
+             "    return {score} if payload['answer'] in payload['text'] else 0.0\n")
     _write(project / "plainrewards.py", plain.format(score="1.0"))
-    first, _ = _embedded(project, scripts, [], "plainrewards:contains")
+    twice, _ = _embedded(project, scripts, [], "plainrewards:contains", ROWS + ROWS)  # duplicates share one task
+    assert _scores(twice) == [1.0, 0.0] * 6 and not any(_cached(twice)) and all(_cached(twice, "again"))
+    assert len((project / "calls.log").read_text().splitlines()) == len(ROWS)
+    first, _ = _embedded(project, scripts, [], "plainrewards:contains")  # a new producer: not looked up until reported
     assert _scores(first) == [1.0, 0.0] * 3 and not any(_cached(first))
     assert all(_cached(first, "again"))
     _write(project / "plainrewards.py", plain.format(score="0.5"))
