@@ -173,9 +173,10 @@ class PendingTable:
                     del pending[p.key]
                     p.resolved = True
                     fresh.append(d)
-            # the disk cache records each row's reward
-            self._cache(self.cache.put_many, [(d[0].key, d[1], d[2] or {}, d[0].reward) for d in fresh
-                                              if d[3] is None and d[1] is not None])
+            # under the key of the code that computed it (``Pending.cache_as``); the disk cache records each row's reward
+            self._cache(self.cache.put_many, [(k, d[1], d[2] or {}, d[0].reward) for d in fresh
+                                              if d[3] is None and d[1] is not None
+                                              and (k := d[0].key if d[0].cache_as is None else d[0].cache_as)])
         failed = 0
         for p, score, extra, error, worker, compute_s in fresh:
             if error is not None or score is None:

@@ -4,6 +4,7 @@ import pytest
 
 from qworker._catalog import Catalog, Composite, Plain
 from qworker._exceptions import ConfigError, RewardError
+from qworker._fingerprint import CODE_MARK
 
 SECTION = {
     "math": {"format_bonus": 0.1},
@@ -127,4 +128,4 @@ def test_kwargs_rewards_accept_anything_and_required_params_are_needed():
     assert c.resolve("t_cat_required", {"k": 0}).params == {"j": 2, "k": 0}
     with pytest.raises(ConfigError, match=r"components\[0\]: reward 't_cat_required' needs param 'k'"):
         Catalog({"s": {"components": [{"reward": "t_cat_required"}]}})
-    assert c.version("t_cat_required") == "4" and c.version("t_cat_kwargs").startswith("\0code ")  # unversioned: its code
+    assert c.version("t_cat_required") == "4" and c.version("t_cat_kwargs").startswith(CODE_MARK)  # unversioned: its code

@@ -37,6 +37,7 @@ import zmq
 
 from .._errors import ErrorKind
 from .._exceptions import CallFailed, RewardError
+from .._fingerprint import reward_version
 from .._options import WorkerOptions
 from .._registry import EndpointCall, load_modules, registered, resolve
 from ..transport import wire
@@ -58,9 +59,9 @@ def _error(kind: ErrorKind, detail: str) -> str:
 
 def result_bytes(result: wire.TaskResult) -> int:
     """An upper bound on ``result``'s size in a RESULTS message; exact (packed) when it has an extra or outcome."""
-    _key, _score, extra, error, _compute_s, outcome = result
+    extra, error, outcome, ran = result[2], result[3], result[5], result[6]
     if extra is None and outcome is None:
-        return RESULT_OVERHEAD + (len(error.encode("utf-8", "replace")) if error else 0)
+        return RESULT_OVERHEAD + (len(error.encode("utf-8", "replace")) if error else 0) + (len(ran.encode()) if ran else 0)
     return len(msgpack.packb(result, use_bin_type=True)) + RESULT_OVERHEAD
 
 
@@ -69,12 +70,12 @@ def fit_frame(result: wire.TaskResult, max_message_bytes: int) -> tuple[wire.Tas
     size = result_bytes(result)
     if size + MESSAGE_OVERHEAD <= max_message_bytes:
         return result, size
-    key, compute_s, outcome = result[0], result[4], result[5]
-    if outcome is not None and result_bytes((key, None, None, None, compute_s, outcome)) * 4 > max_message_bytes:
+    key, compute_s, outcome, ran = result[0], result[4], result[5], result[6]
+    if outcome is not None and result_bytes((key, None, None, None, compute_s, outcome, None)) * 4 > max_message_bytes:
         outcome = None  # an endpoint call's outcome is a few numbers; one this big is not worth keeping
     failed = (key, None, None, _error(ErrorKind.BAD_RESULT, (
         f"the result is {size} bytes encoded, over the {max_message_bytes}-byte message limit (max_message_bytes); "
-        "return a smaller extra, or raise the limit on the producer and its pools")), compute_s, outcome)
+        "return a smaller extra, or raise the limit on the producer and its pools")), compute_s, outcome, ran)
     return failed, result_bytes(failed)
 
 
@@ -210,9 +211,11 @@ class Worker:
 
     def _ready(self) -> None:
         self._top_up()
+        rewards = registered()
         self._send(wire.Ready(
             self.options.worker_id, self.options.pool_id, os.getpid(), self.host,
-            self.granted, self.received, self.finished, sorted(registered()), self.import_errors,
+            self.granted, self.received, self.finished, sorted(rewards), self.import_errors,
+            {name: reward_version(spec.fn, spec.version) for name, spec in rewards.items()},  # each taken once per process
         ))
 
     def _flush(self) -> None:
@@ -268,11 +271,12 @@ class Worker:
             detail = str(exc)
             if self.import_errors:
                 detail += "; " + "; ".join(self.import_errors)
-            self._finish((key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0, None))
+            self._finish((key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0, None, None))
             return
+        ran = reward_version(spec.fn, spec.version)  # the results say which code computed them
         limit = timeout_s or spec.timeout_s or self.options.task_timeout_s
         if spec.kind == "io":
-            self._start_io(key, spec, payload_bytes, params, route, limit)
+            self._start_io(key, spec, payload_bytes, params, route, limit, ran)
             return
         t0 = time.monotonic()
         if self.slot is not None:
@@ -284,9 +288,10 @@ class Worker:
                 self.slot.end()
         dt = time.monotonic() - t0
         self.service_s = dt if self.service_s == 0.0 else 0.8 * self.service_s + 0.2 * dt
-        self._finish((key, score, extra, error, dt, outcome))
+        self._finish((key, score, extra, error, dt, outcome, ran))
 
-    def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, route: int, limit: float) -> None:
+    def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, route: int, limit: float,
+                  ran: Optional[str]) -> None:
         if self._io_executor is None:
             self._io_executor = concurrent.futures.ThreadPoolExecutor(self.options.io_threads, thread_name_prefix="qworker-io")
         t0 = time.monotonic()
@@ -294,7 +299,7 @@ class Worker:
 
         def done(fut: concurrent.futures.Future) -> None:
             score, extra, error, outcome = fut.result()
-            self._io_done.append((key, score, extra, error, time.monotonic() - t0, outcome))
+            self._io_done.append((key, score, extra, error, time.monotonic() - t0, outcome, ran))
             try:
                 os.write(self._wake_w, b"x")
             except BlockingIOError:
@@ -316,7 +321,7 @@ class Worker:
         for key, (started, deadline) in list(self._io_running.items()):
             if now >= deadline:
                 del self._io_running[key]
-                self._finish((key, None, None, _error(ErrorKind.TIMEOUT, f"io reward passed its {deadline - started:.3g} s limit"), now - started, None))
+                self._finish((key, None, None, _error(ErrorKind.TIMEOUT, f"io reward passed its {deadline - started:.3g} s limit"), now - started, None, None))
 
     def _next_io_deadline(self) -> Optional[float]:
         return min((d for _, d in self._io_running.values()), default=None)

@@ -85,15 +85,15 @@ def test_worker_process_speaks_the_protocol(tmp_path):
 
 def test_a_result_that_fits_a_frame_passes_and_one_that_does_not_becomes_a_small_bad_result():
     key = b"k" * 16
-    small = (key, 1.0, {"blob": b"x" * 1000}, None, 0.1, None)
+    small = (key, 1.0, {"blob": b"x" * 1000}, None, 0.1, None, "\0ran 0123456789abcdef")
     assert fit_frame(small, 1 << 20) == (small, result_bytes(small))
-    big = (key, 1.0, {"blob": b"x" * (2 << 20)}, None, 0.1, {"status": 200})
+    big = (key, 1.0, {"blob": b"x" * (2 << 20)}, None, 0.1, {"status": 200}, "\0ran 0123456789abcdef")
     failed, size = fit_frame(big, 1 << 20)
-    assert failed[:3] == (key, None, None) and failed[4:] == (0.1, {"status": 200}) and size < 4096
+    assert failed[:3] == (key, None, None) and failed[4:] == (0.1, {"status": 200}, "\0ran 0123456789abcdef") and size < 4096
     assert failed[3].startswith("bad_result: ") and f"{1 << 20}-byte message limit" in failed[3]
     assert f"the result is {result_bytes(big)} bytes" in failed[3]
     assert result_bytes(big) >= len(msgpack.packb(big, use_bin_type=True))  # an upper bound on the encoded size
-    errs = (key, None, None, "reward_error: " + "é" * 500, 0.1, None)
+    errs = (key, None, None, "reward_error: " + "é" * 500, 0.1, None, "\0ran 0123456789abcdef")
     assert result_bytes(errs) >= len(msgpack.packb(errs, use_bin_type=True))
 
 
