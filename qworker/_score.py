@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib.machinery
 import json
 import os
 import signal
@@ -163,11 +164,21 @@ def check_modules(*, config: Optional[str], modules: Optional[list[str]], bind: 
                                             where=loaded["where"] + ": producer").reward_modules
     bind = bind or loaded["producer"].get("bind")
     if bind is None:
-        errors = import_here(list(modules_))
+        # a module that does not import here but lies under the current directory imports in the local workers,
+        # which have that directory first on their sys.path (a `qworker` console script does not)
+        errors = [e for m in modules_ for e in import_here([m]) if not _found_by_local_workers(m)]
         if errors:
             raise ConfigError(f"{errors[0]} (check --reward-modules, or the config's producer.reward_modules; "
                               "no local worker could import it)")
     return loaded, modules_, bind
+
+
+def _found_by_local_workers(module: str) -> bool:
+    """Whether a dotted module name's top-level package or module lies in the current directory, which local
+    workers have first on their ``sys.path``."""
+    if module.endswith(".py") or os.sep in module:
+        return False
+    return importlib.machinery.PathFinder.find_spec(module.split(".")[0], [os.getcwd()]) is not None
 
 
 def resolve_reward(*, config: Optional[str], reward: str, modules: Optional[list[str]], bind: Optional[str],
