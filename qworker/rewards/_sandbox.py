@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
-__all__ = ["Limits", "Run", "SandboxUnavailable", "ENV", "boundary_problem", "sandbox_dir", "run_python", "run_exec"]
+__all__ = ["Limits", "Run", "SandboxUnavailable", "ENV", "boundary_problem", "kernel_problem", "sandbox_dir", "run_python", "run_exec"]
 
 ENV = "QWORKER_CODE_SANDBOX"  # "unconfined": run code without the boundary where the kernel lacks it
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
@@ -194,6 +194,16 @@ def _isolate(requested: Optional[bool], info: dict) -> bool:
     if problem is None:
         return True
     raise SandboxUnavailable(problem)
+
+
+def kernel_problem() -> Optional[str]:
+    """The one-line problem ``code_tests`` will refuse with on this host, probed in this process without starting a
+    fork server (two system calls); None when the boundary is available or ``QWORKER_CODE_SANDBOX=unconfined``."""
+    if os.environ.get(ENV, "").strip().lower() == "unconfined":
+        return None
+    from . import _sandbox_child  # ctypes only: loading it runs no program
+
+    return boundary_problem({"landlock_abi": _sandbox_child.landlock_abi(), "seccomp": _sandbox_child.seccomp_available()})
 
 
 def check() -> Optional[str]:

@@ -350,3 +350,26 @@ def test_the_worker_refuses_a_huge_pow_or_range_a_program_asks_for():
                                                   "assert pow(2, 3) == 8 and list(range(3)) == [0, 1, 2]"])
     assert (out["passed"], out["total"]) == (1, 3)
     assert out["first_failure"] == "assert 0: OverflowError: a power too large to evaluate"
+
+
+def test_a_pool_on_a_kernel_without_the_boundary_says_so_once_at_start(monkeypatch, caplog):
+    from qworker.host import pool as pool_module
+    from qworker.rewards import _sandbox_child
+
+    monkeypatch.delenv(_sandbox.ENV, raising=False)
+    assert _sandbox.kernel_problem() is None  # this kernel has Landlock and seccomp
+    monkeypatch.setattr(_sandbox_child, "landlock_abi", lambda: 0)
+    problem = _sandbox.kernel_problem()
+    assert problem is not None and "Landlock" in problem and "\n" not in problem
+    # the pool says it before it supervises anything: stop it as soon as it has spawned its (here: no) workers
+    monkeypatch.setattr(pool_module.Pool, "_spawn", lambda self, child: None)
+    monkeypatch.setattr(pool_module.Pool, "_supervise", lambda self: None)
+    monkeypatch.setattr(pool_module.Pool, "_drain", lambda self: None)
+    from qworker._options import PoolOptions
+
+    with caplog.at_level("WARNING", logger="qworker"):
+        pool_module.Pool(PoolOptions(connect="tcp://127.0.0.1:9", workers=1)).run()
+    lines = [r.getMessage() for r in caplog.records if "code_tests will refuse to run here" in r.getMessage()]
+    assert len(lines) == 1 and problem in lines[0]
+    monkeypatch.setenv(_sandbox.ENV, "unconfined")
+    assert _sandbox.kernel_problem() is None
