@@ -2,6 +2,7 @@
 # make test  - set up .venv (and .venv/verl, .venv/vllm) and run the linter and the test suite, verl's and vLLM's tests in their venvs
 # make bench - the transport benchmark (installs Ray into .venv first)
 # make bench-rewards - math scoring inline, on 1 and 2 workers, and mp.Pool
+# make bench-sandbox - code_tests' sandbox: ms and cases/s per test case, warm fork server (with and without the boundary) vs today's python -I per case vs subprocess.run
 # make bench-judge   - the judge benchmark against the mock judge (installs aiohttp and qreward)
 # make bench-chaos   - one fault per scenario (killed/stopped workers, pools, producer; judge faults; garbage; a rogue peer; key leaks)
 # make train-demo    - a short CPU GRPO training of a tiny model with the bundled trainer; prints first/last mean reward
@@ -16,7 +17,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-vllm bench bench-rewards bench-judge bench-chaos lint clean train-demo bench-trainer bench-service bench-trl
+.PHONY: demo test test-vllm bench bench-rewards bench-sandbox bench-judge bench-chaos lint clean train-demo bench-trainer bench-service bench-trl
 
 $(STAMP): setup.py setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -108,6 +109,9 @@ bench: $(STAMP)
 
 bench-rewards: $(STAMP)
 	$(BIN)/python bench/rewards.py
+
+bench-sandbox: $(STAMP)
+	$(BIN)/python bench/sandbox.py
 
 bench-judge: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]' qreward

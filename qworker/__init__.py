@@ -13,6 +13,7 @@
 from ._client import Client
 from ._errors import ErrorKind
 from ._exceptions import (
+    CacheError,
     ConfigError,
     GatherTimeout,
     PoolStartError,
@@ -30,6 +31,7 @@ from ._result import Result, ResultFuture
 __version__ = "0.1.0"
 
 __all__ = [
+    "CacheError",
     "Client",
     "ConfigError",
     "ErrorKind",

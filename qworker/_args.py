@@ -30,7 +30,7 @@ from ._exceptions import ConfigError
 
 __all__ = [
     "EXIT_OK", "EXIT_RUNTIME", "EXIT_USAGE", "EXIT_INTERRUPTED", "LOG_LEVELS", "MissingExtra", "Parser", "add_curve_client",
-    "add_log_level", "bool_flag", "guard", "hidden_alias", "need", "setup_logging",
+    "add_log_level", "bool_flag", "guard", "hidden_alias", "need", "positive_number", "setup_logging",
 ]
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -53,16 +53,30 @@ def need(module: str, extra: str, what: str) -> Any:
         raise MissingExtra(f"{what} needs {module.split('.')[0]}, which is not installed: pip install 'qworker-rl[{extra}]'") from None
 
 
+def positive_number(text: str) -> float:
+    """An argparse ``type`` for durations and limits: a finite number above 0 (``--timeout 0`` would mean nothing)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text!r}")
+    return value
+
+
 class _Formatter(argparse.HelpFormatter):
-    """Shows ``(default: X)`` after every option with a default other than None/False/SUPPRESS."""
+    """Shows every optional option's default: ``(default: X)`` after its help, unless the help already says
+    it (an option whose absence means "not set" shows ``(default: none)``)."""
 
     def _get_help_string(self, action: argparse.Action) -> Optional[str]:
         text = action.help or ""
         default = action.default
-        if "%(default)" in text or not action.option_strings or default in (None, False, argparse.SUPPRESS):
+        if not action.option_strings or action.required or default is argparse.SUPPRESS or "default" in text.lower():
             return text
-        if isinstance(default, (list, tuple)) and not default:
-            return text
+        if default is None or (isinstance(default, (list, tuple)) and not default):
+            return f"{text} (default: none)"
+        if isinstance(default, bool):
+            return f"{text} (default: {'on' if default else 'off'})"
         return f"{text} (default: %(default)s)"
 
 

@@ -136,7 +136,8 @@ class Catalog:
         book.check_params(plain.reward, plain.params, where, complete=False)
 
     def version(self, reward: str) -> Optional[str]:
-        """The version hashed into ``reward``'s tasks (a plain reward's name, after aliases)."""
+        """The version of the producer's own copy of ``reward`` (a plain reward's name, after aliases); cache keys
+        follow the version its workers report instead (``_identity``)."""
         return self.book.version(reward)
 
     def __contains__(self, name: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Optional, cast
 import zmq
 
 from . import _config
-from ._args import Parser, add_curve_client, add_log_level, bool_flag, guard, hidden_alias, setup_logging
+from ._args import Parser, add_curve_client, add_log_level, bool_flag, guard, hidden_alias, positive_number, setup_logging
 from ._discovery import local_endpoints
 from ._exceptions import ConfigError, QworkerError
 from ._options import PoolOptions
@@ -28,6 +28,8 @@ from .transport.security import CurveClient, handshake_problem
 from .transport.sockets import make_socket
 
 log = logging.getLogger("qworker")
+
+DEFAULT_POOL_TIMEOUT_S = 300.0  # qworker score --bind: how long remote pools may take to come
 
 
 def _split(values: Optional[list[str]]) -> list[str]:
@@ -179,6 +181,11 @@ def cache_main(args: argparse.Namespace) -> int:
         print(f"qworker cache: cannot open {path}: {exc}", file=sys.stderr)
         return 2
     try:
+        if args.reward and args.reward not in cache.stats()["rewards"]:
+            problem = _unknown_cached_reward(args.reward, cache.stats()["rewards"])
+            if problem:
+                print(f"qworker cache: {path}: {problem}", file=sys.stderr)
+                return 2
         if args.action == "clear":
             deleted = cache.clear(args.reward)
             print(f"deleted {deleted} rows" + (f" of reward {args.reward!r}" if args.reward else "") + f" from {path}")
@@ -202,6 +209,22 @@ def cache_main(args: argparse.Namespace) -> int:
     if UNRECORDED in rewards:
         print(f"  {UNRECORDED}: rows written before the cache recorded rewards; 'qworker cache clear' (all) removes them")
     return 0
+
+
+def _unknown_cached_reward(name: str, with_rows: dict) -> Optional[str]:
+    """Why ``--reward NAME`` names nothing (no rows, and no reward registered here), with the closest names; None
+    for a known reward that simply has no rows."""
+    import difflib
+
+    from . import rewards as _builtins  # noqa: F401  (registers the built-ins)
+    from ._registry import registered
+
+    known = sorted(set(with_rows) | {n for n in registered() if ":" not in n})
+    if name in known:
+        return None
+    near = difflib.get_close_matches(name, known, 3)
+    return (f"--reward {name!r} matches no rows and no known reward" + (f" (did you mean {' or '.join(map(repr, near))}?)" if near else "")
+            + f"; rewards with rows: {', '.join(sorted(with_rows)) or 'none'}")
 
 
 # main --------------------------------------------------------------------------
@@ -253,7 +276,9 @@ def _parser() -> Parser:
     bool_flag(sc, "no-cache", help="no persistent result cache: nothing read from it or written to it")
     bool_flag(sc, "refresh", help="recompute every task instead of reading the cache (the new results replace the cached ones)")
     bool_flag(sc, "overwrite", help="score every row again: ignore a partial --out and the cache (implies --refresh)")
-    sc.add_argument("--timeout", type=float, help="hard limit per task, seconds (default: 60, or the config's / reward's)")
+    sc.add_argument("--timeout", type=positive_number, help="hard limit per task, seconds (default: 60, or the config's / reward's)")
+    sc.add_argument("--pool-timeout", type=positive_number, default=DEFAULT_POOL_TIMEOUT_S, metavar="S",
+                    help="with --bind and no local worker: seconds to wait for a first pool to connect before giving up (exit 1)")
     bool_flag(sc, "strict", help="exit 1 if any task failed (without it: exit 1 only when every task failed)")
     sc.add_argument("--skip-bad-lines", type=int, default=0, metavar="N",
                     help="skip up to N input lines that are not JSON (or not UTF-8), naming each; more is an error")
@@ -268,8 +293,8 @@ def _parser() -> Parser:
     st = sub.add_parser("status", help="show the pools and workers a producer (or a 'qworker serve') sees")
     st.add_argument("--connect", help="producer or service endpoint (default: every producer running on this host)")
     bool_flag(st, "json", help="print raw JSON")
-    st.add_argument("--wait", type=float, default=3.0, help="seconds to wait for each answer")
-    hidden_alias(st, "--timeout", dest="wait", type=float)
+    st.add_argument("--wait", type=positive_number, default=3.0, help="seconds to wait for each answer")
+    hidden_alias(st, "--timeout", dest="wait", type=positive_number)
     add_curve_client(st)
     add_log_level(st)
     return ap

@@ -152,6 +152,8 @@ class Client:
                                      timeout_s=timeout_s, gate=None, now=time.monotonic(), hand_on=hand_on) as reg:
             reg.hand_on(reg.new)
         req = box[0]
+        if self._closed:  # close() may have passed over the outbox before this request reached it
+            req.taken.set()
         if not req.taken.wait(self.connect_timeout_s):
             self._outbox.append(("forget", req.number))
             self._wake()
@@ -185,7 +187,8 @@ class Client:
         return box[0]
 
     def close(self) -> None:
-        """Stop the I/O thread; tasks still pending resolve as cancelled."""
+        """Stop the I/O thread; tasks still pending resolve as cancelled.  A ``submit_batch`` on another thread
+        is not waited for: it stops registering within 1,024 tasks and raises ``ProducerClosed``."""
         if self._closed:
             return
         self._closed = True

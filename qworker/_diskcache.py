@@ -23,6 +23,12 @@ a damaged page) answers the keys as misses (``read_errors``), and a row that
 does not decode is skipped, counted once (``corrupt_rows``) and deleted by the
 writer; each kind of failure is logged at most once per ``WARN_EVERY_S``.
 
+The file (``_cachefile``): one that is not an SQLite database is refused at
+open (``CacheError`` naming it); a database found damaged (at open, on a read
+or on a write) is set aside as ``<name>.corrupt-<UTC time>`` with one warning
+and replaced by a fresh one, and the rows waiting to be written go there.
+``close`` closes every connection the cache opened, in any thread.
+
 Bounded by ``max_entries`` (oldest inserts evicted) and ``ttl_s`` (older rows
 are ignored and purged).  Each row records the reward that produced it, so
 ``qworker cache stats|clear --reward NAME`` can count and clear one reward's
@@ -35,14 +41,14 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import threading
 import time
 from typing import Any, Iterable, Optional, Sequence
 
 import msgpack
 
 from ._cache import Entry
-from ._diskwriter import COMMIT_WITHIN_S, MAX_UNWRITTEN, WARN_EVERY_S, Connect, DiskWriter, Throttled, kind, rollback
+from ._cachefile import CacheFile, Connect, is_damage
+from ._diskwriter import COMMIT_WITHIN_S, MAX_UNWRITTEN, WARN_EVERY_S, DiskWriter, Throttled, kind
 
 __all__ = ["COMMIT_WITHIN_S", "MAX_UNWRITTEN", "UNRECORDED", "WARN_EVERY_S", "Connect", "DiskCache", "default_connect"]
 
@@ -52,11 +58,6 @@ READ_BUSY_S = 1.0  # a read waits this long for a lock, then answers misses
 MAINTENANCE_BUSY_S = 30.0  # stats and clear, from the command line
 UNRECORDED = "(unrecorded)"  # how stats name rows written before rewards were recorded
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS results (key BLOB PRIMARY KEY, score REAL NOT NULL, extra BLOB NOT NULL, "
-    "created REAL NOT NULL, reward TEXT)",
-    "CREATE INDEX IF NOT EXISTS results_created ON results(created)",
-)
 _BATCH = 900  # below SQLite's default limit of bound parameters
 
 
@@ -66,23 +67,6 @@ def default_connect(path: str, busy_s: float) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     return conn
-
-
-def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Create the schema, or add the ``reward`` column to a file from an older qworker."""
-    conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see the column
-    try:
-        for statement in _SCHEMA:
-            conn.execute(statement)
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(results)")}
-        if "reward" not in columns:
-            conn.execute("ALTER TABLE results ADD COLUMN reward TEXT")
-            log.info("disk cache %s: added the 'reward' column; existing rows have none recorded", path)
-        conn.execute("CREATE INDEX IF NOT EXISTS results_reward ON results(reward)")
-        conn.execute("COMMIT")
-    except BaseException:
-        rollback(conn)
-        raise
 
 
 def _decode(score: Any, extra: Any) -> Optional[Entry]:
@@ -99,6 +83,7 @@ def _decode(score: Any, extra: Any) -> Optional[Entry]:
 class DiskCache:
     """Results by task key, in SQLite at ``path`` (parent directories are created).
 
+    Raises ``CacheError`` naming ``path`` when it is not an SQLite database or cannot be opened.
     ``connect`` opens each connection (default ``default_connect``; tests inject disk faults with
     their own, or by replacing ``default_connect`` for the caches a producer makes).
     Counters, read from any thread: ``read_errors``, ``corrupt_rows``, and the writer's
@@ -111,14 +96,16 @@ class DiskCache:
         self.ttl_s = ttl_s
         self.read_errors = 0
         self.corrupt_rows = 0
-        self._connect = connect if connect is not None else default_connect  # looked up now: tests may replace it
-        self._local = threading.local()
         self._corrupt_seen: set[bytes] = set()
         self._read_warn = Throttled(logging.WARNING)
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
-        _migrate(self._conn(), path)  # fails here on a bad path
-        self._writer = DiskWriter(path, connect=self._connect, max_entries=max_entries, ttl_s=ttl_s)
+        # ``default_connect`` is looked up now: tests may replace it
+        self._file = CacheFile(path, connect=connect if connect is not None else default_connect)
+        self._writer = DiskWriter(self._file, max_entries=max_entries, ttl_s=ttl_s)
+
+    @property
+    def set_aside(self) -> list[str]:
+        """Where damaged files were moved (``<path>.corrupt-<UTC time>``), oldest first."""
+        return self._file.set_aside
 
     # the writer's counters
     @property
@@ -146,23 +133,20 @@ class DiskCache:
 
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection for maintenance (stats, clear)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._connect(self.path, MAINTENANCE_BUSY_S)
-        return conn
+        return self._file.connection("maintenance", MAINTENANCE_BUSY_S)
 
     # reads (the caller's thread) ------------------------------------------------
     def get_many(self, keys: Iterable[bytes]) -> dict[bytes, Entry]:
         """The cached entries among ``keys`` (missing, expired and damaged ones left out).  Never raises:
         a failed read answers misses."""
         found: dict[bytes, Entry] = {}
+        if self._file.closed:
+            return found
         try:
             keys = list(keys)
             if not keys:
                 return found
-            conn = getattr(self._local, "reader", None)
-            if conn is None:
-                conn = self._local.reader = self._connect(self.path, READ_BUSY_S)
+            conn = self._file.connection("reader", READ_BUSY_S)
             oldest = time.time() - self.ttl_s if self.ttl_s is not None else 0.0
             for i in range(0, len(keys), _BATCH):
                 chunk = keys[i : i + _BATCH]
@@ -179,8 +163,10 @@ class DiskCache:
         except Exception as exc:  # sqlite3.Error (locked, I/O error, malformed page), MemoryError...
             self.read_errors += 1
             self._read_warn(kind(exc), "disk cache %s: a read failed, its keys count as misses: %s: %s", self.path, type(exc).__name__, exc)
+            if is_damage(exc):
+                self._writer.report_damage(f"{type(exc).__name__}: {exc}", self._file.generation_of("reader"))
             if getattr(exc, "sqlite_errorname", "") != "SQLITE_BUSY":
-                self._drop_reader()
+                self._file.drop("reader")
         return found
 
     def _damaged(self, key: bytes, extra: Any) -> None:
@@ -192,15 +178,6 @@ class DiskCache:
         self.corrupt_rows += 1
         self._writer.forget(key, extra)
         self._read_warn("damaged", "disk cache %s: skipped a damaged row (key %s); it counts as a miss and is deleted", self.path, key.hex())
-
-    def _drop_reader(self) -> None:
-        conn = getattr(self._local, "reader", None)
-        self._local.reader = None
-        if conn is not None:
-            try:
-                conn.close()
-            except sqlite3.Error:
-                pass
 
     # writes -----------------------------------------------------------------------
     def put(self, key: bytes, score: float, extra: dict, reward: Optional[str] = None) -> None:
@@ -221,9 +198,13 @@ class DiskCache:
         return self._writer.flush(timeout)
 
     def close(self, timeout: float = 10.0) -> bool:
-        """Commit what is queued and stop the writer, retrying failed writes for up to ``timeout`` s.
-        Returns whether everything was written; logs an error naming the rows that were not."""
-        return self._writer.close(timeout)
+        """Commit what is queued and stop the writer, retrying failed writes for up to ``timeout`` s, then
+        close every connection to the file (reads then answer misses).  Returns whether everything was
+        written; logs an error naming the rows that were not."""
+        try:
+            return self._writer.close(timeout)
+        finally:
+            self._file.close()
 
     # maintenance (the caller's thread) ------------------------------------------
     def stats(self) -> dict:

@@ -14,6 +14,11 @@ full, "database is locked" for over ``WRITE_BUSY_S`` because another process
 holds the file, as ``qworker cache clear``'s VACUUM does, an I/O error) is
 logged with SQLite's own error, and its rows stay queued in memory and are
 retried, oldest first, after ``RETRY_FIRST_S`` doubling to ``RETRY_MAX_S``.
+A write that finds the file itself damaged (SQLITE_CORRUPT, SQLITE_NOTADB)
+has the file set aside and a fresh one made (``_cachefile``), and its rows go
+to the fresh file at once; so does a read that finds it damaged
+(``report_damage``), and a file another process set aside is followed before
+each commit.
 At most ``MAX_UNWRITTEN`` rows wait; beyond that the oldest are dropped and
 counted (``rows_dropped``), as are single rows SQLite refuses (a NaN score).
 ``flush`` says whether every row handed over before it was committed (False
@@ -32,7 +37,9 @@ import threading
 import time
 from collections import deque
 from itertools import islice
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
+
+from ._cachefile import CacheFile, is_damage, rollback
 
 log = logging.getLogger("qworker")
 
@@ -45,11 +52,10 @@ RETRY_MAX_S = 5.0  # ... up to this
 WRITE_BUSY_S = 1.0  # the writer waits this long for another connection's lock, then counts a failure and retries
 WARN_EVERY_S = 60.0  # each kind of failure is logged at most this often
 
-Connect = Callable[[str, float], sqlite3.Connection]  # (path, busy timeout in s) -> a connection
-
 _INSERT = "INSERT OR REPLACE INTO results(key, score, extra, created, reward) VALUES (?,?,?,?,?)"
 _STOP = object()
 _FLUSH = object()
+_WAKE = object()  # a read reported the file damaged
 # a row SQLite refuses on its own (NaN score: NOT NULL), not a failing disk: written one by one, the bad ones dropped
 _ROW_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.DataError,
                OverflowError, TypeError, ValueError)
@@ -79,26 +85,18 @@ def kind(exc: BaseException) -> str:
     return getattr(exc, "sqlite_errorname", None) or type(exc).__name__
 
 
-def rollback(conn: sqlite3.Connection) -> None:
-    """End a failed transaction without replacing the error that failed it (SQLITE_FULL has already rolled back)."""
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error as exc:
-            log.debug("rollback after a failed transaction: %s", exc)
-
-
 
 class DiskWriter:
-    """Commits ``(key, score, packed extra, created, reward)`` rows to ``path`` from a thread of its own.
+    """Commits ``(key, score, packed extra, created, reward)`` rows to ``file`` from a thread of its own.
 
     Counters, read from any thread: ``commits``, ``max_commit_lag_s``, ``write_errors`` (failed write
     attempts, each retried), ``rows_dropped``, ``last_error``; ``unwritten`` is the rows handed over and
     not yet committed (nor dropped).
     """
 
-    def __init__(self, path: str, *, connect: Connect, max_entries: Optional[int], ttl_s: Optional[float]) -> None:
-        self.path = path
+    def __init__(self, file: CacheFile, *, max_entries: Optional[int], ttl_s: Optional[float]) -> None:
+        self.path = file.path
+        self._file = file
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self.commits = 0
@@ -106,7 +104,6 @@ class DiskWriter:
         self.write_errors = 0
         self.rows_dropped = 0
         self.last_error = ""  # the last failed write's error, as SQLite put it
-        self._connect = connect
         self._queue: queue.Queue = queue.Queue()
         self._cond = threading.Condition()
         self._handed = 0  # rows handed to put (each row's sequence number is its place in this count)
@@ -119,7 +116,8 @@ class DiskWriter:
         self._write_warn = Throttled(logging.ERROR)
         self._drop_warn = Throttled(logging.ERROR)
         self._close_by = float("inf")
-        self._damaged_file = False  # the last write failed on a damaged file (SQLITE_CORRUPT, SQLITE_NOTADB)
+        self._damaged_file = False  # the last write failed on a damaged file that was not set aside
+        self._reported: Optional[tuple[str, int]] = None  # a read found the file damaged: (error, file generation)
         self._thread = threading.Thread(target=self._write_loop, name="qworker-diskcache", daemon=True)
         self._thread.start()
 
@@ -132,6 +130,12 @@ class DiskWriter:
         with self._cond:  # sequence numbers in queue order
             self._handed += len(rows)
             self._queue.put((time.monotonic(), self._handed, rows))
+
+    def report_damage(self, why: str, generation: int) -> None:
+        """A read on a connection opened on file ``generation`` found the file damaged (``why``: SQLite's error);
+        the writer sets the file aside (in its own thread, so that no commit goes to a file set aside)."""
+        self._reported = (why, generation)
+        self._queue.put(_WAKE)
 
     def forget(self, key: bytes, extra: Any) -> None:
         """Delete the row with ``key`` if it still holds ``extra`` (a damaged row a read found), at the next chance."""
@@ -173,7 +177,7 @@ class DiskWriter:
         return lost == 0
 
     def _write_loop(self) -> None:
-        conn: Optional[sqlite3.Connection] = None
+        file = self._file
         held = self._held
         stop = False
         retry_at: Optional[float] = None  # set while writes fail
@@ -181,6 +185,9 @@ class DiskWriter:
         last_purge = time.monotonic()
         while True:
             try:
+                reported, self._reported = self._reported, None
+                if reported is not None and file.damaged(*reported) and retry_at is not None:
+                    retry_at, delay, self._damaged_file = time.monotonic(), RETRY_FIRST_S, False  # a fresh file: try now
                 if retry_at is not None:  # back off, still taking rows (and a stop) from the queue
                     if stop and (time.monotonic() >= self._close_by or self._damaged_file):
                         break  # a damaged file will not heal while we wait: do not hold up the exit
@@ -193,9 +200,8 @@ class DiskWriter:
                         break
                     stop = self._take(None) or stop
                 if held:
-                    if conn is None:
-                        conn = self._connect(self.path, WRITE_BUSY_S)
-                    self._commit(conn)
+                    file.follow()
+                    self._commit(file.connection("writer", WRITE_BUSY_S))
                     if retry_at is not None:
                         log.warning("disk cache %s: writing again after failed attempts (the last: %s); %d results wait",
                                     self.path, self.last_error, len(held))
@@ -203,31 +209,31 @@ class DiskWriter:
                     if held:  # more than one transaction's worth: what arrived meanwhile joins the next commit
                         stop = self._take(time.monotonic(), stop_only=True) or stop
                         continue
-                if self._forget and conn is not None:
-                    self._delete_damaged(conn)
-                if self.ttl_s is not None and time.monotonic() - last_purge > 60 and conn is not None:
+                if self._forget:
+                    self._delete_damaged(file.connection("writer", WRITE_BUSY_S))
+                if self.ttl_s is not None and time.monotonic() - last_purge > 60:
                     last_purge = time.monotonic()
                     try:  # like a failed write, a failed purge must not end the writer
-                        conn.execute("DELETE FROM results WHERE created < ?", (time.time() - self.ttl_s,))
+                        file.connection("writer", WRITE_BUSY_S).execute("DELETE FROM results WHERE created < ?", (time.time() - self.ttl_s,))
                     except sqlite3.Error as exc:
                         log.error("disk cache %s: purge of expired results failed: %s", self.path, exc)
             except Exception as exc:  # the writer never ends on an error: every later row would be lost
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                self._damaged_file = kind(exc) in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+                generation = file.generation_of("writer")
+                if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_FULL"):
+                    file.drop("writer")  # an I/O error may have left it unusable: reopen for the next try
+                if is_damage(exc) and file.damaged(self.last_error, generation):
+                    self.write_errors += 1  # the set-aside's warning names the error
+                    self._damaged_file = False
+                    retry_at, delay = time.monotonic(), RETRY_FIRST_S  # the rows go to the fresh file now
+                    continue
+                self._damaged_file = is_damage(exc)
                 self._write_warn(kind(exc), "disk cache %s: writing %d results failed (%s); they stay queued and are retried in %.1f s",
                                  self.path, len(held), self.last_error, delay)
                 self.write_errors += 1  # after the warning: whoever sees the count can find its line in the log
-                if conn is not None and getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_FULL"):
-                    rollback(conn)
-                    try:  # an I/O error may have left it unusable: reopen for the next try
-                        conn.close()
-                    except sqlite3.Error:
-                        pass
-                    conn = None
                 retry_at = time.monotonic() + delay
                 delay = min(2 * delay, RETRY_MAX_S)
-        if conn is not None:
-            conn.close()
+        file.drop("writer")
 
     def _take(self, until: Optional[float], *, stop_only: bool = False) -> bool:
         """Move queued rows into ``_held``; returns True on a stop.  With ``until`` None: block for the
@@ -243,6 +249,8 @@ class DiskWriter:
                 return False
             if item is _STOP:
                 return True
+            if item is _WAKE:
+                return False
             if item is _FLUSH:
                 if stop_only:
                     continue

@@ -15,10 +15,11 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import zmq
 
+from ._identity import RunVersions
 from ._options import ProducerOptions
 from ._pending import PendingTable
 from ._scheduler import Scheduler
@@ -36,7 +37,7 @@ _T = TypeVar("_T")
 
 
 class Dispatcher(threading.Thread):
-    def __init__(self, *, bind: str, table: PendingTable, options: ProducerOptions) -> None:
+    def __init__(self, *, bind: str, table: PendingTable, options: ProducerOptions, versions: Optional[RunVersions] = None) -> None:
         super().__init__(name="qworker-dispatcher", daemon=True)
         self.options = options
         self.table = table
@@ -47,7 +48,7 @@ class Dispatcher(threading.Thread):
         self.scheduler = Scheduler(
             send=self._send, table=table, max_attempts=options.max_attempts,
             heartbeat_timeout_s=3 * options.heartbeat_s, max_message_bytes=options.max_message_bytes,
-            task_timeout_s=options.task_timeout_s,
+            task_timeout_s=options.task_timeout_s, versions=versions,
         )
         self.started = time.monotonic()
         self._inbox: deque[Pending] = deque()  # appended by other threads

@@ -4,6 +4,7 @@ Hierarchy::
 
     QworkerError
     ├── ConfigError          a config file, dict or argument is invalid
+    │   └── CacheError       the result cache's file cannot be used (not an SQLite database, cannot be opened)
     ├── WireError            a frame failed to decode or failed its schema check
     ├── RewardError          a reward could not be registered or resolved
     ├── ProducerClosed       the producer was used after close()
@@ -21,6 +22,7 @@ from __future__ import annotations
 from ._errors import ErrorKind
 
 __all__ = [
+    "CacheError",
     "CallFailed",
     "ConfigError",
     "GatherTimeout",
@@ -39,6 +41,11 @@ class QworkerError(Exception):
 
 class ConfigError(QworkerError, ValueError):
     """A configuration value is missing, unknown or of the wrong type."""
+
+
+class CacheError(ConfigError):
+    """The result cache's file (``cache_path``, ``--cache``) cannot be used: it is not an SQLite
+    database, or it cannot be opened.  The message names the file."""
 
 
 class WireError(QworkerError, ValueError):

@@ -5,12 +5,11 @@
 payloads that compare equal as JSON-like values get the same key whatever their
 key order.  Tuples encode as lists.  The version is the one the reward declares
 (``@reward(..., version="2")``), else a fingerprint of its code
-(``_fingerprint``), when the producer knows the reward.  Changing a judge
-prompt, a weight, a reward's code or its declared version never returns a
-stale cached score.
+(``_fingerprint``), as the workers that run it report it (``_identity``).
+Changing a judge prompt, a weight, a reward's code or its declared version
+never returns a stale cached score.
 
-``version=None`` (a reward the producer does not know) gives the prefix of a
-reward without a version.
+``version=None`` gives the prefix of a reward without a version.
 
 ``encode_payload`` returns the canonical msgpack bytes of the payload, which are
 both hashed and sent to the worker, so a payload is packed once.

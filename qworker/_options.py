@@ -24,6 +24,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, TypeVar
 
+from ._args import positive_number
 from ._exceptions import ConfigError
 from .transport.security import CurveClient, CurveServer
 
@@ -36,13 +37,15 @@ _O = TypeVar("_O", bound="_Options")
 
 def _opt(
     default: Any, help: str, *, flag: Optional[str] = None, aliases: tuple[str, ...] = (), yaml: bool = True, cli: bool = True,
-    signed: bool = False, choices: Optional[tuple[str, ...]] = None,
+    signed: bool = False, positive: bool = False, choices: Optional[tuple[str, ...]] = None,
 ) -> Any:
     """A field with its metadata: ``flag`` (default ``--name-with-dashes``) and older
     ``aliases`` (still accepted, hidden from ``--help``), whether a YAML section may
     set it, whether users see it on the command line, whether it may be negative,
-    and the values a string may take (given in any case, kept upper-case)."""
-    meta = {"help": help, "flag": flag, "aliases": aliases, "yaml": yaml, "cli": cli, "signed": signed, "choices": choices}
+    whether it must be above 0 (a duration for which 0 would mean nothing), and the
+    values a string may take (given in any case, kept upper-case)."""
+    meta = {"help": help, "flag": flag, "aliases": aliases, "yaml": yaml, "cli": cli, "signed": signed, "positive": positive,
+            "choices": choices}
     return field(default=default, metadata=meta)
 
 
@@ -76,7 +79,7 @@ class _Options:
                 raise ConfigError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(fields))}")
             f, tp = fields[key]
             if value is not None:
-                value = _coerce(value, tp, f"{where}.{key}", signed=f.metadata["signed"])
+                value = _coerce(value, tp, f"{where}.{key}", signed=f.metadata["signed"], positive=f.metadata["positive"])
             out[key] = value
         return out
 
@@ -97,15 +100,15 @@ class _Options:
             if f.name in skip:
                 continue
             help = f.metadata["help"]
-            if f.default not in (None, False, ()):
-                help += f" (default: {f.default})"
+            if f.default is not None and f.default != () and "default" not in help:  # 0.0 and False are shown too
+                help += f" (default: {('on' if f.default else 'off') if isinstance(f.default, bool) else f.default})"
             kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help if f.metadata["cli"] else argparse.SUPPRESS}
             if tp is tuple:
                 kw["action"] = "append"
             elif tp is bool:
                 kw["action"] = argparse.BooleanOptionalAction
             else:
-                kw["type"] = _parser_type(tp)
+                kw["type"] = positive_number if f.metadata["positive"] else _parser_type(tp)
                 kw["metavar"] = "S" if f.name.endswith("_s") else _flag(f)[2:].upper().replace("-", "_")
                 if f.metadata["choices"]:
                     kw["type"], kw["choices"], kw["metavar"] = str.upper, f.metadata["choices"], "LEVEL"
@@ -165,7 +168,7 @@ def _parser_type(tp: Any) -> Any:
     return tp
 
 
-def _coerce(value: Any, tp: Any, where: str, *, signed: bool) -> Any:
+def _coerce(value: Any, tp: Any, where: str, *, signed: bool, positive: bool = False) -> Any:
     if tp is tuple:
         if isinstance(value, str):
             value = [value]
@@ -182,6 +185,8 @@ def _coerce(value: Any, tp: Any, where: str, *, signed: bool) -> Any:
         value = float(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0 and not signed:
         raise ConfigError(f"{where}: must not be negative, got {value!r}")
+    if positive and not value > 0:
+        raise ConfigError(f"{where}: must be above 0 seconds, got {value!r}")
     return value
 
 
@@ -192,8 +197,10 @@ class _Shared(_Options):
 
     reward_modules: tuple[str, ...] = _opt((), "reward modules for workers to import (dotted names or .py paths); repeatable",
                                            aliases=("--rewards",))
-    task_timeout_s: float = _opt(60.0, "default hard limit per task, seconds (a reward's own timeout wins)", flag="--timeout")
-    heartbeat_s: float = _opt(1.0, "liveness report interval, seconds; silent for 3 of these = lost", flag="--heartbeat")
+    task_timeout_s: float = _opt(60.0, "default hard limit per task, seconds (a reward's own timeout wins)", flag="--timeout",
+                                 positive=True)
+    heartbeat_s: float = _opt(1.0, "liveness report interval, seconds; silent for 3 of these = lost", flag="--heartbeat",
+                              positive=True)
     max_message_bytes: int = _opt(DEFAULT_MAX_MESSAGE_BYTES, "frame size cap, bytes; pools must use the producer's")
     curve_secret_key: Optional[str] = _opt(None, "CURVE: this process's secret key file (NAME.key_secret from 'qworker keys')")
     insecure: bool = _opt(False, "bind (producer) or connect (pool) beyond loopback without CURVE (a trusted network only)")
@@ -206,16 +213,17 @@ class ProducerOptions(_Shared):
     local_workers: Optional[int] = _opt(None, "worker processes started locally (default: CPU count, or 0 with --bind)", flag="--workers",
                                         aliases=("--local-workers",))
     bind: Optional[str] = _opt(None, "endpoint for remote pools, e.g. tcp://127.0.0.1:5555 (default: a private ipc:// socket)")
-    cache_path: Optional[str] = _opt(None, "persistent SQLite result cache shared by processes on this host", flag="--cache",
+    cache_path: Optional[str] = _opt(None, "persistent SQLite result cache shared by processes on this host (default: none, memory only)",
+                                     flag="--cache",
                                      aliases=("--cache-path",))
     cache_read: bool = _opt(True, "answer tasks from the result cache; --no-cache-read recomputes every task (results are still cached)")
     cache_max_entries: int = _opt(1_000_000, "memory LRU size, and the disk cache's row limit")
     cache_ttl_s: Optional[float] = _opt(None, "seconds a cached result stays valid (default: forever)", flag="--cache-ttl",
-                                        aliases=("--cache-ttl-s",))
+                                        aliases=("--cache-ttl-s",), positive=True)
     max_attempts: int = _opt(3, "deliveries of a task before it fails with worker_lost")
     fallback_score: float = _opt(0.0, "the score of a failed task (its Result.error says why)", signed=True)
     ready_timeout_s: float = _opt(60.0, "seconds Producer() waits for local workers to say READY", flag="--ready-timeout",
-                                  aliases=("--ready-timeout-s",))
+                                  aliases=("--ready-timeout-s",), positive=True)
     max_payload_bytes: int = _opt(8 * 1024 * 1024, "larger payloads fail with bad_payload at submit")
     metrics_port: Optional[int] = _opt(None, "serve Prometheus metrics on 127.0.0.1 at this port")
     curve_allowed_keys: Optional[str] = _opt(None, "CURVE: directory of the public keys of pools and clients to admit")

@@ -21,12 +21,14 @@ kept here, not by each caller:
   result that arrives twice (a resend) changes nothing.
 * ``close`` refuses every later registration (``ProducerClosed``) and resolves
   whatever is still pending as ``cancelled``; a submission racing it either
-  registers before (and its tasks are cancelled) or raises.
+  registers before (and its tasks are cancelled) or raises (and what it had
+  registered is cancelled).
 
-Thread-safe: one lock guards the table.  A result is cached as its task leaves
-the table, under the lock, so an identical submission finds the task or its
-score and never pays again; futures are resolved outside the lock, and a cache
-that raises costs only the caching.
+Thread-safe: one lock guards the table; a large submission takes it once per
+1024 entries, so ``close`` waits for at most one such chunk.  A result is
+cached as its task leaves the table, under the lock, so an identical
+submission finds the task or its score and never pays again; futures are
+resolved outside the lock, and a cache that raises costs only the caching.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from ._task import Pending, Resolution, TaskGate
 log = logging.getLogger("qworker")
 
 __all__ = ["PendingTable", "Registration"]
+
+_REGISTER_CHUNK = 1024  # entries registered per hold of the lock
 
 
 @dataclass(slots=True, eq=False)
@@ -112,24 +116,29 @@ class PendingTable:
         new: list[Pending] = []
         hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]] = []
         cache_get = self.cache.get
-        with self._lock:
-            if self._closed is not None:
-                raise ProducerClosed(f"cannot submit: {self._closed}")
-            pending = self._pending
-            for key, payload in entries:
-                p = pending.get(key)
-                if p is None:
-                    # The caller missed the cache just before; ``resolve`` caches under this lock, so a task
-                    # that resolved in between is found here, not paid for again.
-                    hit = cache_get(key) if self.cache_read else None
-                    if hit is not None:
-                        fut = ResultFuture()
-                        hits.append((fut, key, hit))
-                        futures.append(fut)
-                        continue
-                    p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, gate=gate, lane=lane)
-                    new.append(p)
-                futures.append(p.future)
+        pending = self._pending
+        for start in range(0, max(len(entries), 1), _REGISTER_CHUNK):
+            # The lock is released between chunks so that ``close`` never waits on a large batch.  ``close``
+            # sets ``_closed`` before it takes the lock, so the next chunk sees it and stops (a waiter is not
+            # starved by this thread taking the lock again at once); what earlier chunks registered is in the
+            # table, and ``close`` cancels it.
+            with self._lock:
+                if self._closed is not None:
+                    raise ProducerClosed(f"cannot submit: {self._closed}")
+                for key, payload in entries[start : start + _REGISTER_CHUNK]:
+                    p = pending.get(key)
+                    if p is None:
+                        # The caller missed the cache just before; ``resolve`` caches under this lock, so a task
+                        # that resolved in between is found here, not paid for again.
+                        hit = cache_get(key) if self.cache_read else None
+                        if hit is not None:
+                            fut = ResultFuture()
+                            hits.append((fut, key, hit))
+                            futures.append(fut)
+                            continue
+                        p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, gate=gate, lane=lane)
+                        new.append(p)
+                    futures.append(p.future)
         for fut, key, (score, extra) in hits:
             fut.set_result(Result(score=score, extra=extra, cached=True, key=key.hex()))
         self.counts["cache_hits"] += len(hits)
@@ -164,9 +173,10 @@ class PendingTable:
                     del pending[p.key]
                     p.resolved = True
                     fresh.append(d)
-            # the disk cache records each row's reward
-            self._cache(self.cache.put_many, [(d[0].key, d[1], d[2] or {}, d[0].reward) for d in fresh
-                                              if d[3] is None and d[1] is not None])
+            # under the key of the code that computed it (``Pending.cache_as``); the disk cache records each row's reward
+            self._cache(self.cache.put_many, [(k, d[1], d[2] or {}, d[0].reward) for d in fresh
+                                              if d[3] is None and d[1] is not None
+                                              and (k := d[0].key if d[0].cache_as is None else d[0].cache_as)])
         failed = 0
         for p, score, extra, error, worker, compute_s in fresh:
             if error is not None or score is None:
@@ -216,8 +226,8 @@ class PendingTable:
 
     def close(self, why: str) -> None:
         """Refuse later registrations, and resolve every task still pending as cancelled."""
+        self._closed = why  # before the lock: a registration in progress stops at its next chunk
         with self._lock:
-            self._closed = why
             left = list(self._pending.values())
         self._cancel(left, why)
 

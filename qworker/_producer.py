@@ -23,7 +23,8 @@ from ._catalog import Catalog, Composite
 from ._dispatcher import Dispatcher
 from ._errors import ErrorKind
 from ._exceptions import PoolStartError, ProducerClosed, QworkerError
-from ._hashing import encode_payload, key_prefix, new_packer, params_fingerprint
+from ._hashing import encode_payload, new_packer, params_fingerprint
+from ._identity import RunVersions, TaskIdentity
 from ._options import PoolOptions, ProducerOptions
 from ._pending import PendingTable
 from ._registry import modules_to_forward
@@ -91,8 +92,9 @@ class Producer:
         self._gates = JudgeGates()
         self.cache = ResultCache(max_entries=opts.cache_max_entries, ttl_s=opts.cache_ttl_s, path=_config.optional_path(opts.cache_path))
         self._table = PendingTable(cache=self.cache, fallback_score=opts.fallback_score, cache_read=opts.cache_read)
+        self._versions = RunVersions()  # each reward's version as its workers report it: what cache keys rest on
         _discovery.sweep()
-        self._dispatcher = Dispatcher(bind=opts.bind or new_ipc_endpoint(), table=self._table, options=opts)
+        self._dispatcher = Dispatcher(bind=opts.bind or new_ipc_endpoint(), table=self._table, options=opts, versions=self._versions)
         self.endpoint = self._dispatcher.endpoint
         self._dispatcher.start()
         self._note = _discovery.register(self.endpoint, f"{id(self):x}")
@@ -171,7 +173,8 @@ class Producer:
         if timeout_s is None:  # the reward's own @reward(timeout=...), as a worker applies it: the producer's limits match
             spec = self.catalog.book.spec(reward)
             timeout_s = spec.timeout_s if spec is not None else None
-        prefix = key_prefix(reward, params_fingerprint(hashed), self.catalog.version(reward))
+        # the version the workers reported, never the producer's own copy's (which may be other code, or none)
+        identity = TaskIdentity(reward, params_fingerprint(hashed), self._versions.for_lookup(reward, self.catalog.version(reward)))
         futures: list[ResultFuture] = []
         chunk: list[Any] = []
         # Building ~6 GC-tracked objects per task makes a large batch trigger full
@@ -183,24 +186,27 @@ class Producer:
             for payload in payloads:
                 chunk.append(payload)
                 if len(chunk) == _CHUNK:
-                    futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s, gate, lane))
+                    futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, gate, lane))
                     chunk = []
             if chunk:
-                futures.extend(self._submit_chunk(reward, params, prefix, chunk, timeout_s, gate, lane))
+                futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, gate, lane))
         finally:
             if paused:
                 gc.enable()
         return futures
 
     def _submit_chunk(
-        self, reward: str, params: dict, prefix: bytes, payloads: list[Any], timeout_s: Optional[float], gate: Optional[Gate] = None,
-        lane: Hashable = 0,
+        self, reward: str, params: dict, identity: TaskIdentity, payloads: list[Any], timeout_s: Optional[float],
+        gate: Optional[Gate] = None, lane: Hashable = 0,
     ) -> list[ResultFuture]:
         futures: list[Optional[ResultFuture]] = []
         misses: list[tuple[bytes, bytes]] = []  # (key, payload bytes)
         at: list[int] = []  # index of each miss
         limit = self.options.max_payload_bytes
-        cache_read = self.options.cache_read  # False: recompute (``--no-cache-read``, ``score --overwrite``); results still cached
+        # False: recompute (``--no-cache-read``, ``score --overwrite``; or no worker has reported the reward's version yet,
+        # so no key is known that its results are cached under); results are still cached
+        cache_read = self.options.cache_read and identity.confirmed
+        prefix = identity.prefix
         cache_get = self.cache.get
         packer = new_packer()
         rejected = hits = 0
@@ -229,6 +235,8 @@ class Producer:
                                hand_on=self._dispatcher.submit, lane=lane) as reg:
             for i, fut in zip(at, reg.futures, strict=True):
                 futures[i] = fut
+            for p in reg.new:
+                p.identity = identity
             counts = table.counts
             counts["submitted"] += len(payloads)
             counts["rejected"] += rejected
@@ -268,9 +276,20 @@ class Producer:
             raise ProducerClosed("status() on a closed Producer")
         return self._dispatcher.status()
 
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Block until the result of every task that resolved before the call is written to the disk cache
+        (``cache_path``), for at most ``timeout`` seconds.  True once they are all on disk (at once without a
+        disk cache); False after ``timeout`` while the disk still fails (the results stay queued and are
+        retried), or if some were dropped (see "The result cache" in the README).  Scores never wait for the
+        disk: this is for a checkpoint, or before another process reads the file."""
+        if self._closed:
+            raise ProducerClosed("flush() on a closed Producer")
+        return self.cache.flush(timeout)
+
     # shutdown ----------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:
-        """Drain the local pool, cancel what is unfinished, flush the disk cache."""
+        """Drain the local pool, cancel what is unfinished, flush the disk cache and close every connection
+        to its file."""
         if self._closed:
             return
         self._closed = True

@@ -1,7 +1,8 @@
 """The reward registry: ``@reward`` and name resolution in workers.
 
-A reward is a function ``fn(payload: dict, **params) -> float | dict``.  A dict
-must hold ``"score"``; its other keys travel back as ``Result.extra``.
+A reward is a function ``fn(payload: dict, **params) -> float | dict``, or an
+``async def`` one (the worker awaits it; see ``host.worker.run_awaitable``).  A
+dict must hold ``"score"``; its other keys travel back as ``Result.extra``.
 
 Workers find rewards three ways:
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -69,7 +71,10 @@ def reward(
 
     ``kind="cpu"`` rewards run on the worker's main thread, where SIGALRM-based
     timeouts (math_verify) work; ``kind="io"`` rewards run on a thread pool in
-    the worker.  ``timeout`` is the hard limit in seconds, past which a CPU
+    the worker.  An ``async def`` reward is awaited: a ``kind="cpu"`` one on the
+    worker's main thread (one event loop per worker process), a ``kind="io"``
+    one on one event loop the io threads share.  A generator function is
+    refused here (a reward returns its score).  ``timeout`` is the hard limit in seconds, past which a CPU
     reward's worker is killed and respawned.  ``version`` (a string, or an int
     taken as its decimal string) is part of every task's hash: bump it when you
     change what the reward computes, so cached scores of the old code are not
@@ -89,6 +94,9 @@ def reward(
 
     def register(fn: Callable) -> Callable:
         reward_name = name or fn.__name__
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise RewardError(f"reward {reward_name!r} is a generator function (it yields); a reward returns its score "
+                              "(a number or a dict with 'score'), from a def or an async def")
         old = _registry.get(reward_name)
         if old is not None and _origin(old.fn)[1] != _origin(fn)[1]:
             raise RewardError(

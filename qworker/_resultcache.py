@@ -56,6 +56,12 @@ class ResultCache:
         """Record results found in the disk tier in the memory tier."""
         self.memory.put_many(items)
 
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s until every result handed to the disk tier before the call is written;
+        see ``DiskCache.flush`` (True at once without a disk tier)."""
+        return self.disk.flush(timeout) if self.disk is not None else True
+
     def close(self) -> bool:
-        """Flush and close the disk tier; False (and an error logged) if some rows could not be written."""
+        """Flush and close the disk tier and every connection to its file; False (and an error logged) if
+        some rows could not be written."""
         return self.disk.close() if self.disk is not None else True

@@ -1,10 +1,12 @@
-"""What the producer knows about a reward: its version, and the params it takes.
+"""What the producer knows about a reward: the params it takes, and its own copy's version.
 
-The task hash is computed in the producer, so the producer must know each
-reward's ``version`` (``@reward("name", version="2")``); and a misspelled param
-should be one error at start or at submission, not a ``TypeError`` in every
-task.  A reward is *known* in the producer's process when it is registered
-there:
+A misspelled param should be one error at start or at submission, not a
+``TypeError`` in every task, so the producer checks params against the
+rewards it can import.  Cache keys do not rest on the producer's copy of a
+reward: they follow the version of the code the workers run (``_identity``);
+the producer's own version only tells it, with a warning, when it imports
+other code than its workers.  A reward is *known* in the producer's process
+when it is registered there:
 
 * the built-ins (``qworker.rewards``);
 * the modules given as ``Producer(reward_modules=[...])`` / ``--rewards``, imported
@@ -13,9 +15,10 @@ there:
 * rewards decorated in the trainer's own process;
 * ``module:function`` names whose module imports here.
 
-A reward known only to remote pools (its module does not import here) hashes
-without a version and its params are not checked here; a warning says so,
-once per name.  Its tasks still run, and fail per task if the params are wrong.
+A reward known only to the workers (its module does not import here) has its
+params not checked here; a warning says so, once per name.  Its tasks still
+run (and are cached under the version its workers report), and fail per task
+if the params are wrong.
 
 Params are checked against the function's signature (after its first, payload,
 argument): unknown names are a ``ConfigError`` listing the names it takes;
@@ -36,7 +39,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from . import _registry
 from ._exceptions import ConfigError, RewardError
-from ._fingerprint import code_fingerprint
+from ._fingerprint import reward_version
 from ._registry import RewardSpec
 
 __all__ = ["RewardBook"]
@@ -69,6 +72,18 @@ class _Signature:
         return ", ".join(public) if public else "no params"
 
 
+_warned: set[str] = set()  # what this process has warned about (a CLI check and its producer both read the modules)
+_warned_lock = threading.Lock()
+
+
+def _warn_once(what: str, message: str, *args: object) -> None:
+    with _warned_lock:
+        if what in _warned:
+            return
+        _warned.add(what)
+    log.warning(message, *args)
+
+
 def _main_script() -> Optional[str]:
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     return os.path.abspath(path) if path else None
@@ -93,11 +108,10 @@ class RewardBook:
     def __init__(self, modules: Sequence[str] = (), *, complete: bool = True) -> None:
         self.import_errors = import_here(modules)
         for line in self.import_errors:
-            log.warning("qworker: %s (in the producer: the versions of its rewards are not hashed "
-                        "and their params are not checked here)", line)
+            _warn_once(line, "qworker: %s (in the producer: the params of its rewards are not checked here; their "
+                       "workers run them and their cache keys follow the workers' code)", line)
         self.complete = complete and not self.import_errors
         self._signatures: dict[Callable, _Signature] = {}
-        self._fingerprints: dict[Callable, str] = {}
         self._unknown: set[str] = set()  # names looked up and not found (warned once)
         self._unimportable: set[str] = set()  # module:function names that did not import here
         self._lock = threading.Lock()
@@ -118,29 +132,23 @@ class RewardBook:
         return sorted(n for n in _registry.registered() if ":" not in n)
 
     def version(self, name: str) -> Optional[str]:
-        """What ``name``'s tasks hash besides name, params and payload: its declared ``version``, else its
-        code fingerprint (``_fingerprint``); None when unknown here (warned once)."""
+        """The version of the producer's own copy of ``name``: its declared ``version``, else its code
+        fingerprint (``_fingerprint``); None when unknown here (warned once) or it has none."""
         spec = self.spec(name)
         if spec is None:
             self._warn_unknown(name)
             return None
-        if spec.version is not None:
-            return spec.version
-        fp = self._fingerprints.get(spec.fn)
-        if fp is None:
-            # NUL cannot appear in a declared version: a fingerprint never equals one
-            fp = self._fingerprints[spec.fn] = "\0code " + code_fingerprint(spec.fn)
-        return fp
+        return reward_version(spec.fn, spec.version)
 
     def _warn_unknown(self, name: str) -> None:
         with self._lock:
             if name in self._unknown:
                 return
             self._unknown.add(name)
-        log.warning(
-            "qworker: reward %r is not known in this process; its tasks hash without a version and its params are "
-            "not checked here (name its module in Producer(reward_modules=[...]) so the producer can import it)", name,
-        )
+        hint = "" if self.import_errors else (
+            " (name its module in Producer(reward_modules=[...]) so the producer can import it)")
+        _warn_once(f"unknown {name}", "qworker: reward %r is not known in this process; its params are not checked here%s",
+                   name, hint)
 
     def check_name(self, name: str, where: str) -> None:
         """Raise ``ConfigError`` for a name no worker can have; warn if only a remote pool might."""
@@ -149,7 +157,9 @@ class RewardBook:
         if ":" in name or not self.complete:
             self._warn_unknown(name)
             return
-        raise ConfigError(f"{where}: {name!r} is not a known reward; known rewards: {', '.join(self.known_names())}")
+        near = difflib.get_close_matches(name, self.known_names(), 3)
+        hint = f" (did you mean {' or '.join(map(repr, near))}?)" if near else ""
+        raise ConfigError(f"{where}: {name!r} is not a known reward; known rewards: {', '.join(self.known_names())}{hint}")
 
     def check_runnable(self, name: str, asked: str) -> None:
         """Raise ``RewardError`` at submission for a reward no worker can run: a name unknown here, or a

@@ -41,6 +41,7 @@ import msgpack
 
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
+from ._identity import RunVersions
 from ._lanes import FairQueue, Turns
 from ._pending import PendingTable
 from ._status import JudgeStatus, PoolRow
@@ -83,9 +84,11 @@ Send = Callable[[bytes, wire.Message], bool]
 class Scheduler:
     def __init__(
         self, *, send: Send, table: PendingTable, max_attempts: int, heartbeat_timeout_s: float, max_message_bytes: int,
-        task_timeout_s: float = 60.0,
+        task_timeout_s: float = 60.0, versions: Optional[RunVersions] = None,
     ) -> None:
+        """``versions`` learns the version of each reward's code that the workers report (none kept without it)."""
         self.send = send
+        self.versions = versions if versions is not None else RunVersions()
         self.task_timeout_s = task_timeout_s  # the hard limit of a task that names none
         self.table = table
         self.max_attempts = max_attempts
@@ -163,6 +166,8 @@ class Scheduler:
             return
         fleet = self.fleet
         w, new = fleet.on_ready(msg, now)
+        if msg.versions:
+            self.versions.learn_many(msg.versions)
         if new:
             log.info("qworker: worker %s ready (pool %s, pid %d, host %s)", w.id, w.pool, w.pid, w.host)
         for e in msg.errors:
@@ -190,7 +195,7 @@ class Scheduler:
         if results:
             w.last_progress = now
         done: list[Resolution] = []
-        for key, score, extra, error, compute_s, outcome in results:
+        for key, score, extra, error, compute_s, outcome, ran in results:
             p = w.leases.pop(key, None)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
@@ -200,6 +205,11 @@ class Scheduler:
                 if p.holder is not None:
                     p.holder.leases.pop(key, None)
             p.holder = None
+            identity = p.identity
+            if identity is not None and ran != identity.version:  # other code than the key says: cached under its own
+                p.cache_as = identity.key_for(ran, p.payload)
+                if error is None or ran is not None:
+                    self.versions.learn(identity.reward, ran)
             if p.gate is not None:
                 try:
                     retry = p.gate.settle(p, outcome, error, now)

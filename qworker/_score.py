@@ -6,7 +6,10 @@ Contract:
   ``--params`` JSON must be an object, ``--out`` must be writable, the config
   must load, and the reward must resolve (an unknown name is an error unless
   remote pools may join with ``--bind``; params the reward does not take are
-  an error).  Any of these exits 2 with one line naming the problem.
+  an error), a reward module must import (unless ``--bind``), and ``--workers 0``
+  needs ``--bind``.  Any of these exits 2 with one line naming the problem.
+* With ``--bind`` and no local worker, it says where it waits and waits at
+  most ``--pool-timeout`` seconds (300) for a first pool; then exit 1, one line.
 * Each finished row is appended to ``--out`` (and flushed) as soon as its
   result arrives, so Ctrl-C, SIGTERM or a crash keep every finished row.  When
   the whole file is scored, ``--out`` is rewritten in input order.
@@ -35,21 +38,23 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib.machinery
 import json
 import os
 import signal
 import sys
 import time
-from typing import Any, Optional, TextIO
+from typing import Any, Optional, TextIO, Union
 
 from . import _config
-from ._catalog import Catalog, Composite
+from ._catalog import Catalog, Composite, Plain
 from ._exceptions import ConfigError, QworkerError, RewardError
 from ._options import ProducerOptions
 from ._progress import Progress
+from ._rewardinfo import import_here
 from ._status import ProducerStatus
 
-__all__ = ["check_reward", "default_cache_path", "score_main"]
+__all__ = ["check_modules", "check_reward", "default_cache_path", "resolve_reward", "score_main"]
 
 
 def default_cache_path() -> str:
@@ -149,22 +154,53 @@ def scored_rows(path: str, inputs: dict[int, Any], reward: str, params: Optional
     return done
 
 
-def check_reward(*, config: Optional[str], reward: str, modules: Optional[list[str]], bind: Optional[str],
-                 params: Optional[dict]) -> Optional[str]:
-    """Resolve ``reward`` as a producer with these settings will, before it starts any worker: an unknown
-    name is a ``ConfigError`` listing the known ones (unless remote pools may join with ``bind``).
-    Returns the config's cache_path, if any."""
+def check_modules(*, config: Optional[str], modules: Optional[list[str]], bind: Optional[str]) -> tuple[dict, tuple[str, ...], Optional[str]]:
+    """Load the config and import the reward modules a producer with these settings will load; unless remote
+    pools may join (``bind``, or the config's), one that does not import is a ``ConfigError`` (no local worker
+    could import it either).  Returns the loaded config, the modules and the bind endpoint."""
     loaded = _config.load(config)
     # the modules the producer will load: --reward-modules replaces the config's reward_modules, as in Producer()
     modules_ = ProducerOptions.from_mapping(loaded["producer"], {"reward_modules": modules or None},
                                             where=loaded["where"] + ": producer").reward_modules
     bind = bind or loaded["producer"].get("bind")
+    if bind is None:
+        # a module that does not import here but lies under the current directory imports in the local workers,
+        # which have that directory first on their sys.path (a `qworker` console script does not)
+        errors = [e for m in modules_ for e in import_here([m]) if not _found_by_local_workers(m)]
+        if errors:
+            raise ConfigError(f"{errors[0]} (check --reward-modules, or the config's producer.reward_modules; "
+                              "no local worker could import it)")
+    return loaded, modules_, bind
+
+
+def _found_by_local_workers(module: str) -> bool:
+    """Whether a dotted module name's top-level package or module lies in the current directory, which local
+    workers have first on their ``sys.path``."""
+    if module.endswith(".py") or os.sep in module:
+        return False
+    return importlib.machinery.PathFinder.find_spec(module.split(".")[0], [os.getcwd()]) is not None
+
+
+def resolve_reward(*, config: Optional[str], reward: str, modules: Optional[list[str]], bind: Optional[str],
+                   params: Optional[dict]) -> tuple[Union[Plain, Composite], dict]:
+    """Resolve ``reward`` as a producer with these settings will, before it starts any worker; returns the
+    target and the loaded config.  ``ConfigError``/``RewardError`` for: an unknown name (listing the known
+    ones), params the reward does not take, and, unless remote pools may join with ``bind``, a reward
+    module that does not import here (no local worker could import it either)."""
+    loaded, modules_, bind = check_modules(config=config, modules=modules, bind=bind)
     catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(modules_), remote=bind is not None)
     target = catalog.resolve(reward, params)
     if not isinstance(target, Composite) and bind is None and catalog.book.spec(target.reward) is None:
         if ":" in target.reward:
             raise RewardError(f"--reward {reward!r}: {target.reward!r} does not import here, so no local worker can run it")
         catalog.book.check_name(target.reward, "--reward")
+    return target, loaded
+
+
+def check_reward(*, config: Optional[str], reward: str, modules: Optional[list[str]], bind: Optional[str],
+                 params: Optional[dict]) -> Optional[str]:
+    """``resolve_reward``'s checks; returns the config's cache_path, if any."""
+    _target, loaded = resolve_reward(config=config, reward=reward, modules=modules, bind=bind, params=params)
     return loaded["producer"].get("cache_path")
 
 
@@ -205,7 +241,15 @@ def _score(args: argparse.Namespace) -> int:
             raise ConfigError("--params must be a JSON object")
         check_writable(args.out)
         done = {} if args.overwrite else scored_rows(args.out, inputs, args.reward, params)
-        cache_path = _cache_path(args, check_reward(config=args.config, reward=args.reward, modules=args.rewards, bind=args.bind, params=params))
+        _target, loaded = resolve_reward(config=args.config, reward=args.reward, modules=args.rewards, bind=args.bind, params=params)
+        cache_path = _cache_path(args, loaded["producer"].get("cache_path"))
+        bind = args.bind or loaded["producer"].get("bind")
+        workers = args.workers if args.workers is not None else loaded["producer"].get("local_workers")
+        if workers is not None and workers < 0:
+            raise ConfigError(f"--workers {workers}: expected 0 or more")
+        if workers == 0 and bind is None:
+            raise ConfigError("--workers 0 starts no local worker, and without --bind ENDPOINT no remote pool can connect: "
+                              "nothing would score; give --workers N, or --bind tcp://127.0.0.1:5555 for remote pools")
         if not inputs:
             if args.out != "-":
                 open(args.out, "w").close()
@@ -229,6 +273,15 @@ def _score(args: argparse.Namespace) -> int:
     except QworkerError as exc:
         print(f"qworker score: {exc}", file=sys.stderr)
         return 2
+    if bind is not None and producer._dispatcher.workers_ready == 0:  # remote pools only: they may never come
+        try:
+            arrived = _wait_for_pool(producer, args.pool_timeout)
+        except BaseException:  # Ctrl-C while waiting
+            producer.close(timeout=5.0)
+            raise
+        if not arrived:
+            producer.close(timeout=5.0)
+            return 1
     todo = [n for n in inputs if n not in done]
     if done:
         print(f"qworker score: resuming {args.out}: {len(done)} of {len(inputs)} rows already scored", file=sys.stderr)
@@ -244,8 +297,6 @@ def _score(args: argparse.Namespace) -> int:
         return 2
     started = time.monotonic()
     try:
-        if args.bind:
-            print(f"qworker score: waiting for pools on {producer.endpoint}", file=sys.stderr)
         progress = Progress(len(todo), enabled=not args.quiet)
         try:
             futures = producer.submit_batch(args.reward, [inputs[n] for n in todo], params=params)
@@ -283,6 +334,22 @@ def _score(args: argparse.Namespace) -> int:
     if new and all(r["error"] for r in new):
         return 1  # every task failed: a run that scored nothing is not a success
     return 1 if args.strict and any(r["error"] for r in records.values()) else 0
+
+
+def _wait_for_pool(producer: Any, timeout_s: float) -> bool:
+    """With ``--bind``: wait (saying so) up to ``timeout_s`` for a first worker, local or remote; False (with one
+    line) when none came."""
+    from ._exceptions import PoolStartError
+
+    print(f"qworker score: waiting up to {timeout_s:g} s (--pool-timeout) for a pool on {producer.endpoint}: "
+          f"start one with 'qworker-pool --connect {producer.endpoint}'", file=sys.stderr, flush=True)
+    try:
+        producer.wait_for_workers(1, timeout=timeout_s)
+    except PoolStartError:
+        print(f"qworker score: no pool connected to {producer.endpoint} within {timeout_s:g} s (--pool-timeout); "
+              "nothing was scored", file=sys.stderr)
+        return False
+    return True
 
 
 def _rewrite_in_order(path: str, records: dict[int, dict]) -> None:

@@ -18,6 +18,7 @@ from .transport import wire
 
 if TYPE_CHECKING:
     from ._fleet import WorkerState
+    from ._identity import TaskIdentity
     from ._status import JudgeStatus
 
 __all__ = ["Pending", "Resolution", "TaskGate"]
@@ -63,6 +64,8 @@ class Pending:
     throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
     failed_on: int = wire.NO_ROUTE  # the endpoint whose error it is retried after: its next call prefers another
     lane: Hashable = 0  # who submitted it: lanes are served round-robin (``_lanes``); a service's client each
+    identity: Optional[TaskIdentity] = None  # what its key hashes besides the payload (shared by its submission)
+    cache_as: Optional[bytes] = None  # the key its result is cached under when not ``key`` (other code ran it); b"": not cached
 
     def as_task(self) -> wire.Task:
         return (self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts, self.route)

@@ -4,6 +4,7 @@ import pytest
 
 from qworker._catalog import Catalog, Composite, Plain
 from qworker._exceptions import ConfigError, RewardError
+from qworker._fingerprint import CODE_MARK
 
 SECTION = {
     "math": {"format_bonus": 0.1},
@@ -74,9 +75,10 @@ def test_config_errors_name_the_place(section, match):
         ({"math": {"format_bonu": 0.1}}, r"cfg\.yaml: rewards\.math: unknown param 'format_bonu' for reward 'math'; it takes: .*format_bonus"),
         ({"s": {"componets": [{"reward": "math"}]}}, r"rewards\.s: 's' is not a known reward.*'componets' -> 'components'"),
         ({"mth": {"strict": True}}, r"rewards\.mth: 'mth' is not a known reward.*did you mean 'math'.*known rewards: .*gsm8k"),
-        ({"a": {"reward": "gsm8", "params": {}}}, r"rewards\.a\.reward: 'gsm8' is not a known reward"),
+        ({"a": {"reward": "gsm8", "params": {}}}, r"rewards\.a\.reward: 'gsm8' is not a known reward.*did you mean 'gsm8k'"),
         ({"a": {"reward": "gsm8k", "params": {"scor": 1}}}, r"rewards\.a: unknown param 'scor' for reward 'gsm8k'"),
-        ({"s": {"components": [{"reward": "format"}, {"reward": "mth"}]}}, r"rewards\.s\.components\[1\]\.reward: 'mth'"),
+        ({"s": {"components": [{"reward": "format"}, {"reward": "mth"}]}},
+         r"rewards\.s\.components\[1\]\.reward: 'mth' is not a known reward.*\(did you mean 'math'\?\)"),
         ({"s": {"components": [{"reward": "format", "params": {"patern": "x"}}]}}, r"components\[0\]: unknown param 'patern'"),
     ],
 )
@@ -126,4 +128,4 @@ def test_kwargs_rewards_accept_anything_and_required_params_are_needed():
     assert c.resolve("t_cat_required", {"k": 0}).params == {"j": 2, "k": 0}
     with pytest.raises(ConfigError, match=r"components\[0\]: reward 't_cat_required' needs param 'k'"):
         Catalog({"s": {"components": [{"reward": "t_cat_required"}]}})
-    assert c.version("t_cat_required") == "4" and c.version("t_cat_kwargs").startswith("\0code ")  # unversioned: its code
+    assert c.version("t_cat_required") == "4" and c.version("t_cat_kwargs").startswith(CODE_MARK)  # unversioned: its code

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -59,7 +61,8 @@ def test_a_second_serve_on_a_busy_port_fails_before_starting_workers():
         http = busy.getsockname()[1]
         rc, _, err = run(["qworker", "serve", "--listen", f"tcp://127.0.0.1:{free_port()}", "--workers", "1", "--http", str(http),
                           "--reward", "gsm8k"])
-        assert rc == 2 and f"tcp://127.0.0.1:{http} is already in use" in one_line(err)
+        line = one_line(err)  # the HTTP port answers no 'qworker status': the message must not suggest it
+        assert rc == 2 and f"HTTP port {http} on 127.0.0.1 is already in use" in line and "qworker status" not in line
 
 
 def test_metrics_port_without_prometheus_client_names_the_extra(tmp_path):
@@ -114,7 +117,7 @@ def test_version_and_help_show_every_default():
     assert "--wait WAIT" in out and "(default: 3.0)" in out and "--log-level LEVEL" in out and "(default: WARNING)" in out
     _, out, _ = run(["qworker", "mock-judge", "--help"])
     out = " ".join(out.split())
-    assert "--port PORT" in out and "(default: 8000)" in out
+    assert "--port PORT" in out and "(default: 18600)" in out  # not the quick start's --http 8000
 
 
 def test_keys_refuse_to_overwrite_without_force(tmp_path):
@@ -151,3 +154,154 @@ def test_mock_judge_on_a_busy_port_is_one_line():
         busy.listen()
         rc, _, err = run(["qworker", "mock-judge", "--port", str(busy.getsockname()[1])])
     assert rc == 2 and "pick another --port" in one_line(err)
+
+
+# -- bounded waits, checks before any worker starts, help that shows every default ------------------------
+def test_score_with_no_workers_and_no_bind_fails_at_once_in_one_line(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"response": "#### 1", "ground_truth": "1"}\n')
+    rc, _, err = run(["qworker", "score", str(src), "--reward", "gsm8k", "--out", str(tmp_path / "o.jsonl"), "--workers", "0"],
+                     timeout=60)
+    assert rc == 2 and "--workers 0" in one_line(err) and "--bind" in err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_score_bind_with_no_pool_says_what_it_waits_for_and_gives_up_after_its_pool_timeout(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"response": "#### 1", "ground_truth": "1"}\n')
+    port = free_port()
+    rc, _, err = run(["qworker", "score", str(src), "--reward", "gsm8k", "--out", str(tmp_path / "o.jsonl"),
+                      "--bind", f"tcp://127.0.0.1:{port}", "--pool-timeout", "1"], timeout=60)
+    waiting, gave_up = err.strip().splitlines()
+    assert rc == 1 and "Traceback" not in err
+    assert f"waiting up to 1 s (--pool-timeout) for a pool on tcp://127.0.0.1:{port}" in waiting
+    assert f"qworker-pool --connect tcp://127.0.0.1:{port}" in waiting
+    assert f"no pool connected to tcp://127.0.0.1:{port} within 1 s" in gave_up
+    _, out, _ = run(["qworker", "score", "--help"])
+    assert "--pool-timeout S" in out and "(default: 300.0)" in " ".join(out.split())
+
+
+def test_score_bind_scores_once_a_pool_arrives(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"response": "#### 1", "ground_truth": "1"}\n{"response": "#### 2", "ground_truth": "1"}\n')
+    port = free_port()
+    score = subprocess.Popen([console_script("qworker"), "score", str(src), "--reward", "gsm8k", "--out", str(tmp_path / "o.jsonl"),
+                              "--bind", f"tcp://127.0.0.1:{port}", "--pool-timeout", "120", "--no-cache"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert "waiting up to 120 s" in score.stderr.readline()  # it says so before any pool comes
+    pool = subprocess.Popen([console_script("qworker-pool"), "--connect", f"tcp://127.0.0.1:{port}", "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert score.wait(120) == 0, score.stderr.read()
+    finally:
+        pool.terminate()
+        pool.wait(60)
+        if score.poll() is None:
+            score.kill()
+    assert [json.loads(line)["score"] for line in (tmp_path / "o.jsonl").read_text().splitlines()] == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("command", [
+    ["qworker", "score", "x", "--reward", "gsm8k", "--out", "y", "--timeout", "0"],
+    ["qworker", "score", "x", "--reward", "gsm8k", "--out", "y", "--timeout", "-5"],
+    ["qworker", "serve", "--timeout", "0"],
+    ["qworker", "serve", "--ready-timeout", "-1"],
+    ["qworker", "status", "--wait", "0"],
+    ["qworker-pool", "--connect", "tcp://127.0.0.1:1", "--heartbeat", "0"],
+])
+def test_a_duration_that_is_not_above_0_is_refused_in_one_line(command):
+    rc, _, err = run(command, timeout=60)
+    assert rc == 2 and "must be above 0 seconds" in one_line(err)
+
+
+def test_a_producer_refuses_a_zero_task_timeout():
+    from qworker import ProducerOptions
+    from qworker._exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="task_timeout_s: must be above 0 seconds"):
+        ProducerOptions.from_mapping({"task_timeout_s": 0})
+
+
+@pytest.mark.parametrize("verb", ["score", "serve"])
+def test_a_reward_module_that_does_not_import_stops_before_any_worker_starts(tmp_path, verb):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"response": "#### 1", "ground_truth": "1"}\n')
+    args = ([str(src), "--reward", "gsm8k", "--out", str(tmp_path / "o.jsonl")] if verb == "score"
+            else ["--listen", f"tcp://127.0.0.1:{free_port()}"])
+    rc, _, err = run(["qworker", verb, *args, "--reward-modules", "myrewardz.contains", "--workers", "1", "--log-level", "INFO"],
+                     timeout=60)
+    line = one_line(err)  # INFO would show a pool starting: nothing started
+    assert rc == 2 and "cannot import reward module 'myrewardz.contains'" in line and "--reward-modules" in line
+
+
+def test_cache_clear_of_a_reward_with_no_rows_and_no_such_name_suggests_the_closest(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"response": "#### 1", "ground_truth": "1"}\n')
+    cache = str(tmp_path / "c.sqlite")
+    assert run(["qworker", "score", str(src), "--reward", "gsm8k", "--out", str(tmp_path / "o.jsonl"), "--workers", "1",
+                "--cache", cache])[0] == 0
+    rc, _, err = run(["qworker", "cache", "clear", "--reward", "gsm8kk", "--cache", cache])
+    assert rc == 2 and "matches no rows and no known reward (did you mean 'gsm8k'?)" in one_line(err)
+    rc, _, err = run(["qworker", "cache", "stats", "--reward", "gsm8kk", "--cache", cache])
+    assert rc == 2 and "did you mean 'gsm8k'?" in one_line(err)
+    rc, out, _ = run(["qworker", "cache", "clear", "--reward", "math", "--cache", cache])  # known, no rows: nothing to do
+    assert rc == 0 and "deleted 0 rows of reward 'math'" in out
+    rc, out, _ = run(["qworker", "cache", "clear", "--reward", "gsm8k", "--cache", cache])
+    assert rc == 0 and "deleted 1 rows of reward 'gsm8k'" in out
+
+
+def _options_without_a_default(help_text: str) -> list[str]:
+    """The options of a --help, but required ones, whose text says no default."""
+    usage = help_text.split("\n\n", 1)[0]
+    required = {m for m in re.findall(r"(?<![\[\w-])(--[a-z][\w-]*)", usage)}  # not in [brackets]: required
+    body = help_text.split("options:", 1)[1]
+    entries = re.split(r"\n  (?=-)", "\n" + body)
+    return [e.split()[0] for e in entries if e.strip().startswith("--") and "default" not in e and not e.startswith("-h")
+            and not e.strip().startswith(("--help", "--version")) and e.split()[0] not in required]
+
+
+@pytest.mark.parametrize("command", [
+    ["qworker", "serve"], ["qworker", "score"], ["qworker-pool"], ["qworker", "ray-pools"], ["qworker", "mock-judge"],
+    ["qworker", "status"], ["qworker", "cache"], ["qworker", "keys"],
+])
+def test_help_shows_every_options_default(command):
+    rc, out, _ = run([*command, "--help"], timeout=60)
+    assert rc == 0 and _options_without_a_default(out) == []
+    assert out.count("(default: auto)") <= 1
+
+
+def test_serve_first_worker_timeout_refuses_clients_and_keeps_its_older_spelling():
+    from qworker import Client
+    from qworker._exceptions import ServiceUnavailable
+
+    _, out, _ = run(["qworker", "serve", "--help"])
+    assert "--first-worker-timeout S" in out and "--no-workers-grace" not in out
+    for flag in ("--first-worker-timeout", "--no-workers-grace"):
+        port = free_port()
+        proc = subprocess.Popen([console_script("qworker"), "serve", "--listen", f"tcp://127.0.0.1:{port}", "--workers", "0",
+                                 flag, "0"], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stderr.readline()
+            while "clients on" not in line:
+                assert proc.poll() is None and line, line + proc.stderr.read()
+                line = proc.stderr.readline()
+            with Client(f"tcp://127.0.0.1:{port}") as client:
+                with pytest.raises(ServiceUnavailable, match="no workers"):
+                    client.submit_batch("gsm8k", [{"response": "#### 1", "ground_truth": "1"}])
+        finally:
+            proc.terminate()
+            proc.wait(60)
+
+
+@pytest.mark.parametrize("flag", [["--capacity", "0"], ["--latency", "-1"], ["--p-error", "1.5"], ["--tokens-mean", "0"]])
+def test_mock_judge_refuses_numbers_out_of_range(flag):
+    rc, _, err = run(["qworker", "mock-judge", "--port", "0", *flag], timeout=60)
+    assert rc == 2 and f"{flag[0]} must be" in one_line(err)
+
+
+def test_serve_http_refuses_at_start_a_length_penalty_that_http_requests_cannot_measure():
+    rc, _, err = run(["qworker", "serve", "--listen", f"tcp://127.0.0.1:{free_port()}", "--workers", "1", "--config",
+                      str(REPO / "configs" / "rewards.yaml"), "--http", str(free_port()), "--reward", "math_shaped"], timeout=60)
+    line = one_line(err)  # before any worker starts
+    assert rc == 2 and "component 'overlong' of 'math_shaped' is length_penalty with no max_len" in line
+    assert "math_shaped_chars" in line

@@ -63,3 +63,13 @@ def test_an_edited_reward_is_scored_again_not_served_from_the_cache(tmp_path):
 def test_a_declared_version_keeps_scores_across_edits(tmp_path):
     first, second = _score_twice(tmp_path, ', version="1"')
     assert (first["score"], second["score"], second["cached"]) == (1.0, 1.0, True)
+
+
+def test_a_callable_without_python_code_has_no_fingerprint_and_a_partials_arguments_count():
+    import functools
+
+    def scaled(payload, k=1.0):
+        return k
+
+    assert code_fingerprint(len) is None  # nothing would tell two versions apart: such a reward is not cached
+    assert code_fingerprint(functools.partial(scaled, k=1.0)) != code_fingerprint(functools.partial(scaled, k=2.0))

@@ -83,3 +83,25 @@ def test_a_registered_function_keeps_its_spec_under_its_path():
 @reward("t_reg_path_versioned", kind="io", timeout=7, version="3")
 def _path_versioned(payload):
     return 1.0
+
+
+def test_a_generator_function_is_refused_at_registration_in_one_line():
+    def counts(payload):
+        yield 1.0
+
+    async def acounts(payload):
+        yield 1.0
+
+    for fn in (counts, acounts):
+        with pytest.raises(RewardError, match=r"is a generator function \(it yields\); a reward returns its score") as info:
+            reward(f"t_gen_{fn.__name__}")(fn)
+        assert "\n" not in str(info.value)
+        assert f"t_gen_{fn.__name__}" not in registered()
+
+
+def test_an_async_def_reward_registers_like_any_other():
+    async def t_async(payload):
+        return 1.0
+
+    reward("t_async", kind="io")(t_async)
+    assert registered()["t_async"].fn is t_async and registered()["t_async"].kind == "io"

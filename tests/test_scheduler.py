@@ -56,7 +56,7 @@ def ready(s: Scheduler, wid: str, granted: int, received: int = 0, finished: int
 
 
 def results(s: Scheduler, wid: str, keys: list[bytes], granted: int, received: int, now: float = 0.0) -> None:
-    s.handle(wid.encode(), wire.Results(granted, received, [(k, 1.0, None, None, 0.001, None) for k in keys]), now)
+    s.handle(wid.encode(), wire.Results(granted, received, [(k, 1.0, None, None, 0.001, None, None) for k in keys]), now)
 
 
 def lost(s: Scheduler, wid: str, reason: str, task: bytes | None, now: float = 0.0) -> None:
@@ -324,7 +324,7 @@ def test_results_from_a_quarantined_peer_resolve_nothing_and_are_counted():
     futs = submit(s, table, 20)
     t = quarantine_rogue(s)
     swallowed = sorted({k for k, *_ in stub.tasks_to("rogue")})
-    s.handle(b"rogue", wire.Results(512, 20, [(k, 0.0, {"forged": True}, None, 0.0, None) for k in swallowed]), t)
+    s.handle(b"rogue", wire.Results(512, 20, [(k, 0.0, {"forged": True}, None, 0.0, None, None) for k in swallowed]), t)
     assert not any(f.done() for f in futs) and s.stats["dropped_results"] == 20 and s.stats["dropped_frames"] == 1
     ready(s, "good", granted=100, now=t)
     s.dispatch(t)
@@ -339,7 +339,7 @@ def test_results_from_an_unknown_peer_resolve_nothing_and_are_counted():
     ready(s, "a", granted=3)
     s.dispatch(0.0)
     keys = [k for k, *_ in stub.tasks_to("a")]
-    s.handle(b"stranger", wire.Results(0, 0, [(k, 0.0, None, None, 0.0, None) for k in keys]), 0.1)
+    s.handle(b"stranger", wire.Results(0, 0, [(k, 0.0, None, None, 0.0, None, None) for k in keys]), 0.1)
     assert not any(f.done() for f in futs) and s.stats["dropped_results"] == 3 and s.stats["dropped_frames"] == 1
     results(s, "a", keys, granted=3, received=3, now=0.2)
     assert all(f.result(timeout=0).score == 1.0 for f in futs)

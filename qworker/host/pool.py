@@ -28,6 +28,7 @@ import zmq
 
 from .._errors import ErrorKind
 from .._options import PoolOptions
+from ..rewards._sandbox import kernel_problem
 from ..transport import wire
 from ..transport.sockets import Redialer, make_socket, runtime_dir
 from .slot import TaskSlot
@@ -94,6 +95,9 @@ class Pool:
         for child in self.children:
             self._spawn(child)
         log.info("pool %s: %d workers connecting to %s", self.pool_id, self.n_workers, self.options.connect)
+        problem = kernel_problem()
+        if problem is not None:  # said once, at start; each code_tests task then fails with the same line
+            log.warning("pool %s: code_tests will refuse to run here: %s", self.pool_id, problem)
         try:
             self._supervise()
             self._drain()

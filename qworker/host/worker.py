@@ -1,7 +1,8 @@
 """A worker process: receives task batches, runs rewards, returns results.
 
 One thread owns the socket and runs CPU rewards, so SIGALRM-based timeouts in
-reward libraries work; ``kind="io"`` rewards run on a thread pool.  The worker
+reward libraries work; ``kind="io"`` rewards run on a thread pool.  ``async def``
+rewards are awaited (``run_awaitable``).  The worker
 grants credit so that it holds about ``target_hold_s`` of work (by its measured
 service time), never more than ``max_hold`` tasks: a slow worker holds few tasks
 and cannot hoard a batch others could run.
@@ -17,7 +18,9 @@ lost); the producer keeps the first result for each task key.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import inspect
 import logging
 import math
 import os
@@ -34,6 +37,7 @@ import zmq
 
 from .._errors import ErrorKind
 from .._exceptions import CallFailed, RewardError
+from .._fingerprint import reward_version
 from .._options import WorkerOptions
 from .._registry import EndpointCall, load_modules, registered, resolve
 from ..transport import wire
@@ -55,9 +59,9 @@ def _error(kind: ErrorKind, detail: str) -> str:
 
 def result_bytes(result: wire.TaskResult) -> int:
     """An upper bound on ``result``'s size in a RESULTS message; exact (packed) when it has an extra or outcome."""
-    _key, _score, extra, error, _compute_s, outcome = result
+    extra, error, outcome, ran = result[2], result[3], result[5], result[6]
     if extra is None and outcome is None:
-        return RESULT_OVERHEAD + (len(error.encode("utf-8", "replace")) if error else 0)
+        return RESULT_OVERHEAD + (len(error.encode("utf-8", "replace")) if error else 0) + (len(ran.encode()) if ran else 0)
     return len(msgpack.packb(result, use_bin_type=True)) + RESULT_OVERHEAD
 
 
@@ -66,12 +70,12 @@ def fit_frame(result: wire.TaskResult, max_message_bytes: int) -> tuple[wire.Tas
     size = result_bytes(result)
     if size + MESSAGE_OVERHEAD <= max_message_bytes:
         return result, size
-    key, compute_s, outcome = result[0], result[4], result[5]
-    if outcome is not None and result_bytes((key, None, None, None, compute_s, outcome)) * 4 > max_message_bytes:
+    key, compute_s, outcome, ran = result[0], result[4], result[5], result[6]
+    if outcome is not None and result_bytes((key, None, None, None, compute_s, outcome, None)) * 4 > max_message_bytes:
         outcome = None  # an endpoint call's outcome is a few numbers; one this big is not worth keeping
     failed = (key, None, None, _error(ErrorKind.BAD_RESULT, (
         f"the result is {size} bytes encoded, over the {max_message_bytes}-byte message limit (max_message_bytes); "
-        "return a smaller extra, or raise the limit on the producer and its pools")), compute_s, outcome)
+        "return a smaller extra, or raise the limit on the producer and its pools")), compute_s, outcome, ran)
     return failed, result_bytes(failed)
 
 
@@ -109,6 +113,8 @@ def call_reward(spec: Any, payload_bytes: bytes, params: dict, route: int = wire
         payload = msgpack.unpackb(payload_bytes, raw=False, strict_map_key=False)
         kwargs = params if call is None else {**params, "call": call}
         out = spec.fn(payload, **kwargs) if kwargs else spec.fn(payload)
+        if inspect.isawaitable(out):  # an ``async def`` reward
+            out = run_awaitable(out)
     except KeyboardInterrupt:
         raise
     except CallFailed as exc:  # the outcome travels to the producer's gate
@@ -116,6 +122,39 @@ def call_reward(spec: Any, payload_bytes: bytes, params: dict, route: int = wire
     except BaseException as exc:  # math_verify's TimeoutException derives from BaseException
         return None, None, _error(ErrorKind.REWARD_ERROR, f"{type(exc).__name__}: {exc}"), None if call is None else call.outcome
     return (*to_score(out), None if call is None else call.outcome)
+
+
+_main_loop: Optional[asyncio.AbstractEventLoop] = None  # the main thread's, for kind="cpu" rewards
+_io_loop: Optional[asyncio.AbstractEventLoop] = None  # one loop on a thread of its own, shared by the io threads
+_io_loop_lock = threading.Lock()
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def run_awaitable(awaitable: Any) -> Any:
+    """What an ``async def`` reward's coroutine returns (or raises), run to completion.
+
+    On the main thread (``kind="cpu"``) it runs on the main thread's event loop, made once per
+    worker process and reused by every task, so SIGALRM-based timeouts work inside it too.  On an
+    io thread (``kind="io"``) it runs on one event loop shared by all io tasks of the process (on a
+    thread of its own), so clients a reward keeps between tasks stay on one loop; the io thread
+    waits for it, so at most ``io_threads`` of them run at once, as for plain io rewards.  The
+    task's time limit is kept from outside as for any reward (the pool kills a CPU task's worker;
+    an io task past its deadline fails as ``timeout`` and its coroutine is left to finish).
+    """
+    global _main_loop, _io_loop
+    if threading.current_thread() is threading.main_thread():
+        if _main_loop is None or _main_loop.is_closed():
+            _main_loop = asyncio.new_event_loop()
+        return _main_loop.run_until_complete(_awaited(awaitable))
+    with _io_loop_lock:
+        if _io_loop is None:
+            _io_loop = asyncio.new_event_loop()
+            threading.Thread(target=_io_loop.run_forever, name="qworker-io-loop", daemon=True).start()
+        loop = _io_loop
+    return asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop).result()
 
 
 class Worker:
@@ -172,9 +211,11 @@ class Worker:
 
     def _ready(self) -> None:
         self._top_up()
+        rewards = registered()
         self._send(wire.Ready(
             self.options.worker_id, self.options.pool_id, os.getpid(), self.host,
-            self.granted, self.received, self.finished, sorted(registered()), self.import_errors,
+            self.granted, self.received, self.finished, sorted(rewards), self.import_errors,
+            {name: reward_version(spec.fn, spec.version) for name, spec in rewards.items()},  # each taken once per process
         ))
 
     def _flush(self) -> None:
@@ -230,11 +271,12 @@ class Worker:
             detail = str(exc)
             if self.import_errors:
                 detail += "; " + "; ".join(self.import_errors)
-            self._finish((key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0, None))
+            self._finish((key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0, None, None))
             return
+        ran = reward_version(spec.fn, spec.version)  # the results say which code computed them
         limit = timeout_s or spec.timeout_s or self.options.task_timeout_s
         if spec.kind == "io":
-            self._start_io(key, spec, payload_bytes, params, route, limit)
+            self._start_io(key, spec, payload_bytes, params, route, limit, ran)
             return
         t0 = time.monotonic()
         if self.slot is not None:
@@ -246,9 +288,10 @@ class Worker:
                 self.slot.end()
         dt = time.monotonic() - t0
         self.service_s = dt if self.service_s == 0.0 else 0.8 * self.service_s + 0.2 * dt
-        self._finish((key, score, extra, error, dt, outcome))
+        self._finish((key, score, extra, error, dt, outcome, ran))
 
-    def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, route: int, limit: float) -> None:
+    def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, route: int, limit: float,
+                  ran: Optional[str]) -> None:
         if self._io_executor is None:
             self._io_executor = concurrent.futures.ThreadPoolExecutor(self.options.io_threads, thread_name_prefix="qworker-io")
         t0 = time.monotonic()
@@ -256,7 +299,7 @@ class Worker:
 
         def done(fut: concurrent.futures.Future) -> None:
             score, extra, error, outcome = fut.result()
-            self._io_done.append((key, score, extra, error, time.monotonic() - t0, outcome))
+            self._io_done.append((key, score, extra, error, time.monotonic() - t0, outcome, ran))
             try:
                 os.write(self._wake_w, b"x")
             except BlockingIOError:
@@ -278,7 +321,7 @@ class Worker:
         for key, (started, deadline) in list(self._io_running.items()):
             if now >= deadline:
                 del self._io_running[key]
-                self._finish((key, None, None, _error(ErrorKind.TIMEOUT, f"io reward passed its {deadline - started:.3g} s limit"), now - started, None))
+                self._finish((key, None, None, _error(ErrorKind.TIMEOUT, f"io reward passed its {deadline - started:.3g} s limit"), now - started, None, None))
 
     def _next_io_deadline(self) -> Optional[float]:
         return min((d for _, d in self._io_running.values()), default=None)

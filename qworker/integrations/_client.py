@@ -25,7 +25,8 @@ from typing import Any, Optional, Protocol, Sequence
 
 from .._result import Result, ResultFuture
 
-__all__ = ["RewardClient", "reward_client", "use_client", "close_client", "ENV_CONNECT", "ENV_CONFIG", "ENV_WORKERS"]
+__all__ = [
+    "RewardClient", "reward_client", "current_client", "use_client", "close_client", "ENV_CONNECT", "ENV_CONFIG", "ENV_WORKERS"]
 
 ENV_CONNECT = "QWORKER_CONNECT"
 ENV_CONFIG = "QWORKER_CONFIG"
@@ -59,6 +60,12 @@ def reward_client() -> RewardClient:
             atexit.register(close_client)
             _atexit_registered = True
         return _client
+
+
+def current_client() -> Optional[RewardClient]:
+    """The process-wide client if one is given or made in this process already, else None (makes none)."""
+    with _lock:
+        return _client if _client is not None and _owner_pid == os.getpid() else None
 
 
 def use_client(client: Optional[RewardClient]) -> None:

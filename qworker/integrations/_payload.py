@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 __all__ = [
     "GROUND_TRUTH_COLUMNS", "from_openrlhf", "from_slime", "from_trl", "from_verl", "last_text", "message_text", "payload",
-    "plain", "split_query", "PromptMismatch",
+    "plain", "split_query", "trl_columns", "PromptMismatch",
 ]
 
 log = logging.getLogger("qworker.integrations")
@@ -196,9 +196,7 @@ def from_trl(
 ) -> list[dict[str, Any]]:
     """One payload per completion from a TRL reward call: ``columns`` are the dataset
     columns TRL passes as keyword lists (one value per completion)."""
-    gt_col = ground_truth_column or next((c for c in GROUND_TRUTH_COLUMNS if c in columns), None)
-    if gt_col is not None and gt_col not in columns:
-        raise KeyError(f"ground truth column {gt_col!r} is not among the dataset's columns {sorted(columns)}")
+    gt_col = _trl_ground_truth_column(columns, ground_truth_column)
     out = []
     for i, completion in enumerate(completions):
         out.append(payload(
@@ -211,6 +209,28 @@ def from_trl(
             max_response_length=max_response_length,
         ))
     return out
+
+
+def _trl_ground_truth_column(columns: Mapping[str, Any], ground_truth_column: Optional[str]) -> Optional[str]:
+    gt_col = ground_truth_column or next((c for c in GROUND_TRUTH_COLUMNS if c in columns), None)
+    if gt_col is not None and gt_col not in columns:
+        raise KeyError(f"ground truth column {gt_col!r} is not among the dataset's columns {sorted(columns)}")
+    return gt_col
+
+
+def trl_columns(columns: Mapping[str, Any], *, ground_truth_column: Optional[str] = None) -> str:
+    """In words, which dataset columns ``from_trl`` reads for ``columns`` (one line, for error messages)."""
+    have = sorted(columns)
+    gt_col = ground_truth_column if ground_truth_column in columns else (
+        None if ground_truth_column else next((c for c in GROUND_TRUTH_COLUMNS if c in columns), None))
+    if gt_col is not None:
+        how = "named by ground_truth_column=" if ground_truth_column else "found by name"
+        read = [f"ground_truth from column {gt_col!r} ({how})"]
+    else:
+        read = [f"no ground_truth: none of the columns {', '.join(map(repr, GROUND_TRUTH_COLUMNS))} is in the dataset "
+                "(name yours with ground_truth_column=)"]
+    read += [f"{k} from column {k!r}" for k in ("data_source", "extra_info") if k in columns]
+    return f"columns read: {'; '.join(read)}; the dataset's columns besides the prompt: {have}"
 
 
 def from_openrlhf(query: str, prompt: Any, label: Any, *, whole_query: bool = False) -> dict[str, Any]:

@@ -17,7 +17,8 @@ failed task) unless ``QWORKER_WHOLE_QUERY=1`` scores it whole, logged.  Set
 Returns ``{"rewards": tensor, "scores": tensor, "extra_logs": {"qworker_failed": tensor}}``,
 float32 tensors of shape ``(len(queries),)``.  A failed task scores the
 service's ``fallback_score``, ``qworker_failed`` is 1.0 for it (OpenRLHF logs
-its mean), and a warning carries the error.
+its mean), and a warning carries the error.  ``$QWORKER_MAX_CONSECUTIVE_FAILURES``
+(default 64; 0: off) tasks in a row failing in one process raise ``RewardsFailed``.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ import torch
 from qworker._errors import ErrorKind
 from qworker._result import Result
 from qworker.integrations._client import reward_client
-from qworker.integrations._outcome import FAILED_KEY, choose, failure_keys, warn_failed
+from qworker.integrations._outcome import FAILED_KEY, FailureStreak, choose, failure_keys, warn_failed
 from qworker.integrations._payload import PromptMismatch, from_openrlhf
 
 __all__ = ["reward_func"]
 
 log = logging.getLogger("qworker.integrations")
 ENV_WHOLE_QUERY = "QWORKER_WHOLE_QUERY"
+_streak = FailureStreak()
 
 
 def reward_func(queries: Sequence[str], prompts: Sequence[Any], labels: Sequence[Any], **kwargs: Any) -> dict[str, Any]:
@@ -57,7 +59,9 @@ def reward_func(queries: Sequence[str], prompts: Sequence[Any], labels: Sequence
     scored = iter(client.gather(client.submit_batch(reward, good, params=params)) if good else [])
     fallback = float(getattr(client, "fallback_score", 0.0))
     results = [next(scored) if isinstance(p, dict) else Result(score=fallback, error=p) for p in payloads]
-    warn_failed("openrlhf reward_func", reward, results, "fallback_score")
+    mapping = "ground_truth read from OpenRLHF's labels" + ("" if any(la is not None for la in labels) else " (all None)")
+    warn_failed("openrlhf reward_func", reward, results, "fallback_score", mapping)
+    _streak.record("openrlhf reward_func", [reward], results, mapping)
     scores = torch.tensor([r.score for r in results], dtype=torch.float32)
     failed = torch.tensor([failure_keys(r)[FAILED_KEY] for r in results], dtype=torch.float32)
     return {"rewards": scores, "scores": scores.clone(), "extra_logs": {FAILED_KEY: failed}}

@@ -26,12 +26,13 @@ from typing import Any, Sequence, Union
 
 from .._result import Result, ResultFuture
 from ._client import reward_client
-from ._outcome import choose, failure_keys, warn_failed
+from ._outcome import FailureStreak, choose, failure_keys, warn_failed
 from ._payload import from_slime
 
 __all__ = ["rm", "group_rm"]
 
 Reward = Union[float, dict[str, Any]]
+_streak = FailureStreak()
 
 
 async def rm(args: Any, sample: Any, **kwargs: Any) -> Reward:
@@ -43,8 +44,11 @@ async def group_rm(args: Any, samples: Sequence[Any], **kwargs: Any) -> list[Rew
     """A group's rewards, in order (``--custom-rm-path qworker.integrations.slime.group_rm --group-rm``)."""
     futures, names = await asyncio.to_thread(_submit, args, samples)  # off the loop: a service acknowledges each batch
     results = list(await asyncio.gather(*futures))
+    mapping = "ground_truth read from sample.label" + ("" if any(getattr(s, "label", None) is not None for s in samples) else
+                                                        " (None in every sample)")
     for name in dict.fromkeys(names):
-        warn_failed("slime rm", name, [r for r, n in zip(results, names, strict=True) if n == name], "fallback_score")
+        warn_failed("slime rm", name, [r for r, n in zip(results, names, strict=True) if n == name], "fallback_score", mapping)
+    _streak.record("slime rm", names, results, mapping)
     return [_as_reward(args, r) for r in results]
 
 

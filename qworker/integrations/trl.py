@@ -23,8 +23,14 @@ of messages: the last user message is the ``prompt``, the last assistant
 message the ``response``); see ``_payload`` for every field.  A failed task
 scores ``None`` (TRL leaves it out of the group baseline and gives it no
 advantage) unless ``fallback`` is a number.  Each call logs the metric
-``qworker/<name>/failed`` (the fraction of failed tasks) and the column
-``qworker_error/<name>`` (the error kind, or None) in the completions table.
+``qworker/<reward>/failed`` (the fraction of failed tasks) and the column
+``qworker_error/<reward>`` (the error kind, or None) in the completions table
+(``log_names``).
+
+Fail fast: the reward's name (and params) are checked in the constructor, and
+a call in which every task failed (``fail_fraction=1.0``; or at least that
+fraction of them) raises ``RewardsFailed`` with the first error and the
+dataset columns it read, unless ``fail_fast=False``.
 """
 
 from __future__ import annotations
@@ -32,28 +38,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from trl import GRPOTrainer
 
 from .._result import Result, ResultFuture
 from ._client import RewardClient, reward_client
-from ._outcome import ERROR_KEY, FAILED_KEY, choose, failure_keys, warn_failed
-from ._payload import from_trl
+from ._outcome import ERROR_KEY, FAILED_KEY, RewardsFailed, check_reward, choose, failure_keys, reward_name, warn_failed
+from ._payload import from_trl, trl_columns
 
-__all__ = ["QworkerReward", "AsyncQworkerReward", "QworkerGRPOTrainer"]
+__all__ = ["QworkerReward", "AsyncQworkerReward", "QworkerGRPOTrainer", "RewardsFailed", "default_name", "log_names"]
 
 log = logging.getLogger("qworker.integrations")
 
 _NOT_COLUMNS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"})
 
 
+def default_name(reward: str) -> str:
+    """TRL's name for a ``QworkerReward`` (its ``rewards/<name>/mean`` metric): ``qworker_<reward>``, where a
+    ``pkg.mod:fn`` reward is its function's name, so metric names hold no module path or colon."""
+    return f"qworker_{reward.rpartition(':')[2]}"
+
+
+def log_names(name: str) -> tuple[str, str]:
+    """The failure-rate metric and the completions-table column of a reward TRL names ``name``:
+    ``qworker/<r>/failed`` and ``qworker_error/<r>``, ``<r>`` being ``name`` without its ``qworker_`` prefix."""
+    short = name.removeprefix("qworker_")
+    return f"qworker/{short}/failed", f"qworker_error/{short}"
+
+
 class QworkerReward:
     """A TRL reward function that scores each completion as one qworker task.
 
     ``reward``: a reward name (``math``, a config alias or composite, or
-    ``pkg.mod:fn``); default ``$QWORKER_REWARD``, else ``math``.  ``params``:
-    keyword arguments for it.  ``fallback``: the score of a failed task (None:
+    ``pkg.mod:fn``), or the function itself (``def`` or ``async def``: one
+    registered with ``@reward``, or one at the top level of an importable
+    module); default ``$QWORKER_REWARD``, else ``math``.  The name and
+    ``params`` are checked here (``check_reward``) against the client it will
+    use: an unknown name raises now, with the closest known names (so call
+    ``use_client`` first, or pass ``client=``, when it is your own Producer).  ``params``: keyword arguments for it.  ``fallback``: the score of a failed task (None:
     ``None``, excluded from the baseline).  ``ground_truth_column``: the dataset
     column with the ground truth (default: the first of ``ground_truth``,
     ``solution``, ``answer``, ``label`` present).  ``max_response_length``: tokens
@@ -61,29 +84,41 @@ class QworkerReward:
     seconds to wait for a call's results (None: qworker's own limits apply).
     ``name``: how TRL names it in logs (default ``qworker_<reward>``).
     ``client``: a ``Producer``/``Client`` (default: ``reward_client()``).
+    ``fail_fraction``: a call in which at least this fraction of the tasks
+    failed raises ``RewardsFailed`` (default 1.0: only a call in which every
+    task failed), with the first error and the columns read; ``fail_fast=False``
+    turns that off (the failures then score ``fallback`` and are warned).
     """
 
     def __init__(
-        self, reward: Optional[str] = None, *, params: Optional[Mapping[str, Any]] = None, fallback: Optional[float] = None,
-        ground_truth_column: Optional[str] = None, max_response_length: Optional[int] = None, timeout: Optional[float] = None,
-        name: Optional[str] = None, client: Optional[RewardClient] = None,
+        self, reward: Union[str, Callable, None] = None, *, params: Optional[Mapping[str, Any]] = None,
+        fallback: Optional[float] = None, ground_truth_column: Optional[str] = None, max_response_length: Optional[int] = None,
+        timeout: Optional[float] = None, name: Optional[str] = None, client: Optional[RewardClient] = None,
+        fail_fast: bool = True, fail_fraction: float = 1.0,
     ) -> None:
-        self.reward, self.params = choose(reward, params)
+        if isinstance(fail_fraction, bool) or not isinstance(fail_fraction, (int, float)) or not 0 < fail_fraction <= 1:
+            raise ValueError(f"fail_fraction must be a fraction of a call's tasks in (0, 1], got {fail_fraction!r}")
+        self.reward, self.params = choose(reward_name(reward), params)
+        check_reward(self.reward, self.params, client, where=f"{type(self).__name__}({self.reward!r})")
+        self.fail_fast = bool(fail_fast)
+        self.fail_fraction = float(fail_fraction)
         self.fallback = fallback
         self.ground_truth_column = ground_truth_column
         self.max_response_length = max_response_length
         self.timeout = timeout
-        self.__name__ = name or f"qworker_{self.reward}"
+        self.__name__ = name or default_name(self.reward)
         self._client = client
         self._lock = threading.Lock()
         self._prefetched: Optional[tuple[list[dict], list[ResultFuture]]] = None
         self.prefetch_hits = 0  # calls answered by prefetched tasks (QworkerGRPOTrainer)
+        self._columns_read = ""  # trl_columns() of the latest call
 
     # submitting ---------------------------------------------------------------
     def payloads(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Optional[Sequence[Sequence[int]]],
                  columns: Mapping[str, Any]) -> list[dict]:
         """One payload per completion; ``columns`` are TRL's keyword arguments (non-columns are skipped)."""
         cols = {k: v for k, v in columns.items() if k not in _NOT_COLUMNS and isinstance(v, list) and len(v) == len(completions)}
+        self._columns_read = trl_columns(cols, ground_truth_column=self.ground_truth_column)
         return from_trl(prompts, completions, completion_ids, cols, ground_truth_column=self.ground_truth_column,
                         max_response_length=self.max_response_length)
 
@@ -110,13 +145,20 @@ class QworkerReward:
     # results -> TRL --------------------------------------------------------------
     def _scores(self, results: list[Result], kwargs: Mapping[str, Any]) -> list[Optional[float]]:
         shown = "None" if self.fallback is None else str(self.fallback)
-        warn_failed(f"trl reward {self.__name__}", self.reward, results, shown)
+        failed = [r for r in results if not r.ok]
+        if self.fail_fast and failed and len(failed) >= self.fail_fraction * len(results):
+            share = f"all {len(results)}" if len(failed) == len(results) else f"{len(failed)} of {len(results)}"
+            raise RewardsFailed(
+                f"trl reward {self.__name__}: {share} {self.reward!r} tasks of this call failed (fail_fraction="
+                f"{self.fail_fraction:g}), so training would go on with no reward signal; first error: {failed[0].error}; "
+                f"{self._columns_read}; pass fail_fast=False to train on (failed tasks then score {shown})")
+        warn_failed(f"trl reward {self.__name__}", self.reward, results, shown, self._columns_read)
         keys = [failure_keys(r) for r in results]
         log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         if callable(log_metric):  # every call logs it, so all ranks log the same names
-            log_metric(f"qworker/{self.__name__}/failed", sum(k[FAILED_KEY] for k in keys) / max(1, len(keys)))
+            log_metric(log_names(self.__name__)[0], sum(k[FAILED_KEY] for k in keys) / max(1, len(keys)))
         if callable(log_extra):
-            log_extra(f"qworker_error/{self.__name__}", [k[ERROR_KEY] or None for k in keys])
+            log_extra(log_names(self.__name__)[1], [k[ERROR_KEY] or None for k in keys])
         return [float(r.score) if r.ok else self.fallback for r in results]
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Optional[Sequence[Sequence[int]]] = None,

@@ -100,6 +100,21 @@ AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our cred
 OVERLOAD_STATUSES = (503, 529)
 
 
+def clip(text: str, limit: int = 300) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, with ``...`` where it was cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "..."
+
+
+def _own_detail(e: Endpoint) -> str:
+    """An endpoint's last error without the kind and the endpoint's name, which the message around it gives."""
+    text = e.last_error.partition(": ")[2] if e.last_error.startswith("judge_error: ") else e.last_error
+    return text.removeprefix(f"endpoint {e.index} ({e.url}): ")
+
+
 def hash_params(params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in ROUTING_KEYS}
 
@@ -166,7 +181,7 @@ class Gate:
 
     def dead_error(self, now: float) -> str:
         causes = "; ".join(f"endpoint {e.index} ({e.url}) down {now - e.down_since:.1f} s: {e.down_reason}"
-                           + (f" ({e.last_error})" if e.last_error else "") for e in self.endpoints)
+                           + (f" ({_own_detail(e)})" if e.last_error else "") for e in self.endpoints)
         return f"judge_error: no endpoint of this judge answered for {self.dead_after_s:g} s (dead_after_s): {causes}"
 
     def stuck_error(self, now: float) -> str:
@@ -317,7 +332,7 @@ class Gate:
         after, ratelimit = screen(e, outcome)
         in_flight = e.total_in_flight() + 1  # the endpoint's load when this answer came, every producer's
         if error:
-            e.last_error = error[:200]
+            e.last_error = clip(error)
         e.learn(ratelimit, now, p.routed_at, seq, self._tokens(p))
         self._read_load(e, now)
         refused = status == 429 or (status in OVERLOAD_STATUSES and (after is not None or e.error_share() > self.error_budget))

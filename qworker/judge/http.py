@@ -15,6 +15,7 @@ read, and raises ``Deadline`` when it passes.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -117,7 +118,8 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, connections_p
         if isinstance(reason, ReadTimeoutError):
             raise Deadline(f"no answer within {left:.3g} s") from None
         kind = "connect" if isinstance(reason, (NewConnectionError, ConnectTimeoutError, ConnectionRefusedError)) else "reset"
-        raise ConnectFailed(f"{type(reason).__name__}: {reason}", kind) from None
+        # urllib3 starts with "HTTPConnection(host=..., port=...): ", which the caller's message names already
+        raise ConnectFailed(f"{type(reason).__name__}: {re.sub(r'^HTTPS?Connection[(][^)]*[)]: ', '', str(reason))}", kind) from None
     except ReadTimeoutError:
         raise Deadline(f"no answer within {left:.3g} s") from None
     except (ProtocolError, HTTPError, OSError) as exc:

@@ -67,7 +67,9 @@ from typing import Any, Optional
 from .mockhandler import Handler, expected_score
 from .prefixcache import PrefixCache
 
-__all__ = ["MockJudge", "expected_score", "main"]
+__all__ = ["DEFAULT_PORT", "MockJudge", "expected_score", "main"]
+
+DEFAULT_PORT = 18600  # ``qworker mock-judge``'s port: the one configs/demo-judge.yaml names (8000 is the quick start's --http)
 
 
 class _Bucket:
@@ -303,7 +305,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     from .._args import Parser, bool_flag
 
     ap = Parser(prog="qworker mock-judge", description="An OpenAI-compatible mock judge on 127.0.0.1.")
-    ap.add_argument("--port", type=int, default=8000, help="TCP port on 127.0.0.1 (0: any free port)")
+    ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port on 127.0.0.1 (0: any free port); 18600 is "
+                    "the one configs/demo-judge.yaml names, clear of the quick start's --http 8000")
     ap.add_argument("--capacity", type=int, default=64, help="requests served at once; more get 429 (or wait, with --queue)")
     bool_flag(ap, "queue", help="never refuse: queue beyond --capacity, served in order (vLLM-like)")
     ap.add_argument("--latency", type=float, default=0.2, help="seconds per served request (the mean, for lognormal)")
@@ -328,6 +331,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     import os
     import sys
+
+    for flag, value, low, high in (
+        ("--capacity", args.capacity, 1, None), ("--latency", args.latency, 0, None), ("--sigma", args.sigma, 0, None),
+        ("--per-token", args.per_token, 0, None), ("--ttft", args.ttft, 0, None), ("--tokens-mean", args.tokens_mean, 1, None),
+        ("--rpm", args.rpm, 1e-9, None), ("--tpm", args.tpm, 1e-9, None), ("--p-error", args.p_error, 0, 1),
+        ("--p-reset", args.p_reset, 0, 1), ("--p-hang", args.p_hang, 0, 1), ("--prefix-blocks", args.prefix_blocks, 0, None),
+        ("--prefill-per-token", args.prefill_per_token, 0, None), ("--port", args.port, 0, 65535),
+    ):
+        if value is not None and not (low <= value <= (high if high is not None else math.inf)):
+            bound = f"between {low} and {high}" if high is not None else ("above 0" if 0 < low < 1 else f"at least {low}")
+            ap.error(f"{flag} must be {bound}, got {value}")
 
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     try:

@@ -373,7 +373,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> i
     from .._exceptions import ConfigError
 
     ap = Parser(prog=prog, description="Run one qworker pool on every node of a Ray cluster until stopped.")
-    ap.add_argument("--address", default="auto", help="Ray cluster address for ray.init (default: auto)")
+    ap.add_argument("--address", default="auto", help="Ray cluster address for ray.init")
     ap.add_argument("--workers-per-node", type=int, help="workers in each pool (default: --workers, else the node's CPUs)")
     bool_flag(ap, "reserve-cpus", help="each pool's actor holds as many Ray CPUs as it has workers")
     ap.add_argument("--poll", type=float, default=DEFAULT_POLL_S, help="seconds between looks at the cluster's nodes")

@@ -9,7 +9,7 @@ Every built-in reads the payload convention of ``_payload``: ``response``,
 ``gsm8k``                 verl's strict GSM8K rule (last ``#### number``)
 ``format``, ``tag_count`` ``<think>/<answer>`` layout: regex match, partial credit
 ``length_penalty``        DAPO overlong buffer, or a peaked length penalty
-``code_tests``            generated Python against tests, in a sandboxed child
+``code_tests``            generated Python or C++ against tests, confined (Landlock + seccomp), judged outside the program
 ``llm_judge``             an OpenAI-compatible judge over pooled HTTP (kind="io")
 ``noop``, ``spin``, ...   diagnostics for measuring a pool
 ========================  ====================================================

@@ -1,9 +1,16 @@
 """``length_penalty``: length shaping, as reward managers apply it.
 
 The score is a penalty, so it is ``<= 0``: add it to another reward with a
-positive weight.  Length is ``response_length`` (tokens) when the payload has
-it, else the response's length in characters; ``max_len`` defaults to the
-payload's ``max_response_length`` and must be in the same unit.
+positive weight.  ``unit`` says what length is measured in:
+
+* ``"auto"`` (default): ``response_length`` (tokens) when the payload has it,
+  else the response's length in characters; ``max_len`` defaults to the
+  payload's ``max_response_length`` and must be in the same unit.
+* ``"tokens"``: the payload's ``response_length``, required.
+* ``"chars"``: the response's characters, whatever the payload carries; then
+  ``max_len`` and ``buffer_len`` are characters and ``max_len`` is required
+  (the payload's ``max_response_length`` counts tokens).  This is the unit for
+  callers that send only text, such as OpenRLHF's and slime's HTTP requests.
 
 ``mode="overlong"`` (default): DAPO's overlong buffer penalty.  Responses up to
 ``max_len - buffer_len`` are not penalised; inside the buffer the penalty grows
@@ -31,6 +38,7 @@ from . import _payload
 __all__ = ["length_penalty", "overlong", "peaked"]
 
 MODES = ("overlong", "peaked")
+UNITS = ("auto", "tokens", "chars")
 
 
 def overlong(length: int, max_len: int, buffer_len: int, penalty_factor: float) -> float:
@@ -60,9 +68,20 @@ def length_penalty(
     outer_ratio: float = 0.5,
     max_penalty: float = 1.0,
     penalty_scale: float = 1.0,
+    unit: str = "auto",
 ) -> dict:
+    if unit not in UNITS:
+        raise ValueError(f"length_penalty: unit must be one of {UNITS}, not {unit!r}")
     text = _payload.response(payload, "length_penalty")
-    length, unit = _payload.length(payload, text)
+    if unit == "chars":
+        if max_len is None:
+            raise ValueError("length_penalty: unit 'chars' needs params max_len in characters "
+                             "(the payload's max_response_length counts tokens)")
+        length, measured = len(text), "chars"
+    else:
+        length, measured = _payload.length(payload, text)
+        if unit == "tokens" and measured != "tokens":
+            raise ValueError("length_penalty: unit 'tokens' needs 'response_length' (tokens) in the payload")
     limit = _payload.max_length(payload, max_len, "max_len")
     if mode == "overlong":
         if buffer_len is None:
@@ -72,4 +91,4 @@ def length_penalty(
         score = peaked(length, limit, peak_ratio, outer_ratio, max_penalty, penalty_scale)
     else:
         raise ValueError(f"length_penalty: mode must be one of {MODES}, not {mode!r}")
-    return {"score": score, "length": length, "unit": unit, "max_len": limit}
+    return {"score": score, "length": length, "unit": measured, "max_len": limit}

@@ -65,6 +65,7 @@ DEFAULT_TEMPLATE = (
 DEFAULT_PATTERN = r"Score:\s*([-+]?\d+(?:\.\d+)?)"
 _PLACEHOLDER = re.compile(r"\{(prompt|response|ground_truth|rubric)\}")
 MAX_SHOWN = 300
+MAX_SNIPPET = 120  # characters of a reply that is not JSON shown in its error
 
 
 def render(template: str, payload: dict, rubric: str) -> str:
@@ -198,6 +199,12 @@ def llm_judge(
         raise CallFailed(redact(f"endpoint {index} ({url}): HTTP {reply.status}: ", secret) + text[:MAX_SHOWN], outcome=outcome)
     try:
         doc = json.loads(text)
+    except ValueError as exc:
+        ctype = reply.headers.get("content-type") or "none given"
+        snippet = " ".join(text[:MAX_SNIPPET].split()) + ("..." if len(text) > MAX_SNIPPET else "")
+        raise CallFailed(f"endpoint {index} ({url}): the reply is not JSON ({exc}; Content-Type {ctype}, "
+                         f"{len(reply.body)} bytes): {snippet!r}", outcome=outcome, kind="bad_result") from None
+    try:
         outcome["completion_tokens"] = _completion_tokens(doc)
         content = redact(doc["choices"][0]["message"]["content"] or "", secret)  # JSON-decoding may have unescaped a key
         score = parse_score(content, pattern=score_pattern, json_field=score_json_field, score_max=score_max)

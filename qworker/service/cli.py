@@ -12,6 +12,7 @@ exit code is 128 + the signal (130 for Ctrl-C, 143 for SIGTERM), as ``qworker sc
 
 from __future__ import annotations
 
+import argparse
 import errno
 import signal
 import socket
@@ -19,14 +20,25 @@ import sys
 import threading
 from typing import Optional
 
-from .._args import Parser, add_log_level, bool_flag, setup_logging
+from .._args import Parser, add_log_level, bool_flag, hidden_alias, setup_logging
 from .._client import DEFAULT_SERVICE_ENDPOINT
 from .._exceptions import ConfigError, QworkerError
 from .._options import ProducerOptions
-from .._score import check_reward
-from .http import ON_FAILURE
+from .._score import check_modules, resolve_reward
+from .http import ON_FAILURE, check_http_reward
 
 __all__ = ["main"]
+
+
+def _seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
+    return value
 
 
 def _parser(prog: str) -> Parser:
@@ -42,16 +54,18 @@ def _parser(prog: str) -> Parser:
                     "extra_logs.qworker_failed = 1 (fallback)")
     bool_flag(ap, "whole-query", help="HTTP /get_reward: score the whole query when it does not start with its prompt "
               "(logged; default: that sample fails)")
-    ap.add_argument("--no-workers-grace", type=float, default=10.0, metavar="S",
-                    help="refuse requests when no worker has connected this many seconds after start")
+    ap.add_argument("--first-worker-timeout", dest="first_worker_timeout", type=_seconds, default=10.0, metavar="S",
+                    help="seconds after start by which a worker must have connected; past them, while none is, clients' "
+                    "requests are refused (ServiceUnavailable); 0 refuses at once")
+    hidden_alias(ap, "--no-workers-grace", dest="first_worker_timeout", type=_seconds)  # the older spelling
     add_log_level(ap, "INFO")
     ProducerOptions.add_arguments(ap)
     return ap
 
 
-def check_free(endpoint: str) -> None:
+def check_free(endpoint: str, *, http: bool = False) -> None:
     """``ConfigError`` when a ``tcp://HOST:PORT`` endpoint (a fixed port) is already taken on this host, so a
-    second ``qworker serve`` stops before it starts any worker."""
+    second ``qworker serve`` stops before it starts any worker; ``http``: the port is the HTTP front's."""
     if not endpoint.startswith("tcp://"):
         return
     host, _, port = endpoint[len("tcp://"):].rpartition(":")
@@ -64,6 +78,9 @@ def check_free(endpoint: str) -> None:
         try:
             probe.bind(("" if host in ("*", "0.0.0.0") else host, int(port)))
         except OSError as exc:
+            if exc.errno == errno.EADDRINUSE and http:
+                raise ConfigError(f"HTTP port {port} on {host} is already in use (another 'qworker serve --http', or any "
+                                  f"other server: 'curl http://{host}:{port}/health' shows a qworker one); pick another --http port") from None
             if exc.errno == errno.EADDRINUSE:
                 raise ConfigError(f"{endpoint} is already in use (another 'qworker serve'? 'qworker status --connect "
                                   f"{endpoint}' asks it); pick another port") from None
@@ -79,13 +96,16 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
         ap.error("--http needs --reward NAME: the reward HTTP requests are scored with")
     given = ProducerOptions.given(args)
     try:  # everything a user can get wrong, before any worker starts
+        modules = list(given.get("reward_modules", ())) or None
+        check_modules(config=args.config, modules=modules, bind=given.get("bind"))
         if args.reward:
-            check_reward(config=args.config, reward=args.reward, modules=list(given.get("reward_modules", ())) or None,
-                         bind=given.get("bind"), params=None)
+            target, _ = resolve_reward(config=args.config, reward=args.reward, modules=modules, bind=given.get("bind"), params=None)
+            if args.http is not None:
+                check_http_reward(target)
         for endpoint in (args.listen, given.get("bind") or ""):
             check_free(endpoint)
         if args.http:
-            check_free(f"tcp://{args.http_host}:{args.http}")
+            check_free(f"tcp://{args.http_host}:{args.http}", http=True)
     except QworkerError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
@@ -114,7 +134,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
         try:
             if args.reward:
                 producer.catalog.resolve(args.reward)  # an unknown composite or bad params fail here, not per request
-            service = RewardService(producer, listen=args.listen, no_workers_grace_s=args.no_workers_grace).start()
+            service = RewardService(producer, listen=args.listen, no_workers_grace_s=args.first_worker_timeout).start()
             if args.http is not None:
                 http = HttpFront(producer, reward=args.reward, port=args.http, host=args.http_host, on_failure=args.on_failure,
                                  whole_query=args.whole_query).start()

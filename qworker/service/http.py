@@ -37,8 +37,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Union
 
+from .._catalog import Composite, Plain
 from .._errors import ErrorKind
-from .._exceptions import GatherTimeout, QworkerError
+from .._exceptions import ConfigError, GatherTimeout, QworkerError
 from .._producer import Producer
 from .._result import Result
 from ..integrations._outcome import FAILED_KEY, failure_keys
@@ -46,7 +47,7 @@ from ..integrations._payload import PromptMismatch, from_openrlhf
 
 log = logging.getLogger("qworker")
 
-__all__ = ["HttpFront", "ON_FAILURE", "openrlhf_payloads"]
+__all__ = ["HttpFront", "ON_FAILURE", "check_http_reward", "openrlhf_payloads"]
 
 ON_FAILURE = ("error", "fallback")  # a failed sample fails the request (502), or scores the fallback score, flagged
 
@@ -55,6 +56,23 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 class BadRequest(ValueError):
     pass
+
+
+def check_http_reward(target: Union[Plain, Composite]) -> None:
+    """``ConfigError`` when the reward (or a component of the composite) needs a length that HTTP requests do
+    not carry: OpenRLHF's ``/get_reward`` and slime's ``/score`` send text only, with no ``response_length``
+    or ``max_response_length``, so ``length_penalty`` needs its ``max_len`` in its params (in characters,
+    the unit it will get) and must not ask for ``unit: tokens``."""
+    parts = [(f"component {c.name!r} of {target.name!r}", c.task) for c in target.components] \
+        if isinstance(target, Composite) else [(f"reward {target.reward!r}", target)]
+    for what, plain in parts:
+        if plain.reward != "length_penalty":
+            continue
+        if plain.params.get("unit") == "tokens" or plain.params.get("max_len") is None:
+            raise ConfigError(
+                f"{what} is length_penalty with {'unit tokens' if plain.params.get('unit') == 'tokens' else 'no max_len'}, "
+                "but HTTP requests (OpenRLHF, slime) carry no token counts or max_response_length: give it params "
+                "{unit: chars, max_len: N, buffer_len: M} in characters (configs/rewards.yaml's math_shaped_chars does)")
 
 
 def openrlhf_payloads(body: Any, *, whole_query: bool = False) -> list[Union[dict, str]]:

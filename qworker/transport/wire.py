@@ -38,9 +38,11 @@ NO_ROUTE = -1
 # (key, reward, params, payload, timeout_s or None, attempt, route): route is the endpoint index the
 # producer's gate chose for a rate-limited call (``EndpointCall``), NO_ROUTE for every other task
 Task = tuple[bytes, str, dict, bytes, Union[float, None], int, int]
-# (key, score or None, extra or None, error or None, compute_s, outcome): outcome is how a routed
-# endpoint call went, for the gate (None for unrouted tasks)
-TaskResult = tuple[bytes, Union[float, None], Union[dict, None], Union[str, None], float, Union[dict, None]]
+# (key, score or None, extra or None, error or None, compute_s, outcome, ran): outcome is how a routed
+# endpoint call went, for the gate (None for unrouted tasks); ran is the version of the code that computed it
+# (its declared version or its code fingerprint, ``_fingerprint.reward_version``), None when it has none or the
+# reward could not be loaded
+TaskResult = tuple[bytes, Union[float, None], Union[dict, None], Union[str, None], float, Union[dict, None], Union[str, None]]
 
 
 @dataclass(slots=True)
@@ -54,6 +56,7 @@ class Ready:
     finished: int  # tasks completed or given back; == received means idle
     rewards: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    versions: dict[str, Union[str, None]] = field(default_factory=dict)  # reward -> the version of the code loaded here
 
 
 @dataclass(slots=True)
@@ -138,7 +141,8 @@ def encode(msg: Message) -> list[bytes]:
     if isinstance(msg, Ready):
         return [
             READY,
-            _pack([msg.worker, msg.pool, msg.pid, msg.host, msg.granted, msg.received, msg.finished, msg.rewards, msg.errors]),
+            _pack([msg.worker, msg.pool, msg.pid, msg.host, msg.granted, msg.received, msg.finished, msg.rewards, msg.errors,
+                   msg.versions]),
         ]
     if isinstance(msg, Giveback):
         return [GIVEBACK, _pack([msg.granted, msg.received, msg.keys])]
@@ -229,21 +233,24 @@ def _build_results(obj: Any) -> Results:
     _expect(isinstance(rows, list), "results must be a list")
     results: list[TaskResult] = []
     for r in rows:
-        key, score, extra, error, compute_s, outcome = _list(r, 6, "result")
+        key, score, extra, error, compute_s, outcome, ran = _list(r, 7, "result")
         _expect(extra is None or isinstance(extra, dict), "result extra must be a map or nil")
         _expect(error is None or isinstance(error, str), "result error must be a string or nil")
         _expect(outcome is None or isinstance(outcome, dict), "result outcome must be a map or nil")
-        results.append((_key(key), _opt_num(score, "score"), extra, error, _num(compute_s, "compute_s"), outcome))
+        _expect(ran is None or isinstance(ran, str), "result version must be a string or nil")
+        results.append((_key(key), _opt_num(score, "score"), extra, error, _num(compute_s, "compute_s"), outcome, ran))
     return Results(_int(granted, "granted"), _int(received, "received"), results)
 
 
 def _build_ready(obj: Any) -> Ready:
-    worker, pool, pid, host, granted, received, finished, rewards, errors = _list(obj, 9, "ready message")
+    worker, pool, pid, host, granted, received, finished, rewards, errors, versions = _list(obj, 10, "ready message")
     _expect(isinstance(rewards, list) and all(isinstance(r, str) for r in rewards), "rewards must be strings")
     _expect(isinstance(errors, list) and all(isinstance(e, str) for e in errors), "errors must be strings")
+    _expect(isinstance(versions, dict) and all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in versions.items()),
+            "versions must map reward names to strings or nil")
     return Ready(
         _str(worker, "worker"), _str(pool, "pool"), _int(pid, "pid"), _str(host, "host"),
-        _int(granted, "granted"), _int(received, "received"), _int(finished, "finished"), rewards, errors,
+        _int(granted, "granted"), _int(received, "received"), _int(finished, "finished"), rewards, errors, versions,
     )
 
 

@@ -85,13 +85,75 @@ def test_worker_process_speaks_the_protocol(tmp_path):
 
 def test_a_result_that_fits_a_frame_passes_and_one_that_does_not_becomes_a_small_bad_result():
     key = b"k" * 16
-    small = (key, 1.0, {"blob": b"x" * 1000}, None, 0.1, None)
+    small = (key, 1.0, {"blob": b"x" * 1000}, None, 0.1, None, "\0ran 0123456789abcdef")
     assert fit_frame(small, 1 << 20) == (small, result_bytes(small))
-    big = (key, 1.0, {"blob": b"x" * (2 << 20)}, None, 0.1, {"status": 200})
+    big = (key, 1.0, {"blob": b"x" * (2 << 20)}, None, 0.1, {"status": 200}, "\0ran 0123456789abcdef")
     failed, size = fit_frame(big, 1 << 20)
-    assert failed[:3] == (key, None, None) and failed[4:] == (0.1, {"status": 200}) and size < 4096
+    assert failed[:3] == (key, None, None) and failed[4:] == (0.1, {"status": 200}, "\0ran 0123456789abcdef") and size < 4096
     assert failed[3].startswith("bad_result: ") and f"{1 << 20}-byte message limit" in failed[3]
     assert f"the result is {result_bytes(big)} bytes" in failed[3]
     assert result_bytes(big) >= len(msgpack.packb(big, use_bin_type=True))  # an upper bound on the encoded size
-    errs = (key, None, None, "reward_error: " + "é" * 500, 0.1, None)
+    errs = (key, None, None, "reward_error: " + "é" * 500, 0.1, None, "\0ran 0123456789abcdef")
     assert result_bytes(errs) >= len(msgpack.packb(errs, use_bin_type=True))
+
+
+ASYNC_REWARDS = '''
+import asyncio
+import threading
+
+from qworker import reward
+
+
+def where() -> dict:
+    return {"main_thread": threading.current_thread() is threading.main_thread(), "loop": id(asyncio.get_running_loop())}
+
+
+@reward("async_cpu")
+async def async_cpu(payload: dict) -> dict:
+    await asyncio.sleep(0.01)
+    if payload.get("fail"):
+        raise ValueError("asked to fail")
+    return {"score": float(payload["n"]), **where()}
+
+
+@reward("async_io", kind="io")
+async def async_io(payload: dict) -> dict:
+    await asyncio.sleep(payload.get("sleep", 0.01))
+    return {"score": float(payload["n"]), **where()}
+'''
+
+
+def test_async_def_rewards_are_awaited_on_one_loop_per_kind_and_io_ones_keep_their_deadline(tmp_path):
+    module = tmp_path / "async_rewards.py"
+    module.write_text(ASYNC_REWARDS)
+    ctx = zmq.Context.instance()
+    router = make_socket(ctx, zmq.ROUTER, bind=f"ipc://{tmp_path}/w.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "qworker.host.worker", "--connect", f"ipc://{tmp_path}/w.sock", "--id", "t/w0.1",
+                             "--heartbeat", "0.2", "--reward-modules", str(module)])
+    try:
+        peer, ready = recv(router)
+        assert {"async_cpu", "async_io"} <= set(ready.rewards)
+
+        def task(i, name, payload, timeout_s=None):
+            return (bytes([i]) * 16, name, {}, encode_payload(payload), timeout_s, 1, -1)
+
+        tasks = [task(i, "async_cpu", {"n": i}) for i in range(1, 4)] + [task(4, "async_cpu", {"n": 0, "fail": True})]
+        tasks += [task(i, "async_io", {"n": i}) for i in range(5, 8)]
+        tasks.append(task(9, "async_io", {"n": 9, "sleep": 60}, timeout_s=0.5))
+        router.send_multipart([peer, *wire.encode(wire.Tasks(tasks))])
+        got = {}
+        while len(got) < len(tasks):
+            _, msg = recv(router, timeout=30)
+            if isinstance(msg, wire.Results):
+                got.update({r[0][0]: r for r in msg.results})
+        for i in (1, 2, 3, 5, 6, 7):
+            assert got[i][1] == float(i) and got[i][3] is None, got[i]
+        cpu, io = [got[i][2] for i in (1, 2, 3)], [got[i][2] for i in (5, 6, 7)]
+        assert all(e["main_thread"] for e in cpu) and not any(e["main_thread"] for e in io)
+        assert len({e["loop"] for e in cpu}) == 1 and len({e["loop"] for e in io}) == 1  # one loop each, reused
+        assert got[4][1] is None and got[4][3] == "reward_error: ValueError: asked to fail"
+        assert got[9][1] is None and got[9][3].startswith("timeout: ")
+    finally:
+        proc.kill()
+        proc.wait()
+        router.close(linger=0)

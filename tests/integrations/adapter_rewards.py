@@ -24,3 +24,12 @@ def adapter_echo(payload: dict) -> dict:
 @reward("adapter_fail")
 def adapter_fail(payload: dict) -> float:
     raise RuntimeError("this reward always fails")
+
+
+@reward("adapter_async")
+async def adapter_async(payload: dict) -> dict:
+    """``adapter_len`` as an ``async def`` reward: the worker awaits it."""
+    import asyncio
+
+    await asyncio.sleep(0)
+    return adapter_len(payload)

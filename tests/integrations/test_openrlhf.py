@@ -114,3 +114,25 @@ def test_a_query_without_its_prompt_fails_that_sample_unless_whole_query_is_set(
     monkeypatch.setenv("QWORKER_WHOLE_QUERY", "1")  # opt-in, and logged
     load_as_openrlhf_does()(["decoded differently"], ["the prompt"], ["x"])
     assert seen[-1]["response"] == "decoded differently"
+
+
+def test_a_process_whose_tasks_keep_failing_stops_the_run_and_a_success_restarts_the_count(producer, monkeypatch) -> None:
+    from qworker.integrations._outcome import RewardsFailed
+
+    monkeypatch.setenv("QWORKER_MAX_CONSECUTIVE_FAILURES", "3")
+    reward_func = load_as_openrlhf_does()  # loaded once per engine actor, called once per sample
+    monkeypatch.setenv("QWORKER_REWARD", "adapter_fail")
+    for _ in range(2):
+        assert reward_func(["p r"], ["p"], ["x"])["extra_logs"]["qworker_failed"].tolist() == [1.0]
+    monkeypatch.setenv("QWORKER_REWARD", "adapter_len")
+    assert reward_func(["p r"], ["p"], ["x"])["extra_logs"]["qworker_failed"].tolist() == [0.0]  # starts the count again
+    monkeypatch.setenv("QWORKER_REWARD", "adapter_fail")
+    reward_func(["p r"], ["p"], [None])
+    reward_func(["p r"], ["p"], [None])
+    with pytest.raises(RewardsFailed, match=r"the last 3 'adapter_fail' tasks in this process all failed.*first error: reward_error: "
+                                            r"RuntimeError: this reward always fails; ground_truth read from OpenRLHF's labels "
+                                            r"\(all None\); set QWORKER_MAX_CONSECUTIVE_FAILURES=0"):
+        reward_func(["p r"], ["p"], [None])
+    monkeypatch.setenv("QWORKER_MAX_CONSECUTIVE_FAILURES", "0")
+    for _ in range(4):
+        assert reward_func(["p r"], ["p"], ["x"])["extra_logs"]["qworker_failed"].tolist() == [1.0]

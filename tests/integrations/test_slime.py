@@ -83,3 +83,16 @@ def test_payload_fields(producer) -> None:
         "response": "4", "ground_truth": "4", "prompt": "What is 2+2?", "data_source": "gsm8k", "extra_info": meta,
         "response_length": 1, "max_response_length": 1024,
     }]
+
+
+def test_a_process_whose_tasks_keep_failing_stops_the_run(producer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qworker.integrations._outcome import RewardsFailed
+
+    monkeypatch.setenv("QWORKER_MAX_CONSECUTIVE_FAILURES", "4")
+    group_rm = load("qworker.integrations.slime.group_rm")
+    asyncio.run(group_rm(args(group_rm=True), [Sample(response="abc", metadata={"qworker_reward": "adapter_len"})]))  # a success
+    failing = [Sample(response="abc", metadata={"qworker_reward": "adapter_fail"}) for _ in range(3)]
+    assert asyncio.run(group_rm(args(group_rm=True), failing)) == [0.0] * 3
+    with pytest.raises(RewardsFailed, match=r"the last 6 'adapter_fail' tasks in this process all failed.*ground_truth read "
+                                            r"from sample.label \(None in every sample\)"):
+        asyncio.run(group_rm(args(group_rm=True), failing))

@@ -13,6 +13,8 @@ over ``reward.num_workers`` actors) and a training step.
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,9 @@ from verl import DataProto  # noqa: E402
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker  # noqa: E402
 from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager_cls  # noqa: E402
 
+from qworker import RewardError  # noqa: E402
 from qworker.integrations import verl as qverl  # noqa: E402
+from qworker.integrations._outcome import RewardsFailed  # noqa: E402
 
 from .tiny import tokenizer  # noqa: E402
 
@@ -147,7 +151,7 @@ def test_reward_manager_by_importlib(producer, tok_dir: str, monkeypatch: pytest
     worker, rm_scores, extra = run_worker(cfg, data)
     assert isinstance(worker.reward_manager, qverl.QworkerRewardManager)
     assert_at_last_valid_token(data, rm_scores, EXPECTED)
-    assert list(extra) == ["score", "qworker_failed", "qworker_error"]
+    assert list(extra) == ["score", "qworker_failed", "qworker_error", "qworker_extra"]
     assert list(extra["qworker_error"]) == ["", "", "reward_error", ""]
 
 
@@ -175,3 +179,75 @@ def test_reward_manager_payload_fields(producer, tok_dir: str) -> None:
         "extra_info": {"index": 0}, "response_length": 4, "max_response_length": R,
     }
     assert payloads[1]["prompt"] == "what is 3+3 ?" and payloads[1]["ground_truth"] == "6"
+
+
+@pytest.mark.parametrize("manager", ["naive", "qworker"])
+def test_the_rewards_extra_reaches_reward_extra_info_with_the_same_keys_for_every_sample(producer, tok_dir: str, manager: str,
+                                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QWORKER_REWARD", raising=False)  # math: extra {pred, source, format_ok}; row 2 fails (no extra)
+    keys = ["pred", "format_ok", "gold_error"]  # gold_error: math returns it only for a bad ground truth
+    if manager == "naive":
+        cfg = config(tok_dir, {"custom_reward_function": {
+            "path": "pkg://qworker.integrations.verl", "name": "compute_score", "reward_kwargs": {"qworker_extra_keys": keys}}})
+    else:
+        cfg = config(tok_dir, {
+            "reward_manager": {"source": "importlib", "name": "QworkerRewardManager", "module": {"path": "pkg://qworker.integrations.verl"}},
+            "reward_kwargs": {"qworker_extra_keys": keys},
+        })
+    data = make_data(tokenizer())
+    _, rm_scores, extra = run_worker(cfg, data)  # stacks every key of the first sample: a KeyError if one lacked it
+    assert_at_last_valid_token(data, rm_scores, EXPECTED)
+    direct = producer.map("math", [{"response": r.replace(" <eos>", ""), "ground_truth": gt} for _, r, gt, _ in ROWS])
+    for i, d in enumerate(direct):
+        if i == 2:  # the failed task: no extra; NaN, which numpy writes as "nan" in a column of text
+            assert extra["qworker_extra"][i] == "" and extra["pred"][i] == "nan" and math.isnan(extra["format_ok"][i])
+            continue
+        assert json.loads(extra["qworker_extra"][i]) == d.extra and d.extra["pred"] is not None
+        assert extra["pred"][i] == d.extra["pred"] and extra["format_ok"][i] == d.extra["format_ok"]
+    assert all(math.isnan(v) for v in extra["gold_error"])
+
+
+def test_extra_values_that_are_not_scalars_become_json_text_and_bad_key_lists_are_refused() -> None:
+    from qworker._result import Result
+
+    info = qverl.info_from_extra(Result(score=1.0, extra={"payload": {"b": [1, 2]}, "n": 3}), ["payload", "n", "absent"])
+    assert info["qworker_extra"] == '{"n": 3, "payload": {"b": [1, 2]}}'
+    assert info["payload"] == '{"b": [1, 2]}' and info["n"] == 3 and math.isnan(info["absent"])
+    with pytest.raises(ValueError, match="'score' name keys the adapter sets itself"):
+        qverl.extra_keys(["score"])
+    with pytest.raises(ValueError, match="must be a list of the reward's extra keys"):
+        qverl.extra_keys([1])
+
+
+def test_the_manager_refuses_a_misspelled_reward_when_verl_builds_it(producer, tok_dir: str) -> None:
+    cfg = config(tok_dir, {
+        "reward_manager": {"source": "importlib", "name": "QworkerRewardManager", "module": {"path": "pkg://qworker.integrations.verl"}},
+        "reward_kwargs": {"qworker_reward": "adapter_lne"},
+    })
+    with pytest.raises(RewardError, match=r"QworkerRewardManager \(reward 'adapter_lne'\): .*did you mean 'adapter_len'"):
+        RewardLoopWorker(cfg)
+
+
+def test_a_process_whose_tasks_keep_failing_stops_the_run(producer, tok_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QWORKER_MAX_CONSECUTIVE_FAILURES", "3")
+    cfg = config(tok_dir, {"custom_reward_function": {
+        "path": "pkg://qworker.integrations.verl", "name": "compute_score", "reward_kwargs": {"qworker_reward": "adapter_fail"}}})
+    with pytest.raises(RewardsFailed, match=r"the last 3 'adapter_fail' tasks in this process all failed.*first error: "
+                                            r"reward_error: RuntimeError: this reward always fails; payload keys sent: .*"
+                                            r"QWORKER_MAX_CONSECUTIVE_FAILURES=0"):
+        run_worker(cfg, make_data(tokenizer()))
+    monkeypatch.setenv("QWORKER_MAX_CONSECUTIVE_FAILURES", "0")  # off: the failures score the fallback, flagged
+    _, _, extra = run_worker(cfg, make_data(tokenizer()))
+    assert list(extra["qworker_failed"]) == [1.0] * len(ROWS)
+
+
+def test_an_async_def_reward_named_by_path_scores_through_compute_score(producer, tok_dir: str) -> None:
+    cfg = config(tok_dir, {"custom_reward_function": {
+        "path": "pkg://qworker.integrations.verl", "name": "compute_score",
+        "reward_kwargs": {"qworker_reward": "tests.integrations.async_rewards:length_parity"}}})
+    data = make_data(tokenizer())
+    _, rm_scores, extra = run_worker(cfg, data)
+    expected = [float(len(r.replace(" <eos>", "")) % 2) for _, r, _, _ in ROWS]
+    expected[2] = 0.0  # its extra_info names adapter_fail
+    assert_at_last_valid_token(data, rm_scores, expected)
+    assert list(extra["qworker_failed"]) == [0.0, 0.0, 1.0, 0.0]

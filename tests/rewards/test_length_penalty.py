@@ -63,3 +63,22 @@ def test_never_negative_zero():
 def test_bad_input_is_named(payload, params, match):
     with pytest.raises(ValueError, match=match):
         length_penalty(payload, **params)
+
+
+def test_in_characters_it_needs_no_length_from_the_payload_and_ignores_token_counts():
+    # what OpenRLHF's and slime's HTTP requests carry: text only
+    text_only = {"response": "x" * 1792}
+    out = length_penalty(text_only, mode="overlong", unit="chars", max_len=2048, buffer_len=512)
+    assert out["score"] == pytest.approx(-0.5) and (out["unit"], out["length"], out["max_len"]) == ("chars", 1792, 2048)
+    with_tokens = {**text_only, "response_length": 10, "max_response_length": 64}  # counted in characters all the same
+    assert length_penalty(with_tokens, unit="chars", max_len=2048, buffer_len=512)["score"] == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="unit 'chars' needs params max_len in characters"):
+        length_penalty(with_tokens, unit="chars", buffer_len=512)
+
+
+def test_in_tokens_it_needs_the_payloads_token_count():
+    with pytest.raises(ValueError, match="unit 'tokens' needs 'response_length'"):
+        length_penalty({"response": "x", "max_response_length": 10}, unit="tokens", buffer_len=2)
+    assert length_penalty(row(900), unit="tokens", buffer_len=200)["score"] == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="unit must be one of"):
+        length_penalty(row(900), unit="words", buffer_len=200)

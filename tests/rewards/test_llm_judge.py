@@ -172,3 +172,50 @@ def test_a_reset_is_not_a_refused_connection():
 def test_an_unrouted_call_is_refused_with_a_reason():
     with pytest.raises(ValueError, match="routed by a producer's judge gate"):
         llm_judge(ROW, model="m", endpoints=[{"url": "http://127.0.0.1:9/v1/chat/completions"}])
+
+
+def test_a_reply_that_is_not_json_names_its_content_type_and_shows_its_start():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Html(BaseHTTPRequestHandler):  # a proxy's error page, answered with 200
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b"<html><body><h1>502 Bad Gateway</h1>\n" + b"x" * 500 + b"</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
+        with pytest.raises(CallFailed) as e:
+            llm_judge(ROW, model="m", endpoints=[{"url": url}], call=EndpointCall(0))
+    finally:
+        server.shutdown()
+        server.server_close()
+    msg = str(e.value)
+    assert "not JSON" in msg and "Content-Type text/html; charset=utf-8" in msg and "<h1>502 Bad Gateway</h1>" in msg
+    assert len(msg) < 400 and e.value.kind == "bad_result"
+
+
+def test_an_unreachable_endpoint_is_named_once_and_its_error_cut_at_a_word():
+    from qworker.judge.gate import clip
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    with pytest.raises(CallFailed) as e:
+        llm_judge(ROW, model="m", endpoints=[{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}], call=EndpointCall(0))
+    msg = str(e.value)
+    assert "Connection refused" in msg and "HTTPConnection(" not in msg and msg.count(f"127.0.0.1:{port}") == 1
+    long = "judge_error: endpoint 0 (http://a-very-long-host-name.example/v1/chat/completions): " + "refused connection " * 30
+    cut = clip(long, 120)
+    assert len(cut) <= 120 and cut.endswith("...") and cut[:-3].split()[-1] in long.split()
+    assert clip("short", 120) == "short"

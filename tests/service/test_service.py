@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from qworker import Client, RewardError, ServiceUnavailable
+from qworker import Client, ProducerClosed, RewardError, ServiceUnavailable
 from qworker.judge.mock import MockJudge
 from tests.conftest import REPO, TEST_REWARDS
 
@@ -99,6 +99,39 @@ def test_many_threads_and_asyncio_share_one_client(service):
 def test_no_service_is_a_clear_error_not_a_wait():
     with Client(f"tcp://127.0.0.1:{free_port()}", connect_timeout_s=1.0) as c, pytest.raises(ServiceUnavailable, match="did not answer"):
         c.submit_batch("noop", [{}])
+
+
+def test_close_during_a_large_submission_returns_promptly_and_leaves_no_future_pending():
+    # Registering 300k tasks takes seconds (3.5-6 s here while the whole batch held the table's lock, which
+    # close() then waited for); close() must not wait on it.
+    n = 300_000
+    payloads = [{"i": i} for i in range(n)]
+    c = Client(f"tcp://127.0.0.1:{free_port()}", connect_timeout_s=60)
+    out: dict = {}
+
+    def submit() -> None:
+        try:
+            out["futures"] = c.submit_batch("noop", payloads)
+        except ProducerClosed as exc:
+            out["error"] = exc
+
+    th = threading.Thread(target=submit)
+    th.start()
+    deadline = time.monotonic() + 60
+    while len(c._table) == 0 and th.is_alive() and time.monotonic() < deadline:  # registration has begun
+        time.sleep(0.001)
+    assert len(c._table) > 0, "registration never began"
+    started = time.monotonic()
+    c.close()
+    took = time.monotonic() - started
+    th.join(60)
+    assert not th.is_alive()
+    assert took < 2.0, f"close() took {took:.1f} s"
+    assert len(c._table) == 0  # every task registered before close was cancelled
+    if "futures" in out:  # registration finished first: its futures are all resolved, cancelled
+        assert all(f.done() and f.result().error_kind == "cancelled" for f in out["futures"])
+    else:
+        assert isinstance(out["error"], ProducerClosed)
 
 
 def test_a_service_with_no_workers_refuses_with_a_reason():

@@ -17,8 +17,8 @@ def roundtrip(msg):
     "msg",
     [
         wire.Tasks([(KEY, "math", {"a": 1}, b"\x80", None, 1, -1), (KEY, "llm_judge", {}, b"", 2.5, 3, 2)]),
-        wire.Results(10, 4, [(KEY, 1.0, {"pred": "4"}, None, 0.01, None), (KEY, None, None, "timeout: x", 2.0, {"status": 429})]),
-        wire.Ready("pool/w0.1", "pool", 123, "host", 8, 0, 0, ["noop"], ["cannot import x"]),
+        wire.Results(10, 4, [(KEY, 1.0, {"pred": "4"}, None, 0.01, None, "\0ran ab"), (KEY, None, None, "timeout: x", 2.0, {"status": 429}, None)]),
+        wire.Ready("pool/w0.1", "pool", 123, "host", 8, 0, 0, ["noop"], ["cannot import x"], {"noop": "\0ran ab", "len": None}),
         wire.Giveback(8, 8, [KEY, KEY]),
         wire.Bye("draining"),
         wire.PoolReport("p", "h", 1, "running", [wire.WorkerReport("p/w0.1", 2, True, 0.5, 1, 30.0)], [wire.Lost("p/w1.1", "crashed: exit code -9", KEY)]),
@@ -31,7 +31,7 @@ def test_every_message_roundtrips(msg):
 
 
 def test_score_ints_become_floats():
-    kind, body = wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1, None, None, 0, None]]])
+    kind, body = wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1, None, None, 0, None, None]]])
     assert wire.decode(kind, body, max_bytes=LIMIT).results[0][1] == 1.0
 
 
@@ -47,10 +47,12 @@ def test_score_ints_become_floats():
         (wire.TASKS, msgpack.packb([[KEY, "r", {}, b"", "soon", 1, -1]]), "timeout must be a number"),
         (wire.TASKS, msgpack.packb([[KEY, "r", {}, b"", None, 1, -2]]), "route must be an int >= -1"),
         (wire.RESULTS, msgpack.packb([1, -1, []]), "received must be a non-negative int"),
-        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, "1.0", None, None, 0.0, None]]]), "score must be a number"),
-        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1.0, [], None, 0.0, None]]]), "extra must be a map"),
-        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1.0, None, None, 0.0, "ok"]]]), "outcome must be a map"),
-        (wire.READY, msgpack.packb(["w", "p", 1, "h", 1, 1, 1, [1], []]), "rewards must be strings"),
+        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, "1.0", None, None, 0.0, None, None]]]), "score must be a number"),
+        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1.0, [], None, 0.0, None, None]]]), "extra must be a map"),
+        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1.0, None, None, 0.0, "ok", None]]]), "outcome must be a map"),
+        (wire.READY, msgpack.packb(["w", "p", 1, "h", 1, 1, 1, [1], [], {}]), "rewards must be strings"),
+        (wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1.0, None, None, 0.0, None, 3]]]), "version must be a string"),
+        (wire.READY, msgpack.packb(["w", "p", 1, "h", 1, 1, 1, [], [], {"r": 3}]), "versions must map"),
         (wire.POOL, msgpack.packb(["p", "h", 1, "exploded", [], []]), "pool state"),
         (wire.STATUS, msgpack.packb([1]), "status request"),
     ],
