@@ -133,7 +133,7 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     work = Path(tempfile.mkdtemp(prefix="qworker-bench-trainer-"))
-    model = save_tiny_model(work / "model", hidden=a.hidden, layers=a.layers)
+    model = save_tiny_model(work / "model", hidden=a.hidden, layers=a.layers, heads=4)
     data = write_toy_dataset(work / "toy.jsonl", n=256)
     rows, raw, curves = [], {}, []
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())

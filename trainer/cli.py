@@ -1,14 +1,11 @@
 """``qworker-train --config configs/grpo.yaml [--set train.lr=1e-6 ...]``: train with the bundled GRPO trainer.
 
-<<<<<<< HEAD
-Prints one line per step (reward, loss, the step's timeline) and, at the end, the mean reward of the
-first and last steps.  Exit status 0 on success, 2 for a bad config or a missing ``train`` extra (torch,
-transformers, ...: one line naming ``pip install 'qworker-rl[train]'``), 130 on Ctrl-C.
-=======
 Prints one line per step (reward, loss, the step's timeline), a line per held-out evaluation (``eval:``
 section) and, at the end, the mean reward of the first and last steps and the held-out evaluation
-before and after training.  Exit status 0 on success, 2 for a bad config.
->>>>>>> trainer
+before and after training.  Exit status 0 on success, 2 for a bad config (including one the rollout
+engine cannot run, found at start: a head size vLLM's CPU attention lacks, a prompt too long for its
+``max_model_len``) or a missing ``train`` extra (torch, transformers, ...: one line naming
+``pip install 'qworker-rl[train]'``), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -55,7 +52,12 @@ def _main(argv: list[str] | None) -> int:
     if a.no_resume:
         cfg.checkpoint.resume = False
     os.makedirs(cfg.log.dir, exist_ok=True)
-    with GRPOTrainer(cfg) as trainer:
+    try:
+        trainer = GRPOTrainer(cfg)
+    except ConfigurationError as exc:   # found at start, before the first step: what the engine cannot run
+        print(f"qworker-train: {exc}", file=sys.stderr)
+        return 2
+    with trainer:
         history = trainer.run()
         evals = trainer.eval_history
     if history:

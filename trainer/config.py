@@ -68,7 +68,7 @@ class VllmConfig:
     gpu_memory_utilization: float = 0.3
     enforce_eager: bool = True
     max_model_len: Optional[int] = None
-    weight_sync: str = "auto"  # auto (= inprocess) | inprocess | rpc_bytes | shm_file (rollout_vllm.py)
+    weight_sync: str = "auto"  # auto (= inprocess; measured in rollout_vllm.py) | inprocess | rpc_bytes | shm_file
 
 
 @dataclass

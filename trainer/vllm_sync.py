@@ -5,6 +5,9 @@ checked against Hugging Face ``generate`` on the same (perturbed) weights, so a 
 without loading anything is caught.  Needs vLLM (``.venv/vllm``, ``make test-vllm`` builds it).
 
     VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 python -m trainer.vllm_sync [--routes inprocess,rpc_bytes,shm_file]
+
+``bench/weight_sync.py`` runs ``measure`` over several model sizes, one engine per process, and
+prints the table that ``weight_sync: auto``'s size rule comes from.
 """
 
 from __future__ import annotations

