@@ -241,15 +241,17 @@ def _score(args: argparse.Namespace) -> int:
             raise ConfigError("--params must be a JSON object")
         check_writable(args.out)
         done = {} if args.overwrite else scored_rows(args.out, inputs, args.reward, params)
-        _target, loaded = resolve_reward(config=args.config, reward=args.reward, modules=args.rewards, bind=args.bind, params=params)
-        cache_path = _cache_path(args, loaded["producer"].get("cache_path"))
-        bind = args.bind or loaded["producer"].get("bind")
-        workers = args.workers if args.workers is not None else loaded["producer"].get("local_workers")
+        # where the workers come from is settled before any reward module is imported (which may warn)
+        producer_section = _config.load(args.config)["producer"]
+        bind = args.bind or producer_section.get("bind")
+        workers = args.workers if args.workers is not None else producer_section.get("local_workers")
         if workers is not None and workers < 0:
             raise ConfigError(f"--workers {workers}: expected 0 or more")
         if workers == 0 and bind is None:
             raise ConfigError("--workers 0 starts no local worker, and without --bind ENDPOINT no remote pool can connect: "
                               "nothing would score; give --workers N, or --bind tcp://127.0.0.1:5555 for remote pools")
+        _target, loaded = resolve_reward(config=args.config, reward=args.reward, modules=args.rewards, bind=args.bind, params=params)
+        cache_path = _cache_path(args, loaded["producer"].get("cache_path"))
         if not inputs:
             if args.out != "-":
                 open(args.out, "w").close()

@@ -20,7 +20,7 @@ def _private_cache_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
 
 
-def run(args: list[str], *, without: str | None = None, tmp=None, timeout: float = 120, stdin: bytes | None = None):
+def run(args: list[str], *, without: str | None = None, tmp=None, timeout: float = 120, stdin: bytes | None = None, cwd=None):
     """Run a console script; ``without``: a module made unimportable, as if its extra were not installed."""
     env = dict(os.environ)
     if without is not None:
@@ -28,7 +28,7 @@ def run(args: list[str], *, without: str | None = None, tmp=None, timeout: float
         (blocker / without).mkdir(parents=True, exist_ok=True)
         (blocker / without / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{without}'\", name='{without}')\n")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(blocker), env.get("PYTHONPATH")) if p)
-    res = subprocess.run([console_script(args[0]), *args[1:]], capture_output=True, timeout=timeout, env=env, input=stdin)
+    res = subprocess.run([console_script(args[0]), *args[1:]], capture_output=True, timeout=timeout, env=env, input=stdin, cwd=cwd)
     return res.returncode, res.stdout.decode(), res.stderr.decode()
 
 
@@ -164,6 +164,12 @@ def test_score_with_no_workers_and_no_bind_fails_at_once_in_one_line(tmp_path):
                      timeout=60)
     assert rc == 2 and "--workers 0" in one_line(err) and "--bind" in err
     assert not (tmp_path / "o.jsonl").exists()
+    # a reward module the command's own process cannot import (its warnings) does not come first
+    (tmp_path / "proj" / "mine").mkdir(parents=True)
+    (tmp_path / "proj" / "mine" / "__init__.py").write_text("from qworker import reward\n\n@reward('mine')\ndef mine(p):\n    return 1.0\n")
+    rc, _, err = run(["qworker", "score", str(src), "--reward", "mine", "--reward-modules", "mine", "--out", str(tmp_path / "o.jsonl"),
+                      "--workers", "0"], timeout=60, cwd=tmp_path / "proj")
+    assert rc == 2 and "--workers 0" in one_line(err)
 
 
 def test_score_bind_with_no_pool_says_what_it_waits_for_and_gives_up_after_its_pool_timeout(tmp_path):
