@@ -37,6 +37,16 @@ CODE_MARK = "\0ran "
 _versions: dict[Callable, Optional[str]] = {}  # fn -> its version, once per process (rewards live as long as it)
 
 
+def _const_repr(const: object) -> str:
+    """``repr`` of a code constant that is the same in every process: a frozenset (``x in {"a", "b"}``) prints
+    in hash order, which ``PYTHONHASHSEED`` changes, so its members are sorted."""
+    if isinstance(const, frozenset):
+        return "frozenset(" + repr(sorted(map(_const_repr, const))) + ")"
+    if isinstance(const, tuple):
+        return "(" + ", ".join(map(_const_repr, const)) + ",)"
+    return repr(const)
+
+
 def _code_bytes(code: types.CodeType, h: blake2b) -> None:
     h.update(code.co_code)
     h.update(repr(code.co_names).encode())
@@ -44,7 +54,7 @@ def _code_bytes(code: types.CodeType, h: blake2b) -> None:
         if isinstance(const, types.CodeType):
             _code_bytes(const, h)
         else:
-            h.update(repr(const).encode())
+            h.update(_const_repr(const).encode())
 
 
 def _code_of(target: object) -> Optional[types.CodeType]:
@@ -67,7 +77,8 @@ def code_fingerprint(fn: Callable) -> Optional[str]:
         _code_bytes(code, h)
     if isinstance(target, functools.partial):  # its bound arguments are part of what it computes
         h.update(repr((target.args, sorted(target.keywords.items()))).encode())
-    module = getattr(target, "__module__", None) or getattr(type(target), "__module__", None) or ""
+    inner = target.func if isinstance(target, functools.partial) else target  # a partial's __module__ is functools
+    module = getattr(inner, "__module__", None) or getattr(type(inner), "__module__", None) or ""
     path = getattr(sys.modules.get(module), "__file__", None)
     source = False
     if path:

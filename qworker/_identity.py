@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from hashlib import blake2b
 from typing import Mapping, Optional
 
-from ._hashing import key_prefix
+from ._hashing import key_prefix, task_key
 
 __all__ = ["RunVersions", "TaskIdentity", "UNCONFIRMED", "NO_FINGERPRINT"]
 
@@ -65,7 +64,7 @@ class TaskIdentity:
         """The key to cache a result under, computed by code of version ``ran``; ``b""`` (not cached) for None."""
         if ran is None:
             return b""
-        return blake2b(key_prefix(self.reward, self.params_fp, ran) + payload, digest_size=16).digest()
+        return task_key(self.reward, self.params_fp, payload, ran)
 
 
 class RunVersions:

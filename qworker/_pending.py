@@ -88,7 +88,7 @@ class PendingTable:
     @contextmanager
     def registering(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
                     gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None],
-                    lane: Hashable = 0) -> Iterator[Registration]:
+                    lane: Hashable = 0, cache_read: bool = True) -> Iterator[Registration]:
         """Register ``(key, payload bytes)`` entries; the block owns the new tasks until ``reg.hand_on``.
 
         An entry whose key is already pending shares that task's future.  The
@@ -97,7 +97,8 @@ class PendingTable:
         ``hand_on`` all the same, or are cancelled if that raises too.  Raises
         ``ProducerClosed`` once the table is closed.
         """
-        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now, hand_on=hand_on, lane=lane)
+        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now, hand_on=hand_on, lane=lane,
+                        cache_read=cache_read)
         try:
             yield reg
         except BaseException as exc:
@@ -111,11 +112,13 @@ class PendingTable:
             raise
 
     def _add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-             gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None], lane: Hashable = 0) -> Registration:
+             gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None], lane: Hashable = 0,
+             cache_read: bool = True) -> Registration:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
         hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]] = []
         cache_get = self.cache.get
+        read = self.cache_read and cache_read  # False too for keys nothing is cached under (a version not yet reported)
         pending = self._pending
         for start in range(0, max(len(entries), 1), _REGISTER_CHUNK):
             # The lock is released between chunks so that ``close`` never waits on a large batch.  ``close``
@@ -130,7 +133,7 @@ class PendingTable:
                     if p is None:
                         # The caller missed the cache just before; ``resolve`` caches under this lock, so a task
                         # that resolved in between is found here, not paid for again.
-                        hit = cache_get(key) if self.cache_read else None
+                        hit = cache_get(key) if read else None
                         if hit is not None:
                             fut = ResultFuture()
                             hits.append((fut, key, hit))

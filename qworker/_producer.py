@@ -232,7 +232,7 @@ class Producer:
             misses.append((key, payload_bytes))
         table = self._table
         with table.registering(misses, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=time.monotonic(),
-                               hand_on=self._dispatcher.submit, lane=lane) as reg:
+                               hand_on=self._dispatcher.submit, lane=lane, cache_read=identity.confirmed) as reg:
             for i, fut in zip(at, reg.futures, strict=True):
                 futures[i] = fut
             for p in reg.new:

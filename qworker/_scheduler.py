@@ -206,9 +206,9 @@ class Scheduler:
                     p.holder.leases.pop(key, None)
             p.holder = None
             identity = p.identity
-            if identity is not None and ran != identity.version:  # other code than the key says: cached under its own
-                p.cache_as = identity.key_for(ran, p.payload)
-                if error is None or ran is not None:
+            if identity is not None:  # each delivery's own: a retried task may run other code than its first try
+                p.cache_as = None if ran == identity.version else identity.key_for(ran, p.payload)  # other code: its own key
+                if ran != identity.version and (error is None or ran is not None):
                     self.versions.learn(identity.reward, ran)
             if p.gate is not None:
                 try:

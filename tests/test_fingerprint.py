@@ -73,3 +73,31 @@ def test_a_callable_without_python_code_has_no_fingerprint_and_a_partials_argume
 
     assert code_fingerprint(len) is None  # nothing would tell two versions apart: such a reward is not cached
     assert code_fingerprint(functools.partial(scaled, k=1.0)) != code_fingerprint(functools.partial(scaled, k=2.0))
+
+
+def test_a_fingerprint_is_the_same_in_every_process_whatever_its_hash_seed(tmp_path):
+    # workers take fingerprints in processes of their own: a set constant (`x in {...}`) must not print in hash order
+    import subprocess
+    import sys
+
+    (tmp_path / "setconst.py").write_text("def f(x):\n    return x in {'alpha', 'beta', 'gamma', 'delta', 'epsilon'}\n")
+    code = "import setconst; from qworker._fingerprint import code_fingerprint; print(code_fingerprint(setconst.f))"
+    prints = {
+        subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
+                       env={**__import__("os").environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(tmp_path)}).stdout
+        for seed in (1, 2, 3, 4)
+    }
+    assert len(prints) == 1, prints
+
+
+def test_a_partials_fingerprint_follows_its_functions_module(tmp_path, monkeypatch):
+    import functools
+    import importlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "partmod.py").write_text("def f(x, k):\n    return x * k\n\nHELPER = 1\n")
+    first = code_fingerprint(functools.partial(importlib.import_module("partmod").f, k=2))
+    (tmp_path / "partmod.py").write_text("def f(x, k):\n    return x * k\n\nHELPER = 2\n")  # only the module changes
+    sys.modules.pop("partmod")
+    assert code_fingerprint(functools.partial(importlib.import_module("partmod").f, k=2)) != first
