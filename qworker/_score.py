@@ -54,7 +54,7 @@ from ._progress import Progress
 from ._rewardinfo import import_here
 from ._status import ProducerStatus
 
-__all__ = ["check_modules", "check_reward", "default_cache_path", "resolve_reward", "score_main"]
+__all__ = ["check_modules", "default_cache_path", "resolve_reward", "score_main"]
 
 
 def default_cache_path() -> str:
@@ -195,13 +195,6 @@ def resolve_reward(*, config: Optional[str], reward: str, modules: Optional[list
             raise RewardError(f"--reward {reward!r}: {target.reward!r} does not import here, so no local worker can run it")
         catalog.book.check_name(target.reward, "--reward")
     return target, loaded
-
-
-def check_reward(*, config: Optional[str], reward: str, modules: Optional[list[str]], bind: Optional[str],
-                 params: Optional[dict]) -> Optional[str]:
-    """``resolve_reward``'s checks; returns the config's cache_path, if any."""
-    _target, loaded = resolve_reward(config=config, reward=reward, modules=modules, bind=bind, params=params)
-    return loaded["producer"].get("cache_path")
 
 
 def _cache_path(args: argparse.Namespace, from_config: Optional[str]) -> str:

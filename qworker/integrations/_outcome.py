@@ -111,14 +111,10 @@ def check_reward(reward: str, params: Optional[Mapping[str, Any]], client: Optio
             return
         if os.environ.get(ENV_CONNECT):
             return
-        from .. import _config
-        from .._catalog import Catalog
-        from .._options import ProducerOptions
+        from .._score import resolve_reward  # the same checks `qworker score` makes before it starts a worker
 
-        loaded = _config.load(os.environ.get(ENV_CONFIG) or None)
-        opts = ProducerOptions.from_mapping(loaded["producer"], where=loaded["where"] + ": producer")
-        Catalog(loaded["rewards"], loaded["where"], modules=list(opts.reward_modules), remote=opts.bind is not None).resolve(
-            reward, params)
+        resolve_reward(config=os.environ.get(ENV_CONFIG) or None, reward=reward, modules=None, bind=None,
+                       params=dict(params) if params is not None else None)
     except QworkerError as exc:
         raise type(exc)(f"{where}: {exc}") from None
 

@@ -226,6 +226,8 @@ def trl_columns(columns: Mapping[str, Any], *, ground_truth_column: Optional[str
     if gt_col is not None:
         how = "named by ground_truth_column=" if ground_truth_column else "found by name"
         read = [f"ground_truth from column {gt_col!r} ({how})"]
+    elif ground_truth_column:
+        read = [f"no ground_truth: column {ground_truth_column!r} (named by ground_truth_column=) is not in the dataset"]
     else:
         read = [f"no ground_truth: none of the columns {', '.join(map(repr, GROUND_TRUTH_COLUMNS))} is in the dataset "
                 "(name yours with ground_truth_column=)"]

@@ -61,16 +61,18 @@ class BadRequest(ValueError):
 def check_http_reward(target: Union[Plain, Composite]) -> None:
     """``ConfigError`` when the reward (or a component of the composite) needs a length that HTTP requests do
     not carry: OpenRLHF's ``/get_reward`` and slime's ``/score`` send text only, with no ``response_length``
-    or ``max_response_length``, so ``length_penalty`` needs its ``max_len`` in its params (in characters,
-    the unit it will get) and must not ask for ``unit: tokens``."""
+    or ``max_response_length``, so ``length_penalty`` needs ``unit: chars`` and its ``max_len`` in its params
+    (``unit: auto`` would read a ``max_len`` meant in tokens as characters)."""
     parts = [(f"component {c.name!r} of {target.name!r}", c.task) for c in target.components] \
         if isinstance(target, Composite) else [(f"reward {target.reward!r}", target)]
     for what, plain in parts:
         if plain.reward != "length_penalty":
             continue
-        if plain.params.get("unit") == "tokens" or plain.params.get("max_len") is None:
+        unit = plain.params.get("unit", "auto")
+        if unit != "chars" or plain.params.get("max_len") is None:
+            # unit auto would measure characters against a max_len meant in tokens: a silently wrong penalty
             raise ConfigError(
-                f"{what} is length_penalty with {'unit tokens' if plain.params.get('unit') == 'tokens' else 'no max_len'}, "
+                f"{what} is length_penalty with {'no max_len' if plain.params.get('max_len') is None else f'unit {unit}'}, "
                 "but HTTP requests (OpenRLHF, slime) carry no token counts or max_response_length: give it params "
                 "{unit: chars, max_len: N, buffer_len: M} in characters (configs/rewards.yaml's math_shaped_chars does)")
 
