@@ -86,7 +86,10 @@ class Run:
             return None
         if self.returncode is not None and self.returncode < 0:
             names: dict[int, str] = {signal.SIGXCPU: "CPU time limit", signal.SIGXFSZ: "output size limit", signal.SIGKILL: "killed"}
-            name = names.get(-self.returncode) or signal.Signals(-self.returncode).name
+            try:
+                name = names.get(-self.returncode) or signal.Signals(-self.returncode).name
+            except ValueError:  # a real-time signal has no name: the program may send one to itself
+                name = f"signal {-self.returncode}"
             return f"stopped: {name}"
         last = self.stderr.strip().splitlines()[-1:] or [f"exit code {self.returncode}"]
         return last[0][:300]

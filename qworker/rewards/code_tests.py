@@ -155,7 +155,9 @@ def _run_asserts(workdir: str, asserts: list, limits: Limits, deadline: float) -
     for n, sp in enumerate(splits):
         if isinstance(sp, Refused):
             why = f"assert {n}: {sp.reason}"
-        elif not loaded:
+        elif not loaded or run.failure is not None:
+            # a run that did not end cleanly passes nothing: values on its result pipe could be the program's own
+            # writes, followed by a crash, a timeout or a broken limit
             why = program_error or run.failure or "the program did not finish"
         else:
             got = [values.get(first_probe[n] + k) for k in range(len(sp.probes))]

@@ -63,6 +63,14 @@ ATTEMPTS: list[Attempt] = [
     Attempt("forge-result-pipe", "score", "write 'loaded' and a True value for every probe to every open fd, then exit",
             "import os\nmsg = b'[\"loaded\"]\\n' + b''.join(b'[\"value\", %d, [\"b\", true]]\\n' % i for i in range(3))\n"
             "for fd in range(3, 64):\n    try: os.write(fd, msg)\n    except OSError: pass\nos._exit(0)\n"),
+    Attempt("forge-right-values-then-hang", "score", "write the right values on the result pipe, then never finish",
+            "import os\nmsg = b'[\"loaded\"]\\n' + b''.join(b'[\"value\", %d, [\"i\", \"%s\"]]\\n' % (i, v) "
+            "for i, v in enumerate([b'0x5', b'0x2', b'0x0']))\nfor fd in range(3, 64):\n    try: os.write(fd, msg)\n"
+            "    except OSError: pass\nwhile True: pass\n", timeout_s=1),
+    Attempt("forge-right-values-then-crash", "score", "write the right values on the result pipe, then exit 3",
+            "import os\nmsg = b'[\"loaded\"]\\n' + b''.join(b'[\"value\", %d, [\"i\", \"%s\"]]\\n' % (i, v) "
+            "for i, v in enumerate([b'0x5', b'0x2', b'0x0']))\nfor fd in range(3, 64):\n    try: os.write(fd, msg)\n"
+            "    except OSError: pass\nos._exit(3)\n"),
     Attempt("patch-encoder", "score", "patch the child's value encoder (found through frames) to claim every value is True",
             "import sys\ndef add(a, b):\n    return None\nf = sys._getframe()\nwhile f is not None:\n"
             "    if 'encode' in f.f_globals:\n        f.f_globals['encode'] = lambda v, d=0: ['b', True]\n    f = f.f_back\n"),
