@@ -73,3 +73,17 @@ def test_choose_order(monkeypatch: pytest.MonkeyPatch) -> None:
         "tag_count", {"ordered": False})
     with pytest.raises(TypeError):
         choose("format", [1])
+
+
+def test_an_adapter_refuses_a_module_function_reward_that_does_not_import_before_anything_starts(monkeypatch):
+    from qworker import QworkerError
+    from qworker.integrations import _client
+    from qworker.integrations._outcome import check_reward
+
+    monkeypatch.delenv("QWORKER_CONNECT", raising=False)
+    monkeypatch.delenv("QWORKER_CONFIG", raising=False)
+    monkeypatch.setattr(_client, "_client", None)
+    for name in ("nosuch.module:fn", "qworker.rewards.math_answer:nope"):
+        with pytest.raises(QworkerError, match="does not import here"):
+            check_reward(name, None, where="QworkerReward")
+    check_reward("math", None, where="QworkerReward")

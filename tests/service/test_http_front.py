@@ -78,3 +78,17 @@ def test_fallback_mode_scores_failed_samples_and_flags_them(front):
     assert status == 400  # a malformed slime item is still the request's error
     status, reply = post(front.url + "/score", {"prompt": "", "response": "#### 2", "label": "2"})
     assert status == 200 and reply["score"] == 1.0 and reply["qworker_failed"] == 0.0
+
+
+def test_a_length_penalty_must_count_characters_to_be_served_over_http():
+    # HTTP requests carry text only: unit auto would read a max_len meant in tokens as characters
+    from qworker import ConfigError
+    from qworker._catalog import Plain
+    from qworker.service.http import check_http_reward
+
+    for params, why in (({"max_len": 512}, "unit auto"), ({"unit": "tokens", "max_len": 512}, "unit tokens"),
+                        ({"unit": "chars"}, "no max_len")):
+        with pytest.raises(ConfigError, match=f"length_penalty with {why}"):
+            check_http_reward(Plain("length_penalty", params))
+    check_http_reward(Plain("length_penalty", {"unit": "chars", "max_len": 2048, "buffer_len": 512}))
+    check_http_reward(Plain("math", {}))
