@@ -51,6 +51,7 @@ _PROBE = "_qworker_probe_"
 _BINOP = "_qworker_binop"
 _MAX_BITS = 1 << 20  # a power or shift the worker computes stays under a million bits
 _MAX_ITEMS = 10_000_000  # a repeated sequence the worker builds stays under ten million items
+_MAX_HASHED = 10_000  # a set or dict decoded from the child: colliding hashes make building one quadratic
 
 
 def _binop(op: str, a: Any, b: Any) -> Any:
@@ -74,6 +75,13 @@ def _pow(base: Any, exp: Any, mod: Any = None) -> Any:
     return _binop("pow", base, exp) if mod is None else builtins.pow(base, exp, mod)
 
 
+def _bytes(*args: Any) -> bytes:
+    """``bytes``, refusing ``bytes(n)`` for a count the worker will not allocate (``bytes(f())``, ``f() == 10**10``)."""
+    if args and type(args[0]) is int and args[0] > _MAX_ITEMS:
+        raise OverflowError("a bytes object too large to build")
+    return builtins.bytes(*args)
+
+
 def _range(*args: Any) -> range:
     """``range``, refusing one longer than the worker will walk (``sum(range(f()))`` with ``f() == 10**18``)."""
     r = builtins.range(*args)
@@ -82,8 +90,8 @@ def _range(*args: Any) -> range:
     return r
 
 
-_SAFE_NAMES.update(pow=_pow, range=_range)
-_SAFE_BUILTINS.update(pow=_pow, range=_range)
+_SAFE_NAMES.update(pow=_pow, range=_range, bytes=_bytes)
+_SAFE_BUILTINS.update(pow=_pow, range=_range, bytes=_bytes)
 
 
 # What the worker evaluates: operators, literals, the safe names and the probes' values.
@@ -244,6 +252,8 @@ def decode(obj: Any, depth: int = 0) -> Any:
             return args[0]
         if tag == "y" and len(args) == 1 and type(args[0]) is str:
             return bytes.fromhex(args[0])
+        if tag in ("set", "fs", "d") and len(args) == 1 and type(args[0]) is list and len(args[0]) > _MAX_HASHED:
+            raise PlainValueError(f"a set or dict of more than {_MAX_HASHED:,} items")
         if tag in ("l", "t", "set", "fs") and len(args) == 1 and type(args[0]) is list:
             items = [decode(item, depth + 1) for item in args[0]]
             return {"l": list, "t": tuple, "set": set, "fs": frozenset}[tag](items)

@@ -4,7 +4,9 @@ Each worker process starts one fork server (``_sandbox_child``, a Python
 interpreter with an empty environment that never sees a task's data) on first
 use.  Every run is a fresh fork of it that applies the boundary and the limits
 before it reads the program, so a run costs a fork (about a millisecond) rather
-than an interpreter start, and nothing of one run reaches the next.
+than an interpreter start, and no process state of one run reaches the next.
+The runs of one task share its directory (the program file, and what a run
+writes there); tasks never share one.
 
 The boundary (see ``_sandbox_child``): no capabilities; Landlock: the
 interpreter's paths and shared libraries read-only, the run's own temporary

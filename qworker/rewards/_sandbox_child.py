@@ -4,8 +4,8 @@ Run as a script (``python -I -S -B _sandbox_child.py FD [SITE_PACKAGES...]``)
 with an empty environment and the control socket on fd ``FD``; it imports nothing from qworker, so nothing of
 the worker is in its memory.  It never reads a task's data itself: per run it
 forks a child, and only the child reads the program and its probes, after it
-has applied the boundary.  Each run is a fresh fork, so nothing a run does
-reaches the next one.
+has applied the boundary.  Each run is a fresh fork, so no process state of a
+run reaches the next one (the runs of one task share its directory).
 
 Per run the child: leads a new session; gets the run's stdin, stdout and stderr
 files as fds 0-2, the request pipe as fd 3, the result pipe as fd 4, and no other

@@ -373,3 +373,15 @@ def test_a_pool_on_a_kernel_without_the_boundary_says_so_once_at_start(monkeypat
     assert len(lines) == 1 and problem in lines[0]
     monkeypatch.setenv(_sandbox.ENV, "unconfined")
     assert _sandbox.kernel_problem() is None
+
+
+def test_the_worker_refuses_a_huge_set_or_bytes_a_program_hands_it():
+    # a set of colliding ints is quadratic to build; bytes(f()) allocates what the program says: both in the worker
+    from qworker.rewards._asserts import _SAFE_NAMES, PlainValueError, decode
+
+    with pytest.raises(PlainValueError, match="more than 10,000 items"):
+        decode(["set", [["i", hex(k * (2**61 - 1))] for k in range(20_000)]])
+    assert decode(["fs", [["i", hex(k)] for k in range(100)]]) == frozenset(range(100))
+    with pytest.raises(OverflowError, match="bytes object too large"):
+        _SAFE_NAMES["bytes"](10**10)
+    assert _SAFE_NAMES["bytes"](2) == b"\0\0"
