@@ -127,6 +127,8 @@ def call_reward(spec: Any, payload_bytes: bytes, params: dict, route: int = wire
 _main_loop: Optional[asyncio.AbstractEventLoop] = None  # the main thread's, for kind="cpu" rewards
 _io_loop: Optional[asyncio.AbstractEventLoop] = None  # one loop on a thread of its own, shared by the io threads
 _io_loop_lock = threading.Lock()
+_IO_RELEASE_S = 10.0  # how long past its deadline an io coroutine may hold its thread before it is cancelled
+_io_deadline = threading.local()  # the monotonic deadline of the io task this thread runs (``_start_io``)
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -142,7 +144,7 @@ def run_awaitable(awaitable: Any) -> Any:
     thread of its own), so clients a reward keeps between tasks stay on one loop; the io thread
     waits for it, so at most ``io_threads`` of them run at once, as for plain io rewards.  The
     task's time limit is kept from outside as for any reward (the pool kills a CPU task's worker;
-    an io task past its deadline fails as ``timeout`` and its coroutine is left to finish).
+    an io task past its deadline fails as ``timeout`` and its coroutine is cancelled, freeing its io thread).
     """
     global _main_loop, _io_loop
     if threading.current_thread() is threading.main_thread():
@@ -154,7 +156,14 @@ def run_awaitable(awaitable: Any) -> Any:
             _io_loop = asyncio.new_event_loop()
             threading.Thread(target=_io_loop.run_forever, name="qworker-io-loop", daemon=True).start()
         loop = _io_loop
-    return asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop).result()
+    fut = asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop)
+    deadline = getattr(_io_deadline, "at", None)
+    try:
+        # the worker's own check fails the task as timeout at the deadline; this wait only frees the thread after it
+        return fut.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()) + _IO_RELEASE_S)
+    except concurrent.futures.TimeoutError:
+        fut.cancel()  # the task already failed as timeout: free this io thread rather than wait on for ever
+        raise TimeoutError("io reward's coroutine passed its deadline and was cancelled") from None
 
 
 class Worker:
@@ -305,7 +314,11 @@ class Worker:
             except BlockingIOError:
                 pass  # the pipe is full: the main loop is awake anyway
 
-        self._io_executor.submit(call_reward, spec, payload_bytes, params, route).add_done_callback(done)
+        def call() -> Outcome:
+            _io_deadline.at = t0 + limit
+            return call_reward(spec, payload_bytes, params, route)
+
+        self._io_executor.submit(call).add_done_callback(done)
 
     def _collect_io(self) -> None:
         try:

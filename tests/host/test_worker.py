@@ -157,3 +157,29 @@ def test_async_def_rewards_are_awaited_on_one_loop_per_kind_and_io_ones_keep_the
         proc.kill()
         proc.wait()
         router.close(linger=0)
+
+
+def test_an_async_io_reward_past_its_deadline_gives_back_its_thread(tmp_path):
+    # one io thread: a coroutine that never ends is cancelled after its deadline, so the next io task still runs
+    module = tmp_path / "async_rewards.py"
+    module.write_text(ASYNC_REWARDS)
+    ctx = zmq.Context.instance()
+    router = make_socket(ctx, zmq.ROUTER, bind=f"ipc://{tmp_path}/w.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "qworker.host.worker", "--connect", f"ipc://{tmp_path}/w.sock", "--id", "t/w0.1",
+                             "--heartbeat", "0.2", "--io-threads", "1", "--reward-modules", str(module)])
+    try:
+        peer, _ = recv(router)
+        stuck = (bytes([1]) * 16, "async_io", {}, encode_payload({"n": 1, "sleep": 3600}), 0.3, 1, -1)
+        after = (bytes([2]) * 16, "async_io", {}, encode_payload({"n": 2}), 60.0, 1, -1)
+        router.send_multipart([peer, *wire.encode(wire.Tasks([stuck, after]))])
+        got = {}
+        while len(got) < 2:
+            _, msg = recv(router, timeout=60)
+            if isinstance(msg, wire.Results):
+                got.update({r[0][0]: r for r in msg.results})
+        assert got[1][3].startswith("timeout: ")
+        assert got[2][1] == 2.0 and got[2][3] is None, got[2]
+    finally:
+        proc.kill()
+        proc.wait()
+        router.close(linger=0)
