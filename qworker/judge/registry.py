@@ -1,5 +1,8 @@
 """The producer's judge gates: one ``Gate`` per judge, shared by every task that calls it.
 
+``JudgeGates`` is ``llm_judge``'s admission-policy source (``qworker._admission``):
+the producer makes one and asks it, per submission, for the gate its tasks wait in.
+
 A judge is identified by its model, endpoints and ceiling (``gate.identity``),
 so two reward names that reach the same endpoints share one limit.  Used from the
 caller's thread at submission; the gates themselves are driven by the dispatcher.
@@ -16,9 +19,10 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
+from .._admission import Submission
 from .._exceptions import ConfigError
 from .checks import check
-from .gate import Gate, identity
+from .gate import Gate, hash_params, identity
 from .peers import Board, default_board
 
 __all__ = ["GATE_SETTINGS", "JudgeGates"]
@@ -45,6 +49,11 @@ class JudgeGates:
             gates = list(self._gates.values())
         for gate in gates:
             gate.close()
+
+    def submission(self, params: dict) -> Submission:
+        """How tasks with these params are admitted: the judge's gate; hashed without the params that choose where and
+        how a call is made; a hard limit past the request's own deadline (``timeout_s``)."""
+        return Submission(self.for_params(params), hash_params(params), float(params.get("timeout_s", 60.0)) + 5.0)
 
     def for_params(self, params: dict) -> Gate:
         """The gate of the judge these params call; a bad judge config, or one at odds with the gate's settings, is a ``ConfigError``."""

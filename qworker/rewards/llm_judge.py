@@ -54,32 +54,13 @@ from .._exceptions import CallFailed
 from .._registry import EndpointCall, reward
 from ..judge import http as _http
 from ..judge import ratelimit as _ratelimit
+from ..judge.prompt import DEFAULT_TEMPLATE, render
 
 __all__ = ["llm_judge", "render", "parse_score", "redact", "DEFAULT_TEMPLATE"]
 
-DEFAULT_TEMPLATE = (
-    "You are grading a model's answer.\n\nQuestion:\n{prompt}\n\nReference answer:\n{ground_truth}\n\n"
-    "Model's answer:\n{response}\n\n{rubric}\nReply with a short justification, then a last line 'Score: N' "
-    "with N from 0 to 10."
-)
 DEFAULT_PATTERN = r"Score:\s*([-+]?\d+(?:\.\d+)?)"
-_PLACEHOLDER = re.compile(r"\{(prompt|response|ground_truth|rubric)\}")
 MAX_SHOWN = 300
 MAX_SNIPPET = 120  # characters of a reply that is not JSON shown in its error
-
-
-def render(template: str, payload: dict, rubric: str) -> str:
-    """The template with its four placeholders filled from the payload (other braces untouched)."""
-    values = {
-        "prompt": payload.get("prompt", ""), "response": payload.get("response", ""),
-        "ground_truth": payload.get("ground_truth", ""), "rubric": rubric,
-    }
-
-    def fill(m: re.Match) -> str:
-        v = values[m.group(1)]
-        return v if isinstance(v, str) else json.dumps(v)
-
-    return _PLACEHOLDER.sub(fill, template)
 
 
 def parse_score(reply: str, *, pattern: Optional[str], json_field: Optional[str], score_max: float) -> float:
@@ -131,7 +112,7 @@ def _completion_tokens(doc: Any) -> Optional[int]:
     return int(n) if isinstance(n, (int, float)) and 0 <= n <= 1e9 else None  # (json reads 1e400 as inf; NaN fails both)
 
 
-@reward("llm_judge", kind="io")
+@reward("llm_judge", kind="io", admission="qworker.judge.registry:JudgeGates")
 def llm_judge(
     payload: dict,
     *,
@@ -160,7 +141,7 @@ def llm_judge(
         raise ValueError("llm_judge runs only as routed by a producer's judge gate (it was given no endpoint)")
     if not isinstance(payload, dict):
         raise ValueError(f"llm_judge needs a payload object, got {type(payload).__name__}")
-    index = call.endpoint
+    index = int(call.meta["endpoint"])
     ep = endpoints[index]
     url = ep["url"]
     secret = None
