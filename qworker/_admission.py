@@ -14,7 +14,8 @@ below; it names no kind of policy.
 producer makes one source per declared path, lazily, and asks it
 ``submission(params)`` at each submission: the policy the submission's tasks
 get, the params that go into their hash (what chooses *where* a call goes is
-not *what* it scores), and the hard limit their tasks need.  A reward that
+not *what* it scores), the hard limit their tasks need, and the params they
+carry to the worker (the policy's own settings stay in the producer).  A reward that
 declares none gets no policy: straight to the queue.
 
 **The hooks** (all called on the dispatcher thread; ``now`` is monotonic seconds):
@@ -108,11 +109,13 @@ class AdmissionPolicy(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """How one submission's tasks are admitted: their ``policy``, the params their key hashes, their hard limit."""
+    """How one submission's tasks are admitted: their ``policy``, the params their key hashes, their hard limit, and
+    the params they carry to the worker (the policy's own settings need not travel)."""
 
     policy: AdmissionPolicy
     hashed_params: dict
     timeout_s: Optional[float] = None  # None: the reward's own or the producer's default
+    task_params: Optional[dict] = None  # None: the params as submitted
 
 
 class PolicySource(Protocol):

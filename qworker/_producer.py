@@ -168,6 +168,8 @@ class Producer:
         admitted = self._policies.submission(spec.admission if spec is not None else None, params)
         if admitted is not None:  # its tasks wait in the policy the reward declares; it says what their key hashes
             policy, hashed = admitted.policy, admitted.hashed_params
+            if admitted.task_params is not None:
+                params = admitted.task_params
             if timeout_s is None:
                 timeout_s = admitted.timeout_s
         if timeout_s is None:  # the reward's own @reward(timeout=...), as a worker applies it: the producer's limits match

@@ -88,17 +88,16 @@ from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
 from .outcome import AUTH_DOWN_S, MAX_RETRY_AFTER_S, classify
 from .peers import Board, Peers
-from .routing import DEFAULT_BALANCE, Router
+from .routing import Router
+from .settings import GATE, JUDGE, JudgeSettings
 
 log = logging.getLogger("qworker")
 
-__all__ = ["AUTH_FAILED_ERROR", "Gate", "JUDGE_REWARD", "ROUTING_KEYS", "hash_params", "identity"]
+__all__ = ["AUTH_FAILED_ERROR", "Gate", "ROUTING_KEYS", "hash_params", "identity", "task_params"]
 
-JUDGE_REWARD = "llm_judge"
 # params that choose where and how a call is made, not what it scores: not part of the task hash
-ROUTING_KEYS = frozenset({
-    "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "connections_per_host", "dead_after_s", "error_budget",
-    "routing", "prefix_balance", "coordinate"})
+ROUTING_KEYS = frozenset({"endpoints", *JudgeSettings.names()})
+PRODUCER_KEYS = frozenset(JudgeSettings.names(JUDGE, GATE))  # read by the gate only: not sent to the workers
 REFUSAL_BACKOFF_S, REFUSAL_BACKOFF_MAX_S = 0.05, 2.0  # a task's second refusal and on: its retry waits this, doubling
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
@@ -122,7 +121,13 @@ def _own_detail(e: Endpoint) -> str:
 
 
 def hash_params(params: dict) -> dict:
+    """What a judge task's key hashes of its params: what it scores, not where or how the call is made."""
     return {k: v for k, v in params.items() if k not in ROUTING_KEYS}
+
+
+def task_params(params: dict) -> dict:
+    """The params a judge task carries to the worker: the gate's own settings stay in the producer."""
+    return {k: v for k, v in params.items() if k not in PRODUCER_KEYS}
 
 
 def identity(params: dict) -> str:
@@ -134,10 +139,10 @@ class Gate:
         """``board``: where producers sharing these endpoints leave notes (``peers``); None: this gate keeps to itself."""
         _check(params)
         self.model = str(params["model"])
-        own = self.settings(params)
-        self.max_attempts, self.dead_after_s, self.error_budget = own["max_attempts"], own["dead_after_s"], own["error_budget"]
-        self.initial_concurrency = initial = own["initial_concurrency"]
-        ceiling = float(params.get("ceiling", 512))
+        self.settings = own = JudgeSettings.from_params(params)
+        self.max_attempts, self.dead_after_s, self.error_budget = own.max_attempts, own.dead_after_s, own.error_budget
+        self.initial_concurrency = initial = own.initial_concurrency
+        ceiling = own.ceiling
         req = params.get("request") or {}
         self.completion_tokens = int(req.get("max_tokens") or req.get("max_completion_tokens") or 256)
         self.endpoints: list[Endpoint] = []
@@ -150,21 +155,12 @@ class Gate:
             self.endpoints.append(ep)
             if e.get("metrics_url"):
                 LoadPoller(ep, str(e["metrics_url"])).start()
-        self.router = Router(self.endpoints, own["routing"], own["prefix_balance"])
+        self.router = Router(self.endpoints, own.routing, own.prefix_balance)
         self.peers = Peers(board, self.endpoints) if board is not None else None
         self.queue: deque[Pending] = deque()
         self._delayed: list[tuple[float, int, Pending]] = []  # (not before, seq, task): refused with Retry-After
         self._seq = 0
         self.calls: dict[Pending, JudgeCall] = {}  # each task's calls, from its first admission until it leaves
-
-    @staticmethod
-    def settings(params: dict) -> dict:
-        """The gate's own settings these params ask for (defaults filled in); see ``registry``."""
-        return {"max_attempts": int(params.get("max_attempts", 4)), "dead_after_s": float(params.get("dead_after_s", 10.0)),
-                "error_budget": float(params.get("error_budget", 0.15)),
-                "initial_concurrency": float(params.get("initial_concurrency", 32)),
-                "routing": str(params.get("routing", "capacity")), "prefix_balance": float(params.get("prefix_balance", DEFAULT_BALANCE)),
-                "coordinate": bool(params.get("coordinate", True))}
 
     def _call(self, p: Pending) -> JudgeCall:
         call = self.calls.get(p)

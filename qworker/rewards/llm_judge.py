@@ -29,7 +29,10 @@ Params (from the config's ``rewards: llm_judge:`` section, see ``configs/judge.y
 * ``score_pattern`` (a regex whose group 1 is the score; the last match wins) or
   ``score_json_field`` (the reply is JSON; a dotted path); ``score_max``:
   the score is ``parsed / score_max``, and must land in [0, 1];
-* ``timeout_s``: wall clock per request.
+* ``timeout_s``: wall clock per request; ``connections_per_host``: pooled connections.
+
+Their defaults are ``judge.settings.JudgeSettings``'; its other settings (retries,
+limits, routing) are the gate's, read in the producer, and not sent with the task.
 
 A reply with no parsable score fails the task (``bad_result: ...``, the reply
 in the message), it is never a 0.  API keys are read from the environment
@@ -55,11 +58,13 @@ from .._registry import EndpointCall, reward
 from ..judge import http as _http
 from ..judge import ratelimit as _ratelimit
 from ..judge.prompt import DEFAULT_TEMPLATE, render
+from ..judge.settings import JudgeSettings
 
 __all__ = ["llm_judge", "render", "parse_score", "redact", "DEFAULT_TEMPLATE"]
 
 DEFAULT_PATTERN = r"Score:\s*([-+]?\d+(?:\.\d+)?)"
 MAX_SHOWN = 300
+_DEFAULTS = JudgeSettings()
 MAX_SNIPPET = 120  # characters of a reply that is not JSON shown in its error
 
 
@@ -126,16 +131,8 @@ def llm_judge(
     score_pattern: Optional[str] = None,
     score_json_field: Optional[str] = None,
     score_max: float = 10.0,
-    timeout_s: float = 60.0,
-    connections_per_host: int = 128,
-    max_attempts: int = 4,  # the gate's: retries are decided in the producer
-    ceiling: float = 512,  # the gate's
-    initial_concurrency: float = 32,  # the gate's
-    dead_after_s: float = 10.0,  # the gate's
-    error_budget: float = 0.15,  # the gate's
-    routing: str = "capacity",  # the gate's
-    prefix_balance: float = 0.25,  # the gate's
-    coordinate: bool = True,  # the gate's
+    timeout_s: float = _DEFAULTS.timeout_s,
+    connections_per_host: int = _DEFAULTS.connections_per_host,
 ) -> dict:
     if call is None:
         raise ValueError("llm_judge runs only as routed by a producer's judge gate (it was given no endpoint)")
