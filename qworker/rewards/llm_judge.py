@@ -1,11 +1,11 @@
 """``llm_judge``: score a response with an OpenAI-compatible chat-completions judge.
 
-One call to one endpoint per task.  The producer's gate (``judge.gate``) chose the
-endpoint under that endpoint's adaptive limit and hands its index in ``call``
-(an ``EndpointCall``); it decides what happens after a failure.  Every outcome
-goes back to it in ``call.outcome`` (or in the ``CallFailed`` raised), which
-the worker returns in a field of its own, so the limit is one limit for all
-workers on all hosts.  Nothing here retries or sleeps.  The outcome's keys:
+One call to one endpoint per task.  The producer's gate (``judge.gate``, this
+reward's admission policy) chose the endpoint under that endpoint's adaptive
+limit and hands its index in ``call.meta["endpoint"]`` (an ``EndpointCall``);
+it decides what happens after a failure.  Every outcome goes back to it in
+``call.outcome`` (or in the ``CallFailed`` raised), which the worker returns as
+the result's meta, so the limit is one limit for all workers on all hosts.  Nothing here retries or sleeps.  The outcome's keys:
 
 * ``endpoint`` (int), ``status`` (HTTP status, 0 when there was none),
   ``failure`` (``""``, ``"timeout"``, ``"connect"``: no connection could be
