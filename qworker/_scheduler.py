@@ -36,6 +36,7 @@ frame fails as ``bad_payload`` instead of being sent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Callable, Iterable, Optional
@@ -222,7 +223,8 @@ class Scheduler:
                 except Exception:  # a bug in a policy must not strand the task: it resolves as reported
                     log.exception("qworker: the admission policy failed on a result; resolving task %s as the worker reported it",
                                   key.hex()[:16])
-                    self._forget(p)
+                    with contextlib.suppress(Exception):  # (logged above: the same policy's bug)
+                        self._forget(p)
                 else:
                     if decision.retry:
                         p.undeliver()  # the delivery worked; the policy retries the call (it has queued the task)
