@@ -23,10 +23,12 @@ declares none gets no policy: straight to the queue.
 * ``add(tasks)``: new tasks to hold until admitted (in order).
 * ``admit(now, budget) -> (send, fail)``: at most ``budget`` tasks to dispatch
   now, in order, and ``(task, error)`` pairs to fail now (an error text of
-  ``ErrorKind`` form).  A task returned in either is no longer held by the
-  policy's queue; one sent keeps its per-call state until ``on_result``,
-  ``give_back`` or ``forget``.  The scheduler puts ``send`` at the front of its
-  queue.  A resolved task found in the policy's queue is dropped (and forgotten).
+  ``ErrorKind`` form).  A task returned in either is no longer in the policy's
+  queue; the policy keeps what it knows of a sent task until ``on_result``
+  resolves it or ``forget``, and forgets a failed one at once.  The scheduler
+  puts ``send`` at the front of its queue (ahead of tasks with no policy) and
+  resolves ``fail``.  A resolved task found in the policy's queue is dropped
+  and forgotten.
 * ``meta(task) -> dict``: the metadata this delivery of an admitted task carries
   to the worker (the wire's ``Task.meta``), which hands it to the reward
   unchanged (``EndpointCall.meta``).  Called when the task is sent.
@@ -53,7 +55,9 @@ declares none gets no policy: straight to the queue.
 
 A policy never resolves a task itself; it holds no lock (one thread drives it)
 and keeps its per-task state in its own tables, keyed by the task object,
-never on ``Pending``.
+never on ``Pending``.  The default is no policy (``Pending.policy`` None): the
+task goes straight to the scheduler's queue.  The one policy today is the LLM
+judge's gate (``qworker.judge.gate.Gate``, source ``judge.registry.JudgeGates``).
 """
 
 from __future__ import annotations
