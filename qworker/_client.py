@@ -149,7 +149,7 @@ class Client:
 
         keys = self._keys
         with self._table.registering([(next(keys).to_bytes(16, "big"), b"") for _ in payloads], reward=reward, params=params or {},
-                                     timeout_s=timeout_s, gate=None, now=time.monotonic(), hand_on=hand_on) as reg:
+                                     timeout_s=timeout_s, policy=None, now=time.monotonic(), hand_on=hand_on) as reg:
             reg.hand_on(reg.new)
         req = box[0]
         if self._closed:  # close() may have passed over the outbox before this request reached it

@@ -97,14 +97,14 @@ class Dispatcher(threading.Thread):
         s, counts = self.scheduler, self.table.counts
         producer: ProducerStatus = {
             "endpoint": self.endpoint, "pid": os.getpid(), "host": socket.gethostname(), "uptime_s": round(now - self.started, 1),
-            "queued": len(s.queue) + len(self._inbox) + sum(len(g.queue) for g in s.gates), "in_flight": s.in_flight(),
+            "queued": len(s.queue) + len(self._inbox) + s.waiting_for_admission(), "in_flight": s.in_flight(),
             "pending": len(self.table), "submitted": counts["submitted"], "rejected": counts["rejected"],
             "resolved": counts["resolved"], "failed": counts["failed"], "cache_hits": counts["cache_hits"],
             "deduplicated": counts["deduplicated"], "cache_entries": len(self.table.cache),
             "dropped_frames": s.stats["dropped_frames"], "dropped_results": s.stats["dropped_results"],
             "duplicate_results": s.stats["duplicate_results"], "redelivered": s.stats["redelivered"], **self.table.cache.health(),
         }
-        return {"producer": producer, "pools": s.pools(), "judges": s.judges(now)}
+        return {"producer": producer, "pools": s.pools(), "judges": s.policy_status(now)}
 
     def run(self) -> None:
         try:
@@ -121,7 +121,7 @@ class Dispatcher(threading.Thread):
         s = self.scheduler
         next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         while not self._stopping:
-            timer = s.next_timer(time.monotonic()) if s.gates else None
+            timer = s.next_timer(time.monotonic()) if s.policies else None
             poller.poll(int(1000 * (HOUSEKEEPING_S if timer is None else min(timer, HOUSEKEEPING_S))) + 1)
             self._waker.drain()  # drain first, then clear: a wake in between then writes a fresh byte
             self._wake_flag = False

@@ -37,15 +37,16 @@ _O = TypeVar("_O", bound="_Options")
 
 def _opt(
     default: Any, help: str, *, flag: Optional[str] = None, aliases: tuple[str, ...] = (), yaml: bool = True, cli: bool = True,
-    signed: bool = False, positive: bool = False, choices: Optional[tuple[str, ...]] = None,
+    signed: bool = False, positive: bool = False, choices: Optional[tuple[str, ...]] = None, **more: Any,
 ) -> Any:
     """A field with its metadata: ``flag`` (default ``--name-with-dashes``) and older
     ``aliases`` (still accepted, hidden from ``--help``), whether a YAML section may
     set it, whether users see it on the command line, whether it may be negative,
     whether it must be above 0 (a duration for which 0 would mean nothing), and the
-    values a string may take (given in any case, kept upper-case)."""
+    values a string may take (given in any case, kept upper-case).  ``more``: metadata of a
+    family of options of its own (``judge.settings``: where a setting applies, its bounds)."""
     meta = {"help": help, "flag": flag, "aliases": aliases, "yaml": yaml, "cli": cli, "signed": signed, "positive": positive,
-            "choices": choices}
+            "choices": choices, **more}
     return field(default=default, metadata=meta)
 
 

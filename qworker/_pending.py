@@ -38,13 +38,16 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Optional, Sequence
 
 from ._errors import ErrorKind
 from ._exceptions import ProducerClosed
 from ._result import Result, ResultFuture
 from ._resultcache import ResultCache
-from ._task import Pending, Resolution, TaskGate
+from ._task import Pending, Resolution
+
+if TYPE_CHECKING:
+    from ._admission import AdmissionPolicy
 
 log = logging.getLogger("qworker")
 
@@ -87,7 +90,7 @@ class PendingTable:
 
     @contextmanager
     def registering(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-                    gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None],
+                    policy: Optional[AdmissionPolicy], now: float, hand_on: Callable[[list[Pending]], None],
                     lane: Hashable = 0, cache_read: bool = True) -> Iterator[Registration]:
         """Register ``(key, payload bytes)`` entries; the block owns the new tasks until ``reg.hand_on``.
 
@@ -97,7 +100,7 @@ class PendingTable:
         ``hand_on`` all the same, or are cancelled if that raises too.  Raises
         ``ProducerClosed`` once the table is closed.
         """
-        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=now, hand_on=hand_on, lane=lane,
+        reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, policy=policy, now=now, hand_on=hand_on, lane=lane,
                         cache_read=cache_read)
         try:
             yield reg
@@ -112,7 +115,7 @@ class PendingTable:
             raise
 
     def _add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
-             gate: Optional[TaskGate], now: float, hand_on: Callable[[list[Pending]], None], lane: Hashable = 0,
+             policy: Optional[AdmissionPolicy], now: float, hand_on: Callable[[list[Pending]], None], lane: Hashable = 0,
              cache_read: bool = True) -> Registration:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
@@ -139,7 +142,7 @@ class PendingTable:
                             hits.append((fut, key, hit))
                             futures.append(fut)
                             continue
-                        p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, gate=gate, lane=lane)
+                        p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, policy=policy, lane=lane)
                         new.append(p)
                     futures.append(p.future)
         for fut, key, (score, extra) in hits:

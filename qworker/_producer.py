@@ -19,6 +19,7 @@ from hashlib import blake2b
 from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _composite, _config, _discovery, _metrics
+from ._admission import AdmissionPolicy, Sources
 from ._catalog import Catalog, Composite
 from ._dispatcher import Dispatcher
 from ._errors import ErrorKind
@@ -32,8 +33,6 @@ from ._result import Result, ResultFuture, gather
 from ._resultcache import ResultCache
 from ._status import Status
 from .host.process import PoolProcess
-from .judge.gate import JUDGE_REWARD, Gate, hash_params
-from .judge.registry import JudgeGates
 from .transport.sockets import new_ipc_endpoint
 
 log = logging.getLogger("qworker")
@@ -89,7 +88,7 @@ class Producer:
         self.catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(opts.reward_modules), remote=opts.bind is not None)
         self.fallback_score = opts.fallback_score
         self._closed = False
-        self._gates = JudgeGates()
+        self._policies = Sources()  # the admission-policy sources rewards declare (``_admission``)
         self.cache = ResultCache(max_entries=opts.cache_max_entries, ttl_s=opts.cache_ttl_s, path=_config.optional_path(opts.cache_path))
         self._table = PendingTable(cache=self.cache, fallback_score=opts.fallback_score, cache_read=opts.cache_read)
         self._versions = RunVersions()  # each reward's version as its workers report it: what cache keys rest on
@@ -163,15 +162,17 @@ class Producer:
 
     def _submit_plain(self, reward: str, payloads: Iterable[Any], params: dict, timeout_s: Optional[float],
                       lane: Hashable = 0) -> list[ResultFuture]:
-        gate = None
+        spec = self.catalog.book.spec(reward)
+        policy: Optional[AdmissionPolicy] = None
         hashed = params
-        if reward == JUDGE_REWARD:  # endpoint calls wait in a gate for capacity; routing is not part of the hash
-            gate = self._gates.for_params(params)
-            hashed = hash_params(params)
-            if timeout_s is None:  # the hard limit sits past the request's own deadline
-                timeout_s = float(params.get("timeout_s", 60.0)) + 5.0
+        admitted = self._policies.submission(spec.admission if spec is not None else None, params)
+        if admitted is not None:  # its tasks wait in the policy the reward declares; it says what their key hashes
+            policy, hashed = admitted.policy, admitted.hashed_params
+            if admitted.task_params is not None:
+                params = admitted.task_params
+            if timeout_s is None:
+                timeout_s = admitted.timeout_s
         if timeout_s is None:  # the reward's own @reward(timeout=...), as a worker applies it: the producer's limits match
-            spec = self.catalog.book.spec(reward)
             timeout_s = spec.timeout_s if spec is not None else None
         # the version the workers reported, never the producer's own copy's (which may be other code, or none)
         identity = TaskIdentity(reward, params_fingerprint(hashed), self._versions.for_lookup(reward, self.catalog.version(reward)))
@@ -186,10 +187,10 @@ class Producer:
             for payload in payloads:
                 chunk.append(payload)
                 if len(chunk) == _CHUNK:
-                    futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, gate, lane))
+                    futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, policy, lane))
                     chunk = []
             if chunk:
-                futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, gate, lane))
+                futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, policy, lane))
         finally:
             if paused:
                 gc.enable()
@@ -197,7 +198,7 @@ class Producer:
 
     def _submit_chunk(
         self, reward: str, params: dict, identity: TaskIdentity, payloads: list[Any], timeout_s: Optional[float],
-        gate: Optional[Gate] = None, lane: Hashable = 0,
+        policy: Optional[AdmissionPolicy] = None, lane: Hashable = 0,
     ) -> list[ResultFuture]:
         futures: list[Optional[ResultFuture]] = []
         misses: list[tuple[bytes, bytes]] = []  # (key, payload bytes)
@@ -231,7 +232,7 @@ class Producer:
             futures.append(None)
             misses.append((key, payload_bytes))
         table = self._table
-        with table.registering(misses, reward=reward, params=params, timeout_s=timeout_s, gate=gate, now=time.monotonic(),
+        with table.registering(misses, reward=reward, params=params, timeout_s=timeout_s, policy=policy, now=time.monotonic(),
                                hand_on=self._dispatcher.submit, lane=lane, cache_read=identity.confirmed) as reg:
             for i, fut in zip(at, reg.futures, strict=True):
                 futures[i] = fut
@@ -298,7 +299,7 @@ class Producer:
         if self._metrics is not None:
             self._metrics.shutdown()
         self._dispatcher.stop()
-        self._gates.close()
+        self._policies.close()
         self._table.close("the producer closed")
         self.cache.close()
         _discovery.unregister(self._note)

@@ -44,19 +44,21 @@ class RewardSpec:
     kind: str  # "cpu": runs on the worker's main thread; "io": on its thread pool
     timeout_s: Optional[float]  # hard limit; None = the worker's default
     version: Optional[str] = None  # part of the task hash (see _hashing); None = unversioned
+    admission: Optional[str] = None  # "module:attr" of its admission policy's source (``_admission``); None: no policy
 
 
 @dataclass(slots=True)
 class EndpointCall:
-    """Given to a reward whose task the producer's gate routed to an endpoint (``llm_judge``).
+    """Given to a reward whose task an admission policy admitted (``_admission``; ``llm_judge``'s gate).
 
-    ``endpoint`` is the index the gate chose; the reward records how the call went in
-    ``outcome`` (status, latency, Retry-After, ...; see ``rewards.llm_judge``), or raises
-    ``CallFailed`` carrying it.  The worker returns the outcome to the gate in its own
-    field of the result, never in the reward's ``extra``.
+    ``meta`` is what the policy attached to this delivery (the judge's: ``{"endpoint": index}``),
+    passed on unchanged; the reward records how the call went in ``outcome`` (status,
+    latency, Retry-After, ...; see ``rewards.llm_judge``), or raises ``CallFailed``
+    carrying it.  The worker returns the outcome to the policy as the result's ``meta``,
+    never in the reward's ``extra``.
     """
 
-    endpoint: int
+    meta: dict
     outcome: Optional[dict] = None
 
 
@@ -65,7 +67,7 @@ _registry: dict[str, RewardSpec] = {}
 
 def reward(
     name: Union[str, Callable, None] = None, *, kind: str = "cpu", timeout: Optional[float] = None,
-    version: Union[str, int, None] = None,
+    version: Union[str, int, None] = None, admission: Optional[str] = None,
 ) -> Callable:
     """Register a reward function under ``name`` (default: the function's name).
 
@@ -78,10 +80,11 @@ def reward(
     reward's worker is killed and respawned.  ``version`` (a string, or an int
     taken as its decimal string) is part of every task's hash: bump it when you
     change what the reward computes, so cached scores of the old code are not
-    returned.
+    returned.  ``admission`` ("module:attr") names the source of the admission policy its
+    tasks wait in before they are sent (``_admission``; ``llm_judge``'s gate); None: none.
     """
     if callable(name):  # bare @reward
-        return reward(None, kind=kind, timeout=timeout, version=version)(name)
+        return reward(None, kind=kind, timeout=timeout, version=version, admission=admission)(name)
     if kind not in KINDS:
         raise RewardError(f"reward kind must be one of {KINDS}, not {kind!r}")
     if timeout is not None and not timeout > 0:
@@ -102,7 +105,8 @@ def reward(
             raise RewardError(
                 f"reward {reward_name!r} is already registered by {'.'.join(_origin(old.fn))}"
             )
-        _registry[reward_name] = RewardSpec(reward_name, fn, kind, timeout, None if version is None else str(version))
+        _registry[reward_name] = RewardSpec(reward_name, fn, kind, timeout, None if version is None else str(version),
+                                            admission)
         return fn
 
     return register

@@ -24,7 +24,8 @@ Params are checked against the function's signature (after its first, payload,
 argument): unknown names are a ``ConfigError`` listing the names it takes;
 with ``complete=True`` (the params a task will really carry) a missing
 required keyword is one too.  A function that takes ``**kwargs`` accepts
-anything.  ``llm_judge`` is not checked here: its gate checks its own params.
+anything.  A reward with an admission policy (``llm_judge``) is not checked here: its
+policy's source checks its params (``_admission``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ __all__ = ["RewardBook"]
 
 log = logging.getLogger("qworker")
 
-SELF_CHECKED = frozenset({"llm_judge"})  # rewards that check their own params (the judge's gate)
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
@@ -191,10 +191,8 @@ class RewardBook:
         ``complete``: these are all the params its tasks will carry, so a
         missing required param is an error too.  Unknown rewards pass.
         """
-        if name in SELF_CHECKED:
-            return
         spec = self.spec(name)
-        if spec is None:
+        if spec is None or spec.admission is not None:  # its admission policy's source checks its params
             return
         sig = self._signatures.get(spec.fn)
         if sig is None:

@@ -26,6 +26,9 @@ Quarantine is by peer identity and outlasts a BYE or a loss.  Results from a
 quarantined peer, or from a peer that is not a known worker, resolve nothing:
 they are counted (``dropped_results``, and one dropped frame per message).
 
+Tasks with an admission policy (``_admission``) wait in it until it admits
+them; the scheduler calls only that protocol's hooks and names no kind of policy.
+
 A TASKS message holds at most half of ``max_message_bytes`` of tasks (payload,
 reward name and params counted), or one bigger task alone; a task that fits no
 frame fails as ``bad_payload`` instead of being sent.
@@ -33,20 +36,21 @@ frame fails as ``bad_payload`` instead of being sent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Callable, Iterable, Optional
 
 import msgpack
 
+from ._admission import AdmissionPolicy, PolicyStatus
 from ._errors import ErrorKind
 from ._fleet import Fleet, WorkerState
 from ._identity import RunVersions
 from ._lanes import FairQueue, Turns
 from ._pending import PendingTable
-from ._status import JudgeStatus, PoolRow
-from ._task import Pending, Resolution, TaskGate
-from .judge.gate import AUTH_FAILED_ERROR
+from ._status import PoolRow
+from ._task import Pending, Resolution
 from .transport import wire
 
 log = logging.getLogger("qworker")
@@ -95,7 +99,7 @@ class Scheduler:
         self.max_message_bytes = max_message_bytes
         self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
         self.queue = FairQueue()  # waiting for credit; retries go first, then each lane in turn
-        self.gates: list[TaskGate] = []  # tasks waiting for an endpoint's capacity
+        self.policies: list[AdmissionPolicy] = []  # every policy a task was added to, in order of first use
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
         self._import_errors_logged: set[str] = set()
         self._sizer = _TaskSizer()
@@ -103,15 +107,18 @@ class Scheduler:
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
-        """New tasks: to the main queue, or to their gate's."""
+        """New tasks: to the main queue, or to their admission policy."""
         queue = self.queue
+        held: dict[int, tuple[AdmissionPolicy, list[Pending]]] = {}
         for p in tasks:
-            if p.gate is None:
+            if p.policy is None:
                 queue.append(p)
             else:
-                if p.gate not in self.gates:
-                    self.gates.append(p.gate)
-                p.gate.queue.append(p)
+                held.setdefault(id(p.policy), (p.policy, []))[1].append(p)
+        for policy, batch in held.values():
+            if policy not in self.policies:
+                self.policies.append(policy)
+            policy.add(batch)
 
     def drop(self, peer: bytes, why: str) -> None:
         """Count (and log the first few of) frames that were not valid messages."""
@@ -195,7 +202,7 @@ class Scheduler:
         if results:
             w.last_progress = now
         done: list[Resolution] = []
-        for key, score, extra, error, compute_s, outcome, ran in results:
+        for key, score, extra, error, compute_s, meta, ran in results:
             p = w.leases.pop(key, None)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
@@ -210,18 +217,19 @@ class Scheduler:
                 p.cache_as = None if ran == identity.version else identity.key_for(ran, p.payload)  # other code: its own key
                 if ran != identity.version and (error is None or ran is not None):
                     self.versions.learn(identity.reward, ran)
-            if p.gate is not None:
+            if p.policy is not None:
                 try:
-                    retry = p.gate.settle(p, outcome, error, now)
-                except Exception:  # a bug in the gate must not strand the task: it resolves as reported
-                    log.exception("qworker: the judge gate failed on a result; resolving task %s as the worker reported it", key.hex()[:16])
-                    retry = False
-                if retry:
-                    p.undeliver()  # the delivery worked; the endpoint call is what is retried
-                    p.gate.queue.appendleft(p)
-                    continue
-                if error is not None and (p.tries or p.throttled):
-                    error = f"{error} (after {p.tries + p.throttled + 1} calls)"
+                    decision = p.policy.on_result(p, meta, error, now)
+                except Exception:  # a bug in a policy must not strand the task: it resolves as reported
+                    log.exception("qworker: the admission policy failed on a result; resolving task %s as the worker reported it",
+                                  key.hex()[:16])
+                    with contextlib.suppress(Exception):  # (logged above: the same policy's bug)
+                        self._forget(p)
+                else:
+                    if decision.retry:
+                        p.undeliver()  # the delivery worked; the policy retries the call (it has queued the task)
+                        continue
+                    error = decision.error
             if error is None:
                 w.done += 1
             else:
@@ -237,8 +245,7 @@ class Scheduler:
             p = w.leases.pop(lost.task, None)
             if p is not None:
                 p.holder = None
-                if p.gate is not None:
-                    p.gate.forget(p)
+                self._forget(p)
                 w.failed += 1
                 self.table.resolve([(p, None, None, f"{lost.reason} (worker {w.id} was killed and respawned)", w.id, 0.0)])
         self._lose(w, lost.reason, guilty=lost.task)
@@ -261,8 +268,7 @@ class Scheduler:
             if p.key != guilty:
                 p.refund()
             if p.attempts >= self.max_attempts or p.deliveries >= cap:
-                if p.gate is not None:
-                    p.gate.forget(p)
+                self._forget(p)
                 if p.attempts >= self.max_attempts:
                     detail = f"attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})"
                 else:
@@ -276,15 +282,17 @@ class Scheduler:
         self._back_to_queue(retry)
 
     def _back_to_queue(self, tasks: list[Pending], own_lane: bool = False) -> None:
-        """Unsent or unanswered tasks go back to the front of their queue (a gate's, or the main one; with
+        """Unsent or unanswered tasks go back to the front of their queue (their policy's, or the main one; with
         ``own_lane``, tasks given back unstarted, the front of their lane: they wait their lane's turn)."""
         plain = []
+        held: dict[int, tuple[AdmissionPolicy, list[Pending]]] = {}
         for p in tasks:
-            if p.gate is None:
+            if p.policy is None:
                 plain.append(p)
             else:
-                p.gate.forget(p)
-                p.gate.queue.appendleft(p)
+                held.setdefault(id(p.policy), (p.policy, []))[1].append(p)
+        for policy, batch in held.values():
+            policy.give_back(batch)
         if own_lane:
             self.queue.putback(plain)
         else:
@@ -317,29 +325,34 @@ class Scheduler:
                 w.last_revoke_at = now
                 self.send(w.id.encode(), wire.Revoke(spare))
 
+    def _forget(self, p: Pending) -> None:
+        """``p`` leaves without a result for its policy (if it has one)."""
+        if p.policy is not None:
+            p.policy.forget(p)
+
     def _admit(self, now: float) -> None:
-        """Move tasks whose endpoint has room from the gates to the front of the queue."""
-        for gate in self.gates:
-            gate.tick(now)
+        """Move the tasks the policies admit to the front of the queue; fail those they fail."""
+        for policy in self.policies:
+            policy.tick(now)
         budget = sum(w.credit for w in self.fleet.with_credit()) - len(self.queue)
         if budget <= 0:
             return
-        for gate in self.gates:
-            sent, failed = gate.admit(now, budget)
+        for policy in self.policies:
+            sent, failed = policy.admit(now, budget)
             if failed:
-                self.table.resolve([(p, None, None, why or AUTH_FAILED_ERROR, "", 0.0) for p, why in failed])
+                self.table.resolve([(p, None, None, why, "", 0.0) for p, why in failed])
             if sent:
                 budget -= len(sent)
                 self.queue.extendleft(reversed(sent))
 
     def next_timer(self, now: float) -> Optional[float]:
-        """Seconds until a gate may admit a waiting task, if any gate is waiting on time."""
-        wakes = [t for g in self.gates if (t := g.next_wake(now)) is not None]
+        """Seconds until a policy may admit a waiting task, if any policy is waiting on time."""
+        wakes = [t for g in self.policies if (t := g.next_wake(now)) is not None]
         return max(0.0, min(wakes) - now) if wakes else None
 
     def dispatch(self, now: float) -> None:
         """Send queued tasks to workers with credit, the least loaded first."""
-        if self.gates:
+        if self.policies:
             self._admit(now)
         queue = self.queue
         if not queue:
@@ -362,8 +375,7 @@ class Scheduler:
                 p = queue[0]
                 if p.resolved:  # resolved meanwhile (a late result of an earlier delivery)
                     queue.popleft()
-                    if p.gate is not None:
-                        p.gate.forget(p)
+                    self._forget(p)
                     continue
                 size = self._sizer.task_bytes(p)
                 if batch and size > room:
@@ -377,7 +389,7 @@ class Scheduler:
                 p.holder = w
                 w.leases[p.key] = p
                 leased.append(p)
-                batch.append(p.as_task())
+                batch.append(p.as_task(None if p.policy is None else p.policy.meta(p)))
             if not batch:
                 continue
             if was_idle:  # its clock of progress starts now
@@ -395,8 +407,7 @@ class Scheduler:
             self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
 
     def _fail_oversized(self, p: Pending, size: int) -> None:
-        if p.gate is not None:
-            p.gate.forget(p)
+        self._forget(p)
         self.table.resolve([(p, None, None, ErrorKind.BAD_PAYLOAD.error(
             f"the task is {size} bytes encoded (payload, reward name and params), over the {self.max_message_bytes}-byte "
             "message limit (max_message_bytes); keep max_payload_bytes and params well under it"), "", 0.0)])
@@ -409,6 +420,10 @@ class Scheduler:
         """Pools and their workers, for ``qworker status``."""
         return self.fleet.snapshot()
 
-    def judges(self, now: float) -> list[JudgeStatus]:
-        """Judge endpoints, for ``qworker status``."""
-        return [g.snapshot(now) for g in self.gates]
+    def waiting_for_admission(self) -> int:
+        """Tasks held by admission policies, not yet admitted."""
+        return sum(g.waiting() for g in self.policies)
+
+    def policy_status(self, now: float) -> list[PolicyStatus]:
+        """Each admission policy's status row, for ``qworker status``."""
+        return [g.snapshot(now) for g in self.policies]

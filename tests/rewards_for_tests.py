@@ -76,3 +76,10 @@ def io_hang(payload: dict) -> float:
 def big_extra(payload: dict) -> dict:
     """Returns an ``extra`` of ``payload["bytes"]`` bytes (a blob of one repeated byte), score ``payload["i"]``."""
     return {"score": float(payload["i"]), "blob": bytes([payload["i"] % 251]) * payload["bytes"]}
+
+
+@reward("admitted_call", kind="io", admission="tests.admission_policy:SlotsSource")
+def admitted_call(payload: dict, *, call=None, slots: int = 1) -> dict:
+    """Reports the metadata its admission policy sent (``tests.admission_policy``) back to it, and in its extra."""
+    call.outcome = {"saw": call.meta, "busy": bool(payload.get("busy"))}
+    return {"score": 1.0, "meta": call.meta}

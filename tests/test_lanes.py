@@ -44,7 +44,7 @@ def test_given_back_tasks_return_to_the_front_of_their_own_lane():
 
 
 def submit_lane(s, table, lane, keys):
-    with table.registering([(k.to_bytes(16, "big"), b"p") for k in keys], reward="noop", params={}, timeout_s=None, gate=None,
+    with table.registering([(k.to_bytes(16, "big"), b"p") for k in keys], reward="noop", params={}, timeout_s=None, policy=None,
                            now=0.0, hand_on=s.add, lane=lane) as reg:
         reg.hand_on(reg.new)
 

@@ -16,7 +16,7 @@ def table() -> PendingTable:
 
 def add(t: PendingTable, *keys: bytes):
     """Register ``keys`` and hand them on (as the producer does once they reach the dispatcher)."""
-    with t.registering([(k, b"payload") for k in keys], reward="noop", params={}, timeout_s=None, gate=None, now=0.0,
+    with t.registering([(k, b"payload") for k in keys], reward="noop", params={}, timeout_s=None, policy=None, now=0.0,
                        hand_on=lambda tasks: None) as reg:
         reg.hand_on(reg.new)
     return reg.futures, reg.new
@@ -66,7 +66,7 @@ def test_a_registration_that_raises_still_hands_on_what_it_registered():
     t = table()
     handed: list = []
     with pytest.raises(OSError, match="disk I/O error"):
-        with t.registering([(b"n" * 16, b"p")], reward="noop", params={}, timeout_s=None, gate=None, now=0.0,
+        with t.registering([(b"n" * 16, b"p")], reward="noop", params={}, timeout_s=None, policy=None, now=0.0,
                            hand_on=handed.extend) as reg:
             raise OSError("disk I/O error")
     assert [p.key for p in handed] == [b"n" * 16]  # a sharer of that task is not failed by this submission's error
@@ -82,7 +82,7 @@ def test_a_registration_that_cannot_hand_on_cancels_only_what_it_registered():
         raise RuntimeError("the dispatcher is gone")
 
     with pytest.raises(OSError, match="disk I/O error"):
-        with t.registering([(b"n" * 16, b"p"), (b"h" * 16, b"p")], reward="noop", params={}, timeout_s=None, gate=None,
+        with t.registering([(b"n" * 16, b"p"), (b"h" * 16, b"p")], reward="noop", params={}, timeout_s=None, policy=None,
                            now=0.0, hand_on=refuse) as reg:
             raise OSError("disk I/O error")
     fut_new, fut_shared = reg.futures

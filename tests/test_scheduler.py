@@ -46,7 +46,7 @@ def make(max_attempts: int = 3) -> tuple[Scheduler, StubTransport, PendingTable]
 
 def submit(s: Scheduler, table: PendingTable, n: int, start: int = 0):
     with table.registering([(i.to_bytes(16, "big"), b"p") for i in range(start, start + n)], reward="noop", params={},
-                           timeout_s=None, gate=None, now=0.0, hand_on=s.add) as reg:
+                           timeout_s=None, policy=None, now=0.0, hand_on=s.add) as reg:
         reg.hand_on(reg.new)
     return reg.futures
 
@@ -350,7 +350,7 @@ def test_task_batches_are_cut_by_bytes_counting_params_and_an_oversized_task_fai
     params = {"reference": "r" * 20_000}  # one dict shared by the batch, as submit_batch does
     entries = [(i.to_bytes(16, "big"), b"p" * 30_000) for i in range(100)]
     entries[50] = (entries[50][0], b"p" * (2 << 20))  # alone it is over the frame limit
-    with table.registering(entries, reward="noop", params=params, timeout_s=None, gate=None, now=0.0, hand_on=s.add) as reg:
+    with table.registering(entries, reward="noop", params=params, timeout_s=None, policy=None, now=0.0, hand_on=s.add) as reg:
         reg.hand_on(reg.new)
     futs = reg.futures
     ready(s, "a", granted=500)

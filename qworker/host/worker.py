@@ -106,9 +106,10 @@ def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[str]]:
 Outcome = tuple[Optional[float], Optional[dict], Optional[str], Optional[dict]]  # score, extra, error, endpoint outcome
 
 
-def call_reward(spec: Any, payload_bytes: bytes, params: dict, route: int = wire.NO_ROUTE) -> Outcome:
-    """Run a reward; a task the gate routed gets an ``EndpointCall`` (``call=``) and its outcome comes back."""
-    call = EndpointCall(route) if route != wire.NO_ROUTE else None
+def call_reward(spec: Any, payload_bytes: bytes, params: dict, meta: Optional[dict] = None) -> Outcome:
+    """Run a reward; a task its admission policy sent with ``meta`` gets it in an ``EndpointCall`` (``call=``), unchanged,
+    and the outcome the reward records comes back (as the result's meta)."""
+    call = EndpointCall(meta) if meta is not None else None
     try:
         payload = msgpack.unpackb(payload_bytes, raw=False, strict_map_key=False)
         kwargs = params if call is None else {**params, "call": call}
@@ -273,7 +274,7 @@ class Worker:
         self.finished += 1
 
     def _run(self, task: wire.Task) -> None:
-        key, name, params, payload_bytes, timeout_s, _attempt, route = task
+        key, name, params, payload_bytes, timeout_s, _attempt, meta = task
         try:
             spec = resolve(name)
         except RewardError as exc:
@@ -285,13 +286,13 @@ class Worker:
         ran = reward_version(spec.fn, spec.version)  # the results say which code computed them
         limit = timeout_s or spec.timeout_s or self.options.task_timeout_s
         if spec.kind == "io":
-            self._start_io(key, spec, payload_bytes, params, route, limit, ran)
+            self._start_io(key, spec, payload_bytes, params, meta, limit, ran)
             return
         t0 = time.monotonic()
         if self.slot is not None:
             self.slot.begin(key, t0, t0 + limit)
         try:
-            score, extra, error, outcome = call_reward(spec, payload_bytes, params, route)
+            score, extra, error, outcome = call_reward(spec, payload_bytes, params, meta)
         finally:
             if self.slot is not None:
                 self.slot.end()
@@ -299,7 +300,7 @@ class Worker:
         self.service_s = dt if self.service_s == 0.0 else 0.8 * self.service_s + 0.2 * dt
         self._finish((key, score, extra, error, dt, outcome, ran))
 
-    def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, route: int, limit: float,
+    def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, meta: Optional[dict], limit: float,
                   ran: Optional[str]) -> None:
         if self._io_executor is None:
             self._io_executor = concurrent.futures.ThreadPoolExecutor(self.options.io_threads, thread_name_prefix="qworker-io")
@@ -316,7 +317,7 @@ class Worker:
 
         def call() -> Outcome:
             _io_deadline.at = t0 + limit
-            return call_reward(spec, payload_bytes, params, route)
+            return call_reward(spec, payload_bytes, params, meta)
 
         self._io_executor.submit(call).add_done_callback(done)
 

@@ -2,7 +2,7 @@
 
 * ``check(params)``: the ``llm_judge`` params at start: known keys (a typo must
   not fall back to a default), a model, endpoints, and every number in bounds
-  (``PARAM_BOUNDS``, ``ENDPOINT_BOUNDS``: finite, positive where 0 means
+  (``PARAM_BOUNDS``: the reward's and ``JudgeSettings``' own; ``ENDPOINT_BOUNDS``: finite, positive where 0 means
   nothing, durations up to a day, rates up to 1e9 a minute); else a
   ``ConfigError`` naming the key and its value.
 * ``screen(endpoint, outcome)``: the Retry-After and rate limits of one
@@ -22,6 +22,7 @@ from .._exceptions import ConfigError
 from .endpoint import Endpoint
 from .ratelimit import MAX_DELAY_S, MAX_PER_MINUTE
 from .routing import ROUTINGS
+from .settings import JudgeSettings
 
 log = logging.getLogger("qworker")
 
@@ -29,8 +30,7 @@ __all__ = ["ENDPOINT_BOUNDS", "ENDPOINT_KEYS", "JUDGE_KEYS", "PARAM_BOUNDS", "ch
 
 JUDGE_KEYS = frozenset({
     "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
-    "score_max", "timeout_s", "connections_per_host", "max_attempts", "ceiling", "initial_concurrency", "dead_after_s", "error_budget",
-    "routing", "prefix_balance", "coordinate",
+    "score_max", *JudgeSettings.names(),
 })
 ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm", "metrics_url", "priority"})
 
@@ -65,13 +65,7 @@ def check(params: dict) -> None:
 
 
 # (low, high, integer, low excluded): a number outside is a ConfigError at start, naming the key and value
-PARAM_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
-    "timeout_s": (0.0, MAX_DELAY_S, False, True), "dead_after_s": (0.0, MAX_DELAY_S, False, True),
-    "max_attempts": (1, 1000, True, False), "connections_per_host": (1, 65536, True, False),
-    "ceiling": (1.0, 1e6, False, False), "initial_concurrency": (1.0, 1e6, False, False),
-    "error_budget": (0.0, 1.0, False, False), "score_max": (0.0, 1e12, False, True),
-    "prefix_balance": (0.0, 100.0, False, True),
-}
+PARAM_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {**JudgeSettings.bounds(), "score_max": (0.0, 1e12, False, True)}
 ENDPOINT_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
     "weight": (0.0, 1e6, False, True), "max_concurrency": (1, 1e6, True, False),
     "rpm": (0.0, MAX_PER_MINUTE, False, True), "tpm": (0.0, MAX_PER_MINUTE, False, True),

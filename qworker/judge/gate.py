@@ -11,9 +11,13 @@ comes back here.  Because every worker of every pool is fed by this one
 producer, an endpoint has one limit, not one per process; other producers on
 this host that call the same endpoint share it evenly through notes (``peers``).
 
-The dispatcher drives it with five calls, all on its own thread:
-``admit(now, budget) -> (sent, failed)``, ``settle(p, outcome, error, now) ->
-retry?``, ``forget(p)``, ``next_wake(now) -> time or None`` and ``tick(now)``.
+A gate is the judge's admission policy (``qworker._admission``): the
+dispatcher drives it through that protocol's hooks, all on its own thread, and
+knows nothing else of it.  What the gate knows of a task's calls (its route,
+when it went, its retries and refusals, its Retry-After) lives in the gate's own
+table (``calls``, a ``JudgeCall`` per task), never on the task.  ``settle`` is
+the decision on one answer (``on_result`` is ``settle`` plus requeueing), so a
+simulation drives the same rules without a dispatcher (``tests/judge/judgesim``).
 
 After an answer the gate decides (``outcome``):
 
@@ -74,25 +78,26 @@ import statistics
 from collections import deque
 from typing import Optional
 
+from .._admission import RESOLVE, Decision
 from .._status import EndpointRow, JudgeStatus
 from .._task import Pending
+from .call import NO_ROUTE, JudgeCall
 from .checks import check as _check
 from .checks import screen
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
 from .outcome import AUTH_DOWN_S, MAX_RETRY_AFTER_S, classify
 from .peers import Board, Peers
-from .routing import DEFAULT_BALANCE, Router
+from .routing import Router
+from .settings import GATE, JUDGE, JudgeSettings
 
 log = logging.getLogger("qworker")
 
-__all__ = ["AUTH_FAILED_ERROR", "Gate", "JUDGE_REWARD", "ROUTING_KEYS", "hash_params", "identity"]
+__all__ = ["AUTH_FAILED_ERROR", "Gate", "ROUTING_KEYS", "hash_params", "identity", "task_params"]
 
-JUDGE_REWARD = "llm_judge"
 # params that choose where and how a call is made, not what it scores: not part of the task hash
-ROUTING_KEYS = frozenset({
-    "endpoints", "timeout_s", "max_attempts", "ceiling", "initial_concurrency", "connections_per_host", "dead_after_s", "error_budget",
-    "routing", "prefix_balance", "coordinate"})
+ROUTING_KEYS = frozenset({"endpoints", *JudgeSettings.names()})
+PRODUCER_KEYS = frozenset(JudgeSettings.names(JUDGE, GATE))  # read by the gate only: not sent to the workers
 REFUSAL_BACKOFF_S, REFUSAL_BACKOFF_MAX_S = 0.05, 2.0  # a task's second refusal and on: its retry waits this, doubling
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
@@ -116,7 +121,13 @@ def _own_detail(e: Endpoint) -> str:
 
 
 def hash_params(params: dict) -> dict:
+    """What a judge task's key hashes of its params: what it scores, not where or how the call is made."""
     return {k: v for k, v in params.items() if k not in ROUTING_KEYS}
+
+
+def task_params(params: dict) -> dict:
+    """The params a judge task carries to the worker: the gate's own settings stay in the producer."""
+    return {k: v for k, v in params.items() if k not in PRODUCER_KEYS}
 
 
 def identity(params: dict) -> str:
@@ -128,10 +139,10 @@ class Gate:
         """``board``: where producers sharing these endpoints leave notes (``peers``); None: this gate keeps to itself."""
         _check(params)
         self.model = str(params["model"])
-        own = self.settings(params)
-        self.max_attempts, self.dead_after_s, self.error_budget = own["max_attempts"], own["dead_after_s"], own["error_budget"]
-        self.initial_concurrency = initial = own["initial_concurrency"]
-        ceiling = float(params.get("ceiling", 512))
+        self.settings = own = JudgeSettings.from_params(params)
+        self.max_attempts, self.dead_after_s, self.error_budget = own.max_attempts, own.dead_after_s, own.error_budget
+        self.initial_concurrency = initial = own.initial_concurrency
+        ceiling = own.ceiling
         req = params.get("request") or {}
         self.completion_tokens = int(req.get("max_tokens") or req.get("max_completion_tokens") or 256)
         self.endpoints: list[Endpoint] = []
@@ -144,22 +155,32 @@ class Gate:
             self.endpoints.append(ep)
             if e.get("metrics_url"):
                 LoadPoller(ep, str(e["metrics_url"])).start()
-        self.router = Router(self.endpoints, own["routing"], own["prefix_balance"])
+        self.router = Router(self.endpoints, own.routing, own.prefix_balance)
         self.peers = Peers(board, self.endpoints) if board is not None else None
         self.queue: deque[Pending] = deque()
         self._delayed: list[tuple[float, int, Pending]] = []  # (not before, seq, task): refused with Retry-After
         self._seq = 0
-        self._sent: dict[bytes, tuple[int, int]] = {}  # key -> (endpoint's send number, in flight after sending)
-        self._not_before: dict[bytes, float] = {}  # key -> when a refused task may go again (its Retry-After)
+        self.calls: dict[Pending, JudgeCall] = {}  # each task's calls, from its first admission until it leaves
 
-    @staticmethod
-    def settings(params: dict) -> dict:
-        """The gate's own settings these params ask for (defaults filled in); see ``registry``."""
-        return {"max_attempts": int(params.get("max_attempts", 4)), "dead_after_s": float(params.get("dead_after_s", 10.0)),
-                "error_budget": float(params.get("error_budget", 0.15)),
-                "initial_concurrency": float(params.get("initial_concurrency", 32)),
-                "routing": str(params.get("routing", "capacity")), "prefix_balance": float(params.get("prefix_balance", DEFAULT_BALANCE)),
-                "coordinate": bool(params.get("coordinate", True))}
+    def _call(self, p: Pending) -> JudgeCall:
+        call = self.calls.get(p)
+        if call is None:
+            call = self.calls[p] = JudgeCall()
+        return call
+
+    def route(self, p: Pending) -> int:
+        """The endpoint ``p``'s delivery in flight goes to (``NO_ROUTE``: none)."""
+        call = self.calls.get(p)
+        return NO_ROUTE if call is None else call.route
+
+    def _not_before(self, p: Pending) -> Optional[float]:
+        call = self.calls.get(p)
+        return None if call is None else call.not_before
+
+    def _drop(self, p: Pending) -> None:
+        """``p`` leaves the gate: no trace of it is kept."""
+        self.calls.pop(p, None)
+        self.router.done(p)
 
     def _tokens(self, p: Pending) -> float:
         return len(p.payload) / 4 + self.completion_tokens  # a rough estimate of the request's tokens
@@ -169,8 +190,13 @@ class Gate:
         due = []
         while self._delayed and self._delayed[0][0] <= now:
             p = heapq.heappop(self._delayed)[2]
-            self._not_before.pop(p.key, None)
+            call = self.calls.get(p)
+            if call is not None:
+                call.not_before = None
             due.append(p)
+        for p in due:
+            if p.resolved:
+                self._drop(p)
         self.queue.extendleft(reversed([p for p in due if not p.resolved]))
 
     def _all_down_since(self) -> Optional[float]:
@@ -199,6 +225,8 @@ class Gate:
             return sent, []
         if all(e.down_reason == "auth" and now < e.down_until for e in self.endpoints):
             refused = [(p, AUTH_FAILED_ERROR) for p in queue if not p.resolved]
+            for p in queue:
+                self._drop(p)
             queue.clear()
             return [], refused
         failed: list[tuple[Pending, str]] = []
@@ -207,17 +235,16 @@ class Gate:
             p = queue[0]
             if p.resolved:
                 queue.popleft()
-                self._not_before.pop(p.key, None)
-                self.router.done(p)
+                self._drop(p)
                 continue
-            until = self._not_before.get(p.key)
+            until = self._not_before(p)
             if until is not None:
                 queue.popleft()
                 if until > now:  # refused with Retry-After: parked until then, the others go on
                     self._seq += 1
                     heapq.heappush(self._delayed, (until, self._seq, p))
                     continue
-                del self._not_before[p.key]
+                self.calls[p].not_before = None
                 queue.appendleft(p)
             tokens = self._tokens(p)
             if prefix:
@@ -231,7 +258,8 @@ class Gate:
                 else:
                     queue.popleft()
             else:
-                picked = self.router.pick(now, tokens, p)
+                held = self.calls.get(p)
+                picked = self.router.pick(now, tokens, p, NO_ROUTE if held is None else held.failed_on)
                 if picked is None:
                     break
                 best = picked
@@ -239,8 +267,9 @@ class Gate:
             if best.down_reason:
                 best.probing = True
             best.take(now, tokens)
-            self._sent[p.key] = (best.sent, best.total_in_flight())
-            p.route, p.routed_at = best.index, now
+            call = self._call(p)
+            call.seq, call.level = best.sent, best.total_in_flight()
+            call.route, call.routed_at = best.index, now
             sent.append(p)
         if queue and len(sent) < budget and not self._delayed and not any(e.in_flight for e in self.endpoints) \
                 and self.next_wake(now) is None:
@@ -249,7 +278,7 @@ class Gate:
             log.error("qworker: %s", stuck)
             failed.extend((p, stuck) for p in queue if not p.resolved)
             for p in queue:
-                self.router.done(p)
+                self._drop(p)
             queue.clear()
             return sent, failed
         since = self._all_down_since()
@@ -258,11 +287,11 @@ class Gate:
             error = None
             for p in queue:
                 if p.resolved:
+                    self._drop(p)
                     continue
                 if now - max(since, p.submitted) >= self.dead_after_s:
                     error = error or self.dead_error(now)
-                    self._not_before.pop(p.key, None)
-                    self.router.done(p)
+                    self._drop(p)
                     failed.append((p, error))
                 else:
                     keep.append(p)
@@ -281,7 +310,7 @@ class Gate:
 
     def _eligible(self, p: Pending) -> bool:
         """Whether a waiting task may be sent now (prefix routing's look past the head of the queue)."""
-        return not p.resolved and p.key not in self._not_before
+        return not p.resolved and self._not_before(p) is None
 
     def next_wake(self, now: float) -> Optional[float]:
         """When a delayed task, a cooldown, a probe, pacing or the dead-endpoint bound may let a queued task go."""
@@ -303,23 +332,65 @@ class Gate:
         future = [t for t in times if t > now]
         return min(future) if future else None
 
-    # answers ----------------------------------------------------------------
+    # the admission policy's hooks (``qworker._admission``) ------------------------
+    def add(self, tasks: list[Pending]) -> None:
+        """New tasks wait here, in order, until an endpoint has room."""
+        self.queue.extend(tasks)
+
+    def meta(self, p: Pending) -> dict:
+        """What an admitted task's delivery carries to ``llm_judge`` (``EndpointCall.meta``): the endpoint chosen."""
+        return {"endpoint": self.route(p)}
+
+    def waiting(self) -> int:
+        return len(self.queue)
+
+    def on_result(self, p: Pending, meta: Optional[dict], error: Optional[str], now: float) -> Decision:
+        """``settle`` the answer; a retried task goes back to the front of the queue, a resolved one leaves the gate
+        (a failure's error says how many calls it took, when more than one)."""
+        if self.settle(p, meta, error, now):
+            self.queue.appendleft(p)
+            return Decision(True)
+        call = self.calls.pop(p, None)
+        if error is None:
+            return RESOLVE
+        if call is not None and (call.tries or call.throttled):
+            error = f"{error} (after {call.tries + call.throttled + 1} calls)"
+        return Decision(False, error)
+
+    def give_back(self, tasks: list[Pending]) -> None:
+        """Admitted tasks came back unanswered (their worker was lost, or handed them back): their calls are released
+        and they go back to the front of the queue, in order (their counts of retries and refusals are kept)."""
+        for p in tasks:
+            self._release(p)
+        self.queue.extendleft(reversed(tasks))
+
     def forget(self, p: Pending) -> None:
-        """A routed task came back unanswered (its worker was lost, or gave it back)."""
-        self._sent.pop(p.key, None)
+        """``p`` leaves without an answer for the gate (resolved elsewhere, failed with its worker, too large to send)."""
+        self._release(p)
+        self._drop(p)
+
+    def _release(self, p: Pending) -> None:
+        """The call in flight for ``p``, if any, ended without an answer: its endpoint's slot is free again."""
         self.router.done(p)
-        if 0 <= p.route < len(self.endpoints):
-            e = self.endpoints[p.route]
+        call = self.calls.get(p)
+        if call is None:
+            return
+        if 0 <= call.route < len(self.endpoints):
+            e = self.endpoints[call.route]
             e.in_flight = max(0, e.in_flight - 1)
             if e.probing:
                 e.probing = False
-        p.route = -1
+        call.route, call.seq, call.level = NO_ROUTE, 0, 0
 
+    # answers ----------------------------------------------------------------
     def settle(self, p: Pending, outcome: Optional[dict], error: Optional[str], now: float) -> bool:
-        """Record a routed task's answer; True when the task should be retried (the dispatcher puts it back in ``queue``)."""
-        e = self.endpoints[p.route] if 0 <= p.route < len(self.endpoints) else None
-        p.route = -1
-        seq, level = self._sent.pop(p.key, (0, 0))
+        """Record a routed task's answer; True when the task should be retried (the caller puts it back in ``queue``).
+
+        The task's ``JudgeCall`` is kept either way (``on_result`` drops it when the task resolves)."""
+        call = self._call(p)
+        e = self.endpoints[call.route] if 0 <= call.route < len(self.endpoints) else None
+        seq, level = call.seq, call.level
+        call.route, call.seq, call.level = NO_ROUTE, 0, 0
         self.router.done(p)
         if e is None:
             return False
@@ -333,7 +404,7 @@ class Gate:
         in_flight = e.total_in_flight() + 1  # the endpoint's load when this answer came, every producer's
         if error:
             e.last_error = clip(error)
-        e.learn(ratelimit, now, p.routed_at, seq, self._tokens(p))
+        e.learn(ratelimit, now, call.routed_at, seq, self._tokens(p))
         self._read_load(e, now)
         refused = status == 429 or (status in OVERLOAD_STATUSES and (after is not None or e.error_share() > self.error_budget))
         is_error = not refused and (failure in ("reset", "timeout") or status in (408, 409) or status >= 500)
@@ -347,41 +418,41 @@ class Gate:
             e.streak_due = e.streak_promised  # when the streak's earlier refusals said to come back
             if after is not None:
                 e.streak_promised = max(e.streak_promised, now + min(float(after), MAX_RETRY_AFTER_S))
-        elif (status or failure) and (p.routed_at >= e.streak_since or not e.refusal_streak):
+        elif (status or failure) and (call.routed_at >= e.streak_since or not e.refusal_streak):
             # (an answer to a request sent before the streak began does not end it: the server may be refusing all that is new)
             e.refusal_streak, e.streak_retry_s, e.streak_since = 0, math.inf, math.inf
             e.streak_promised = e.streak_due = 0.0
-        verdict = classify(e, self.endpoints, p, status, failure, latency, after, refused, in_flight, level, outcome, ratelimit, now,
+        verdict = classify(e, self.endpoints, call, status, failure, latency, after, refused, in_flight, level, outcome, ratelimit, now,
                            dead_after_s=self.dead_after_s, error_budget=self.error_budget)
         if verdict.park_until is not None:
-            self._not_before[p.key] = verdict.park_until
+            call.not_before = verdict.park_until
         if not verdict.again:
             return False
         if refused:  # the limiter's business: these have a budget of their own
-            p.throttled += 1
-            if p.throttled >= THROTTLED_ATTEMPTS_FACTOR * self.max_attempts:
+            call.throttled += 1
+            if call.throttled >= THROTTLED_ATTEMPTS_FACTOR * self.max_attempts:
                 return False
-            if p.throttled >= 2:
+            if call.throttled >= 2:
                 # Refused again: not the next one sent.  When the capacity drops under what is in flight, every
                 # slot that frees is refused until the server drains; the task at the head would take each of
                 # those refusals and spend its budget in a second.  It waits 0.05 s, doubling to 2 s.
-                after = max(after or 0.0, min(REFUSAL_BACKOFF_MAX_S, REFUSAL_BACKOFF_S * 2 ** (p.throttled - 2)))
+                after = max(after or 0.0, min(REFUSAL_BACKOFF_MAX_S, REFUSAL_BACKOFF_S * 2 ** (call.throttled - 2)))
         else:
-            p.failed_on = e.index
+            call.failed_on = e.index
             if e.down_reason and status != 401 and status != 403:
                 pass  # the endpoint is down (this error took it down, or it was): its fault, not the task's; dead_after_s bounds the wait
-            elif p.tries + 1 >= self.max_attempts:
+            elif call.tries + 1 >= self.max_attempts:
                 return False
             else:
-                p.tries += 1
-                if p.tries >= 2:
+                call.tries += 1
+                if call.tries >= 2:
                     # A task's second error and on: not at once, or it could spend its budget in the
                     # moments before an outage's errors take the endpoint down.  A first error (noise,
                     # mostly) is retried at once: a batch's tail is not made to wait.
-                    after = after or ERROR_BACKOFF_S * 2 ** (p.tries - 2)
+                    after = after or ERROR_BACKOFF_S * 2 ** (call.tries - 2)
         e.counts["retries"] += 1
         if after:  # the dispatcher puts it back at the front of the queue; admit parks it until then
-            self._not_before[p.key] = max(self._not_before.get(p.key, 0.0), now + min(float(after), MAX_RETRY_AFTER_S))
+            call.not_before = max(call.not_before or 0.0, now + min(float(after), MAX_RETRY_AFTER_S))
         return True
 
     def _read_load(self, e: Endpoint, now: float) -> None:

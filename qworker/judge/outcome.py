@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .._task import Pending
+from .call import JudgeCall
 from .endpoint import Endpoint
 
 __all__ = ["AUTH_DOWN_S", "MAX_RETRY_AFTER_S", "Verdict", "classify"]
@@ -35,7 +35,7 @@ class Verdict:
 AGAIN, DONE = Verdict(True), Verdict(False)
 
 
-def classify(e: Endpoint, endpoints: list[Endpoint], p: Pending, status: int, failure: str, latency: float, after: Optional[float],
+def classify(e: Endpoint, endpoints: list[Endpoint], p: JudgeCall, status: int, failure: str, latency: float, after: Optional[float],
              refused: bool, in_flight: int, level: int, outcome: dict, ratelimit: Optional[dict], now: float, *,
              dead_after_s: float, error_budget: float) -> Verdict:
     """Record an answer's meaning on ``e`` (one of ``endpoints``); ``in_flight``: every producer's requests now, this one included."""

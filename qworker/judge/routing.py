@@ -42,6 +42,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import msgpack
 
+from .call import NO_ROUTE
+from .prompt import DEFAULT_TEMPLATE, render
+
 AVOID_FACTOR = 1e-6  # a retried task's room on the endpoint that failed it: another with room goes first
 
 if TYPE_CHECKING:
@@ -66,8 +69,6 @@ def affinity_text(params: dict, payload: Any) -> str:
 
     A template without ``{response}`` shares nothing certain: the payload's ``prompt`` stands for it.
     """
-    from ..rewards.llm_judge import DEFAULT_TEMPLATE, render  # noqa: PLC0415 (the rewards package imports heavy modules)
-
     template = str(params.get("prompt_template") or DEFAULT_TEMPLATE)
     head, found, _ = template.partition("{response}")
     data = payload if isinstance(payload, dict) else {}
@@ -99,8 +100,9 @@ class Router:
                 return rooms
         return None
 
-    def pick(self, now: float, tokens: float, p: Pending) -> Optional[Endpoint]:
-        """The endpoint ``p`` (at the head of the queue) goes to now, or None when no endpoint has room."""
+    def pick(self, now: float, tokens: float, p: Pending, avoid: int = NO_ROUTE) -> Optional[Endpoint]:
+        """The endpoint ``p`` (at the head of the queue) goes to now, or None when no endpoint has room; ``avoid``: the
+        endpoint whose error ``p`` is retried after (it takes ``p`` only when no other endpoint has room)."""
         rooms = self.tier_with_room(now, tokens)
         if rooms is None:
             return None
@@ -116,7 +118,7 @@ class Router:
         best, best_room = None, 0.0
         for e, free in rooms:
             room = free * e.weight
-            if e.index == p.failed_on:
+            if e.index == avoid:
                 room *= AVOID_FACTOR  # a task retried after an error: taken only when no other endpoint has room
             if room > best_room:
                 best, best_room = e, room

@@ -1,11 +1,11 @@
 """``llm_judge``: score a response with an OpenAI-compatible chat-completions judge.
 
-One call to one endpoint per task.  The producer's gate (``judge.gate``) chose the
-endpoint under that endpoint's adaptive limit and hands its index in ``call``
-(an ``EndpointCall``); it decides what happens after a failure.  Every outcome
-goes back to it in ``call.outcome`` (or in the ``CallFailed`` raised), which
-the worker returns in a field of its own, so the limit is one limit for all
-workers on all hosts.  Nothing here retries or sleeps.  The outcome's keys:
+One call to one endpoint per task.  The producer's gate (``judge.gate``, this
+reward's admission policy) chose the endpoint under that endpoint's adaptive
+limit and hands its index in ``call.meta["endpoint"]`` (an ``EndpointCall``);
+it decides what happens after a failure.  Every outcome goes back to it in
+``call.outcome`` (or in the ``CallFailed`` raised), which the worker returns as
+the result's meta, so the limit is one limit for all workers on all hosts.  Nothing here retries or sleeps.  The outcome's keys:
 
 * ``endpoint`` (int), ``status`` (HTTP status, 0 when there was none),
   ``failure`` (``""``, ``"timeout"``, ``"connect"``: no connection could be
@@ -29,7 +29,10 @@ Params (from the config's ``rewards: llm_judge:`` section, see ``configs/judge.y
 * ``score_pattern`` (a regex whose group 1 is the score; the last match wins) or
   ``score_json_field`` (the reply is JSON; a dotted path); ``score_max``:
   the score is ``parsed / score_max``, and must land in [0, 1];
-* ``timeout_s``: wall clock per request.
+* ``timeout_s``: wall clock per request; ``connections_per_host``: pooled connections.
+
+Their defaults are ``judge.settings.JudgeSettings``'; its other settings (retries,
+limits, routing) are the gate's, read in the producer, and not sent with the task.
 
 A reply with no parsable score fails the task (``bad_result: ...``, the reply
 in the message), it is never a 0.  API keys are read from the environment
@@ -54,32 +57,15 @@ from .._exceptions import CallFailed
 from .._registry import EndpointCall, reward
 from ..judge import http as _http
 from ..judge import ratelimit as _ratelimit
+from ..judge.prompt import DEFAULT_TEMPLATE, render
+from ..judge.settings import JudgeSettings
 
 __all__ = ["llm_judge", "render", "parse_score", "redact", "DEFAULT_TEMPLATE"]
 
-DEFAULT_TEMPLATE = (
-    "You are grading a model's answer.\n\nQuestion:\n{prompt}\n\nReference answer:\n{ground_truth}\n\n"
-    "Model's answer:\n{response}\n\n{rubric}\nReply with a short justification, then a last line 'Score: N' "
-    "with N from 0 to 10."
-)
 DEFAULT_PATTERN = r"Score:\s*([-+]?\d+(?:\.\d+)?)"
-_PLACEHOLDER = re.compile(r"\{(prompt|response|ground_truth|rubric)\}")
 MAX_SHOWN = 300
+_DEFAULTS = JudgeSettings()
 MAX_SNIPPET = 120  # characters of a reply that is not JSON shown in its error
-
-
-def render(template: str, payload: dict, rubric: str) -> str:
-    """The template with its four placeholders filled from the payload (other braces untouched)."""
-    values = {
-        "prompt": payload.get("prompt", ""), "response": payload.get("response", ""),
-        "ground_truth": payload.get("ground_truth", ""), "rubric": rubric,
-    }
-
-    def fill(m: re.Match) -> str:
-        v = values[m.group(1)]
-        return v if isinstance(v, str) else json.dumps(v)
-
-    return _PLACEHOLDER.sub(fill, template)
 
 
 def parse_score(reply: str, *, pattern: Optional[str], json_field: Optional[str], score_max: float) -> float:
@@ -131,7 +117,7 @@ def _completion_tokens(doc: Any) -> Optional[int]:
     return int(n) if isinstance(n, (int, float)) and 0 <= n <= 1e9 else None  # (json reads 1e400 as inf; NaN fails both)
 
 
-@reward("llm_judge", kind="io")
+@reward("llm_judge", kind="io", admission="qworker.judge.registry:JudgeGates")
 def llm_judge(
     payload: dict,
     *,
@@ -145,22 +131,14 @@ def llm_judge(
     score_pattern: Optional[str] = None,
     score_json_field: Optional[str] = None,
     score_max: float = 10.0,
-    timeout_s: float = 60.0,
-    connections_per_host: int = 128,
-    max_attempts: int = 4,  # the gate's: retries are decided in the producer
-    ceiling: float = 512,  # the gate's
-    initial_concurrency: float = 32,  # the gate's
-    dead_after_s: float = 10.0,  # the gate's
-    error_budget: float = 0.15,  # the gate's
-    routing: str = "capacity",  # the gate's
-    prefix_balance: float = 0.25,  # the gate's
-    coordinate: bool = True,  # the gate's
+    timeout_s: float = _DEFAULTS.timeout_s,
+    connections_per_host: int = _DEFAULTS.connections_per_host,
 ) -> dict:
     if call is None:
         raise ValueError("llm_judge runs only as routed by a producer's judge gate (it was given no endpoint)")
     if not isinstance(payload, dict):
         raise ValueError(f"llm_judge needs a payload object, got {type(payload).__name__}")
-    index = call.endpoint
+    index = int(call.meta["endpoint"])
     ep = endpoints[index]
     url = ep["url"]
     secret = None

@@ -33,13 +33,13 @@ STATUS = b"S"  # client -> producer: what do you see?
 STATUS_REPLY = b"s"  # producer -> client
 
 KEY_BYTES = 16  # blake2b-128 task keys
-NO_ROUTE = -1
 
-# (key, reward, params, payload, timeout_s or None, attempt, route): route is the endpoint index the
-# producer's gate chose for a rate-limited call (``EndpointCall``), NO_ROUTE for every other task
-Task = tuple[bytes, str, dict, bytes, Union[float, None], int, int]
-# (key, score or None, extra or None, error or None, compute_s, outcome, ran): outcome is how a routed
-# endpoint call went, for the gate (None for unrouted tasks); ran is the version of the code that computed it
+# (key, reward, params, payload, timeout_s or None, attempt, meta): meta is what the task's admission
+# policy attached to this delivery (``_admission``; handed to the reward as ``EndpointCall.meta``), None
+# for a task with no policy
+Task = tuple[bytes, str, dict, bytes, Union[float, None], int, Union[dict, None]]
+# (key, score or None, extra or None, error or None, compute_s, meta, ran): meta is what the reward reported
+# about its admitted call, for its policy (None when it reported none); ran is the version of the code that computed it
 # (its declared version or its code fingerprint, ``_fingerprint.reward_version``), None when it has none or the
 # reward could not be loaded
 TaskResult = tuple[bytes, Union[float, None], Union[dict, None], Union[str, None], float, Union[dict, None], Union[str, None]]
@@ -220,11 +220,11 @@ def _build_tasks(obj: Any) -> Tasks:
     _expect(isinstance(obj, list), "tasks must be a list")
     tasks: list[Task] = []
     for t in obj:
-        key, reward, params, payload, timeout_s, attempt, route = _list(t, 7, "task")
+        key, reward, params, payload, timeout_s, attempt, meta = _list(t, 7, "task")
         _expect(isinstance(params, dict), "task params must be a map")
         _expect(isinstance(payload, bytes), "task payload must be bytes")
-        _expect(type(route) is int and route >= NO_ROUTE, "task route must be an int >= -1")
-        tasks.append((_key(key), _str(reward, "reward"), params, payload, _opt_num(timeout_s, "timeout"), _int(attempt, "attempt"), route))
+        _expect(meta is None or isinstance(meta, dict), "task meta must be a map or nil")
+        tasks.append((_key(key), _str(reward, "reward"), params, payload, _opt_num(timeout_s, "timeout"), _int(attempt, "attempt"), meta))
     return Tasks(tasks)
 
 
@@ -233,12 +233,12 @@ def _build_results(obj: Any) -> Results:
     _expect(isinstance(rows, list), "results must be a list")
     results: list[TaskResult] = []
     for r in rows:
-        key, score, extra, error, compute_s, outcome, ran = _list(r, 7, "result")
+        key, score, extra, error, compute_s, meta, ran = _list(r, 7, "result")
         _expect(extra is None or isinstance(extra, dict), "result extra must be a map or nil")
         _expect(error is None or isinstance(error, str), "result error must be a string or nil")
-        _expect(outcome is None or isinstance(outcome, dict), "result outcome must be a map or nil")
+        _expect(meta is None or isinstance(meta, dict), "result meta must be a map or nil")
         _expect(ran is None or isinstance(ran, str), "result version must be a string or nil")
-        results.append((_key(key), _opt_num(score, "score"), extra, error, _num(compute_s, "compute_s"), outcome, ran))
+        results.append((_key(key), _opt_num(score, "score"), extra, error, _num(compute_s, "compute_s"), meta, ran))
     return Results(_int(granted, "granted"), _int(received, "received"), results)
 
 

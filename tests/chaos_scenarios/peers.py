@@ -37,7 +37,7 @@ PRODUCER_GARBAGE: list[list[bytes]] = [
     [b"Z", msgpack.packb([])],  # unknown kind
     [wire.RESULTS, msgpack.packb([1, 1, [[b"short", 1.0, None, None, 0.0, None, None]]])],  # bad key
     [wire.READY, msgpack.packb(["x", "p", -1, "h", 5, 0, 0, [], [], {}])],  # negative pid
-    wire.encode(wire.Tasks([(bytes(16), "noop", {}, b"\x80", None, 1, -1)])),  # wrong direction
+    wire.encode(wire.Tasks([(bytes(16), "noop", {}, b"\x80", None, 1, None)])),  # wrong direction
     wire.encode(wire.Revoke(3)),  # wrong direction
     wire.encode(wire.Ready("someone-else", "p", 1, "h", 5, 0, 0, [], [])),  # spoofed name
 ]

@@ -240,11 +240,11 @@ class Client:
         for p, why in failed:
             p.resolved = True
             self.failed.append(why)
-        if any(self.gate.endpoints[p.route].priority > min(e.priority for e in self.gate.endpoints) for p in sent):
-            top = max(self.gate.endpoints[p.route].priority for p in sent)
+        if any(self.gate.endpoints[self.gate.route(p)].priority > min(e.priority for e in self.gate.endpoints) for p in sent):
+            top = max(self.gate.endpoints[self.gate.route(p)].priority for p in sent)
             self.overflow_with_room += sum(1 for e in self.gate.endpoints if e.priority < top and e.free(t, 0.0) > 0)
         for p in sent:
-            route = p.route
+            route = self.gate.route(p)
             self.sends.append((t, route))
             self.servers[route].arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p, route=route: self.sim.at(
                 t_end + TRANSIT_S / 2, lambda tt: self.answer(p, {**out, "endpoint": route}, tt)), p)
@@ -254,7 +254,7 @@ class Client:
             self.sim.at(wake, self.pump)
 
     def answer(self, p: Pending, outcome: dict, t: float) -> None:
-        route = p.route
+        route = self.gate.route(p)
         if outcome["status"] in (429, 503):
             self.refused_at.append(t)
         retry = self.gate.settle(p, outcome, None if outcome["status"] == 200 else f"HTTP {outcome['status']} {outcome['failure']}", t)

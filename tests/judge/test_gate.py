@@ -54,11 +54,11 @@ def test_401_fails_at_once_with_one_endpoint_and_fails_what_waits():
 def test_401_on_one_endpoint_fails_over_to_another():
     g = gate({"url": "http://a"}, {"url": "http://b"})
     p = send_one(g)
-    first = p.route
+    first = g.route(p)
     assert g.settle(p, outcome(401, endpoint=first), None, 1.0) is True
     g.queue.append(p)
     sent, _ = g.admit(1.1, 10)
-    assert sent[0].route == 1 - first
+    assert g.route(sent[0]) == 1 - first
 
 
 def test_a_task_that_timed_out_is_retried_on_another_endpoint_with_room():
@@ -67,7 +67,7 @@ def test_a_task_that_timed_out_is_retried_on_another_endpoint_with_room():
     g = gate({"url": "http://a"}, {"url": "http://b"})
     g.queue.extend(task(i) for i in range(6))
     sent, _ = g.admit(0.0, 6)
-    on_a = [p for p in sent if p.route == 0]
+    on_a = [p for p in sent if g.route(p) == 0]
     for p in on_a[1:]:
         g.settle(p, outcome(0, "timeout"), "timeout", 1.0)
     p = on_a[0]
@@ -75,7 +75,7 @@ def test_a_task_that_timed_out_is_retried_on_another_endpoint_with_room():
     assert g.endpoints[0].free(1.0, 1) > g.endpoints[1].free(1.0, 1)
     g.queue.appendleft(p)
     sent, _ = g.admit(1.0, 1)
-    assert sent == [p] and p.route == 1
+    assert sent == [p] and g.route(p) == 1
 
 
 def test_a_retried_task_goes_back_to_the_endpoint_that_failed_it_when_it_is_the_only_one():
@@ -84,7 +84,7 @@ def test_a_retried_task_goes_back_to_the_endpoint_that_failed_it_when_it_is_the_
     assert g.settle(p, outcome(0, "timeout"), "timeout", 1.0) is True
     g.queue.appendleft(p)
     sent, _ = g.admit(1.0, 1)
-    assert sent == [p] and p.route == 0
+    assert sent == [p] and g.route(p) == 0
 
 
 def test_retry_after_delays_only_the_refused_task():
@@ -213,7 +213,7 @@ def test_routes_to_the_most_free_capacity_times_weight():
     g.queue.extend(task(i) for i in range(8))
     sent, _ = g.admit(0.0, 8)
     assert len(sent) == 8  # 4 + 4: both full
-    assert [p.route for p in sent[:3]] == [1, 1, 1]  # b first while its free room x 3 is larger
+    assert [g.route(p) for p in sent[:3]] == [1, 1, 1]  # b first while its free room x 3 is larger
     g.queue.append(task(9))
     assert g.admit(0.0, 8)[0] == []  # static caps hold
 
@@ -221,14 +221,14 @@ def test_routes_to_the_most_free_capacity_times_weight():
 def test_connection_failure_takes_the_endpoint_down_then_a_probe_brings_it_back():
     g = gate({"url": "http://a"}, {"url": "http://b"})
     g.queue.extend(task(i) for i in range(2))
-    a = next(p for p in g.admit(0.0, 2)[0] if p.route == 0)
+    a = next(p for p in g.admit(0.0, 2)[0] if g.route(p) == 0)
     assert g.settle(a, outcome(0, "connect"), None, 0.1) is True
     assert g.endpoints[0].state(0.2).startswith("down")
     g.queue.extend(task(i) for i in range(10, 20))
-    assert all(p.route == 1 for p in g.admit(0.2, 10)[0])  # everything to the survivor
+    assert all(g.route(p) == 1 for p in g.admit(0.2, 10)[0])  # everything to the survivor
     g.queue.append(task(30))
     probe = g.admit(0.7, 10)[0]  # after 0.5 s, exactly one probe
-    assert [p.route for p in probe] == [0]
+    assert [g.route(p) for p in probe] == [0]
     assert g.endpoints[0].state(0.7) == "probing"
     g.settle(probe[0], outcome(200, endpoint=0), None, 0.9)
     assert g.endpoints[0].state(1.0) == "up"
@@ -253,7 +253,7 @@ def test_retry_budgets():
     results = []
     for i in range(12):  # 429s have a budget of 5 x max_attempts
         results.append(g.settle(q, outcome(429), None, 3.0 + i))
-        q.route = 0
+        g.calls[q].route = 0
         g.endpoints[0].in_flight += 1
     assert results.count(True) == 9 and results[9] is False
 

@@ -158,7 +158,7 @@ def test_errors_of_an_endpoint_that_is_down_are_not_the_tasks():
         assert g.settle(p, ok(0, failure="connect"), "refused", 0.1 + k), k
         g.queue.appendleft(p)
         p = g.admit(g.next_wake(0.1 + k) or 0.0, 1)[0][0]
-    assert p.tries == 0
+    assert g.calls[p].tries == 0
 
 
 def test_an_endpoint_refusing_everything_for_good_fails_what_waits_in_bounded_time():

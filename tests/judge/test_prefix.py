@@ -121,7 +121,7 @@ def test_prefix_routing_sends_each_task_once_and_each_group_to_one_replica():
     assert not failed and len(sent) == 64 and len({p.key for p in sent}) == 64
     by_group = defaultdict(set)
     for i, p in enumerate(tasks):
-        by_group[i // 4].add(p.route)
+        by_group[i // 4].add(g.route(p))
     assert all(len(s) == 1 for s in by_group.values())
 
 

@@ -24,7 +24,7 @@ def judge():
 
 def call(m: MockJudge, **params):
     """One routed call to endpoint 0; the reward's result, with the outcome the worker would send the gate."""
-    routed = EndpointCall(0)
+    routed = EndpointCall({"endpoint": 0})
     out = llm_judge(ROW, model="m", endpoints=[{"url": m.url, **params.pop("endpoint", {})}], call=routed, **params)
     return {**out, "outcome": routed.outcome}
 
@@ -78,7 +78,7 @@ def test_connection_refused_is_a_connect_failure():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(CallFailed) as e:
-        llm_judge(ROW, model="m", endpoints=[{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}], call=EndpointCall(0))
+        llm_judge(ROW, model="m", endpoints=[{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}], call=EndpointCall({"endpoint": 0}))
     assert e.value.outcome["failure"] == "connect"
 
 
@@ -196,7 +196,7 @@ def test_a_reply_that_is_not_json_names_its_content_type_and_shows_its_start():
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
         with pytest.raises(CallFailed) as e:
-            llm_judge(ROW, model="m", endpoints=[{"url": url}], call=EndpointCall(0))
+            llm_judge(ROW, model="m", endpoints=[{"url": url}], call=EndpointCall({"endpoint": 0}))
     finally:
         server.shutdown()
         server.server_close()
@@ -212,7 +212,7 @@ def test_an_unreachable_endpoint_is_named_once_and_its_error_cut_at_a_word():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed when the block ends: nothing listens there
     with pytest.raises(CallFailed) as e:
-        llm_judge(ROW, model="m", endpoints=[{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}], call=EndpointCall(0))
+        llm_judge(ROW, model="m", endpoints=[{"url": f"http://127.0.0.1:{port}/v1/chat/completions"}], call=EndpointCall({"endpoint": 0}))
     msg = str(e.value)
     assert "Connection refused" in msg and "HTTPConnection(" not in msg and msg.count(f"127.0.0.1:{port}") == 1
     long = "judge_error: endpoint 0 (http://a-very-long-host-name.example/v1/chat/completions): " + "refused connection " * 30

@@ -1,0 +1,72 @@
+"""``JudgeSettings``: the settings of a judge that choose where and how its calls are made, spelled once.
+
+They sit beside the reward's own params in the config's ``rewards: llm_judge:``
+section (see ``configs/judge.yaml``), and every place that reads them reads this
+class: its defaults, the gate's values (``from_params``), which keys are left
+out of a task's hash (none of these is: they do not change what is scored),
+which travel to the worker (scope ``call``), which a later config of the same
+judge must repeat (scope ``gate``), and their bounds (``checks``).
+
+Scopes (the field metadata ``scope``):
+
+* ``call``: read by the reward in the worker (``rewards.llm_judge``): sent with each task;
+* ``judge``: part of which judge this is (``gate.identity``); stays in the producer;
+* ``gate``: one value per gate, which every config of that judge must give alike
+  (``registry``); stays in the producer.
+
+``bounds`` = (low, high, integer, low excluded): a value outside is a
+``ConfigError`` at start naming the key and value (``checks.check``).
+Units: seconds, requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .._options import _opt, _Options
+from .ratelimit import MAX_DELAY_S
+from .routing import DEFAULT_BALANCE, ROUTINGS
+
+__all__ = ["CALL", "GATE", "JUDGE", "JudgeSettings"]
+
+CALL, JUDGE, GATE = "call", "judge", "gate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeSettings(_Options):
+    timeout_s: float = _opt(60.0, "wall clock per request (connect + answer), seconds; the task's hard limit is this + 5",
+                            scope=CALL, bounds=(0.0, MAX_DELAY_S, False, True))
+    connections_per_host: int = _opt(128, "pooled connections per judge host in each worker", scope=CALL,
+                                     bounds=(1, 65536, True, False))
+    ceiling: float = _opt(512.0, "the adaptive limit never goes above this per endpoint", scope=JUDGE,
+                          bounds=(1.0, 1e6, False, False))
+    max_attempts: int = _opt(4, "calls per task after errors (5xx, timeouts, connection); 429s get 5x this", scope=GATE,
+                             bounds=(1, 1000, True, False))
+    initial_concurrency: float = _opt(32.0, "where the adaptive limit starts", scope=GATE, bounds=(1.0, 1e6, False, False))
+    dead_after_s: float = _opt(10.0, "with no endpoint reachable, a waiting task fails after this long, seconds", scope=GATE,
+                               bounds=(0.0, MAX_DELAY_S, False, True))
+    error_budget: float = _opt(0.15, "5xx/resets up to this share of the last 200 answers are noise", scope=GATE,
+                               bounds=(0.0, 1.0, False, False))
+    routing: str = _opt("capacity", f"within a priority tier: {', '.join(ROUTINGS)}", scope=GATE, one_of=ROUTINGS)
+    prefix_balance: float = _opt(DEFAULT_BALANCE, "prefix routing: a replica takes up to 1 + this times the mean load",
+                                 scope=GATE, bounds=(0.0, 100.0, False, True))
+    coordinate: bool = _opt(True, "share each endpoint evenly with the other producers on this host", scope=GATE)
+
+    @classmethod
+    def names(cls, *scopes: str) -> tuple[str, ...]:
+        """The settings' keys (of ``scopes`` only, when given), in declaration order."""
+        return tuple(f.name for f, _ in cls._fields() if not scopes or f.metadata["scope"] in scopes)
+
+    @classmethod
+    def bounds(cls) -> dict[str, tuple[float, float, bool, bool]]:
+        return {f.name: f.metadata["bounds"] for f, _ in cls._fields() if f.metadata.get("bounds")}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> JudgeSettings:
+        """The settings ``params`` (checked by ``checks.check``) ask for; a missing or null key takes its default."""
+        values = {f.name: tp(params[f.name]) for f, tp in cls._fields() if params.get(f.name) is not None}
+        return cls(**values)
+
+    def of_scope(self, scope: str) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.names(scope)}
