@@ -195,7 +195,8 @@ class Scheduler:
         if results:
             w.last_progress = now
         done: list[Resolution] = []
-        for key, score, extra, error, compute_s, outcome, ran in results:
+        for r in results:
+            key, error, ran = r.key, r.error, r.ran
             p = w.leases.pop(key, None)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
@@ -212,7 +213,7 @@ class Scheduler:
                     self.versions.learn(identity.reward, ran)
             if p.gate is not None:
                 try:
-                    retry = p.gate.settle(p, outcome, error, now)
+                    retry = p.gate.settle(p, r.outcome, None if error is None else str(error), now)
                 except Exception:  # a bug in the gate must not strand the task: it resolves as reported
                     log.exception("qworker: the judge gate failed on a result; resolving task %s as the worker reported it", key.hex()[:16])
                     retry = False
@@ -221,27 +222,28 @@ class Scheduler:
                     p.gate.queue.appendleft(p)
                     continue
                 if error is not None and (p.tries or p.throttled):
-                    error = f"{error} (after {p.tries + p.throttled + 1} calls)"
+                    error = wire.Fault(error.kind, f"{error.detail} (after {p.tries + p.throttled + 1} calls)")
             if error is None:
                 w.done += 1
             else:
                 w.failed += 1
-            done.append((p, score, extra, error, w.id, compute_s))
+            done.append((p, r.score, r.extra, None if error is None else str(error), w.id, r.compute_s))
         self.table.resolve(done)
 
     def _on_lost(self, lost: wire.Lost) -> None:
         w = self.fleet.workers.get(lost.worker)
         if w is None:
             return
-        if lost.task is not None and lost.reason.startswith(ErrorKind.TIMEOUT.value):
+        reason = lost.reason
+        if lost.task is not None and reason.kind is ErrorKind.TIMEOUT:
             p = w.leases.pop(lost.task, None)
             if p is not None:
                 p.holder = None
                 if p.gate is not None:
                     p.gate.forget(p)
                 w.failed += 1
-                self.table.resolve([(p, None, None, f"{lost.reason} (worker {w.id} was killed and respawned)", w.id, 0.0)])
-        self._lose(w, lost.reason, guilty=lost.task)
+                self.table.resolve([(p, None, None, reason.kind.error(f"{reason.detail} (worker {w.id} was killed and respawned)"), w.id, 0.0)])
+        self._lose(w, lost.why, guilty=lost.task)
 
     # losing workers -----------------------------------------------------------
     def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None) -> None:

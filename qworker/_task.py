@@ -68,7 +68,7 @@ class Pending:
     cache_as: Optional[bytes] = None  # the key its result is cached under when not ``key`` (other code ran it); b"": not cached
 
     def as_task(self) -> wire.Task:
-        return (self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts, self.route)
+        return wire.Task(self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts, self.route)
 
     def deliver(self) -> None:
         """It is being sent to a worker: one more delivery, charged."""
