@@ -188,7 +188,15 @@ class StatusReply(Message):
     status: dict
 
 
-_ENCODER = msgspec.msgpack.Encoder()
+def _as_builtin(obj: Any) -> Any:
+    """A subclass of str, int, float or bytes as its builtin value, as msgpack would pack it (msgspec refuses them)."""
+    for t in (str, int, float, bytes):
+        if isinstance(obj, t):
+            return t(obj)  # type: ignore[arg-type]  # obj is a t
+    raise TypeError(f"cannot encode a value of type {type(obj).__name__}")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_as_builtin)
 
 
 def encode_body(value: Any) -> bytes:

@@ -151,3 +151,18 @@ def test_encode_refuses_non_messages():
         wire.encode("hello")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         wire.encode(wire.Task(KEY, "noop", {}, b"", None, 1, -1))  # a part of a message, not one
+
+
+def test_values_that_msgpack_packs_encode_the_same_way():
+    # params and payloads are checked by msgpack at submission: whatever it packs, a message must carry
+    class Name(str):
+        pass
+
+    class Count(int):
+        pass
+
+    params = {"model": Name("judge"), "n": Count(3), (1, 2): b"k", None: 1.5}
+    task = wire.Task(KEY, "noop", params, b"", None, 1, -1)
+    assert wire.encode_body(task) == msgpack.packb([KEY, "noop", params, b"", None, 1, -1], use_bin_type=True)
+    with pytest.raises(TypeError, match="cannot encode a value of type object"):
+        wire.encode_body({"x": object()})
