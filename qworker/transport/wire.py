@@ -241,7 +241,7 @@ class Decoder(Generic[_M]):
             msg: _M = decoder.decode(body)
         except msgspec.ValidationError as exc:
             raise WireError(f"malformed {name} message: {exc}") from None
-        except msgspec.DecodeError as exc:
+        except Exception as exc:  # msgspec.DecodeError; RecursionError for arrays nested past the interpreter's limit
             raise WireError(f"undecodable msgpack body of a {name} message: {exc}") from None
         return msg
 

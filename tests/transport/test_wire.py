@@ -141,6 +141,20 @@ def test_a_socket_refuses_a_message_of_a_kind_it_does_not_accept_naming_it(decod
         decoder.decode(kind, body, max_bytes=LIMIT)
 
 
+@pytest.mark.parametrize(
+    "decoder, kind, shape",
+    [
+        (wire.WORKER, wire.TASKS, [[[KEY, "r", {"p": "DEEP"}, b"", None, 1, -1]]]),  # in a task's params
+        (wire.PRODUCER, wire.RESULTS, [1, 1, [[KEY, 1.0, {"e": "DEEP"}, None, 0.0, None, None]]]),  # in a result's extra
+        (cw.SERVICE, cw.SUBMIT, [1, "noop", None, ["DEEP"], None]),  # in a payload
+    ],
+)
+def test_a_body_nested_past_the_recursion_limit_is_refused_not_a_crash(decoder, kind, shape):
+    body = msgpack.packb(shape).replace(msgpack.packb("DEEP"), b"\x91" * 200_000 + b"\xc0")  # 200k arrays, one in another
+    with pytest.raises(WireError, match="undecodable msgpack body"):
+        decoder.decode(kind, body, max_bytes=LIMIT)
+
+
 def test_oversized_body_is_refused_before_decoding():
     with pytest.raises(WireError, match="exceeds the 10-byte limit"):
         wire.decode(wire.TASKS, b"\x90" * 11, max_bytes=10)
