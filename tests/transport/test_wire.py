@@ -180,3 +180,29 @@ def test_values_that_msgpack_packs_encode_the_same_way():
     assert wire.encode_body(task) == msgpack.packb([KEY, "noop", params, b"", None, 1, -1], use_bin_type=True)
     with pytest.raises(TypeError, match="cannot encode a value of type object"):
         wire.encode_body({"x": object()})
+
+
+def test_damaged_bodies_of_every_message_decode_or_raise_wire_error_and_nothing_else():
+    import random
+
+    rng = random.Random(7)
+    valid = [
+        (wire.PRODUCER, wire.Results(10, 4, [wire.TaskResult(KEY, 1.0, {"pred": "4"}, TIMEOUT, 0.01, {"status": 429}, "\0ran ab")])),
+        (wire.PRODUCER, wire.Ready("pool/w0.1", "pool", 123, "host", 8, 0, 0, ["noop"], ["x"], {"noop": "v", "len": None})),
+        (wire.PRODUCER, wire.PoolReport("p", "h", 1, "running", [wire.WorkerReport("p/w0.1", 2, True, 0.5, 1, 30.0)],
+                                        [wire.Lost("p/w1.1", TIMEOUT, KEY)])),
+        (wire.WORKER, wire.Tasks([wire.Task(KEY, "math", {"a": [1, {"b": 2.5}]}, b"\x80", 2.5, 1, -1)])),
+        (cw.SERVICE, cw.Submit(1, "noop", {"k": "v"}, [{"a": 1}, [1, 2], "x"], 2.0)),
+        (cw.CLIENT, cw.Resolved("inst", 4, [cw.ResolvedRow(1, 0, Result(score=0.5, extra={"p": 1}, error="timeout: x"))])),
+    ]
+    for decoder, msg in valid:
+        kind, body = wire.encode(msg)
+        for _ in range(400):
+            damaged = bytearray(body)
+            for _ in range(rng.randint(1, 4)):
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+            cut = bytes(damaged[: rng.randint(0, len(damaged))]) if rng.random() < 0.2 else bytes(damaged)
+            try:
+                decoder.decode(kind, cut, max_bytes=LIMIT)
+            except WireError:
+                pass
