@@ -8,7 +8,7 @@ attribute (``KIND``); its body is the array of its fields, in order.
 Each socket decodes with a ``Decoder`` of the messages it accepts (``PRODUCER``,
 ``WORKER``, ``STATUS_CLIENT``; the service's are in ``client_wire``): a body is
 checked against its struct's schema as it is decoded (types, key length,
-non-negative counts, exact field count), and anything else (bad msgpack, a
+non-negative counts, every field without a default present, none extra), and anything else (bad msgpack, a
 schema mismatch, a kind this socket does not accept, an unknown kind) raises
 ``WireError`` naming what is wrong.  Decoding holds no other logic.
 
@@ -219,7 +219,7 @@ class Decoder(Generic[_M]):
     """The decoder of one socket: it accepts the messages of ``accepts`` and refuses every other kind."""
 
     def __init__(self, role: str, accepts: tuple[type[_M], ...]) -> None:
-        """``role`` names the socket's owner in errors ("a worker does not accept STATUS_REPLY messages")."""
+        """``role`` names the socket's owner in errors ("a worker does not accept StatusReply messages")."""
         self.role = role
         self._decoders: dict[bytes, tuple[str, msgspec.msgpack.Decoder[Any]]] = {}
         for cls in accepts:
