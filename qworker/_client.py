@@ -272,7 +272,7 @@ class Client:
             try:
                 if len(frames) != 2:
                     raise WireError(f"expected 2 frames, got {len(frames)}")
-                msg = cw.decode(frames[0], frames[1], max_bytes=_MAX_BYTES)
+                msg = cw.CLIENT.decode(frames[0], frames[1], max_bytes=_MAX_BYTES)
             except WireError as exc:
                 log.warning("qworker client: dropped a bad frame from the service: %s", exc)
                 continue
@@ -353,14 +353,16 @@ class Client:
         again.taken.set()  # no caller waits on it
         self._submit(again)
 
-    def _resolve(self, rows: list) -> None:
+    def _resolve(self, rows: list[cw.ResolvedRow]) -> None:
         now = time.monotonic()
         by_request: dict[int, list[tuple[Pending, Result]]] = {}
-        for number, index, fields in rows:
+        for row in rows:
+            number, index, result = row.request, row.index, row.result
             req = self._requests.get(number)
             if req is None or index >= len(req.tasks):
                 continue  # answered before (a resend), or resubmitted under a new number
-            by_request.setdefault(number, []).append((req.tasks[index], Result(**{**fields, "latency_s": now - req.submitted})))
+            result.latency_s = now - req.submitted  # a fresh Result, decoded from the row
+            by_request.setdefault(number, []).append((req.tasks[index], result))
         for number, done in by_request.items():
             req = self._requests[number]
             req.left -= len(self._table.settle(done))

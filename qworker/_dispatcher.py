@@ -161,7 +161,7 @@ class Dispatcher(threading.Thread):
                 continue
             peer, kind, body = frames
             try:
-                msg = wire.decode(kind, body, max_bytes=self.options.max_message_bytes)
+                msg = wire.PRODUCER.decode(kind, body, max_bytes=self.options.max_message_bytes)
             except wire.WireError as exc:
                 s.drop(peer, str(exc))
                 continue

@@ -202,7 +202,9 @@ class Scheduler:
         if results:
             w.last_progress = now
         done: list[Resolution] = []
-        for key, score, extra, error, compute_s, meta, ran in results:
+        for r in results:
+            key, ran = r.key, r.ran
+            error = None if r.error is None else str(r.error)  # (kind, detail) on the wire; the policy and Result read text
             p = w.leases.pop(key, None)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
@@ -219,7 +221,7 @@ class Scheduler:
                     self.versions.learn(identity.reward, ran)
             if p.policy is not None:
                 try:
-                    decision = p.policy.on_result(p, meta, error, now)
+                    decision = p.policy.on_result(p, r.meta, error, now)
                 except Exception:  # a bug in a policy must not strand the task: it resolves as reported
                     log.exception("qworker: the admission policy failed on a result; resolving task %s as the worker reported it",
                                   key.hex()[:16])
@@ -234,21 +236,22 @@ class Scheduler:
                 w.done += 1
             else:
                 w.failed += 1
-            done.append((p, score, extra, error, w.id, compute_s))
+            done.append((p, r.score, r.extra, error, w.id, r.compute_s))
         self.table.resolve(done)
 
     def _on_lost(self, lost: wire.Lost) -> None:
         w = self.fleet.workers.get(lost.worker)
         if w is None:
             return
-        if lost.task is not None and lost.reason.startswith(ErrorKind.TIMEOUT.value):
+        reason = lost.reason
+        if lost.task is not None and reason.kind is ErrorKind.TIMEOUT:
             p = w.leases.pop(lost.task, None)
             if p is not None:
                 p.holder = None
                 self._forget(p)
                 w.failed += 1
-                self.table.resolve([(p, None, None, f"{lost.reason} (worker {w.id} was killed and respawned)", w.id, 0.0)])
-        self._lose(w, lost.reason, guilty=lost.task)
+                self.table.resolve([(p, None, None, reason.kind.error(f"{reason.detail} (worker {w.id} was killed and respawned)"), w.id, 0.0)])
+        self._lose(w, lost.why, guilty=lost.task)
 
     # losing workers -----------------------------------------------------------
     def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None) -> None:

@@ -44,7 +44,7 @@ class Pending:
 
     def as_task(self, meta: Optional[dict] = None) -> wire.Task:
         """This delivery as the wire carries it; ``meta``: what its admission policy attached (``AdmissionPolicy.meta``)."""
-        return (self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts, meta)
+        return wire.Task(self.key, self.reward, self.params, self.payload, self.timeout_s, self.attempts, meta)
 
     def deliver(self) -> None:
         """It is being sent to a worker: one more delivery, charged."""

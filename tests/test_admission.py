@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from qworker import Producer
+from qworker._errors import ErrorKind
 from qworker._pending import PendingTable
 from qworker._resultcache import ResultCache
 from qworker._scheduler import Scheduler
@@ -23,10 +24,18 @@ def make(policy: Slots, n: int) -> tuple[Scheduler, StubTransport, list]:
     return s, stub, reg.futures
 
 
+def fault(error: str | None) -> wire.Fault | None:
+    """``"kind: detail"`` as the wire carries it."""
+    if error is None:
+        return None
+    kind, _, detail = error.partition(": ")
+    return wire.Fault(ErrorKind(kind), detail)
+
+
 def answer(s: Scheduler, task: wire.Task, meta: dict | None, error: str | None = None, now: float = 0.1) -> None:
     """Worker "a" (granted 10) returns ``task``'s result, having received all that was sent to it."""
     received = s.fleet.workers["a"].sent
-    s.handle(b"a", wire.Results(10, received, [(task[0], None if error else 1.0, None, error, 0.001, meta, None)]), now)
+    s.handle(b"a", wire.Results(10, received, [wire.TaskResult(task.key, None if error else 1.0, None, fault(error), 0.001, meta, None)]), now)
 
 
 def test_a_policy_holds_its_tasks_until_it_admits_them_and_each_delivery_carries_its_meta():
@@ -35,12 +44,12 @@ def test_a_policy_holds_its_tasks_until_it_admits_them_and_each_delivery_carries
     ready(s, "a", granted=10)
     s.dispatch(0.0)
     first = stub.tasks_to("a")
-    assert [t[6] for t in first] == [{"slot": 0}, {"slot": 1}]  # two slots: the third task waits in the policy
+    assert [t.meta for t in first] == [{"slot": 0}, {"slot": 1}]  # two slots: the third task waits in the policy
     assert s.waiting_for_admission() == 1 and not s.queue
     answer(s, first[0], {"ok": 1})
     s.dispatch(0.2)
     third = stub.tasks_to("a")[2]
-    assert third[0] == (2).to_bytes(16, "big") and third[6] == {"slot": 0}  # the freed slot
+    assert third.key == (2).to_bytes(16, "big") and third.meta == {"slot": 0}  # the freed slot
     assert policy.reported == [{"ok": 1}] and futures[0].result(0).score == 1.0
 
 
@@ -53,7 +62,7 @@ def test_a_call_the_policy_retries_is_sent_again_uncharged_and_its_failure_carri
     assert not futures[0].done()
     s.dispatch(0.2)
     again = stub.tasks_to("a")[1]
-    assert again[5] == 1  # the attempt of the first delivery was not charged: the call, not the delivery, was retried
+    assert again.attempt == 1  # the attempt of the first delivery was not charged: the call, not the delivery, was retried
     answer(s, again, {"busy": True}, "reward_error: busy again")
     assert futures[0].result(0).error == "reward_error: busy again (after a retry)"
 
@@ -63,8 +72,8 @@ def test_tasks_lost_with_their_worker_go_back_to_their_policy_and_a_task_that_fa
     s, stub, futures = make(policy, 2)
     ready(s, "a", granted=10)
     s.dispatch(0.0)
-    running = stub.tasks_to("a")[0][0]
-    lost(s, "a", "timeout: killed past its hard limit", running)
+    running = stub.tasks_to("a")[0].key
+    lost(s, "a", wire.Fault(ErrorKind.TIMEOUT, "killed past its hard limit"), running)
     assert futures[0].result(0).error.startswith("timeout")
     assert [p.key for p in policy.forgotten] == [running]
     assert [p.key for p in policy.queue] == [(1).to_bytes(16, "big")] and not policy.held  # given back, slot released

@@ -64,7 +64,7 @@ def test_a_waiting_lane_makes_workers_give_back_another_lanes_prefetch():
     s.handle(b"w", wire.Giveback(100, 100, keys), 1.1)  # back to a's lane, not before b's
     ready(s, "w", granted=120, received=100, finished=98, now=1.2)
     s.dispatch(1.2)
-    lanes = ["a" if int.from_bytes(t[0], "big") < 1000 else "b" for t in stub.tasks_to("w")]
+    lanes = ["a" if int.from_bytes(t.key, "big") < 1000 else "b" for t in stub.tasks_to("w")]
     assert lanes[:6] in (["a", "b"] * 3, ["b", "a"] * 3), lanes[:10]
 
 

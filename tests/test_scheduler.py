@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from qworker._errors import ErrorKind
 from qworker._pending import PendingTable
 from qworker._resultcache import ResultCache
 from qworker._scheduler import MAX_DELIVERIES_FACTOR, Scheduler
@@ -56,10 +57,10 @@ def ready(s: Scheduler, wid: str, granted: int, received: int = 0, finished: int
 
 
 def results(s: Scheduler, wid: str, keys: list[bytes], granted: int, received: int, now: float = 0.0) -> None:
-    s.handle(wid.encode(), wire.Results(granted, received, [(k, 1.0, None, None, 0.001, None, None) for k in keys]), now)
+    s.handle(wid.encode(), wire.Results(granted, received, [wire.TaskResult(k, 1.0, None, None, 0.001, None, None) for k in keys]), now)
 
 
-def lost(s: Scheduler, wid: str, reason: str, task: bytes | None, now: float = 0.0) -> None:
+def lost(s: Scheduler, wid: str, reason: wire.Fault, task: bytes | None, now: float = 0.0) -> None:
     report = wire.PoolReport("pool", "h", 1, "running", [wire.WorkerReport(wid, 1, False, 0.0, 1, 10.0)], [wire.Lost(wid, reason, task)])
     s.handle(b"pool:pool", report, now)
 
@@ -70,7 +71,7 @@ def test_no_more_is_sent_than_the_credit_granted():
     ready(s, "a", granted=3)
     s.dispatch(0.0)
     assert len(stub.tasks_to("a")) == 3 and len(s.queue) == 7
-    keys = [t[0] for t in stub.tasks_to("a")]
+    keys = [t.key for t in stub.tasks_to("a")]
     results(s, "a", keys, granted=6, received=3)  # results carry fresh credit
     s.dispatch(0.1)
     assert len(stub.tasks_to("a")) == 6 and s.table.counts["resolved"] == 3
@@ -95,7 +96,7 @@ def test_a_result_resolves_once_and_a_late_duplicate_is_counted():
     [fut] = submit(s, table, 1)
     ready(s, "a", granted=5)
     s.dispatch(0.0)
-    key = stub.tasks_to("a")[0][0]
+    key = stub.tasks_to("a")[0].key
     results(s, "a", [key], granted=5, received=1)
     results(s, "a", [key], granted=5, received=1)
     assert fut.result(timeout=0).ok and s.stats["duplicate_results"] == 1
@@ -106,14 +107,14 @@ def test_a_timeout_fails_only_the_running_task_and_its_neighbours_go_free():
     futs = submit(s, table, 5)
     ready(s, "a", granted=5)
     s.dispatch(0.0)
-    running = stub.tasks_to("a")[0][0]
-    lost(s, "a", "timeout: reward ran past its 2 s hard limit", running)
-    assert futs[0].result(timeout=0).error_kind == "timeout"
+    running = stub.tasks_to("a")[0].key
+    lost(s, "a", wire.Fault(ErrorKind.TIMEOUT, "reward ran past its 2 s hard limit"), running)
+    assert futs[0].result(timeout=0).error == "timeout: reward ran past its 2 s hard limit (worker a was killed and respawned)"
     assert all(not f.done() for f in futs[1:]) and len(s.queue) == 4
     assert all(p.attempts == 0 for p in s.queue)  # they never ran: not charged
     ready(s, "a2", granted=10)
     s.dispatch(0.1)
-    results(s, "a2", [t[0] for t in stub.tasks_to("a2")], granted=10, received=4)
+    results(s, "a2", [t.key for t in stub.tasks_to("a2")], granted=10, received=4)
     assert all(f.result(timeout=0).ok and f.result().attempts == 1 for f in futs[1:])
 
 
@@ -124,10 +125,10 @@ def test_a_crashing_task_is_charged_and_fails_after_max_attempts():
         wid = f"w.{gen}"
         ready(s, wid, granted=2)
         s.dispatch(float(gen))
-        sent = [t[0] for t in stub.tasks_to(wid)]
-        lost(s, wid, "crashed: exit code -11", sent[0] if sent[0] == (0).to_bytes(16, "big") else sent[1])
+        sent = [t.key for t in stub.tasks_to(wid)]
+        lost(s, wid, wire.Fault(ErrorKind.WORKER_LOST, "crashed: exit code -11"), sent[0] if sent[0] == (0).to_bytes(16, "big") else sent[1])
     r = poison.result(timeout=0)
-    assert r.error_kind == "worker_lost" and "attempt 2 of 2" in r.error and "crashed" in r.error
+    assert r.error_kind == "worker_lost" and "attempt 2 of 2" in r.error and "which was lost (crashed: exit code -11)" in r.error
     assert not innocent.done()  # lost twice with the poison task, charged nothing
 
 
@@ -138,7 +139,7 @@ def test_a_task_that_only_ever_sees_its_worker_die_stops_after_the_delivery_cap(
         wid = f"w.{gen}"
         ready(s, wid, granted=1)
         s.dispatch(float(gen))
-        lost(s, wid, "crashed: exit code -9", None)  # the pool saw nothing running: no one to blame
+        lost(s, wid, wire.Fault(ErrorKind.WORKER_LOST, "crashed: exit code -9"), None)  # the pool saw nothing running: no one to blame
     r = fut.result(timeout=0)
     assert r.error_kind == "worker_lost" and f"delivered {MAX_DELIVERIES_FACTOR * 2} times" in r.error
 
@@ -172,7 +173,7 @@ def test_given_back_tasks_go_to_the_front_uncharged():
     submit(s, table, 4)
     ready(s, "a", granted=4)
     s.dispatch(0.0)
-    keys = [t[0] for t in stub.tasks_to("a")]
+    keys = [t.key for t in stub.tasks_to("a")]
     s.handle(b"a", wire.Giveback(4, 4, keys[2:]), 0.1)
     assert [p.key for p in s.queue] == keys[2:] and all(p.attempts == 0 for p in s.queue)
 
@@ -213,7 +214,7 @@ def test_a_rogue_peer_that_swallows_tasks_is_quarantined_and_costs_no_attempts()
     assert w.quarantined and w.vanished == 2 and not w.leases
     ready(s, "good", granted=100, now=t)
     s.dispatch(t)
-    sent = [k for k, *_ in stub.tasks_to("good")]
+    sent = [t.key for t in stub.tasks_to("good")]
     results(s, "good", sent, granted=100, received=len(sent), now=t)
     assert all(f.result(timeout=0).ok for f in futs)
     assert max(f.result().attempts for f in futs) == 1
@@ -323,12 +324,12 @@ def test_results_from_a_quarantined_peer_resolve_nothing_and_are_counted():
     s, stub, table = make()
     futs = submit(s, table, 20)
     t = quarantine_rogue(s)
-    swallowed = sorted({k for k, *_ in stub.tasks_to("rogue")})
-    s.handle(b"rogue", wire.Results(512, 20, [(k, 0.0, {"forged": True}, None, 0.0, None, None) for k in swallowed]), t)
+    swallowed = sorted({t.key for t in stub.tasks_to("rogue")})
+    s.handle(b"rogue", wire.Results(512, 20, [wire.TaskResult(k, 0.0, {"forged": True}, None, 0.0, None, None) for k in swallowed]), t)
     assert not any(f.done() for f in futs) and s.stats["dropped_results"] == 20 and s.stats["dropped_frames"] == 1
     ready(s, "good", granted=100, now=t)
     s.dispatch(t)
-    sent = [k for k, *_ in stub.tasks_to("good")]
+    sent = [t.key for t in stub.tasks_to("good")]
     results(s, "good", sent, granted=100, received=len(sent), now=t)
     assert all(f.result(timeout=0).score == 1.0 and not f.result().extra for f in futs)
 
@@ -338,8 +339,8 @@ def test_results_from_an_unknown_peer_resolve_nothing_and_are_counted():
     futs = submit(s, table, 3)
     ready(s, "a", granted=3)
     s.dispatch(0.0)
-    keys = [k for k, *_ in stub.tasks_to("a")]
-    s.handle(b"stranger", wire.Results(0, 0, [(k, 0.0, None, None, 0.0, None, None) for k in keys]), 0.1)
+    keys = [t.key for t in stub.tasks_to("a")]
+    s.handle(b"stranger", wire.Results(0, 0, [wire.TaskResult(k, 0.0, None, None, 0.0, None, None) for k in keys]), 0.1)
     assert not any(f.done() for f in futs) and s.stats["dropped_results"] == 3 and s.stats["dropped_frames"] == 1
     results(s, "a", keys, granted=3, received=3, now=0.2)
     assert all(f.result(timeout=0).score == 1.0 for f in futs)

@@ -52,7 +52,8 @@ class _Child:
     pidfd: Optional[int] = None
     worker_id: str = ""
     started: float = 0.0
-    kill_reason: Optional[str] = None  # set when we killed it on purpose
+    kill_reason: Optional[wire.Fault] = None  # set when we stopped it on purpose
+    sigkilled: bool = False  # killed for its task's deadline, or as unresponsive: the watchdog leaves it be
     killed_task: Optional[bytes] = None
     fast_crashes: int = 0
     respawn_at: Optional[float] = None
@@ -71,7 +72,7 @@ class Pool:
         self.n_workers = options.workers or os.cpu_count() or 1
         self.host = socket.gethostname()
         self.pool_id = options.pool_id or f"{self.host}-{os.getpid()}"
-        self.state = "running"
+        self.state: wire.PoolState = "running"
         self.lost: list[wire.Lost] = []
         self._stop_requested = False
 
@@ -123,6 +124,7 @@ class Pool:
         child.pidfd = os.pidfd_open(child.proc.pid)
         child.started = time.monotonic()
         child.kill_reason = None
+        child.sigkilled = False
         child.killed_task = None
         child.respawn_at = None
         log.info("pool %s: started %s (pid %d)", self.pool_id, child.worker_id, child.proc.pid)
@@ -183,13 +185,14 @@ class Pool:
         code = child.proc.wait()
         os.close(child.pidfd)
         lived = time.monotonic() - child.started
-        reason = child.kill_reason or f"crashed: exit code {code}"
+        reason = child.kill_reason or wire.Fault(ErrorKind.WORKER_LOST, f"crashed: exit code {code}")
         task = child.killed_task
         if task is None:
             running = child.slot.read()
             task = running[0] if running else None
-        log.warning("pool %s: %s (pid %d) ended after %.1f s: %s", self.pool_id, child.worker_id, child.proc.pid, lived, reason)
-        self.lost.append(wire.Lost(child.worker_id, reason, task))
+        lost = wire.Lost(child.worker_id, reason, task)
+        log.warning("pool %s: %s (pid %d) ended after %.1f s: %s", self.pool_id, child.worker_id, child.proc.pid, lived, lost.why)
+        self.lost.append(lost)
         child.proc, child.pidfd = None, None
         child.restarts += 1
         child.fast_crashes = child.fast_crashes + 1 if (lived < FAST_CRASH_S and child.kill_reason is None) else 0
@@ -200,13 +203,13 @@ class Pool:
 
     def _watchdog(self, now: float) -> None:
         for c in self.children:
-            if c.proc is None or c.killed_task is not None or (c.kill_reason or "").startswith("unresponsive"):
+            if c.proc is None or c.sigkilled:
                 continue  # gone, or already SIGKILLed; a worker being recycled still has its deadline enforced
             running = c.slot.read()
             if running is not None and now >= running[2]:
                 key, started, deadline = running
-                c.kill_reason = ErrorKind.TIMEOUT.error(f"reward ran past its {deadline - started:.3g} s hard limit")
-                c.killed_task = key
+                c.kill_reason = wire.Fault(ErrorKind.TIMEOUT, f"reward ran past its {deadline - started:.3g} s hard limit")
+                c.killed_task, c.sigkilled = key, True
                 log.warning("pool %s: killing %s: task %s passed its %.3g s limit", self.pool_id, c.worker_id, key.hex(), deadline - started)
                 c.proc.kill()
 
@@ -228,9 +231,10 @@ class Pool:
             if last == 0.0 or now - last <= SILENT_BEATS * self.options.heartbeat_s or share >= MIN_CPU_SHARE:
                 continue  # still starting, beating, or computing
             running = c.slot.read()
-            c.kill_reason = f"unresponsive: no heartbeat for {now - last:.1f} s and no CPU use (stopped, frozen or swapped out)"
-            c.killed_task = running[0] if running else None
-            log.warning("pool %s: killing %s: %s", self.pool_id, c.worker_id, c.kill_reason)
+            c.kill_reason = wire.Fault(ErrorKind.WORKER_LOST,
+                                       f"unresponsive: no heartbeat for {now - last:.1f} s and no CPU use (stopped, frozen or swapped out)")
+            c.killed_task, c.sigkilled = (running[0] if running else None), True
+            log.warning("pool %s: killing %s: %s", self.pool_id, c.worker_id, c.kill_reason.detail)
             c.proc.kill()
 
     def _check_memory(self) -> None:
@@ -242,8 +246,8 @@ class Pool:
             except psutil.Error:
                 continue
             if self.options.max_rss_mb is not None and c.rss_mb > self.options.max_rss_mb and c.kill_reason is None:
-                c.kill_reason = f"recycled: rss {c.rss_mb:.0f} MB over the {self.options.max_rss_mb:.0f} MB limit"
-                log.warning("pool %s: recycling %s: %s", self.pool_id, c.worker_id, c.kill_reason)
+                c.kill_reason = wire.Fault(ErrorKind.WORKER_LOST, f"recycled: rss {c.rss_mb:.0f} MB over the {self.options.max_rss_mb:.0f} MB limit")
+                log.warning("pool %s: recycling %s: %s", self.pool_id, c.worker_id, c.kill_reason.detail)
                 c.proc.terminate()  # graceful: it hands back its queued tasks
 
     def _drain(self) -> None:
@@ -252,7 +256,7 @@ class Pool:
         for c in self.children:
             c.respawn_at = None
             if c.proc is not None and c.proc.poll() is None:
-                c.kill_reason = c.kill_reason or "drained"
+                c.kill_reason = c.kill_reason or wire.Fault(ErrorKind.WORKER_LOST, "drained")
                 c.proc.terminate()
         self._report()
         deadline = time.monotonic() + self.options.drain_timeout_s
@@ -265,7 +269,7 @@ class Pool:
                 log.warning("pool %s: %s did not drain in %.0f s; killing it", self.pool_id, c.worker_id, self.options.drain_timeout_s)
                 c.proc.kill()
                 c.proc.wait()
-                self.lost.append(wire.Lost(c.worker_id, "drain timeout", None))
+                self.lost.append(wire.Lost(c.worker_id, wire.Fault(ErrorKind.WORKER_LOST, "drain timeout"), None))
             if c.pidfd is not None:
                 os.close(c.pidfd)
                 c.pidfd = None

@@ -53,16 +53,18 @@ MESSAGE_OVERHEAD = 64  # bytes of a RESULTS message besides its results (credit 
 FLUSH_AFTER_S = 0.005  # a finished result waits at most this long for company
 
 
-def _error(kind: ErrorKind, detail: str) -> str:
-    return kind.error(detail)[:MAX_ERROR_CHARS]
+def _error(kind: ErrorKind, detail: str) -> wire.Fault:
+    """A failure whose ``Result.error`` text is at most ``MAX_ERROR_CHARS`` long."""
+    return wire.Fault(kind, detail[: max(0, MAX_ERROR_CHARS - len(kind.value) - 2)])
 
 
 def result_bytes(result: wire.TaskResult) -> int:
-    """An upper bound on ``result``'s size in a RESULTS message; exact (packed) when it has an extra or outcome."""
-    extra, error, outcome, ran = result[2], result[3], result[5], result[6]
-    if extra is None and outcome is None:
-        return RESULT_OVERHEAD + (len(error.encode("utf-8", "replace")) if error else 0) + (len(ran.encode()) if ran else 0)
-    return len(msgpack.packb(result, use_bin_type=True)) + RESULT_OVERHEAD
+    """An upper bound on ``result``'s size in a RESULTS message; exact (packed) when it has an extra or meta."""
+    error, ran = result.error, result.ran
+    if result.extra is None and result.meta is None:
+        return RESULT_OVERHEAD + (len(error.detail.encode("utf-8", "replace")) + len(error.kind.value) if error else 0) + (
+            len(ran.encode()) if ran else 0)
+    return len(wire.encode_body(result)) + RESULT_OVERHEAD
 
 
 def fit_frame(result: wire.TaskResult, max_message_bytes: int) -> tuple[wire.TaskResult, int]:
@@ -70,16 +72,16 @@ def fit_frame(result: wire.TaskResult, max_message_bytes: int) -> tuple[wire.Tas
     size = result_bytes(result)
     if size + MESSAGE_OVERHEAD <= max_message_bytes:
         return result, size
-    key, compute_s, outcome, ran = result[0], result[4], result[5], result[6]
-    if outcome is not None and result_bytes((key, None, None, None, compute_s, outcome, None)) * 4 > max_message_bytes:
+    key, compute_s, outcome, ran = result.key, result.compute_s, result.meta, result.ran
+    if outcome is not None and result_bytes(wire.TaskResult(key, None, None, None, compute_s, outcome, None)) * 4 > max_message_bytes:
         outcome = None  # an endpoint call's outcome is a few numbers; one this big is not worth keeping
-    failed = (key, None, None, _error(ErrorKind.BAD_RESULT, (
+    failed = wire.TaskResult(key, None, None, _error(ErrorKind.BAD_RESULT, (
         f"the result is {size} bytes encoded, over the {max_message_bytes}-byte message limit (max_message_bytes); "
         "return a smaller extra, or raise the limit on the producer and its pools")), compute_s, outcome, ran)
     return failed, result_bytes(failed)
 
 
-def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[str]]:
+def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[wire.Fault]]:
     """Normalise a reward's return value to ``(score, extra, error)``."""
     extra = None
     if isinstance(out, dict):
@@ -97,13 +99,13 @@ def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[str]]:
         return None, None, _error(ErrorKind.BAD_RESULT, f"reward returned a non-finite score ({score})")
     if extra is not None:
         try:
-            msgpack.packb(extra, use_bin_type=True)
+            wire.encode_body(extra)  # what will carry it
         except Exception as exc:
             return None, None, _error(ErrorKind.BAD_RESULT, f"reward's extra cannot be encoded: {exc}")
     return score, extra, None
 
 
-Outcome = tuple[Optional[float], Optional[dict], Optional[str], Optional[dict]]  # score, extra, error, endpoint outcome
+Outcome = tuple[Optional[float], Optional[dict], Optional[wire.Fault], Optional[dict]]  # score, extra, error, endpoint outcome
 
 
 def call_reward(spec: Any, payload_bytes: bytes, params: dict, meta: Optional[dict] = None) -> Outcome:
@@ -243,7 +245,7 @@ class Worker:
                 log.warning("%s: dropped a frame set of %d parts", self.options.worker_id, len(frames))
                 continue
             try:
-                msg = wire.decode(frames[0], frames[1], max_bytes=self.options.max_message_bytes)
+                msg = wire.WORKER.decode(frames[0], frames[1], max_bytes=self.options.max_message_bytes)
             except wire.WireError as exc:
                 log.warning("%s: dropped a bad frame: %s", self.options.worker_id, exc)
                 continue
@@ -257,7 +259,7 @@ class Worker:
         """Hand the last ``n`` unstarted tasks back, for an idle worker to take."""
         if n <= 0:
             return
-        keys = [self.inbox.pop()[0] for _ in range(n)]
+        keys = [self.inbox.pop().key for _ in range(n)]
         keys.reverse()
         self.finished += len(keys)
         self._send(wire.Giveback(self.granted, self.received, keys))
@@ -274,14 +276,14 @@ class Worker:
         self.finished += 1
 
     def _run(self, task: wire.Task) -> None:
-        key, name, params, payload_bytes, timeout_s, _attempt, meta = task
+        key, name, params, payload_bytes, timeout_s, meta = task.key, task.reward, task.params, task.payload, task.timeout_s, task.meta
         try:
             spec = resolve(name)
         except RewardError as exc:
             detail = str(exc)
             if self.import_errors:
                 detail += "; " + "; ".join(self.import_errors)
-            self._finish((key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0, None, None))
+            self._finish(wire.TaskResult(key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0, None, None))
             return
         ran = reward_version(spec.fn, spec.version)  # the results say which code computed them
         limit = timeout_s or spec.timeout_s or self.options.task_timeout_s
@@ -298,7 +300,7 @@ class Worker:
                 self.slot.end()
         dt = time.monotonic() - t0
         self.service_s = dt if self.service_s == 0.0 else 0.8 * self.service_s + 0.2 * dt
-        self._finish((key, score, extra, error, dt, outcome, ran))
+        self._finish(wire.TaskResult(key, score, extra, error, dt, outcome, ran))
 
     def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, meta: Optional[dict], limit: float,
                   ran: Optional[str]) -> None:
@@ -309,7 +311,7 @@ class Worker:
 
         def done(fut: concurrent.futures.Future) -> None:
             score, extra, error, outcome = fut.result()
-            self._io_done.append((key, score, extra, error, time.monotonic() - t0, outcome, ran))
+            self._io_done.append(wire.TaskResult(key, score, extra, error, time.monotonic() - t0, outcome, ran))
             try:
                 os.write(self._wake_w, b"x")
             except BlockingIOError:
@@ -329,13 +331,14 @@ class Worker:
             pass
         while self._io_done:
             r = self._io_done.popleft()
-            if self._io_running.pop(r[0], None) is not None:  # not already timed out
+            if self._io_running.pop(r.key, None) is not None:  # not already timed out
                 self._finish(r)
         now = time.monotonic()
         for key, (started, deadline) in list(self._io_running.items()):
             if now >= deadline:
                 del self._io_running[key]
-                self._finish((key, None, None, _error(ErrorKind.TIMEOUT, f"io reward passed its {deadline - started:.3g} s limit"), now - started, None, None))
+                self._finish(wire.TaskResult(key, None, None, _error(ErrorKind.TIMEOUT, f"io reward passed its {deadline - started:.3g} s limit"),
+                                             now - started, None, None))
 
     def _next_io_deadline(self) -> Optional[float]:
         return min((d for _, d in self._io_running.values()), default=None)

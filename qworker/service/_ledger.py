@@ -131,10 +131,10 @@ class Ledger:
         return [r for r in requests if r not in owed]
 
     # messages -------------------------------------------------------------------
-    def add(self, peer: bytes, rows: list, now: float) -> list[list[bytes]]:
-        """Encode ``[request, index, fields]`` rows for ``peer`` as Resolved messages, keep them, return their frames."""
+    def add(self, peer: bytes, rows: list[cw.ResolvedRow], now: float) -> list[list[bytes]]:
+        """Encode ``rows`` for ``peer`` as Resolved messages, keep them, return their frames."""
         c = self._client(peer)
-        kept = [row for row in rows if row[0] in c.owed]
+        kept = [row for row in rows if row.request in c.owed]
         self.counts["dropped_rows"] += len(rows) - len(kept)
         rows = kept
         out = []
@@ -143,7 +143,7 @@ class Ledger:
             c.seq += 1
             per: dict[int, int] = {}
             for row in chunk:
-                per[row[0]] = per.get(row[0], 0) + 1
+                per[row.request] = per.get(row.request, 0) + 1
             frames = cw.encode(cw.Resolved(self.instance, c.seq, chunk))
             m = _Message(peer, c.seq, frames, per, now, now, self.resend_after_s)
             c.unacked[c.seq] = m

@@ -136,7 +136,7 @@ class RewardService:
             try:
                 if len(frames) != 3:
                     raise WireError(f"expected 3 frames, got {len(frames)}")
-                msg = cw.decode(frames[1], frames[2], max_bytes=self.producer.options.max_message_bytes)
+                msg = cw.SERVICE.decode(frames[1], frames[2], max_bytes=self.producer.options.max_message_bytes)
             except WireError as exc:
                 self._drop(peer, str(exc))
                 continue
@@ -200,7 +200,7 @@ class RewardService:
         by_peer: dict[bytes, list] = defaultdict(list)
         while self._outbox:
             peer, request, index, r = self._outbox.popleft()
-            by_peer[peer].append([request, index, r.to_dict()])
+            by_peer[peer].append(cw.ResolvedRow(request, index, r))
         now = time.monotonic()
         for peer, rows in by_peer.items():
             for frames in self.ledger.add(peer, rows, now):

@@ -16,7 +16,7 @@ from pathlib import Path
 import msgpack
 import zmq
 
-from qworker import Producer
+from qworker import Producer, Result
 from qworker.transport import client_wire as cw
 from qworker.transport import wire
 
@@ -37,7 +37,7 @@ PRODUCER_GARBAGE: list[list[bytes]] = [
     [b"Z", msgpack.packb([])],  # unknown kind
     [wire.RESULTS, msgpack.packb([1, 1, [[b"short", 1.0, None, None, 0.0, None, None]]])],  # bad key
     [wire.READY, msgpack.packb(["x", "p", -1, "h", 5, 0, 0, [], [], {}])],  # negative pid
-    wire.encode(wire.Tasks([(bytes(16), "noop", {}, b"\x80", None, 1, None)])),  # wrong direction
+    wire.encode(wire.Tasks([wire.Task(bytes(16), "noop", {}, b"\x80", None, 1, None)])),  # wrong direction
     wire.encode(wire.Revoke(3)),  # wrong direction
     wire.encode(wire.Ready("someone-else", "p", 1, "h", 5, 0, 0, [], [])),  # spoofed name
 ]
@@ -49,7 +49,7 @@ SERVICE_GARBAGE: list[list[bytes]] = [
     [cw.SUBMIT, msgpack.packb([-1, "noop", None, [{}], None])],  # negative request id
     [cw.SUBMIT, msgpack.packb([1, 7, None, [{}], None])],  # reward not a string
     [b"?", msgpack.packb([])],
-    cw.encode(cw.Resolved("x", 1, [[1, 0, {}]])),  # wrong direction
+    cw.encode(cw.Resolved("x", 1, [cw.ResolvedRow(1, 0, Result())])),  # wrong direction
     cw.encode(cw.Accepted(1, "x", None, "")),  # wrong direction
     cw.encode(cw.Pong("x", 3)),  # wrong direction
 ]
@@ -154,7 +154,7 @@ while True:
     if s.poll(100):
         frames = s.recv_multipart()
         if frames[0] == wire.TASKS:
-            received += len(wire.decode(frames[0], frames[1], max_bytes=1 << 26).tasks)
+            received += len(wire.WORKER.decode(frames[0], frames[1], max_bytes=1 << 26).tasks)
     if time.monotonic() - last > float(sys.argv[3]):
         ready()
         last = time.monotonic()

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+from qworker import Result
 from qworker.service._ledger import FLUSH_EVERY, MAX_RESEND_EVERY_S, Ledger
 from qworker.transport import client_wire as cw
 
 A, B = b"client-a", b"client-b"
-FIELDS = {"score": 1.0, "extra": {}, "error": None, "cached": False, "attempts": 1, "worker": "w", "latency_s": 0.0,
-          "compute_s": 0.0, "key": ""}
 
 
-def rows(request: int, n: int, start: int = 0) -> list:
-    return [[request, i, dict(FIELDS)] for i in range(start, start + n)]
+def rows(request: int, n: int, start: int = 0) -> list[cw.ResolvedRow]:
+    return [cw.ResolvedRow(request, i, Result(score=1.0, attempts=1, worker="w")) for i in range(start, start + n)]
 
 
 def seq_of(frames: list[bytes]) -> int:
-    msg = cw.decode(frames[0], frames[1], max_bytes=1 << 30)
+    msg = cw.CLIENT.decode(frames[0], frames[1], max_bytes=1 << 30)
     assert isinstance(msg, cw.Resolved)
     return msg.seq
 
