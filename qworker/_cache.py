@@ -1,7 +1,8 @@
 """The producer's in-memory result cache: bounded LRU with an optional TTL.
 
 Only successful results are cached; a failed task is tried again next time.
-Thread-safe: the caller's thread reads it in ``submit``, the dispatcher writes.
+Thread-safe: the caller's thread reads it in ``submit``, the dispatcher writes;
+a read that misses (the usual case for a fresh task) takes no lock.
 
 The cache owns its entries: ``put`` keeps its own copy of ``extra`` and ``get``
 hands out a fresh one, so a caller mutating ``Result.extra`` (even nested
@@ -73,6 +74,10 @@ class MemoryCache:
         return len(self._data)
 
     def get(self, key: bytes) -> Optional[Entry]:
+        """``(score, extra)`` cached under ``key``, or None.  A miss takes no lock: a lookup of a bytes key
+        is one atomic step of the dict, whatever another thread does to it meanwhile."""
+        if key not in self._data:
+            return None
         with self._lock:
             item = self._data.get(key)
             if item is None:

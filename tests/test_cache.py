@@ -52,3 +52,15 @@ def test_an_extra_msgpack_cannot_pack_is_still_copied():
     c.put(b"k", 1.0, odd)
     odd["s"].add(3)
     assert c.get(b"k") == (1.0, {"s": {1, 2}})
+
+
+def test_a_miss_never_waits_for_a_writer_holding_the_memory_cache():
+    import threading
+
+    cache = MemoryCache(max_entries=10)
+    cache.put(b"k" * 16, 1.0, {})
+    answered = threading.Event()
+    with cache._lock:  # a writer in the middle of put_many
+        threading.Thread(target=lambda: (cache.get(b"m" * 16), answered.set()), daemon=True).start()
+        assert answered.wait(10), "a lookup of an absent key waited for the writer's lock"
+    assert cache.get(b"k" * 16) == (1.0, {})
