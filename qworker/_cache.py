@@ -37,6 +37,7 @@ class _Deep:
 
 
 _Owned = Union[dict, bytes, _Deep]
+_NO_EXTRA: dict = {}  # every entry without an extra holds this one; nothing ever writes to it
 
 
 def _own(extra: dict) -> _Owned:
@@ -97,14 +98,15 @@ class MemoryCache:
         as the disk cache takes them) is ignored."""
         if self.max_entries == 0 or not items:
             return
-        owned = [(item[0], item[1], _own(item[2])) for item in items]  # copied outside the lock
         now = time.monotonic()
+        # copied outside the lock; the usual empty extra shares one dict, which ``_hand_out`` copies like any other
+        owned = [(item[0], (item[1], _own(item[2]) if item[2] else _NO_EXTRA, now)) for item in items]
         with self._lock:
             data = self._data
-            for key, score, extra in owned:
+            for key, entry in owned:
                 if key in data:
                     data.move_to_end(key)
-                data[key] = (score, extra, now)
+                data[key] = entry
             while len(data) > self.max_entries:
                 data.popitem(last=False)
                 self.evictions += 1

@@ -173,7 +173,15 @@ class ResultFuture(concurrent.futures.Future):
 
     def set_result(self, result: Result) -> None:  # type: ignore[override]
         """Resolve it; ``InvalidStateError`` if it is resolved already."""
-        resolve_many(((self, result),))
+        with _state_lock:
+            if self._state is _FINISHED:
+                raise concurrent.futures.InvalidStateError(f"{self!r} is resolved already")
+            self._result = result
+            self._state = _FINISHED
+            cond, callbacks = self._cond, self._callbacks
+            self._callbacks = None
+        if cond is not None or callbacks is not None:
+            _wake(self, cond, callbacks)
 
     def set_exception(self, exception: Optional[BaseException]) -> None:
         raise TypeError("a ResultFuture resolves to a Result (with its error set), never to an exception")
@@ -198,18 +206,23 @@ def resolve_many(pairs: Iterable[tuple[ResultFuture, Result]]) -> None:
                 woken.append((fut, fut._cond, fut._callbacks))
                 fut._callbacks = None
     for fut, cond, callbacks in woken:
-        if cond is not None:
-            with cond:
-                for waiter in fut._waiter_list or ():
-                    waiter.add_result(fut)
-                cond.notify_all()
-        for fn in callbacks or ():
-            try:
-                fn(fut)
-            except Exception:
-                _log.exception("exception calling callback for %r", fut)
+        _wake(fut, cond, callbacks)
     if again is not None:
         raise concurrent.futures.InvalidStateError(f"{again!r} is resolved already")
+
+
+def _wake(fut: ResultFuture, cond: Optional[threading.Condition], callbacks: Optional[list]) -> None:
+    """After ``fut`` finished: wake the threads sleeping on it, then run its callbacks (outside every lock)."""
+    if cond is not None:
+        with cond:
+            for waiter in fut._waiter_list or ():
+                waiter.add_result(fut)
+            cond.notify_all()
+    for fn in callbacks or ():
+        try:
+            fn(fut)
+        except Exception:
+            _log.exception("exception calling callback for %r", fut)
 
 
 def gather(futures: Sequence[concurrent.futures.Future], timeout: Optional[float] = None) -> list[Result]:
