@@ -86,7 +86,7 @@ class ResultFuture(concurrent.futures.Future):
         self._waiter_list: Optional[list] = None  # concurrent.futures.wait's waiters, under the Condition
 
     # the parts of Future's internals that concurrent.futures.wait and as_completed touch
-    @property  # type: ignore[override]
+    @property
     def _condition(self) -> threading.Condition:
         cond = self._cond
         if cond is None:
@@ -96,7 +96,11 @@ class ResultFuture(concurrent.futures.Future):
                     cond = self._cond = threading.Condition(threading.Lock())
         return cond
 
-    @property  # type: ignore[override]
+    @_condition.setter
+    def _condition(self, cond: threading.Condition) -> None:
+        self._cond = cond
+
+    @property
     def _waiters(self) -> list:
         waiters = self._waiter_list
         if waiters is None:
@@ -106,9 +110,9 @@ class ResultFuture(concurrent.futures.Future):
                     waiters = self._waiter_list = []
         return waiters
 
-    @property  # type: ignore[override]
-    def _exception(self) -> None:
-        return None
+    @_waiters.setter
+    def _waiters(self, waiters: list) -> None:
+        self._waiter_list = waiters
 
     # reading ----------------------------------------------------------------
     def cancel(self) -> bool:
@@ -171,7 +175,7 @@ class ResultFuture(concurrent.futures.Future):
             self._state = _RUNNING
         return True
 
-    def set_result(self, result: Result) -> None:  # type: ignore[override]
+    def set_result(self, result: Result) -> None:
         """Resolve it; ``InvalidStateError`` if it is resolved already."""
         with _state_lock:
             if self._state is _FINISHED:
