@@ -78,6 +78,8 @@ class ResultFuture(concurrent.futures.Future):
     (``set_exception`` raises ``TypeError``).
     """
 
+    _exception: Optional[BaseException] = None  # never set: Future's own methods (``__repr__``) read it
+
     def __init__(self) -> None:  # noqa: D107 - no Future.__init__: its Condition is what this avoids
         self._state = _PENDING
         self._result: Optional[Result] = None
@@ -189,6 +191,11 @@ class ResultFuture(concurrent.futures.Future):
 
     def set_exception(self, exception: Optional[BaseException]) -> None:
         raise TypeError("a ResultFuture resolves to a Result (with its error set), never to an exception")
+
+    def __repr__(self) -> str:
+        if self._state is _FINISHED:
+            return f"<ResultFuture at {id(self):#x} state=finished returned {self._result!r}>"
+        return f"<ResultFuture at {id(self):#x} state={self._state.lower()}>"
 
     def __await__(self) -> Generator[Any, None, Result]:
         return asyncio.wrap_future(self).__await__()
