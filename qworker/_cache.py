@@ -7,9 +7,10 @@ a read that misses (the usual case for a fresh task) takes no lock.
 The cache owns its entries: ``put`` keeps its own copy of ``extra`` and ``get``
 hands out a fresh one, so a caller mutating ``Result.extra`` (even nested
 values) never changes what later hits see.  A flat ``extra`` (every value a
-str, number, bool, None or bytes: the usual case) is kept as a shallow copy and
-handed out as one; a nested one is kept msgpack-packed (it came over msgpack
-from a worker) and unpacked per hit.
+str, number, bool, None or bytes: the usual case) is kept as a tuple of its
+items and handed out as a fresh dict; a nested one is kept msgpack-packed (it
+came over msgpack from a worker) and unpacked per hit.  An entry thus holds
+only atomic values, so the cyclic GC stops tracking it.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ class _Deep:
         self.extra = copy.deepcopy(extra)
 
 
-_Owned = Union[dict, bytes, _Deep]
-_NO_EXTRA: dict = {}  # every entry without an extra holds this one; nothing ever writes to it
+_Owned = Union[tuple, bytes, _Deep, None]  # None: an empty extra; a tuple: a flat one's items
 
 
 def _own(extra: dict) -> _Owned:
@@ -48,12 +48,14 @@ def _own(extra: dict) -> _Owned:
                 return msgpack.packb(extra, use_bin_type=True)
             except Exception:  # not msgpack-native (a local reward returned a tuple key, a set...)
                 return _Deep(extra)
-    return dict(extra)
+    return tuple(extra.items())  # atomic items only: the GC stops tracking the entry (see ``put_many``)
 
 
 def _hand_out(owned: _Owned) -> dict:
     """A fresh copy for one cache hit."""
-    if type(owned) is dict:
+    if owned is None:
+        return {}
+    if type(owned) is tuple:
         return dict(owned)
     if type(owned) is bytes:
         out: dict = msgpack.unpackb(owned, raw=False, strict_map_key=False)
@@ -99,8 +101,10 @@ class MemoryCache:
         if self.max_entries == 0 or not items:
             return
         now = time.monotonic()
-        # copied outside the lock; the usual empty extra shares one dict, which ``_hand_out`` copies like any other
-        owned = [(item[0], (item[1], _own(item[2]) if item[2] else _NO_EXTRA, now)) for item in items]
+        # Copied outside the lock.  An empty extra is kept as None and a flat one as a tuple of its items, so an
+        # entry holds only atomic values and the cyclic GC stops tracking it at its first pass: a full cache adds
+        # nothing to any collection (entries holding dicts stay tracked, and every full collection scans them all).
+        owned = [(item[0], (item[1], _own(item[2]) if item[2] else None, now)) for item in items]
         with self._lock:
             data = self._data
             for key, entry in owned:
