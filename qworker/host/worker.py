@@ -302,6 +302,7 @@ class Worker:
         ran = reward_version(spec.fn, spec.version)  # the results say which code computed them
         limit = timeout_s or spec.timeout_s or self.options.task_timeout_s
         if spec.kind == "io":
+            self._idle()  # the slot is the main thread's: it must not go on showing the last CPU task
             self._start_io(key, spec, payload_bytes, params, route, limit, ran)
             return
         t0 = time.monotonic()
