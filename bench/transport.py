@@ -10,6 +10,9 @@ in one process on one machine, through:
                    tests each pending key with `in` and reads those present
   Manager (bulk)   the same, but the caller polls len() every 0.1 s and then
                    reads every result with one copy(): the kindest variant
+  bare zmq         the physical reference, no-op only: pyzmq + msgpack alone, PUSH
+                   batches of 256 task dicts to W worker processes, results back
+                   to a PULL sink (no hashing, futures, leases, credit or cache)
   Ray tasks        one @ray.remote task per reward, ray.get on all (Ray kept on
                    127.0.0.1; skipped with a note if Ray is not installed)
 
@@ -105,6 +108,83 @@ def run_manager_dict(workers: int, reward: str, payloads: list, *, bulk: bool) -
             tasks.put(None)
         for p in procs:
             p.join()
+
+
+BARE_BATCH = 256  # dicts per message in the bare pipeline
+
+
+def _bare_worker(tasks_endpoint: str, sink_endpoint: str) -> None:
+    """The reference pipeline's worker: PULL batches of task dicts, run the reward, PUSH results to the sink."""
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    tasks, sink = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    tasks.connect(tasks_endpoint)
+    sink.connect(sink_endpoint)
+    sink.send(b"")  # hello: the producer sends nothing until every worker is connected
+    while True:
+        batch = msgpack.unpackb(tasks.recv())
+        if not batch:
+            break
+        sink.send(msgpack.packb([[t["i"], noop(t)] for t in batch]))
+    tasks.close()
+    sink.close(linger=1000)
+    ctx.term()
+
+
+class BarePipeline:
+    """The physical reference: pyzmq + msgpack with nothing else (no hashing, futures, leases or credit).
+
+    A PUSH socket sends batches of ``BARE_BATCH`` task dicts to ``workers`` processes, which send results
+    back to a PULL sink; ``run`` sends from a thread of its own while the caller's thread collects.
+    """
+
+    def __init__(self, workers: int) -> None:
+        import zmq
+
+        self.dir = tempfile.mkdtemp(prefix="qworker-bare-")
+        self.ctx = zmq.Context()
+        self.push, self.sink = self.ctx.socket(zmq.PUSH), self.ctx.socket(zmq.PULL)
+        self.push.bind(f"ipc://{self.dir}/tasks")
+        self.sink.bind(f"ipc://{self.dir}/sink")
+        self.procs = [mp.Process(target=_bare_worker, args=(f"ipc://{self.dir}/tasks", f"ipc://{self.dir}/sink")) for _ in range(workers)]
+        for proc in self.procs:
+            proc.start()
+        for _ in self.procs:
+            if not self.sink.poll(60_000):
+                raise RuntimeError("a bare-pipeline worker did not connect within 60 s")
+            self.sink.recv()
+
+    def run(self, payloads: list) -> None:
+        import threading
+
+        import msgpack
+
+        def send() -> None:
+            for i in range(0, len(payloads), BARE_BATCH):
+                self.push.send(msgpack.packb(payloads[i : i + BARE_BATCH]))
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        got = 0
+        while got < len(payloads):
+            if not self.sink.poll(60_000):
+                raise RuntimeError(f"the bare pipeline stalled after {got} of {len(payloads)} results")
+            got += len(msgpack.unpackb(self.sink.recv()))
+        sender.join()
+
+    def close(self) -> None:
+        import msgpack
+
+        for _ in self.procs:
+            self.push.send(msgpack.packb([]))
+        for proc in self.procs:
+            proc.join(30)
+        self.push.close(linger=0)
+        self.sink.close(linger=0)
+        self.ctx.term()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def start_ray(workers: int):
@@ -205,12 +285,14 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="runs of the no-op workload per system (median reported)")
-    ap.add_argument("--skip", action="append", default=[], help="skip a system: pool, manager, ray, tcp")
+    ap.add_argument("--skip", action="append", default=[], help="skip a system (bare, pool, manager, ray, tcp) or the 1 ms CPU workload (cpu)")
     args = ap.parse_args()
     n, w = args.tasks, args.workers
     print(f"transport benchmark: {n} tasks per workload, {w} workers, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
 
     workloads = {"no-op": ("noop", [{"i": i} for i in range(n)], args.repeats), "1 ms CPU": ("spin", [{"i": i, "ms": 1} for i in range(n)], 1)}
+    if "cpu" in args.skip:
+        del workloads["1 ms CPU"]
     rates: dict[str, dict[str, float]] = {}
     spread: dict[str, dict[str, list[float]]] = {}
 
@@ -219,16 +301,32 @@ def main() -> None:
         spread.setdefault(system, {})[workload] = runs
         print(f"  {system:<14} {workload:<9} {rate:>10,.0f} tasks/s   runs: {', '.join(f'{r:,.0f}' for r in runs)}", flush=True)
 
+    producer_us: dict[str, float] = {}  # producer process CPU per task, median over runs
     with Producer(local_workers=w) as p:
         for name, (reward, payloads, repeats) in workloads.items():
             # fresh payloads per repeat, so no run is answered from the cache
             batches = iter([[dict(x, rep=r) for x in payloads] for r in range(repeats)])
-            rate, runs = median_rate(n, lambda reward=reward, batches=batches: run_qworker(p, reward, next(batches)), repeats)
+            cpu_runs: list[float] = []
+
+            def one_run(reward: str = reward, batches=batches, cpu_runs: list[float] = cpu_runs) -> None:
+                c0 = time.process_time()  # the producer's process: the caller's and the dispatcher's threads
+                run_qworker(p, reward, next(batches))
+                cpu_runs.append((time.process_time() - c0) / n * 1e6)
+
+            rate, runs = median_rate(n, one_run, repeats)
             record("qworker", name, rate, runs)
+            producer_us[name] = statistics.median(cpu_runs)
         rtt = round_trip_ms(p)
-        cpu_s, wall_s = gather_cpu_share(p, [{"i": i, "ms": 1, "cpu": 1} for i in range(min(n, 20_000))])
+        cpu_s, wall_s = (0.0, 1.0) if "cpu" in args.skip else gather_cpu_share(p, [{"i": i, "ms": 1, "cpu": 1} for i in range(min(n, 20_000))])
         status = p.status()["producer"]
 
+    if "bare" not in args.skip:
+        bare = BarePipeline(w)
+        try:
+            payloads = workloads["no-op"][1]
+            record("bare zmq", "no-op", *median_rate(n, lambda: bare.run(payloads), args.repeats))
+        finally:
+            bare.close()
     if "pool" not in args.skip:
         with mp.Pool(w) as pool:
             for name, (reward, payloads, repeats) in workloads.items():
@@ -259,14 +357,16 @@ def main() -> None:
     headers = ["system"] + [f"{k} tasks/s" for k in workloads] + [f"qworker / it, {k}" for k in workloads]
     rows = []
     for system, by in rates.items():
-        rows.append([system] + [f"{by[k]:,.0f}" for k in workloads] + [f"{rates['qworker'][k] / by[k]:.2f}x" for k in workloads])
+        rows.append([system] + [f"{by[k]:,.0f}" if k in by else "-" for k in workloads]
+                    + [f"{rates['qworker'][k] / by[k]:.2f}x" if k in by else "-" for k in workloads])
     print(table(headers, rows))
 
     print("\nqworker on an idle pool and while waiting")
     print(table(["measure", "value"], [
         ["single-task round trip p50", f"{statistics.median(rtt):.3f} ms"],
         ["single-task round trip p99", f"{statistics.quantiles(rtt, n=100)[98]:.3f} ms"],
-        ["caller thread CPU in gather", f"{100 * cpu_s / wall_s:.2f}% ({cpu_s * 1000:.1f} ms CPU over {wall_s:.2f} s)"],
+        *([] if "cpu" in args.skip else [["caller thread CPU in gather", f"{100 * cpu_s / wall_s:.2f}% ({cpu_s * 1000:.1f} ms CPU over {wall_s:.2f} s)"]]),
+        *[[f"producer process CPU per {k} task", f"{us:.1f} us"] for k, us in producer_us.items()],
         ["producer memory per pending task", f"{per_task:,.0f} bytes (payload itself: {payload_size} bytes msgpack)"],
         ["duplicate results dropped", str(status["duplicate_results"])],
     ]))

@@ -1,14 +1,16 @@
 """The producer's in-memory result cache: bounded LRU with an optional TTL.
 
 Only successful results are cached; a failed task is tried again next time.
-Thread-safe: the caller's thread reads it in ``submit``, the dispatcher writes.
+Thread-safe: the caller's thread reads it in ``submit``, the dispatcher writes;
+a read that misses (the usual case for a fresh task) takes no lock.
 
 The cache owns its entries: ``put`` keeps its own copy of ``extra`` and ``get``
 hands out a fresh one, so a caller mutating ``Result.extra`` (even nested
 values) never changes what later hits see.  A flat ``extra`` (every value a
-str, number, bool, None or bytes: the usual case) is kept as a shallow copy and
-handed out as one; a nested one is kept msgpack-packed (it came over msgpack
-from a worker) and unpacked per hit.
+str, number, bool, None or bytes: the usual case) is kept as a tuple of its
+items and handed out as a fresh dict; a nested one is kept msgpack-packed (it
+came over msgpack from a worker) and unpacked per hit.  An entry thus holds
+only atomic values, so the cyclic GC stops tracking it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class _Deep:
         self.extra = copy.deepcopy(extra)
 
 
-_Owned = Union[dict, bytes, _Deep]
+_Owned = Union[tuple, bytes, _Deep, None]  # None: an empty extra; a tuple: a flat one's items
 
 
 def _own(extra: dict) -> _Owned:
@@ -46,12 +48,14 @@ def _own(extra: dict) -> _Owned:
                 return msgpack.packb(extra, use_bin_type=True)
             except Exception:  # not msgpack-native (a local reward returned a tuple key, a set...)
                 return _Deep(extra)
-    return dict(extra)
+    return tuple(extra.items())  # atomic items only: the GC stops tracking the entry (see ``put_many``)
 
 
 def _hand_out(owned: _Owned) -> dict:
     """A fresh copy for one cache hit."""
-    if type(owned) is dict:
+    if owned is None:
+        return {}
+    if type(owned) is tuple:
         return dict(owned)
     if type(owned) is bytes:
         out: dict = msgpack.unpackb(owned, raw=False, strict_map_key=False)
@@ -73,6 +77,10 @@ class MemoryCache:
         return len(self._data)
 
     def get(self, key: bytes) -> Optional[Entry]:
+        """``(score, extra)`` cached under ``key``, or None.  A miss takes no lock: a lookup of a bytes key
+        is one atomic step of the dict, whatever another thread does to it meanwhile."""
+        if key not in self._data:
+            return None
         with self._lock:
             item = self._data.get(key)
             if item is None:
@@ -92,14 +100,17 @@ class MemoryCache:
         as the disk cache takes them) is ignored."""
         if self.max_entries == 0 or not items:
             return
-        owned = [(item[0], item[1], _own(item[2])) for item in items]  # copied outside the lock
         now = time.monotonic()
+        # Copied outside the lock.  An empty extra is kept as None and a flat one as a tuple of its items, so an
+        # entry holds only atomic values and the cyclic GC stops tracking it at its first pass: a full cache adds
+        # nothing to any collection (entries holding dicts stay tracked, and every full collection scans them all).
+        owned = [(item[0], (item[1], _own(item[2]) if item[2] else None, now)) for item in items]
         with self._lock:
             data = self._data
-            for key, score, extra in owned:
+            for key, entry in owned:
                 if key in data:
                     data.move_to_end(key)
-                data[key] = (score, extra, now)
+                data[key] = entry
             while len(data) > self.max_entries:
                 data.popitem(last=False)
                 self.evictions += 1

@@ -52,3 +52,30 @@ def test_an_extra_msgpack_cannot_pack_is_still_copied():
     c.put(b"k", 1.0, odd)
     odd["s"].add(3)
     assert c.get(b"k") == (1.0, {"s": {1, 2}})
+
+
+def test_a_miss_never_waits_for_a_writer_holding_the_memory_cache():
+    import threading
+
+    cache = MemoryCache(max_entries=10)
+    cache.put(b"k" * 16, 1.0, {})
+    answered = threading.Event()
+    with cache._lock:  # a writer in the middle of put_many
+        threading.Thread(target=lambda: (cache.get(b"m" * 16), answered.set()), daemon=True).start()
+        assert answered.wait(10), "a lookup of an absent key waited for the writer's lock"
+    assert cache.get(b"k" * 16) == (1.0, {})
+
+
+def test_a_full_memory_cache_leaves_the_cyclic_gc_nothing_to_scan():
+    # Every full collection scans every tracked object: a million cached results must not be among them.
+    import gc
+
+    cache = MemoryCache(max_entries=100)
+    cache.put_many([(bytes([i]) * 16, 1.0, {} if i % 2 else {"pred": "4", "n": 3}) for i in range(10)])
+    for _ in range(3):  # each pass untracks one level of nesting
+        gc.collect()
+    assert not any(gc.is_tracked(entry) for entry in cache._data.values())
+    hit = cache.get(bytes([2]) * 16)
+    assert hit == (1.0, {"pred": "4", "n": 3})
+    hit[1]["pred"] = "changed"
+    assert cache.get(bytes([2]) * 16) == (1.0, {"pred": "4", "n": 3}) and cache.get(bytes([1]) * 16) == (1.0, {})

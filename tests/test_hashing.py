@@ -52,3 +52,57 @@ def test_a_version_changes_the_key_and_no_version_keeps_the_old_one():
     plain = task_key("r", fp, payload)
     assert task_key("r", fp, payload, None) == plain  # caches written before versions existed stay valid
     assert len({plain, task_key("r", fp, payload, "1"), task_key("r", fp, payload, "2")}) == 3
+
+
+def _random_value(rng, depth=0):
+    kinds = ["str", "int", "float", "bool", "none", "bytes"] + (["dict", "list", "tuple"] if depth < 3 else [])
+    kind = rng.choice(kinds)
+    if kind == "str":
+        n = rng.choice([0, 1, 5, 31, 32, 255, 256, 70000 if depth == 0 else 3])
+        return "".join(rng.choice("az Zé€😀\x00") for _ in range(min(n, 40))) * max(1, n // 40)
+    if kind == "int":
+        return rng.choice([0, 1, -1, 127, 128, -32, -33, 255, 256, 65535, 65536, 2**31, -(2**31) - 1, 2**63 - 1, 2**64 - 1, -(2**63),
+                           rng.randint(-(2**63), 2**64 - 1)])
+    if kind == "float":
+        return rng.choice([0.0, -0.0, 1.5, 1e300, float("inf"), float("nan"), rng.random()])
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "none":
+        return None
+    if kind == "bytes":
+        return bytes(rng.randrange(256) for _ in range(rng.choice([0, 3, 255, 256])))
+    items = [_random_value(rng, depth + 1) for _ in range(rng.choice([0, 1, 3, 15, 16, 17] if depth == 0 else [0, 1, 3]))]
+    if kind == "dict":
+        return {"".join(rng.choice("bBaé€_") for _ in range(rng.randrange(4))): v for v in items}
+    return items if kind == "list" else tuple(items)
+
+
+def test_payload_bytes_are_the_reference_canonical_msgpack_whichever_encoder_takes_them():
+    # Cache keys are hashes of these bytes.  A plain payload (exact dicts with str keys, lists, tuples,
+    # scalars) takes the fast sorted encoder and must encode exactly as msgpack.packb(canonical(...));
+    # anything else takes that reference path itself, and what it refuses stays refused.
+    import collections
+    import datetime
+    import random
+
+    import msgpack
+    import pytest
+
+    from qworker._hashing import _plain, _sorted_encoder
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        value = _random_value(rng)
+        assert _plain(value)
+        assert _sorted_encoder.encode(value) == msgpack.packb(canonical(value), use_bin_type=True) == encode_payload(value)
+
+    class Score(float):
+        pass
+
+    odd = collections.OrderedDict([("b", 1), ("a", 2)])  # a dict subclass keeps its order, as before
+    for value in ({"x": Score(0.5)}, {1: "int key", "a": 2}, {"o": odd}, [bytearray(b"ab")]):
+        assert not _plain(value)
+        assert encode_payload(value) == encode_payload(value, new_packer()) == msgpack.packb(canonical(value), use_bin_type=True)
+    for refused in ({"s": {1, 2}}, {"t": datetime.datetime(2020, 1, 1)}, {"big": 2**64}):
+        with pytest.raises((TypeError, OverflowError, ValueError)):
+            encode_payload(refused)

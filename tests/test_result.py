@@ -6,6 +6,7 @@ import time
 import pytest
 
 from qworker import Result, ResultFuture
+from qworker._result import resolve_many
 
 
 def test_result_properties():
@@ -29,13 +30,30 @@ def test_result_future_wakes_waiters_and_times_out():
     for t in waiters:
         t.join(5)
     assert [r.score for r in got] == [0.5] * 3
-    assert fut._condition._waiters == []  # every waiter removed itself
+    assert not fut._condition._waiters  # every waiter removed itself
 
 
-def test_result_future_has_the_attributes_future_has():
-    # ResultFuture.__init__ re-creates Future.__init__'s state with a lighter
-    # Condition; this fails if a Python release changes what Future keeps.
-    assert set(vars(ResultFuture())) == set(vars(concurrent.futures.Future()))
+def test_resolving_a_batch_wakes_every_kind_of_waiter_and_refuses_a_second_resolution():
+    futs = [ResultFuture() for _ in range(4)]
+    seen = []
+    futs[0].add_done_callback(lambda f: seen.append(f.result().score))
+    got = []
+    sleeper = threading.Thread(target=lambda: got.append(futs[1].result(timeout=10).score))
+    sleeper.start()
+    waited = []
+    waiter = threading.Thread(target=lambda: waited.append(concurrent.futures.wait(futs[2:], timeout=10)))
+    waiter.start()
+    time.sleep(0.05)
+    resolve_many([(f, Result(score=float(i))) for i, f in enumerate(futs)])
+    sleeper.join(10)
+    waiter.join(10)
+    assert seen == [0.0] and got == [1.0]
+    assert len(waited[0].done) == 2 and not waited[0].not_done
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        resolve_many([(futs[3], Result(score=9.0))])
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        futs[3].set_result(Result(score=9.0))
+    assert futs[3].result().score == 3.0 and futs[3].exception() is None
 
 
 def test_many_threads_resolving_and_waiting_never_lose_a_wakeup():

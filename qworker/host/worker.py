@@ -116,6 +116,8 @@ def call_reward(spec: Any, payload_bytes: bytes, params: dict, meta: Optional[di
         payload = msgpack.unpackb(payload_bytes, raw=False, strict_map_key=False)
         kwargs = params if call is None else {**params, "call": call}
         out = spec.fn(payload, **kwargs) if kwargs else spec.fn(payload)
+        if type(out) is float and math.isfinite(out):  # the usual answer: no await, nothing to normalise
+            return out, None, None, None if call is None else call.outcome
         if inspect.isawaitable(out):  # an ``async def`` reward
             out = run_awaitable(out)
     except KeyboardInterrupt:
@@ -187,6 +189,7 @@ class Worker:
         self.results_bytes = 0  # result_bytes() of self.results
         self.batch_bytes = options.max_message_bytes // 2  # a RESULTS message's results, at most (unless one alone)
         self.first_unflushed = 0.0
+        self._slot_busy = False  # the slot still shows the last task run (see ``_run``)
         self._io_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._io_running: dict[bytes, tuple[float, float]] = {}  # key -> (started, deadline)
         self._io_done: deque[wire.TaskResult] = deque()
@@ -230,15 +233,23 @@ class Worker:
             {name: reward_version(spec.fn, spec.version) for name, spec in rewards.items()},  # each taken once per process
         ))
 
+    def _idle(self) -> None:
+        """Mark the busy slot idle if it still shows the last task run."""
+        if self._slot_busy:
+            self._slot_busy = False
+            self.slot.end()  # type: ignore[union-attr]  # busy only with a slot
+
     def _flush(self) -> None:
         if not self.results:
             return
+        self._idle()
         self._top_up()
         self._send(wire.Results(self.granted, self.received, self.results))
         self.results = []
         self.results_bytes = 0
 
     def _drain_socket(self) -> None:
+        self._idle()
         while readable(self.sock):
             frames = self.sock.recv_multipart(copy=True)
             if len(frames) != 2:
@@ -266,7 +277,13 @@ class Worker:
 
     # running ----------------------------------------------------------------
     def _finish(self, result: wire.TaskResult) -> None:
-        result, size = fit_frame(result, self.options.max_message_bytes)
+        if result.extra is None and result.error is None and result.meta is None:  # a bare score: result_bytes's first case
+            ran = result.ran
+            size = RESULT_OVERHEAD + (len(ran.encode()) if ran else 0)
+            if size + MESSAGE_OVERHEAD > self.options.max_message_bytes:
+                result, size = fit_frame(result, self.options.max_message_bytes)
+        else:
+            result, size = fit_frame(result, self.options.max_message_bytes)
         if self.results and self.results_bytes + size > self.batch_bytes:
             self._flush()  # what is batched goes now; this one starts the next message
         self.results_bytes += size
@@ -288,16 +305,16 @@ class Worker:
         ran = reward_version(spec.fn, spec.version)  # the results say which code computed them
         limit = timeout_s or spec.timeout_s or self.options.task_timeout_s
         if spec.kind == "io":
+            self._idle()  # the slot is the main thread's: it must not go on showing the last CPU task
             self._start_io(key, spec, payload_bytes, params, meta, limit, ran)
             return
         t0 = time.monotonic()
         if self.slot is not None:
+            # Left showing this task when it returns: the loop marks the slot idle (``_idle``) before it does
+            # anything but start the next task, whose ``begin`` overwrites it (one write per task, not two).
             self.slot.begin(key, t0, t0 + limit)
-        try:
-            score, extra, error, outcome = call_reward(spec, payload_bytes, params, meta)
-        finally:
-            if self.slot is not None:
-                self.slot.end()
+            self._slot_busy = True
+        score, extra, error, outcome = call_reward(spec, payload_bytes, params, meta)
         dt = time.monotonic() - t0
         self.service_s = dt if self.service_s == 0.0 else 0.8 * self.service_s + 0.2 * dt
         self._finish(wire.TaskResult(key, score, extra, error, dt, outcome, ran))
@@ -371,6 +388,7 @@ class Worker:
         last_sent = last_drain = time.monotonic()
         while not self.stopping:
             if not self.inbox:
+                self._idle()
                 self._collect_io()
                 if self.results:
                     self._flush()

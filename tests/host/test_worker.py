@@ -11,6 +11,7 @@ import zmq
 
 from qworker._errors import ErrorKind
 from qworker._hashing import encode_payload
+from qworker.host.slot import TaskSlot
 from qworker.host.worker import fit_frame, result_bytes, to_score
 from qworker.transport import wire
 from qworker.transport.sockets import make_socket
@@ -39,7 +40,9 @@ def recv(sock, timeout=10.0):
 def test_worker_process_speaks_the_protocol(tmp_path):
     ctx = zmq.Context.instance()
     router = make_socket(ctx, zmq.ROUTER, bind=f"ipc://{tmp_path}/w.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "qworker.host.worker", "--connect", f"ipc://{tmp_path}/w.sock", "--id", "t/w0.1", "--heartbeat", "0.2"])
+    slot = TaskSlot(str(tmp_path / "slot"), create=True)  # the busy slot the pool's watchdog reads
+    proc = subprocess.Popen([sys.executable, "-m", "qworker.host.worker", "--connect", f"ipc://{tmp_path}/w.sock", "--id", "t/w0.1", "--heartbeat", "0.2",
+                             "--slot", slot.path])
     try:
         peer, ready = recv(router)
         assert peer == b"t/w0.1" and isinstance(ready, wire.Ready)
@@ -53,6 +56,7 @@ def test_worker_process_speaks_the_protocol(tmp_path):
                 got.update({r.key: r for r in msg.results})
                 assert msg.received == 5
         assert got[bytes([3]) * 16].score == 1.0 and got[bytes([2]) * 16].score == 0.0
+        assert slot.read() is None  # results sent: no task shows as running
         assert got[bytes([3]) * 16].extra == {"pred": "3"}
         # garbage does not kill it
         router.send_multipart([peer, b"T", b"\xc1"])
