@@ -45,7 +45,7 @@ from ._identity import RunVersions
 from ._lanes import FairQueue, Turns
 from ._pending import PendingTable
 from ._status import JudgeStatus, PoolRow
-from ._task import Pending, Resolution, TaskGate
+from ._task import DONE, Pending, Resolution, TaskGate
 from .judge.gate import AUTH_FAILED_ERROR
 from .transport import wire
 
@@ -103,14 +103,18 @@ class Scheduler:
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
-        """New tasks: to the main queue, or to their gate's."""
+        """New tasks: to the main queue, or to their gate's.  A task resolved before it got here (by a late
+        result of an earlier task of its key) is dropped."""
         queue = self.queue
         for p in tasks:
+            if p.state is DONE:
+                continue
             if p.gate is None:
                 queue.append(p)
             else:
                 if p.gate not in self.gates:
                     self.gates.append(p.gate)
+                p.wait()
                 p.gate.queue.append(p)
 
     def drop(self, peer: bytes, why: str) -> None:
@@ -147,9 +151,8 @@ class Scheduler:
                 return
             w.sync_credit(msg.granted, msg.received)
             w.last_progress = now
-            back = [w.leases.pop(k) for k in msg.keys if k in w.leases]
+            back = [w.leases[k] for k in dict.fromkeys(msg.keys) if k in w.leases]
             for p in back:
-                p.holder = None
                 p.undeliver()  # it never ran, and was handed back on request
             self._back_to_queue(back, own_lane=True)
         elif isinstance(msg, wire.Bye):
@@ -184,7 +187,7 @@ class Scheduler:
     def _vanished(self, w: WorkerState, reason: str) -> None:
         """``w``'s leases vanished: redeliver them free; the second time, quarantine it."""
         w.vanished += 1
-        held = self.fleet.release(w)
+        held = self.fleet.held(w)
         if w.vanished >= QUARANTINE_AFTER and not w.quarantined:
             self.fleet.quarantine(w)
             log.warning("qworker: worker %s (pool %s, host %s) took %d tasks and neither ran nor returned them, %d times; "
@@ -196,15 +199,12 @@ class Scheduler:
             w.last_progress = now
         done: list[Resolution] = []
         for key, score, extra, error, compute_s, outcome, ran in results:
-            p = w.leases.pop(key, None)
+            p = w.leases.get(key)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
                 if p is None:
                     self.stats["duplicate_results"] += 1
                     continue
-                if p.holder is not None:
-                    p.holder.leases.pop(key, None)
-            p.holder = None
             identity = p.identity
             if identity is not None:  # each delivery's own: a retried task may run other code than its first try
                 p.cache_as = None if ran == identity.version else identity.key_for(ran, p.payload)  # other code: its own key
@@ -217,8 +217,10 @@ class Scheduler:
                     log.exception("qworker: the judge gate failed on a result; resolving task %s as the worker reported it", key.hex()[:16])
                     retry = False
                 if retry:
-                    p.undeliver()  # the delivery worked; the endpoint call is what is retried
-                    p.gate.queue.appendleft(p)
+                    if p.holder is w:  # else an earlier delivery's answer: the task's current one goes on
+                        p.undeliver()  # the delivery worked; the endpoint call is what is retried
+                        p.wait()
+                        p.gate.queue.appendleft(p)
                     continue
                 if error is not None and (p.tries or p.throttled):
                     error = f"{error} (after {p.tries + p.throttled + 1} calls)"
@@ -234,9 +236,8 @@ class Scheduler:
         if w is None:
             return
         if lost.task is not None and lost.reason.startswith(ErrorKind.TIMEOUT.value):
-            p = w.leases.pop(lost.task, None)
+            p = w.leases.get(lost.task)
             if p is not None:
-                p.holder = None
                 if p.gate is not None:
                     p.gate.forget(p)
                 w.failed += 1
@@ -252,12 +253,11 @@ class Scheduler:
             self._requeue(w, held, reason, guilty)
 
     def _requeue(self, w: WorkerState, held: list[Pending], reason: str, guilty: Optional[bytes]) -> None:
-        """Redeliver tasks a lost worker held.  Only ``guilty`` keeps the delivery charged."""
+        """Redeliver tasks a lost worker held (LEASED: a resolved task holds no lease).  Only ``guilty`` keeps
+        the delivery charged."""
         retry, failed = [], []
         cap = MAX_DELIVERIES_FACTOR * self.max_attempts
         for p in held:
-            if p.resolved:
-                continue
             if p.key != guilty:
                 p.refund()
             if p.attempts >= self.max_attempts or p.deliveries >= cap:
@@ -277,13 +277,15 @@ class Scheduler:
 
     def _back_to_queue(self, tasks: list[Pending], own_lane: bool = False) -> None:
         """Unsent or unanswered tasks go back to the front of their queue (a gate's, or the main one; with
-        ``own_lane``, tasks given back unstarted, the front of their lane: they wait their lane's turn)."""
+        ``own_lane``, tasks given back unstarted, the front of their lane: they wait their lane's turn).
+        Their leases end as they move."""
         plain = []
         for p in tasks:
             if p.gate is None:
                 plain.append(p)
             else:
                 p.gate.forget(p)
+                p.wait()
                 p.gate.queue.appendleft(p)
         if own_lane:
             self.queue.putback(plain)
@@ -360,10 +362,8 @@ class Scheduler:
             room = self.max_message_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
             while queue and len(batch) < limit:
                 p = queue[0]
-                if p.resolved:  # resolved meanwhile (a late result of an earlier delivery)
+                if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
                     queue.popleft()
-                    if p.gate is not None:
-                        p.gate.forget(p)
                     continue
                 size = self._sizer.task_bytes(p)
                 if batch and size > room:
@@ -373,9 +373,7 @@ class Scheduler:
                     self._fail_oversized(p, size)
                     continue
                 room -= size
-                p.deliver()
-                p.holder = w
-                w.leases[p.key] = p
+                p.lease(w)
                 leased.append(p)
                 batch.append(p.as_task())
             if not batch:
@@ -387,7 +385,9 @@ class Scheduler:
                 w.last_sent_at = now
             else:
                 for p in leased:
-                    p.deliveries -= 1  # never sent; _lose refunds the attempt (p.refund)
+                    p.undeliver()  # never sent: neither charged nor counted
+                self.stats["redelivered"] += len(leased)
+                self._back_to_queue(leased)
                 self._lose(w, "unreachable")
             if not queue:
                 return
