@@ -19,7 +19,7 @@ workers hold the whole batch of another would still wait for it.
 comes back goes to the front of its own lane (``putback``), so the lanes then
 take turns.
 
-Every way in (``append``, ``putback``, ``extendleft``) moves the task to
+Every way in (``append``, ``extend``, ``putback``, ``extendleft``) moves the task to
 QUEUED (``Pending.enqueue``, which raises for a task that cannot be queued:
 one already queued or resolved), so a task is in the queue only while it is
 QUEUED, or DONE and not yet dropped from the front (``Scheduler.dispatch``).
@@ -72,6 +72,21 @@ class FairQueue:
         p.enqueue()
         self._lane(p.lane).append(p)
         self._len += 1
+
+    def extend(self, tasks: list[Pending]) -> None:
+        """New tasks, each at the back of its lane (``append`` for a batch)."""
+        lanes = self._lanes
+        try:
+            for p in tasks:
+                p.enqueue()
+                q = lanes.get(p.lane)
+                if q is None:
+                    q = self._lane(p.lane)
+                q.append(p)
+        except BaseException:  # a task that cannot be queued (a bug): those before it are in, and counted
+            self._len = len(self._front) + sum(len(q) for q in lanes.values())
+            raise
+        self._len += len(tasks)
 
     def _lane(self, lane: Hashable) -> deque[Pending]:
         q = self._lanes.get(lane)

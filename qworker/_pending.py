@@ -201,10 +201,11 @@ class PendingTable:
         an identical submission at any moment finds either the task or its score.
         """
         now = time.monotonic()
-        failed = 0
         with self._lock:
             pending = self._pending
             fresh = []
+            rows = []  # successes to cache, under the key of the code that computed each (``Pending.cache_as``)
+            failed = 0
             for d in done:
                 p = d[0]
                 if pending.get(p.key) is p:
@@ -213,13 +214,12 @@ class PendingTable:
                     fresh.append(d)
                     if d[3] is not None or d[1] is None:
                         failed += 1
+                    elif k := (p.key if p.cache_as is None else p.cache_as):  # b"": not cached
+                        rows.append((k, d[1], d[2] or {}, p.reward))  # the disk cache records each row's reward
             counts = self._counts
             counts["resolved"] += len(fresh)
             counts["failed"] += failed
-            # under the key of the code that computed it (``Pending.cache_as``); the disk cache records each row's reward
-            self._cache(self.cache.put_many, [(k, d[1], d[2] or {}, d[0].reward) for d in fresh
-                                              if d[3] is None and d[1] is not None
-                                              and (k := d[0].key if d[0].cache_as is None else d[0].cache_as)])
+            self._cache(self.cache.put_many, rows)
         for p, score, extra, error, worker, compute_s in fresh:
             if error is not None or score is None:
                 score = self.fallback_score

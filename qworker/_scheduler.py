@@ -105,17 +105,18 @@ class Scheduler:
     def add(self, tasks: Iterable[Pending]) -> None:
         """New tasks: to the main queue, or to their gate's.  A task resolved before it got here (by a late
         result of an earlier task of its key) is dropped."""
-        queue = self.queue
+        plain = []
         for p in tasks:
             if p.state is DONE:
                 continue
             if p.gate is None:
-                queue.append(p)
+                plain.append(p)
             else:
                 if p.gate not in self.gates:
                     self.gates.append(p.gate)
                 p.wait()
                 p.gate.queue.append(p)
+        self.queue.extend(plain)
 
     def drop(self, peer: bytes, why: str) -> None:
         """Count (and log the first few of) frames that were not valid messages."""
@@ -356,7 +357,6 @@ class Scheduler:
         share = math.ceil(len(queue) / len(ready))
         for w in ready:
             batch: list[wire.Task] = []
-            leased: list[Pending] = []
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
             room = self.max_message_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
@@ -374,7 +374,6 @@ class Scheduler:
                     continue
                 room -= size
                 p.lease(w)
-                leased.append(p)
                 batch.append(p.as_task())
             if not batch:
                 continue
@@ -384,6 +383,7 @@ class Scheduler:
                 w.sent += len(batch)
                 w.last_sent_at = now
             else:
+                leased = [w.leases[t[0]] for t in batch]
                 for p in leased:
                     p.undeliver()  # never sent: neither charged nor counted
                 self.stats["redelivered"] += len(leased)

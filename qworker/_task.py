@@ -140,27 +140,23 @@ class Pending:
     def _illegal(self, move: str) -> IllegalTransition:
         return IllegalTransition(f"task {self.key.hex()[:16]}: cannot {move} a {self.state.value} task")
 
-    def _end_lease(self) -> None:
-        holder = self.holder
-        if holder is not None:
-            del holder.leases[self.key]
-            self.holder = None
-
     # transitions (the only writers of state, holder, attempts and deliveries) ---------------------------
     def enqueue(self) -> None:
         """NEW, WAITING or LEASED -> QUEUED (ending its lease).  ``FairQueue`` calls it as it takes the task in."""
         state = self.state
-        if state is LEASED:
-            self._end_lease()
-        elif state is not NEW and state is not WAITING:
-            raise self._illegal("queue")
+        if state is not NEW and state is not WAITING:
+            if state is not LEASED:
+                raise self._illegal("queue")
+            del self.holder.leases[self.key]  # type: ignore[union-attr]  # LEASED: it has a holder
+            self.holder = None
         self.state = QUEUED
 
     def wait(self) -> None:
         """NEW or LEASED -> WAITING (ending its lease): its gate holds it until it admits it."""
         state = self.state
         if state is LEASED:
-            self._end_lease()
+            del self.holder.leases[self.key]  # type: ignore[union-attr]  # LEASED: it has a holder
+            self.holder = None
         elif state is not NEW:
             raise self._illegal("hand to a gate")
         self.state = WAITING
@@ -193,10 +189,11 @@ class Pending:
     def finish(self) -> None:
         """Any state but DONE -> DONE, leaving its lease index.  Only ``PendingTable`` calls it, under its
         lock, as the task leaves the table."""
-        state = self.state
-        if state is LEASED:
-            self._end_lease()
-        elif state is DONE:
+        holder = self.holder
+        if holder is not None:  # LEASED
+            del holder.leases[self.key]
+            self.holder = None
+        elif self.state is DONE:
             raise self._illegal("resolve")
         self.state = DONE
 
