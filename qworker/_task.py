@@ -105,7 +105,8 @@ class TaskGate(Protocol):
 
 @dataclass(slots=True, eq=False)
 class Pending:
-    """One unresolved task; duplicate submissions share it (and its future)."""
+    """One submitted task, from registration until its future is set (DONE); duplicate submissions share it
+    (and its future) while it is not DONE."""
 
     key: bytes
     reward: str
