@@ -56,7 +56,7 @@ from ._errors import ErrorKind
 from ._exceptions import ProducerClosed
 from ._result import Result, ResultFuture
 from ._resultcache import ResultCache
-from ._task import DONE, Pending, Resolution, TaskGate
+from ._task import DONE, Pending, Resolution, TaskGate, finish_all
 
 log = logging.getLogger("qworker")
 
@@ -205,17 +205,19 @@ class PendingTable:
             pending = self._pending
             fresh = []
             rows = []  # successes to cache, under the key of the code that computed each (``Pending.cache_as``)
+            claimed = []
             failed = 0
             for d in done:
                 p = d[0]
                 if pending.get(p.key) is p:
                     del pending[p.key]
-                    p.finish()
+                    claimed.append(p)
                     fresh.append(d)
                     if d[3] is not None or d[1] is None:
                         failed += 1
                     elif k := (p.key if p.cache_as is None else p.cache_as):  # b"": not cached
                         rows.append((k, d[1], d[2] or {}, p.reward))  # the disk cache records each row's reward
+            finish_all(claimed)
             counts = self._counts
             counts["resolved"] += len(fresh)
             counts["failed"] += failed
