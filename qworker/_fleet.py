@@ -6,6 +6,12 @@ A *lease* is a task sent to a worker and not yet answered.  It lasts while the
 worker is alive: the worker's own messages and its pool's reports both renew
 it.  A worker heard from by neither within ``heartbeat_timeout_s`` is lost, and
 so are its leases (the dispatcher redelivers them).
+
+``WorkerState.leases`` is the lease index, and only ``Pending``'s transitions
+write it (``lease`` adds, every move out of LEASED removes): a task is in
+``w.leases`` exactly while it is LEASED with ``holder`` ``w``.  Nothing here
+ends a lease: ``remove`` and ``held`` name the tasks, and the scheduler moves
+each one on (requeued, handed to its gate, or resolved).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ class WorkerState:
     last_seen: float = 0.0
     last_sent_at: float = 0.0
     last_revoke_at: float = 0.0
-    leases: dict[bytes, Pending] = field(default_factory=dict)
+    leases: dict[bytes, Pending] = field(default_factory=dict)  # key -> task LEASED here; written by Pending's transitions only
     done: int = 0
     failed: int = 0
     last_progress: float = 0.0  # when it last returned a result or a task, or was sent work while idle
@@ -115,19 +121,15 @@ class Fleet:
             del self.pools[pid]
 
     def remove(self, worker: WorkerState) -> list[Pending]:
-        """Forget a worker; returns the tasks it held."""
+        """Forget a worker; returns the tasks it holds (still LEASED: the caller moves each one on)."""
         self.workers.pop(worker.id, None)
         self.retired.add(worker.id)
-        return self.release(worker)
+        return self.held(worker)
 
     @staticmethod
-    def release(worker: WorkerState) -> list[Pending]:
-        """End every lease ``worker`` holds; returns their tasks."""
-        held = list(worker.leases.values())
-        worker.leases.clear()
-        for p in held:
-            p.holder = None
-        return held
+    def held(worker: WorkerState) -> list[Pending]:
+        """The tasks ``worker`` holds, oldest lease first (a copy: moving them on empties ``worker.leases``)."""
+        return list(worker.leases.values())
 
     def with_credit(self) -> list[WorkerState]:
         return [w for w in self.workers.values() if w.granted > w.sent and not w.quarantined]

@@ -18,6 +18,11 @@ workers hold the whole batch of another would still wait for it.
 (``Revoke``) when lanes wait while others hold more than their share; what
 comes back goes to the front of its own lane (``putback``), so the lanes then
 take turns.
+
+Every way in (``append``, ``extend``, ``putback``, ``extendleft``) moves the task to
+QUEUED (``Pending.enqueue``, which raises for a task that cannot be queued:
+one already queued or resolved), so a task is in the queue only while it is
+QUEUED, or DONE and not yet dropped from the front (``Scheduler.dispatch``).
 """
 
 from __future__ import annotations
@@ -64,8 +69,24 @@ class FairQueue:
 
     def append(self, p: Pending) -> None:
         """A new task, at the back of its lane."""
+        p.enqueue()
         self._lane(p.lane).append(p)
         self._len += 1
+
+    def extend(self, tasks: list[Pending]) -> None:
+        """New tasks, each at the back of its lane (``append`` for a batch)."""
+        lanes = self._lanes
+        try:
+            for p in tasks:
+                p.enqueue()
+                q = lanes.get(p.lane)
+                if q is None:
+                    q = self._lane(p.lane)
+                q.append(p)
+        except BaseException:  # a task that cannot be queued (a bug): those before it are in, and counted
+            self._len = len(self._front) + sum(len(q) for q in lanes.values())
+            raise
+        self._len += len(tasks)
 
     def _lane(self, lane: Hashable) -> deque[Pending]:
         q = self._lanes.get(lane)
@@ -81,14 +102,17 @@ class FairQueue:
     def putback(self, tasks: Iterable[Pending]) -> None:
         """Tasks given back unstarted, each to the front of its own lane (their order kept)."""
         for p in reversed(list(tasks)):
+            p.enqueue()
             self._lane(p.lane).appendleft(p)
             self._len += 1
 
     def extendleft(self, tasks: Iterable[Pending]) -> None:
         """Tasks put back, each to the very front (as ``deque.extendleft``: pass them reversed to keep their order)."""
-        before = len(self._front)
-        self._front.extendleft(tasks)
-        self._len += len(self._front) - before
+        front = self._front
+        for p in tasks:
+            p.enqueue()
+            front.appendleft(p)
+            self._len += 1
 
     def __getitem__(self, i: int) -> Pending:
         if i != 0:

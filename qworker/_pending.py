@@ -24,11 +24,23 @@ kept here, not by each caller:
   registers before (and its tasks are cancelled) or raises (and what it had
   registered is cancelled).
 
-Thread-safe: one lock guards the table; a large submission takes it once per
-1024 entries, so ``close`` waits for at most one such chunk.  A result is
-cached as its task leaves the table, under the lock, so an identical
-submission finds the task or its score and never pays again; futures are
-resolved outside the lock, and a cache that raises costs only the caching.
+**Invariant: a task is in the table exactly while it is not DONE** (``_task``):
+every removal moves it to DONE (``Pending.finish``) under the lock, which also
+ends its lease; nothing else makes a task DONE.
+
+**One cache lookup per submitted key**: registration looks a key that is not
+pending up in the memory tier, under the lock (``resolve`` caches under the
+same lock, so a task that resolved a moment ago is found there, not paid for
+again); the caller then asks the persistent tier once for the keys still
+missing (``resolve_cached``).
+
+Thread-safe: one lock guards the table and its counters (``counts``, updated
+inside the holds of the lock that the registrations and resolutions take
+anyway: no extra acquisition); a large submission takes it once per 1024
+entries, so ``close`` waits for at most one such chunk.  A result is cached
+as its task leaves the table, under the lock, so an identical submission finds
+the task or its score and never pays again; futures are resolved outside the
+lock, and a cache that raises costs only the caching.
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ from ._errors import ErrorKind
 from ._exceptions import ProducerClosed
 from ._result import Result, ResultFuture
 from ._resultcache import ResultCache
-from ._task import Pending, Resolution
+from ._task import DONE, Pending, Resolution, finish_all
 
 if TYPE_CHECKING:
     from ._admission import AdmissionPolicy
@@ -79,8 +91,16 @@ class PendingTable:
         self._lock = threading.Lock()
         self._pending: dict[bytes, Pending] = {}
         self._closed: Optional[str] = None  # why, once closed
-        # "submitted", "rejected", "cache_hits", "deduplicated": the caller's thread; "resolved", "failed": the dispatcher's
-        self.counts = {"submitted": 0, "rejected": 0, "resolved": 0, "failed": 0, "cache_hits": 0, "deduplicated": 0}
+        # written under ``_lock`` only: "submitted", "rejected", "cache_hits", "deduplicated" by registrations (the
+        # callers' threads); "resolved", "failed" by resolutions (the dispatcher's, a Client's I/O thread)
+        self._counts = {"submitted": 0, "rejected": 0, "resolved": 0, "failed": 0, "cache_hits": 0, "deduplicated": 0}
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """A consistent copy of the counters: submitted (rejected and cache hits included), rejected (bad
+        payloads), cache_hits, deduplicated (shared a pending task), resolved (cache hits not included), failed."""
+        with self._lock:
+            return dict(self._counts)
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -91,22 +111,26 @@ class PendingTable:
     @contextmanager
     def registering(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
                     policy: Optional[AdmissionPolicy], now: float, hand_on: Callable[[list[Pending]], None],
-                    lane: Hashable = 0, cache_read: bool = True) -> Iterator[Registration]:
-        """Register ``(key, payload bytes)`` entries; the block owns the new tasks until ``reg.hand_on``.
+                    lane: Hashable = 0, cache_read: bool = True, rejected: int = 0) -> Iterator[Registration]:
+        """Register ``(key, payload bytes)`` entries; the block owns the new tasks (NEW) until ``reg.hand_on``.
 
-        An entry whose key is already pending shares that task's future.  The
+        An entry whose key is already pending shares that task's future; else,
+        unless ``cache_read`` is False, one found in the memory cache tier
+        resolves at once (its future in ``reg.futures``, no task made).
+        ``rejected``: payloads of the same submission refused before (counted
+        as submitted and rejected).  The
         block resolves some of ``reg.new`` or none, and passes the rest to
         ``reg.hand_on``.  If it raises first, the new tasks still pending go to
         ``hand_on`` all the same, or are cancelled if that raises too.  Raises
         ``ProducerClosed`` once the table is closed.
         """
         reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, policy=policy, now=now, hand_on=hand_on, lane=lane,
-                        cache_read=cache_read)
+                        cache_read=cache_read, rejected=rejected)
         try:
             yield reg
         except BaseException as exc:
             if not reg.handed_on:
-                left = [p for p in reg.new if not p.resolved]
+                left = [p for p in reg.new if p.state is not DONE]
                 try:
                     hand_on(left)
                 except BaseException as again:
@@ -116,13 +140,14 @@ class PendingTable:
 
     def _add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
              policy: Optional[AdmissionPolicy], now: float, hand_on: Callable[[list[Pending]], None], lane: Hashable = 0,
-             cache_read: bool = True) -> Registration:
+             cache_read: bool = True, rejected: int = 0) -> Registration:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
         hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]] = []
         cache_get = self.cache.get
         read = self.cache_read and cache_read  # False too for keys nothing is cached under (a version not yet reported)
         pending = self._pending
+        counts = self._counts
         for start in range(0, max(len(entries), 1), _REGISTER_CHUNK):
             # The lock is released between chunks so that ``close`` never waits on a large batch.  ``close``
             # sets ``_closed`` before it takes the lock, so the next chunk sees it and stops (a waiter is not
@@ -131,11 +156,13 @@ class PendingTable:
             with self._lock:
                 if self._closed is not None:
                     raise ProducerClosed(f"cannot submit: {self._closed}")
-                for key, payload in entries[start : start + _REGISTER_CHUNK]:
+                chunk = entries[start : start + _REGISTER_CHUNK]
+                hits_before, new_before = len(hits), len(new)
+                for key, payload in chunk:
                     p = pending.get(key)
                     if p is None:
-                        # The caller missed the cache just before; ``resolve`` caches under this lock, so a task
-                        # that resolved in between is found here, not paid for again.
+                        # The one memory-tier lookup of this key; ``resolve`` caches under this lock, so a task
+                        # that resolved a moment ago is found here, not paid for again.
                         hit = cache_get(key) if read else None
                         if hit is not None:
                             fut = ResultFuture()
@@ -145,22 +172,29 @@ class PendingTable:
                         p = pending[key] = Pending(key, reward, params, payload, timeout_s, ResultFuture(), now, policy=policy, lane=lane)
                         new.append(p)
                     futures.append(p.future)
+                n_hits, n_new = len(hits) - hits_before, len(new) - new_before
+                counts["submitted"] += len(chunk) + rejected
+                counts["rejected"] += rejected
+                counts["cache_hits"] += n_hits
+                counts["deduplicated"] += len(chunk) - n_new - n_hits
+                rejected = 0  # counted with the first chunk
         for fut, key, (score, extra) in hits:
             fut.set_result(Result(score=score, extra=extra, cached=True, key=key.hex()))
-        self.counts["cache_hits"] += len(hits)
-        self.counts["deduplicated"] += len(entries) - len(new) - len(hits)
         return Registration(futures, new, hand_on)
 
-    def claim(self, tasks: Sequence[Pending]) -> list[Pending]:
-        """Take the right to resolve each task; returns those still unresolved, each once."""
+    def claim(self, tasks: Sequence[Pending], *, count_as: Optional[str] = None) -> list[Pending]:
+        """Take the right to resolve each task (it is DONE from here); returns those still unresolved, each once.
+        ``count_as``: the counter these add to."""
         claimed = []
         with self._lock:
             pending = self._pending
             for p in tasks:
                 if pending.get(p.key) is p:
                     del pending[p.key]
-                    p.resolved = True
+                    p.finish()
                     claimed.append(p)
+            if count_as is not None:
+                self._counts[count_as] += len(claimed)
         return claimed
 
     def resolve(self, done: Sequence[Resolution]) -> None:
@@ -173,27 +207,31 @@ class PendingTable:
         with self._lock:
             pending = self._pending
             fresh = []
+            rows = []  # successes to cache, under the key of the code that computed each (``Pending.cache_as``)
+            claimed = []
+            failed = 0
             for d in done:
                 p = d[0]
                 if pending.get(p.key) is p:
                     del pending[p.key]
-                    p.resolved = True
+                    claimed.append(p)
                     fresh.append(d)
-            # under the key of the code that computed it (``Pending.cache_as``); the disk cache records each row's reward
-            self._cache(self.cache.put_many, [(k, d[1], d[2] or {}, d[0].reward) for d in fresh
-                                              if d[3] is None and d[1] is not None
-                                              and (k := d[0].key if d[0].cache_as is None else d[0].cache_as)])
-        failed = 0
+                    if d[3] is not None or d[1] is None:
+                        failed += 1
+                    elif k := (p.key if p.cache_as is None else p.cache_as):  # b"": not cached
+                        rows.append((k, d[1], d[2] or {}, p.reward))  # the disk cache records each row's reward
+            finish_all(claimed)
+            counts = self._counts
+            counts["resolved"] += len(fresh)
+            counts["failed"] += failed
+            self._cache(self.cache.put_many, rows)
         for p, score, extra, error, worker, compute_s in fresh:
             if error is not None or score is None:
                 score = self.fallback_score
-                failed += 1
             p.future.set_result(Result(
                 score=score, extra=extra or {}, error=error, attempts=p.attempts, worker=worker,
                 latency_s=now - p.submitted, compute_s=compute_s, key=p.key.hex(),
             ))
-        self.counts["failed"] += failed
-        self.counts["resolved"] += len(fresh)
 
     def settle(self, done: Sequence[tuple[Pending, Result]]) -> list[Pending]:
         """Resolve tasks with results made elsewhere (a reward service's, for a ``Client``); nothing is cached.
@@ -204,18 +242,17 @@ class PendingTable:
             for p, r in done:
                 if pending.get(p.key) is p:
                     del pending[p.key]
-                    p.resolved = True
+                    p.finish()
                     claimed.append((p, r))
+            self._counts["resolved"] += len(claimed)
+            self._counts["failed"] += sum(r.error is not None for _, r in claimed)
         for p, r in claimed:
             p.future.set_result(r)
-        self.counts["resolved"] += len(claimed)
-        self.counts["failed"] += sum(r.error is not None for _, r in claimed)
         return [p for p, _ in claimed]
 
     def resolve_cached(self, tasks: list[Pending], found: dict[bytes, tuple[float, dict]]) -> None:
         """Resolve tasks whose results a slower cache tier had (the memory tier learns them)."""
-        hits = self.claim(tasks)
-        self.counts["cache_hits"] += len(hits)
+        hits = self.claim(tasks, count_as="cache_hits")
         for p in hits:
             score, extra = found[p.key]
             p.future.set_result(Result(score=score, extra=extra, cached=True, key=p.key.hex()))

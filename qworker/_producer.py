@@ -15,7 +15,6 @@ import itertools
 import logging
 import os
 import time
-from hashlib import blake2b
 from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _composite, _config, _discovery, _metrics
@@ -24,7 +23,7 @@ from ._catalog import Catalog, Composite
 from ._dispatcher import Dispatcher
 from ._errors import ErrorKind
 from ._exceptions import PoolStartError, ProducerClosed, QworkerError
-from ._hashing import encode_payload, new_packer, params_fingerprint
+from ._hashing import encode_payload, key_with_prefix, new_packer, params_fingerprint
 from ._identity import RunVersions, TaskIdentity
 from ._options import PoolOptions, ProducerOptions
 from ._pending import PendingTable
@@ -200,17 +199,18 @@ class Producer:
         self, reward: str, params: dict, identity: TaskIdentity, payloads: list[Any], timeout_s: Optional[float],
         policy: Optional[AdmissionPolicy] = None, lane: Hashable = 0,
     ) -> list[ResultFuture]:
+        """Hash and register one chunk.  Each key is looked up once per cache tier: the memory tier as the table
+        registers it (``PendingTable.registering``), the persistent tier once for the chunk's new tasks."""
         futures: list[Optional[ResultFuture]] = []
-        misses: list[tuple[bytes, bytes]] = []  # (key, payload bytes)
-        at: list[int] = []  # index of each miss
+        entries: list[tuple[bytes, bytes]] = []  # (key, payload bytes)
+        at: list[int] = []  # index of each entry
         limit = self.options.max_payload_bytes
         # False: recompute (``--no-cache-read``, ``score --overwrite``; or no worker has reported the reward's version yet,
         # so no key is known that its results are cached under); results are still cached
         cache_read = self.options.cache_read and identity.confirmed
         prefix = identity.prefix
-        cache_get = self.cache.get
         packer = new_packer()
-        rejected = hits = 0
+        rejected = 0
         for payload in payloads:
             try:
                 payload_bytes = encode_payload(payload, packer)
@@ -222,26 +222,16 @@ class Producer:
                 rejected += 1
                 futures.append(self._done(error=ErrorKind.BAD_PAYLOAD.error(f"{len(payload_bytes)} bytes is over the {limit}-byte limit")))
                 continue
-            key = blake2b(prefix + payload_bytes, digest_size=16).digest()
-            hit = cache_get(key) if cache_read else None
-            if hit is not None:
-                hits += 1
-                futures.append(self._done(score=hit[0], extra=hit[1], cached=True, key=key.hex()))
-                continue
             at.append(len(futures))
             futures.append(None)
-            misses.append((key, payload_bytes))
+            entries.append((key_with_prefix(prefix, payload_bytes), payload_bytes))
         table = self._table
-        with table.registering(misses, reward=reward, params=params, timeout_s=timeout_s, policy=policy, now=time.monotonic(),
-                               hand_on=self._dispatcher.submit, lane=lane, cache_read=identity.confirmed) as reg:
+        with table.registering(entries, reward=reward, params=params, timeout_s=timeout_s, policy=policy, now=time.monotonic(),
+                               hand_on=self._dispatcher.submit, lane=lane, cache_read=identity.confirmed, rejected=rejected) as reg:
             for i, fut in zip(at, reg.futures, strict=True):
                 futures[i] = fut
             for p in reg.new:
                 p.identity = identity
-            counts = table.counts
-            counts["submitted"] += len(payloads)
-            counts["rejected"] += rejected
-            counts["cache_hits"] += hits
             new = reg.new
             if new and cache_read:
                 found = self.cache.get_persistent(p.key for p in new)

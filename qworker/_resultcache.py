@@ -1,6 +1,6 @@
 """The producer's result cache: a memory LRU in front of an optional SQLite file.
 
-The caller's thread reads the memory tier for every submitted task (``get``)
+The pending table reads the memory tier once for each submitted key not pending (``get``)
 and the disk tier once per batch of misses (``get_persistent``); the dispatcher
 thread writes both tiers when tasks resolve (``put_many``).  Only successful
 results are cached.

@@ -50,7 +50,7 @@ from ._identity import RunVersions
 from ._lanes import FairQueue, Turns
 from ._pending import PendingTable
 from ._status import PoolRow
-from ._task import Pending, Resolution
+from ._task import DONE, Pending, Resolution
 from .transport import wire
 
 log = logging.getLogger("qworker")
@@ -107,14 +107,19 @@ class Scheduler:
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
-        """New tasks: to the main queue, or to their admission policy."""
-        queue = self.queue
+        """New tasks: to the main queue, or to their admission policy.  A task resolved before it got here (by a
+        late result of an earlier task of its key) is dropped."""
+        plain = []
         held: dict[int, tuple[AdmissionPolicy, list[Pending]]] = {}
         for p in tasks:
+            if p.state is DONE:
+                continue
             if p.policy is None:
-                queue.append(p)
+                plain.append(p)
             else:
+                p.wait()
                 held.setdefault(id(p.policy), (p.policy, []))[1].append(p)
+        self.queue.extend(plain)
         for policy, batch in held.values():
             if policy not in self.policies:
                 self.policies.append(policy)
@@ -154,9 +159,8 @@ class Scheduler:
                 return
             w.sync_credit(msg.granted, msg.received)
             w.last_progress = now
-            back = [w.leases.pop(k) for k in msg.keys if k in w.leases]
+            back = [w.leases[k] for k in dict.fromkeys(msg.keys) if k in w.leases]
             for p in back:
-                p.holder = None
                 p.undeliver()  # it never ran, and was handed back on request
             self._back_to_queue(back, own_lane=True)
         elif isinstance(msg, wire.Bye):
@@ -191,7 +195,7 @@ class Scheduler:
     def _vanished(self, w: WorkerState, reason: str) -> None:
         """``w``'s leases vanished: redeliver them free; the second time, quarantine it."""
         w.vanished += 1
-        held = self.fleet.release(w)
+        held = self.fleet.held(w)
         if w.vanished >= QUARANTINE_AFTER and not w.quarantined:
             self.fleet.quarantine(w)
             log.warning("qworker: worker %s (pool %s, host %s) took %d tasks and neither ran nor returned them, %d times; "
@@ -205,33 +209,41 @@ class Scheduler:
         for r in results:
             key, ran = r.key, r.ran
             error = None if r.error is None else str(r.error)  # (kind, detail) on the wire; the policy and Result read text
-            p = w.leases.pop(key, None)
+            p = w.leases.get(key)
+            current = p is not None  # else an earlier delivery's answer (the task was given back or redelivered)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
                 if p is None:
                     self.stats["duplicate_results"] += 1
                     continue
-                if p.holder is not None:
-                    p.holder.leases.pop(key, None)
-            p.holder = None
             identity = p.identity
             if identity is not None:  # each delivery's own: a retried task may run other code than its first try
                 p.cache_as = None if ran == identity.version else identity.key_for(ran, p.payload)  # other code: its own key
                 if ran != identity.version and (error is None or ran is not None):
                     self.versions.learn(identity.reward, ran)
             if p.policy is not None:
-                try:
-                    decision = p.policy.on_result(p, r.meta, error, now)
-                except Exception:  # a bug in a policy must not strand the task: it resolves as reported
-                    log.exception("qworker: the admission policy failed on a result; resolving task %s as the worker reported it",
-                                  key.hex()[:16])
-                    with contextlib.suppress(Exception):  # (logged above: the same policy's bug)
-                        self._forget(p)
-                else:
-                    if decision.retry:
-                        p.undeliver()  # the delivery worked; the policy retries the call (it has queued the task)
+                if not current:
+                    # The policy released this delivery's call when the task came back; it hears only of the current
+                    # one.  A success resolves the task (the first result wins) and the policy drops its state for it;
+                    # a failure is left to the current delivery.
+                    if error is not None:
+                        self.stats["duplicate_results"] += 1
                         continue
-                    error = decision.error
+                    self._forget(p)
+                else:
+                    try:
+                        decision = p.policy.on_result(p, r.meta, error, now)
+                    except Exception:  # a bug in a policy must not strand the task: it resolves as reported
+                        log.exception("qworker: the admission policy failed on a result; resolving task %s as the worker reported it",
+                                      key.hex()[:16])
+                        with contextlib.suppress(Exception):  # (logged above: the same policy's bug)
+                            self._forget(p)
+                    else:
+                        if decision.retry:  # the policy has queued it again: the call, not the delivery, is retried
+                            p.undeliver()
+                            p.wait()
+                            continue
+                        error = decision.error
             if error is None:
                 w.done += 1
             else:
@@ -245,9 +257,8 @@ class Scheduler:
             return
         reason = lost.reason
         if lost.task is not None and reason.kind is ErrorKind.TIMEOUT:
-            p = w.leases.pop(lost.task, None)
+            p = w.leases.get(lost.task)
             if p is not None:
-                p.holder = None
                 self._forget(p)
                 w.failed += 1
                 self.table.resolve([(p, None, None, reason.kind.error(f"{reason.detail} (worker {w.id} was killed and respawned)"), w.id, 0.0)])
@@ -262,12 +273,11 @@ class Scheduler:
             self._requeue(w, held, reason, guilty)
 
     def _requeue(self, w: WorkerState, held: list[Pending], reason: str, guilty: Optional[bytes]) -> None:
-        """Redeliver tasks a lost worker held.  Only ``guilty`` keeps the delivery charged."""
+        """Redeliver tasks a lost worker held (LEASED: a resolved task holds no lease).  Only ``guilty`` keeps
+        the delivery charged."""
         retry, failed = [], []
         cap = MAX_DELIVERIES_FACTOR * self.max_attempts
         for p in held:
-            if p.resolved:
-                continue
             if p.key != guilty:
                 p.refund()
             if p.attempts >= self.max_attempts or p.deliveries >= cap:
@@ -286,13 +296,15 @@ class Scheduler:
 
     def _back_to_queue(self, tasks: list[Pending], own_lane: bool = False) -> None:
         """Unsent or unanswered tasks go back to the front of their queue (their policy's, or the main one; with
-        ``own_lane``, tasks given back unstarted, the front of their lane: they wait their lane's turn)."""
+        ``own_lane``, tasks given back unstarted, the front of their lane: they wait their lane's turn).
+        Their leases end as they move."""
         plain = []
         held: dict[int, tuple[AdmissionPolicy, list[Pending]]] = {}
         for p in tasks:
             if p.policy is None:
                 plain.append(p)
             else:
+                p.wait()
                 held.setdefault(id(p.policy), (p.policy, []))[1].append(p)
         for policy, batch in held.values():
             policy.give_back(batch)
@@ -370,13 +382,12 @@ class Scheduler:
         share = math.ceil(len(queue) / len(ready))
         for w in ready:
             batch: list[wire.Task] = []
-            leased: list[Pending] = []
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
             room = self.max_message_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
             while queue and len(batch) < limit:
                 p = queue[0]
-                if p.resolved:  # resolved meanwhile (a late result of an earlier delivery)
+                if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
                     queue.popleft()
                     self._forget(p)
                     continue
@@ -388,10 +399,7 @@ class Scheduler:
                     self._fail_oversized(p, size)
                     continue
                 room -= size
-                p.deliver()
-                p.holder = w
-                w.leases[p.key] = p
-                leased.append(p)
+                p.lease(w)
                 batch.append(p.as_task(None if p.policy is None else p.policy.meta(p)))
             if not batch:
                 continue
@@ -401,8 +409,11 @@ class Scheduler:
                 w.sent += len(batch)
                 w.last_sent_at = now
             else:
+                leased = [w.leases[t.key] for t in batch]
                 for p in leased:
-                    p.deliveries -= 1  # never sent; _lose refunds the attempt (p.refund)
+                    p.undeliver()  # never sent: neither charged nor counted
+                self.stats["redelivered"] += len(leased)
+                self._back_to_queue(leased)
                 self._lose(w, "unreachable")
             if not queue:
                 return

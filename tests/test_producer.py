@@ -172,3 +172,19 @@ def test_batches_stay_under_the_frame_limit():
     with Producer(local_workers=1, max_message_bytes=1 << 20, max_payload_bytes=300_000) as p:
         results = p.map("noop", [{"blob": "x" * 200_000, "i": i} for i in range(24)], timeout=30)
     assert all(r.ok for r in results)
+
+
+def test_each_submitted_key_is_looked_up_once_per_cache_tier(producer, monkeypatch):
+    producer.map("spin", [{"ms": 0, "warm": True}])  # the workers report the reward's version: its keys can be read
+    memory, persistent = [], []
+    cache = producer.cache
+    get, get_persistent = cache.get, cache.get_persistent
+    monkeypatch.setattr(cache, "get", lambda key: memory.append(key) or get(key))
+    monkeypatch.setattr(cache, "get_persistent", lambda keys: get_persistent(persistent.append(list(keys)) or persistent[-1]))
+    payloads = [{"ms": 0, "once": i} for i in range(1500)]  # two chunks of the submit path
+    results = producer.map("spin", payloads)
+    assert all(r.ok and not r.cached for r in results)
+    assert len(memory) == len(set(memory)) == 1500  # the memory tier: once per key
+    assert [len(keys) for keys in persistent] == [1024, 476]  # the persistent tier: once per chunk, for the misses
+    again = producer.map("spin", payloads[:10])
+    assert all(r.cached for r in again) and len(memory) == 1510

@@ -363,3 +363,50 @@ def test_task_batches_are_cut_by_bytes_counting_params_and_an_oversized_task_fai
     bad = futs[50].result(timeout=0)
     assert bad.error_kind == "bad_payload" and f"{1 << 20}-byte message limit" in bad.error and bad.attempts == 0
     assert not any(f.done() for i, f in enumerate(futs) if i != 50)
+
+
+def test_a_lost_workers_innocent_tasks_are_refunded_and_requeued_and_it_holds_no_lease():
+    from qworker._task import QUEUED
+
+    s, stub, table = make(max_attempts=3)
+    submit(s, table, 4)
+    ready(s, "a", granted=4)
+    s.dispatch(0.0)
+    w = s.fleet.workers["a"]
+    held = list(w.leases.values())
+    guilty = held[0]
+    lost(s, "a", wire.Fault(ErrorKind.WORKER_LOST, "crashed: exit code -11"), guilty.key)
+    assert not w.leases and list(s.queue) == held  # requeued in their order, at the front
+    assert all(p.state is QUEUED and p.holder is None for p in held)
+    assert (guilty.attempts, guilty.deliveries) == (1, 1)  # the task it was running is charged
+    assert all((p.attempts, p.deliveries) == (0, 1) for p in held[1:])  # the others never ran: refunded
+    ready(s, "b", granted=4)
+    s.dispatch(0.1)
+    assert set(s.fleet.workers["b"].leases.values()) == set(held) and all(p.holder is s.fleet.workers["b"] for p in held)
+
+
+def test_tasks_sent_to_an_unreachable_worker_are_neither_charged_nor_counted_nor_held():
+    from qworker._task import QUEUED
+
+    s, stub, table = make()
+    submit(s, table, 3)
+    ready(s, "a", granted=3)
+    stub.gone.add(b"a")
+    s.dispatch(0.0)
+    assert "a" not in s.fleet.workers and len(s.queue) == 3
+    assert all(p.state is QUEUED and p.holder is None and (p.attempts, p.deliveries) == (0, 0) for p in s.queue)
+
+
+def test_a_task_resolved_while_leased_is_in_no_lease_index():
+    s, stub, table = make()
+    futs = submit(s, table, 3)
+    ready(s, "a", granted=3)
+    s.dispatch(0.0)
+    w = s.fleet.workers["a"]
+    held = list(w.leases.values())
+    assert len(held) == 3
+    table.close("the producer closed")  # resolves them as cancelled while a worker holds them
+    assert all(f.result(timeout=0).error_kind == "cancelled" for f in futs)
+    assert not w.leases and all(p.resolved and p.holder is None for p in held)
+    assert s.in_flight() == 0  # status no longer counts them in flight
+

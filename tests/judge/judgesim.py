@@ -238,7 +238,7 @@ class Client:
     def pump(self, t: float) -> None:
         sent, failed = self.gate.admit(t, 10**9)
         for p, why in failed:
-            p.resolved = True
+            p.finish()
             self.failed.append(why)
         if any(self.gate.endpoints[self.gate.route(p)].priority > min(e.priority for e in self.gate.endpoints) for p in sent):
             top = max(self.gate.endpoints[self.gate.route(p)].priority for p in sent)
@@ -262,7 +262,7 @@ class Client:
         if retry:
             self.gate.queue.appendleft(p)
         else:
-            p.resolved = True
+            p.finish()
             if outcome["status"] == 200:
                 self.done_at.append(t)
                 self.served.append((t, route))
