@@ -27,7 +27,7 @@ STEADY      in use at or above the refusal level for      RECOVERING    climbs +
 HOLDING     a round trip with no refusal                  STEADY        (no growth meanwhile; echoes only cap)
 RECOVERING  reached its target                            STEADY        (PROBING after ``reset``)
 RECOVERING  a fresh refusal                               HOLDING       as STEADY; the next climb back waits longer
-any         for a round trip, everything sent refused     OUTAGE        capped (the levels meanwhile are not kept)
+any         for a round trip, everything sent refused     OUTAGE        only capped (the levels meanwhile are not kept)
 OUTAGE      an answer to a request sent after that        RECOVERING    back to what held before the refusals began
 any         queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
 any         ``reset`` (an endpoint back from down)        RECOVERING    from ``initial`` to the limit it had
@@ -201,13 +201,13 @@ class AdaptiveLimit:
         self.throughput.on_answer(now, rtt, self.rtt)
         trip = self._round_trip()
         outage = self.refusals_.on_answer(now, now - rtt, trip)
-        if (outage or (self.mode is Mode.OUTAGE and not self.refusals_.run)) and self._held is not None:
+        if outage and self._held is not None:
             # An answer to a request sent after the refusals began, they having been an outage: back to what held before
             limit, self.memory.refusal_level, self.memory.knee, mode = self._held
             self.latency.relearn()
             self._recover_to(limit, Mode.PROBING if mode is Mode.PROBING else Mode.STEADY, regaining=False)
-        elif self.mode is Mode.OUTAGE and not self.refusals_.run:
-            self.mode = Mode.STEADY
+        elif self.mode is Mode.OUTAGE and not self.refusals_.run:  # answered within a round trip of the run's start
+            self.mode = Mode.HOLDING
         if not self.refusals_.run:
             self._held = None
         if self.mode is Mode.OUTAGE:  # an answer to a request sent before the outage: the refusals go on
@@ -271,7 +271,7 @@ class AdaptiveLimit:
             self._held = held
         if r.kind is RefusalKind.ECHO:
             self.memory.echoed(r.level)
-        else:
+        elif self.mode is not Mode.OUTAGE:  # (an outage's refusals only cap: they say nothing of the capacity)
             level = max(1.0, min(float(in_flight), self.limit))
             probing = self.mode is Mode.PROBING
             if self.mode is Mode.RECOVERING and self._regaining:  # refused on the way back: not all of it came back
@@ -282,7 +282,7 @@ class AdaptiveLimit:
                 self._cut(level / (1.0 + step), now, Mode.HOLDING)
             elif r.kind is RefusalKind.TIMEOUT:
                 self._cut(cfg.backoff * level, now, Mode.HOLDING)
-            elif r.kind is RefusalKind.BURST:
+            elif r.kind is RefusalKind.BURST and self.rtt:  # (with no answer yet, "within a round trip" means nothing)
                 # What the endpoint accepts (Little's law: answers/s x latency), or half when that is unknown
                 self._cut(max(cfg.backoff_again * level, min(level, 0.95 * self.sustained(now))), now, Mode.HOLDING)
                 self.memory.overshot = True
@@ -290,7 +290,8 @@ class AdaptiveLimit:
             elif r.kind is RefusalKind.LONE and r.same_level:  # two lone refusals at one level: a concurrency cap
                 self.memory.saw(self.memory.refusal_level)
         if self.mode is not Mode.OUTAGE:
-            self.mode = Mode.OUTAGE if self.refusals_.in_outage(now, trip) else Mode.HOLDING
+            # (no outage before a round trip is known: the first refusals of a latecomer to a full server are not one)
+            self.mode = Mode.OUTAGE if self.rtt and self.refusals_.in_outage(now, trip) else Mode.HOLDING
             self._regaining = False
         self.cap(in_flight)
 
