@@ -34,8 +34,8 @@ any         ``reset`` (an endpoint back from down)        RECOVERING    from ``i
 ==========  ============================================  ============  ==========================================
 
 The latency baseline is re-learnt when the capacity moves (a burst cut, a climb
-back, an outage's end, a reset): a base measured at one capacity read at another
-would take the limiter's own load for queueing.  While a metrics URL's reading
+back, an outage's end, a reset), from the answers after the climb: a base measured
+at one capacity read at another would take the limiter's own load for queueing.  While a metrics URL's reading
 is fresh it replaces the latency signal.  With peers (``peers``), ``adopt``
 takes what other producers learnt and ``answers_scale`` scales Little's law.
 """
@@ -212,9 +212,10 @@ class AdaptiveLimit:
             self._held = None
         if self.mode is Mode.OUTAGE:  # an answer to a request sent before the outage: the refusals go on
             return
-        reading = self.latency.on_answer(rtt, float(level if level is not None else in_flight), tokens)
-        if reading is not None and not self.load.fresh(now):  # the knee, plus a queue of a tenth of it
-            self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now)
+        if self.mode is not Mode.RECOVERING:  # (the base is learnt where the climb ends, not on the way)
+            reading = self.latency.on_answer(rtt, float(level if level is not None else in_flight), tokens)
+            if reading is not None and not self.load.fresh(now):  # the knee, plus a queue of a tenth of it
+                self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now)
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
@@ -232,6 +233,7 @@ class AdaptiveLimit:
             if self.limit >= self._target:
                 if self._regaining:
                     self.memory.regained(self.limit)
+                    self.latency.relearn()
                 self.mode, self._regaining = self._then, False
             return
         if self.mode is Mode.HOLDING or self.load.fresh(now) or not used:
