@@ -28,15 +28,19 @@ HOLDING     a round trip with no refusal                  STEADY        (no grow
 RECOVERING  reached its target                            STEADY        (PROBING after ``reset``)
 RECOVERING  a fresh refusal                               HOLDING       as STEADY; the next climb back waits longer
 any         for a round trip, everything sent refused     OUTAGE        only capped (the levels meanwhile are not kept)
-OUTAGE      an answer to a request sent after that        RECOVERING    back to what held before the refusals began
-any         queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
+            (a round trip known: one answer at least)
+OUTAGE      an answer to a request sent a round trip or   RECOVERING    back to what held before the refusals began
+            more after the refusals began
+OUTAGE      an answer to one sent less than that after    HOLDING       (it was not an outage)
+not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
 any         ``reset`` (an endpoint back from down)        RECOVERING    from ``initial`` to the limit it had
 ==========  ============================================  ============  ==========================================
 
-The latency baseline is re-learnt when the capacity moves (a burst cut, a climb
-back, an outage's end, a reset), from the answers after the climb: a base measured
-at one capacity read at another would take the limiter's own load for queueing.  While a metrics URL's reading
-is fresh it replaces the latency signal.  With peers (``peers``), ``adopt``
+A burst needs a known round trip too.  The latency baseline is re-learnt when
+the capacity moves (a burst cut, a climb back, an outage's end, a reset), from
+the answers after the climb (none are kept while RECOVERING): a base measured at
+one capacity read at another would take the limiter's own load for queueing.
+While a metrics URL's reading is fresh it replaces the latency signal.  With peers (``peers``), ``adopt``
 takes what other producers learnt and ``answers_scale`` scales Little's law.
 """
 
@@ -168,11 +172,11 @@ class AdaptiveLimit:
             self.mode = then
 
     def _on_queue(self, reading: QueueReading, now: float) -> None:
-        if not reading.queueing or now - self._last_cut < self._round_trip():
+        if not reading.queueing or self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
             return
         self.memory.queued(max(self.config.floor, reading.knee))
         self.queue_cuts += 1
-        self._cut(self.memory.knee, now, Mode.STEADY if self.mode is not Mode.OUTAGE else Mode.OUTAGE)
+        self._cut(self.memory.knee, now, Mode.STEADY)
         self.latency.restart()  # judge the cut on answers sent after it
 
     # signals -----------------------------------------------------------------
