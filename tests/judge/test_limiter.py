@@ -278,6 +278,36 @@ def test_after_a_tenant_leaves_the_limit_climbs_back_within_three_seconds():
     assert lim.limit >= 0.9 * 64, (lim.limit, lim.refused_level)
 
 
+def test_after_capacity_returns_the_limiters_own_load_is_not_read_as_queueing():
+    # The latency at full capacity is 1.4 x that at half (the server, or the client's own overhead, is
+    # slower with 64 in flight than with 32, with no queue).  A base learnt while a tenant held half the
+    # capacity would read that as queueing once the tenant left and cut to the "knee" (about 50); the base
+    # is learnt afresh once the limit has climbed back.
+    lim = AdaptiveLimit(initial=64)
+    lim.slow_start = False
+    t = 0.0
+    for _ in range(2):  # a concurrency cap of 64: two lone refusals at 65
+        for _ in range(200):
+            t += 0.3 / 64
+            lim.on_success(0.3, int(lim.limit), t)
+        t += 0.5
+        lim.on_drop(65, t, sent_at=t - 0.01)
+    t += 0.5
+    lim.on_drop(33, t, sent_at=t - 0.01)  # the tenant takes half
+    for _ in range(1500):  # it holds half: the limit sits at 32, answered in 0.3 s
+        t += 0.3 / max(1, int(lim.limit))
+        if lim.limit >= 33:
+            lim.on_drop(int(lim.limit), t, sent_at=t - 0.01)
+        else:
+            lim.on_success(0.3, int(lim.limit), t)
+    left = t
+    while t < left + 20.0:  # it left: nothing refused; 0.42 s per answer above 40 in flight
+        latency = 0.42 if lim.limit > 40 else 0.3
+        t += latency / max(1, int(lim.limit))
+        lim.on_success(latency, int(lim.limit), t)
+    assert lim.limit >= 0.9 * 64 and lim.queue_cuts == 0, (lim.limit, lim.queue_cuts)
+
+
 # ---- gates against simulated judge servers (tests/judge/judgesim.py): the bench's targets, on simulated time ----
 
 def against_semaphore(server: Server, n: int = 5000) -> tuple[float, float, judgesim.Server]:
