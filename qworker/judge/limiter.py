@@ -1,236 +1,198 @@
-"""An adaptive concurrency limit for one endpoint, from what its answers say.
+"""An adaptive concurrency limit for one endpoint: estimators combined by a mode state machine.
 
-The algorithm only; ``gate`` enforces it (and paces by rate where a provider
-announces its rate limit: that is ``endpoint``'s business).  Units: seconds,
-requests.  Only the dispatcher thread calls it.
+The algorithm only; ``gate`` enforces it.  Units: seconds (the gate's clock),
+requests.  Only the dispatcher thread calls it.  Little's law gives the target:
+a judge serving C requests at once with latency R sustains C/R requests/s, and
+holding exactly C in flight gets all of it.
 
-**Refusals (429, a 503 judged to be overload, a timeout).**
+Each signal has its estimator (``estimators``): ``Refusals`` (429s, overload
+503s, timeouts: echo, lone, burst, outage), ``Latency`` (queueing against a
+baseline re-learnt as the capacity moves), ``ServerLoad`` (a metrics URL's
+running/waiting), ``CapacityMemory`` (refusal level, knee, highest capacity
+seen; expiring) and ``Throughput`` (Little's law on recent answers).  The limit
+moves only here, by mode:
 
-* Slow start: until the first refusal or sign of queueing, the limit grows by
-  half a request per success, x1.5 per round trip from ``initial`` (x1.25
-  beyond twice ``initial``).  The first refusal takes it back to the level of a
-  round trip ago, the last one known to hold.
-* Every refusal caps the limit at what was in flight minus the refused
-  request, so refusals cannot feed a loop of retries.
-* A refusal of a request sent before the last reaction is an *echo* of the
-  overload already answered: it caps and lowers the level to recover to by one.
-* A lone refusal only caps: against a concurrency cap the limit then sits at the
-  capacity.  A fresh refusal within a round trip of a reaction, after more than
-  ``burst_drops`` refusals, means the reaction did not suffice.
-  The cut then goes to what the answers of the last few round trips sustained
-  (Little's law: answers/s x mean latency; a rate limit's rate times the
-  latency), or to half when too few answered.  A timeout cuts to ``backoff``
-  times what was in flight.
-* An outage is not a capacity signal.  When, for a whole round trip, every
-  request sent was refused (at least ``outage_after`` refusals, none of them
-  answered: a judge restarting, a proxy refusing everything), the levels the
-  refusals lowered meanwhile say nothing about the capacity.  The first answer
-  to a request sent after that restores what held before the refusals began
-  (the level to recover to, the knee, slow start or not) and the limit climbs
-  back by one per success (x2 per round trip) to where it was; refusals of
-  requests sent during the outage are ignored.  ``reset`` (an endpoint back
-  from down) climbs the same way to the limit it had.
-* No growth for a round trip after a refusal.  Then the limit climbs one per
-  success back to one below the last refusal level (one per round trip once a
-  reaction did not suffice), and probes above it by ``probe`` requests per round
-  trip: the same for every client, which is what makes several producers
-  sharing one endpoint converge to even shares (with ``fair_share``: each fresh
-  refusal lowers the level to recover to by that fraction, so the client with
-  the larger share gives up more).
+==========  ============================================  ============  ==========================================
+mode        event                                         to            the limit
+==========  ============================================  ============  ==========================================
+PROBING     an answer, in use, no queue                   PROBING       + ``slow_start_step`` (x1.5 per round trip)
+PROBING     a fresh refusal                               HOLDING       the level of a round trip ago (/1.5)
+STEADY      an answer, in use                             STEADY        +1 to the refusal level/knee, then a probe
+STEADY      a lone refusal                                HOLDING       capped at what was in flight, less one
+STEADY      a burst (a reaction that did not suffice)     HOLDING       what recent answers sustained, >= half
+STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
+STEADY      in use at or above the refusal level for      RECOVERING    climbs +1 per answer (x2 per round trip)
+            ``wait`` round trips, no refusal, below                     to the highest capacity seen
+            ``regain`` x the highest capacity seen
+HOLDING     a round trip with no refusal                  STEADY        (no growth meanwhile; echoes only cap)
+RECOVERING  reached its target                            STEADY        (PROBING after ``reset``)
+RECOVERING  a fresh refusal                               HOLDING       as STEADY; the next climb back waits longer
+any         for a round trip, everything sent refused     OUTAGE        only capped (the levels meanwhile are not kept)
+            (a round trip known: one answer at least)
+OUTAGE      an answer to a request sent a round trip or   RECOVERING    back to what held before the refusals began
+            more after the refusals began
+OUTAGE      an answer to one sent less than that after    HOLDING       (it was not an outage)
+not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
+any         ``reset`` (an endpoint back from down)        RECOVERING    from ``initial`` to the limit it had
+==========  ============================================  ============  ==========================================
 
-**Queueing (a server that never refuses: vLLM, SGLang).**  Latency is
-compared, not to a minimum (under LLM latency, lognormal with a 10x spread, the
-minimum of a window says nothing), but by means over windows: ``recent`` is the
-mean of the last ``window`` answers, ``base`` the mean of at least
-``base_samples`` answers sent at the *lowest* concurrency levels seen (kept per
-level, so the base does not drift up with the limit).  Each latency is divided
-by the answer's ``usage.completion_tokens`` when replies carry it (latency per
-output token is far steadier).  By Little's law a server holding ``C`` at once
-and sent ``L > C`` answers ``L / C`` times slower, so ``g = recent / base``
-estimates ``L / C``: above ``queue_cut`` the limit is cut to
-``queue_target * L / g`` (the knee, plus a queue of a tenth of it), and from
-there it grows by one per round trip until the next cut.  A window faster
-than ``stale_base`` times the base says the base was measured while someone
-else loaded the server: it is rebuilt from that window.  A metrics URL's
-``num_requests_waiting`` / ``num_requests_running`` replace the latency signal
-while they are fresh (``on_server_load``): a reading with a queue longer than
-a tenth of what runs cuts to what keeps it so; one without lets the limit grow
-(x1.5 in slow start, else by one).
-
-Little's law gives the target: a judge that serves C requests at once with
-latency R sustains C/R requests/s; holding exactly C in flight gets all of it.
+A burst needs a known round trip too.  The latency baseline is re-learnt when
+the capacity moves (a burst cut, a climb back, an outage's end, a reset), from
+the answers after the climb (none are kept while RECOVERING): a base measured at
+one capacity read at another would take the limiter's own load for queueing.
+While a metrics URL's reading is fresh it replaces the latency signal.  With peers (``peers``), ``adopt``
+takes what other producers learnt and ``answers_scale`` scales Little's law.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["AdaptiveLimit", "LOAD_FRESH_S"]
+from .estimators import LOAD_FRESH_S, CapacityMemory, Latency, LimitConfig, QueueReading, RefusalKind, Refusals, ServerLoad, Throughput
 
-_LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
-LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
+__all__ = ["AdaptiveLimit", "LOAD_FRESH_S", "LimitConfig", "Mode"]
 
 
-@dataclass(slots=True)
+class Mode(enum.Enum):
+    PROBING = "probing"  # slow start: no refusal nor queueing seen yet
+    STEADY = "steady"  # at or climbing back to where the capacity is
+    HOLDING = "holding"  # a round trip after a refusal: answers to requests sent before it say nothing
+    RECOVERING = "recovering"  # climbing x2 per round trip to a level known to hold
+    OUTAGE = "outage"  # every request refused for a round trip: not a capacity signal
+
+
 class AdaptiveLimit:
-    initial: float = 4.0
-    floor: float = 1.0
-    ceiling: float = 512.0
-    backoff: float = 0.9  # a timeout: x0.9 of what was in flight
-    backoff_again: float = 0.5  # a reaction that did not suffice: halve
-    burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
-    probe: float = 0.15  # requests per round trip above the last refusal level
-    fair_share: float = 0.02  # a fresh refusal lowers the level to recover to by this fraction
-    slow_start_step: float = 0.5  # per success: x1.5 per round trip
-    queue_cut: float = 1.3  # g above this: the server queues, cut to the knee
-    queue_target: float = 1.1  # where a cut puts the limit: the knee estimate times this
-    window: int = 128  # answers in the recent latency window
-    base_samples: int = 128  # answers at the lowest levels that make the base
-    stale_base: float = 0.8  # g below this: the base was measured while others loaded the server; rebuilt
-    outage_after: int = 8  # refusals, with nothing sent for a round trip answered, that make an outage
-    regain: float = 0.9  # below this share of a capacity seen before (``high``), the limit climbs back to it on evidence
-    regain_rtts: float = 2.0  # the evidence: in use at the last refusal's level for this many round trips without a refusal
-    regains: int = field(init=False, default=0)
-    limit: float = field(init=False)
-    rtt: float = field(init=False, default=0.0)  # EWMA of successful round trips, seconds
-    slow_start: bool = field(init=False, default=True)
-    drops: int = field(init=False, default=0)
-    queue_cuts: int = field(init=False, default=0)
-    rebases: int = field(init=False, default=0)
-    last_drop_level: float = field(init=False, default=math.inf)  # where refusals say the capacity is
-    knee_level: float = field(init=False, default=math.inf)  # where queueing says it is
-    gradient: float = field(init=False, default=1.0)  # the last g (recent / base latency)
-    _last_cut: float = field(init=False, default=-math.inf)
-    _last_drop: float = field(init=False, default=-math.inf)
-    _reacted: float = field(init=False, default=-math.inf)
-    _echo_level: int = field(init=False, default=0)
-    _overloaded: bool = field(init=False, default=False)
-    _episode_drops: int = field(init=False, default=0)
-    _queue_free: bool = field(init=False, default=True)
-    _per_token: Optional[bool] = field(init=False, default=None)
-    _recent: deque = field(init=False, default_factory=deque)  # (normalised latency, level at send)
-    _recent_sum: list = field(init=False, default_factory=lambda: [0.0, 0.0])
-    _levels: dict = field(init=False, default_factory=dict)  # band -> deque of normalised latencies
-    _since_decision: int = field(init=False, default=0)
-    _load_at: float = field(init=False, default=-math.inf)  # when a metrics URL last spoke
-    _answers: deque = field(init=False, default_factory=deque)  # (time, latency) of recent successes, for Little's law
-    _answers_rtt: float = field(init=False, default=0.0)
-    outages: int = field(init=False, default=0)
-    _run: int = field(init=False, default=0)  # refusals since the last answer to a request sent after they began
-    _run_started: float = field(init=False, default=math.inf)  # when the first of them came
-    _held: Optional[tuple] = field(init=False, default=None)  # what held before they began (``_snapshot``)
-    _restore_to: float = field(init=False, default=0.0)  # after an outage: climb back x2 per round trip to this
-    _recovered_at: float = field(init=False, default=-math.inf)  # refusals of requests sent before this are the outage's
-    high: float = field(init=False, default=0.0)  # the highest level a lone refusal found: a capacity seen before
-    refused_level: float = field(init=False, default=math.inf)  # in flight at the last fresh refusal
-    refusals: int = field(init=False, default=0)  # fresh refusals so far (not echoes, not an outage's)
-    answers_scale: float = field(init=False, default=1.0)  # the endpoint's load / this client's: its answers are that share (``peers``)
-    _above_since: float = field(init=False, default=math.inf)  # since when the limit is in use at or above it
-    _regaining: bool = field(init=False, default=False)  # climbing back to ``high``
-    _regain_wait: float = field(init=False, default=2.0)  # round trips of evidence the next climb back wants
-    _lone_level: float = field(init=False, default=-math.inf)  # in flight at the last lone refusal
+    """The limit (``limit``, requests) and its mode, moved by what the estimators say of each answer."""
 
-    def __post_init__(self) -> None:
-        self.limit = max(self.floor, min(self.ceiling, self.initial))
+    def __init__(self, *, initial: Optional[float] = None, ceiling: Optional[float] = None, config: Optional[LimitConfig] = None) -> None:
+        cfg = config or LimitConfig()
+        if initial is not None:
+            cfg = dataclasses.replace(cfg, initial=initial)
+        if ceiling is not None:
+            cfg = dataclasses.replace(cfg, ceiling=ceiling)
+        self.config = cfg
+        self.limit = max(cfg.floor, min(cfg.ceiling, cfg.initial))
+        self.mode = Mode.PROBING
+        self.rtt = 0.0  # EWMA of successful round trips, seconds
+        self.refusals_ = Refusals(cfg)
+        self.latency = Latency(cfg)
+        self.load = ServerLoad(cfg)
+        self.memory = CapacityMemory(cfg)
+        self.throughput = Throughput()
+        self.answers_scale = 1.0  # the endpoint's load / this client's: its answers are that share (``peers``)
+        self.queue_cuts = 0
+        self.regains = 0
+        self._last_cut = -math.inf
+        self._target = 0.0  # RECOVERING: the level climbed to
+        self._then = Mode.STEADY  # RECOVERING: the mode once there
+        self._regaining = False  # RECOVERING: because the capacity came back (not after an outage or reset)
+        self._held: Optional[tuple[float, float, float, Mode]] = None  # (limit, refusal level, knee, mode) before a run of refusals
+
+    # what others read ----------------------------------------------------------
+    @property
+    def slow_start(self) -> bool:
+        return self.mode is Mode.PROBING
+
+    @slow_start.setter
+    def slow_start(self, on: bool) -> None:
+        self.mode = Mode.PROBING if on else Mode.STEADY
+
+    @property
+    def drops(self) -> int:
+        return self.refusals_.drops
+
+    @property
+    def refusals(self) -> int:
+        """Fresh refusals so far (not echoes, not an outage's)."""
+        return self.refusals_.fresh
+
+    @property
+    def outages(self) -> int:
+        return self.refusals_.outages
+
+    @property
+    def high(self) -> float:
+        return self.memory.high
+
+    @property
+    def refused_level(self) -> float:
+        return self.memory.refused_level
+
+    @property
+    def last_drop_level(self) -> float:
+        return self.memory.refusal_level
+
+    @last_drop_level.setter
+    def last_drop_level(self, level: float) -> None:
+        self.memory.refusal_level = level
+
+    @property
+    def knee_level(self) -> float:
+        return self.memory.knee
+
+    @property
+    def gradient(self) -> float:
+        return self.latency.gradient
+
+    @property
+    def rebases(self) -> int:
+        return self.latency.rebases
+
+    def base(self) -> Optional[float]:
+        return self.latency.base()
+
+    def regaining_to(self) -> float:
+        """The level this limit climbs back to as capacity returned (0: not climbing so)."""
+        return self._target if self.mode is Mode.RECOVERING and self._regaining else 0.0
+
+    def sustained(self, now: float) -> float:
+        """Little's law on the recent answers: the concurrency that carried them (0 when too few), times ``answers_scale``."""
+        return self.answers_scale * self.throughput.sustained(now, self.rtt)
 
     def _round_trip(self) -> float:
         return self.rtt or 0.05
 
-    # latency ----------------------------------------------------------------
-    def _record(self, rtt: float, level: float, tokens: Optional[int]) -> bool:
-        """Keep one latency sample; True when a decision is due."""
-        if self._per_token is None:
-            self._per_token = bool(tokens)
-        if self._per_token and not tokens:
-            return False
-        x = rtt / tokens if self._per_token and tokens else rtt
-        recent = self._recent
-        recent.append((x, level))
-        self._recent_sum[0] += x
-        self._recent_sum[1] += level
-        if len(recent) > self.window:
-            ox, ol = recent.popleft()
-            self._recent_sum[0] -= ox
-            self._recent_sum[1] -= ol
-        self._keep(x, level)
-        self._since_decision += 1
-        if len(recent) >= self.window and self._since_decision >= self.window // 2:
-            self._since_decision = 0
-            return True
-        return False
-
-    def _keep(self, x: float, level: float) -> None:
-        band = int(math.log(max(1.0, level)) / _LEVEL_BASE)
-        q = self._levels.get(band)
-        if q is None:
-            q = self._levels[band] = deque(maxlen=256)
-        q.append(x)
-
-    def base(self) -> Optional[float]:
-        """Mean normalised latency of the answers sent at the lowest levels (None until there are enough)."""
-        total, n = 0.0, 0
-        for band in sorted(self._levels):
-            q = self._levels[band]
-            total += sum(q)
-            n += len(q)
-            if n >= self.base_samples:
-                return total / n
-        return None
-
-    def _decide(self, now: float) -> None:
-        base = self.base()
-        if not base:
-            return
-        n = len(self._recent)
-        g = (self._recent_sum[0] / n) / base
-        self.gradient = g
-        if g < self.stale_base:  # answers far faster than the base: it was measured while others loaded the server
-            self._levels.clear()
-            for x, level in self._recent:
-                self._keep(x, level)
-            self.rebases += 1
-        elif g > self.queue_cut:
-            self._queue_free = False
-            if now - self._last_cut >= self._round_trip():
-                knee = (self._recent_sum[1] / n) / g
-                self.knee_level = max(self.floor, knee * self.queue_target)
-                self.queue_cuts += 1
-                self._cut(self.knee_level, now)
-                self._recent.clear()  # judge the cut on answers sent after it
-                self._recent_sum[:] = [0.0, 0.0]
-        else:
-            self._queue_free = True
-
-    def on_server_load(self, running: float, waiting: float, in_flight: int, now: float) -> None:
-        """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients)."""
-        self._load_at = now
-        allowed = (self.queue_target - 1.0) * max(1.0, running)
-        if waiting > allowed and running > 0:
-            self._queue_free = False
-            if now - self._last_cut >= self._round_trip():
-                self.knee_level = max(self.floor, in_flight * (running + allowed) / (running + waiting))
-                self.queue_cuts += 1
-                self._cut(self.knee_level, now)
-        else:
-            self._queue_free = True
-            if self._in_use(in_flight) and self.limit < self.last_drop_level - 1.0:  # x1.5 (slow start) or one more per reading with no queue
-                step = self.limit * self.slow_start_step if self.slow_start else 1.0
-                self.limit = min(self.ceiling, self.limit + step, self.last_drop_level - 1.0)
-                self._raise_knee(self.limit)
-
-    def _in_use(self, in_flight: int) -> bool:
+    def _in_use(self, in_flight: float) -> bool:
         """Growth is earned only by a limit that is in use."""
         return in_flight >= self.limit - max(2.0, self.limit / 8)
 
-    def _raise_knee(self, level: float) -> None:
-        """Growth above a queueing server's knee that brought no queue moves the knee up (an unknown knee stays unknown)."""
-        if self.knee_level < math.inf:
-            self.knee_level = max(self.knee_level, level)
+    # transitions -------------------------------------------------------------
+    def _cut(self, to: float, now: float, mode: Mode) -> None:
+        self._last_cut = now
+        self.mode = mode
+        self.limit = max(self.config.floor, min(self.limit, to))
 
-    # answers ----------------------------------------------------------------
+    def _recover_to(self, target: float, then: Mode, *, regaining: bool) -> None:
+        if target > self.limit:
+            self.mode, self._target, self._then, self._regaining = Mode.RECOVERING, min(self.config.ceiling, target), then, regaining
+        else:
+            self.mode = then
+
+    def _on_queue(self, reading: QueueReading, now: float) -> None:
+        if not reading.queueing or self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
+            return
+        self.memory.queued(max(self.config.floor, reading.knee))
+        self.queue_cuts += 1
+        self._cut(self.memory.knee, now, Mode.STEADY)
+        self.latency.restart()  # judge the cut on answers sent after it
+
+    # signals -----------------------------------------------------------------
+    def on_server_load(self, running: float, waiting: float, in_flight: int, now: float) -> None:
+        """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients)."""
+        cfg = self.config
+        reading = self.load.reading(running, waiting, in_flight, now)
+        if reading.queueing:
+            self._on_queue(reading, now)
+            return
+        below = self.memory.refusal_level - 1.0
+        if self._in_use(in_flight) and self.limit < below and self.mode in (Mode.PROBING, Mode.STEADY):
+            step = self.limit * cfg.slow_start_step if self.mode is Mode.PROBING else 1.0
+            self.limit = min(cfg.ceiling, self.limit + step, below)
+            self.memory.raise_knee(self.limit)
+
     def on_success(self, rtt: float, in_flight: int, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None) -> None:
         """A request answered normally after ``rtt`` seconds.
 
@@ -238,100 +200,105 @@ class AdaptiveLimit:
         requests outstanding when it was sent (default ``in_flight``);
         ``tokens``: its ``usage.completion_tokens`` when the reply said.
         """
+        cfg = self.config
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
-        answers = self._answers
-        answers.append((now, rtt))
-        self._answers_rtt += rtt
-        while answers[0][0] < now - max(1.0, 4 * self.rtt):
-            self._answers_rtt -= answers.popleft()[1]
-        if self._run and now - rtt >= self._run_started:  # an answer to a request sent since refusals began
-            if self._run >= self.outage_after and now - rtt - self._run_started >= self._round_trip():
-                self._recover(now)  # for a round trip nothing sent was answered: an outage, not the capacity
-            self._run, self._run_started, self._held = 0, math.inf, None
-        if self._record(rtt, float(level if level is not None else in_flight), tokens) and now - self._load_at > LOAD_FRESH_S:
-            self._decide(now)
-        if self.limit < self.refused_level or self.slow_start or self._restore_to or not self._in_use(in_flight):
-            self._above_since = math.inf
-        elif self._above_since == math.inf:
-            self._above_since = now
-        elif self.limit < self.regain * self.high and now - self._above_since >= self._regain_wait * self._round_trip():
-            # In use at the level the last refusal came at, for round trips, with no refusal, below a capacity
-            # seen before: the capacity came back (a tenant left, a replica returned).  Climb back x2 per round
-            # trip to it, as after an outage.
-            self._restore_to = self.high
+        self.throughput.on_answer(now, rtt, self.rtt)
+        trip = self._round_trip()
+        outage = self.refusals_.on_answer(now, now - rtt, trip)
+        if outage and self._held is not None:
+            # An answer to a request sent after the refusals began, they having been an outage: back to what held before
+            limit, self.memory.refusal_level, self.memory.knee, mode = self._held
+            self.latency.relearn()
+            self._recover_to(limit, Mode.PROBING if mode is Mode.PROBING else Mode.STEADY, regaining=False)
+        elif self.mode is Mode.OUTAGE and not self.refusals_.run:  # answered within a round trip of the run's start
+            self.mode = Mode.HOLDING
+        if not self.refusals_.run:
+            self._held = None
+        if self.mode is Mode.OUTAGE:  # an answer to a request sent before the outage: the refusals go on
+            return
+        if self.mode is not Mode.RECOVERING:  # (the base is learnt where the climb ends, not on the way)
+            reading = self.latency.on_answer(rtt, float(level if level is not None else in_flight), tokens)
+            if reading is not None and not self.load.fresh(now):  # the knee, plus a queue of a tenth of it
+                self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now)
+        used = self._in_use(in_flight)
+        if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
+            self.mode = Mode.STEADY
+        # Evidence that capacity came back: in use at or above the level refusals put it at, with no refusal
+        self.memory.in_use(now, used and self.mode is Mode.STEADY and self.limit >= self.memory.refusal_level)
+        if self.mode is Mode.STEADY and self.memory.stale(now, trip, self.limit):
+            # In use for round trips with no refusal, below a capacity seen before: it came back (a tenant
+            # left, a replica returned).  Climb back x2 per round trip to it, on a base learnt afresh.
             self.regains += 1
-            self._regaining = True
-        if self._restore_to and self._in_use(in_flight):  # back from an outage: x2 per round trip to where it was
-            self.limit = min(self.ceiling, self._restore_to, self.limit + 1.0)
-            if self.limit >= self._restore_to:
-                self._restore_to = 0.0
-                if self._regaining:  # all of it came back
-                    self._regaining = False
-                    self._regain_wait = self.regain_rtts
+            self.latency.relearn()
+            self._recover_to(self.memory.high, Mode.STEADY, regaining=True)
+        if self.mode is Mode.RECOVERING:
+            if used:
+                self.limit = min(cfg.ceiling, self._target, self.limit + 1.0)
+            if self.limit >= self._target:
+                if self._regaining:
+                    self.memory.regained(self.limit)
+                    self.latency.relearn()
+                self.mode, self._regaining = self._then, False
             return
-        if now - self._last_drop < self._round_trip():
-            return  # answers to requests sent before the last drop say nothing about more room
-        if now - self._load_at <= LOAD_FRESH_S:
-            return  # a metrics URL steers: the limit grows by its readings (on_server_load)
-        if not self._in_use(in_flight):
-            return
-        below = self.last_drop_level - 1.0  # just under where the last refusal happened
-        if self.slow_start:
-            grown = self.limit + self._slow_start_step() if self._queue_free else self.limit
-        elif self.limit < min(below, self.knee_level):  # back to where the capacity was: one per success
-            grown = min(self.limit + (1.0 / self.limit if self._overloaded else 1.0), below, self.knee_level)
-        elif not self._queue_free:
+        if self.mode is Mode.HOLDING or self.load.fresh(now) or not used:
+            return  # after a refusal, while a metrics URL steers (``on_server_load``), or with the limit not in use
+        queueing = self.latency.queueing
+        mem = self.memory
+        below = mem.refusal_level - 1.0
+        if self.mode is Mode.PROBING:
+            if queueing:
+                return
+            grown = self.limit + (cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2)
+        elif self.limit < min(below, mem.knee):  # back to where the capacity was: one per success
+            grown = min(self.limit + (1.0 / self.limit if mem.overshot else 1.0), below, mem.knee)
+        elif queueing:
             return
         elif self.limit < below:  # above the knee of a queueing server: one per round trip
             grown = min(self.limit + 1.0 / self.limit, below)
-            self._raise_knee(grown)
-        else:  # probe: the same per round trip for every client sharing the endpoint (faster below a capacity seen before)
-            grown = self.limit + self.probe / max(1.0, self.limit)
-        self.limit = min(self.ceiling, grown)
+            mem.raise_knee(grown)
+        else:  # probe: the same per round trip for every client sharing the endpoint
+            grown = self.limit + cfg.probe / max(1.0, self.limit)
+        self.limit = min(cfg.ceiling, grown)
 
     def on_drop(self, in_flight: int, now: float, sent_at: float, *, timeout: bool = False) -> None:
         """The endpoint refused a request sent at ``sent_at`` (429/503), or it timed out.
 
         ``in_flight`` counts the requests outstanding, this one included.
         """
-        self.drops += 1
-        if sent_at < self._recovered_at:  # sent during an outage that is over: says nothing about the capacity now
+        cfg = self.config
+        recovering = self.mode is Mode.RECOVERING
+        held = (max(self.limit, self._target) if recovering else self.limit, self.memory.refusal_level, self.memory.knee,
+                self._then if recovering else self.mode)
+        trip = self._round_trip()
+        r = self.refusals_.on_refusal(in_flight, now, sent_at, trip, timeout=timeout)
+        if r.kind is RefusalKind.STALE:
             return
-        if not self._run:
-            self._held = self._snapshot()
-            self._run_started = now
-        self._run += 1
-        self._restore_to = 0.0
-        self._last_drop = now
-        self._above_since = math.inf
-        self._episode_drops += 1
-        if sent_at <= self._reacted:  # sent before the last reaction: an echo of the overload it answered
-            self._echo_level -= 1
-            self.last_drop_level = min(self.last_drop_level, self._echo_level)
-        else:
-            level = max(1, min(in_flight, self.limit))
-            self._echo_level = in_flight
-            self.last_drop_level = in_flight if self.slow_start else in_flight * (1.0 - self.fair_share)
-            if self.slow_start:  # the level of a round trip ago was the last one known to hold
-                self._cut(level / (1.0 + self._slow_start_step()), now)
-            elif timeout:
-                self._cut(self.backoff * level, now)
-            elif now - self._reacted < self._round_trip() and self._episode_drops > self.burst_drops:
+        if self.refusals_.run == 1:  # the first of a run: what held before it, should it be an outage
+            self._held = held
+        if r.kind is RefusalKind.ECHO:
+            self.memory.echoed(r.level)
+        elif self.mode is not Mode.OUTAGE:  # (an outage's refusals only cap: they say nothing of the capacity)
+            level = max(1.0, min(float(in_flight), self.limit))
+            probing = self.mode is Mode.PROBING
+            if self.mode is Mode.RECOVERING and self._regaining:  # refused on the way back: not all of it came back
+                self.memory.regain_refused()
+            self.memory.refused(float(in_flight), probing=probing)
+            step = cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2
+            if probing:  # the level of a round trip ago was the last one known to hold
+                self._cut(level / (1.0 + step), now, Mode.HOLDING)
+            elif r.kind is RefusalKind.TIMEOUT:
+                self._cut(cfg.backoff * level, now, Mode.HOLDING)
+            elif r.kind is RefusalKind.BURST and self.rtt:  # (with no answer yet, "within a round trip" means nothing)
                 # What the endpoint accepts (Little's law: answers/s x latency), or half when that is unknown
-                self._cut(max(self.backoff_again * level, min(level, 0.95 * self.sustained(now))), now)
-                self._overloaded = True
-            elif now - self._reacted >= self._round_trip():
-                self._episode_drops = 1  # a lone refusal: one request over the capacity; the cap is the answer
-                if abs(in_flight - self._lone_level) <= 1.0 + 0.05 * in_flight:
-                    # Two lone refusals in a row at the same level: a concurrency cap (a rate limit refuses at any level)
-                    self.high = max(self.high, self.last_drop_level)
-                self._lone_level = in_flight
-            self.refused_level = in_flight
-            self.refusals += 1
-            if self._regaining:  # refused on the way back: not all of it is back; the next try wants longer evidence
-                self._regaining = False
-                self._regain_wait = min(4 * self.regain_rtts, 2 * self._regain_wait)
-            self._reacted = now
+                self._cut(max(cfg.backoff_again * level, min(level, 0.95 * self.sustained(now))), now, Mode.HOLDING)
+                self.memory.overshot = True
+                self.latency.relearn()
+            elif r.kind is RefusalKind.LONE and r.same_level:  # two lone refusals at one level: a concurrency cap
+                self.memory.saw(self.memory.refusal_level)
+        if self.mode is not Mode.OUTAGE:
+            # (no outage before a round trip is known: the first refusals of a latecomer to a full server are not one)
+            self.mode = Mode.OUTAGE if self.rtt and self.refusals_.in_outage(now, trip) else Mode.HOLDING
+            self._regaining = False
         self.cap(in_flight)
 
     def adopt(self, level: float, high: float, regain: float = 0.0) -> None:
@@ -339,59 +306,24 @@ class AdaptiveLimit:
         before this limit's first answer; the highest capacity they saw (``high``); and ``regain``, the
         level one of them climbs back to as capacity returned, which this limit climbs to as well."""
         if self.rtt == 0.0 and not self.drops and level > self.limit:
-            self.limit = min(self.ceiling, level)
-        self.high = max(self.high, min(self.ceiling, high))
-        if regain > self.limit and not self._restore_to and not self.slow_start:
-            self._restore_to = min(self.ceiling, regain)
-            self._regaining = True
-
-    def regaining_to(self) -> float:
-        """The level this limit climbs back to as capacity returned (0: not climbing so)."""
-        return self._restore_to if self._regaining else 0.0
+            self.limit = min(self.config.ceiling, level)
+        self.memory.saw(high)
+        if regain > self.limit and self.mode is Mode.STEADY:
+            self._recover_to(regain, Mode.STEADY, regaining=True)
 
     def cap(self, in_flight: int) -> None:
         """The refused request's slot is not reused until something finishes."""
-        self.limit = max(self.floor, min(self.limit, in_flight - 1))
-
-    def sustained(self, now: float) -> float:
-        """Little's law on the recent answers: the concurrency that carried them (0 when too few), times ``answers_scale``."""
-        answers = self._answers
-        span = max(1.0, 4 * self.rtt)
-        if len(answers) < 20 or now - answers[0][0] < 0.5 * span:
-            return 0.0
-        return self.answers_scale * self._answers_rtt / min(span, now - answers[0][0])  # answers/s x their mean latency
-
-    def _slow_start_step(self) -> float:
-        return self.slow_start_step if self.limit < 2 * self.initial else self.slow_start_step / 2
-
-    def _cut(self, to: float, now: float) -> None:
-        self._last_cut = now
-        self.slow_start = False
-        self.limit = max(self.floor, min(self.limit, to))
-
-    def _snapshot(self) -> tuple:
-        return (self.limit, self.last_drop_level, self._echo_level, self.knee_level, self.slow_start, self._overloaded)
-
-    def _recover(self, now: float) -> None:
-        """The first answer after an outage: back to what held before it, the limit climbing to its old level."""
-        assert self._held is not None
-        limit, self.last_drop_level, self._echo_level, self.knee_level, self.slow_start, self._overloaded = self._held
-        self.outages += 1
-        self._restore_to = limit if limit > self.limit else 0.0
-        self._last_drop = self._reacted = -math.inf
-        self._recovered_at = now
+        self.limit = max(self.config.floor, min(self.limit, in_flight - 1))
 
     def reset(self) -> None:
         """Back to slow start (an endpoint that came back after being down): x2 per round trip to the limit it had, then x1.5."""
-        self._restore_to = self.limit if self.limit > self.initial else 0.0
-        self._run, self._run_started, self._held = 0, math.inf, None
-        self.limit = max(self.floor, min(self.ceiling, self.initial))
-        self.slow_start = True
-        self._overloaded = False
-        self._queue_free = True
-        self._last_cut = self._last_drop = self._reacted = -math.inf
-        self.last_drop_level = self.knee_level = math.inf
-        self.refused_level = math.inf
-        self._recent.clear()
-        self._recent_sum[:] = [0.0, 0.0]
-        self._levels.clear()
+        cfg = self.config
+        old = self.limit
+        self.refusals_.reset()
+        self._held = None
+        self.limit = max(cfg.floor, min(cfg.ceiling, cfg.initial))
+        self._last_cut = -math.inf
+        self.memory.forget()
+        self.latency.relearn()
+        self.mode = Mode.PROBING
+        self._recover_to(old, Mode.PROBING, regaining=False)

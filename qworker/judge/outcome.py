@@ -60,9 +60,11 @@ def classify(e: Endpoint, endpoints: list[Endpoint], p: JudgeCall, status: int, 
             # Exact (not whole seconds) and short: when the server's next slot or token comes
             # (a token bucket's next refill).  Sending before then is refused too.
             e.cool(now + after, "retry-after")
-        elif e.refusal_streak >= max(8, e.limit.limit / 2):
-            # Refused across the board (an outage, or an overload the limit did not answer): the whole endpoint
-            # waits, for the shortest Retry-After of the streak, else 0.1 s doubling to 1 s; then one probe.
+        elif e.refusal_streak >= max(8, e.limit.limit / 2) and p.routed_at - e.streak_since >= (e.limit.rtt or 0.05):
+            # Refused across the board (an outage, or an overload the limit did not answer), a request sent a round
+            # trip after the streak began included (when the capacity drops, the requests in flight are refused
+            # for about a round trip; those sent after are answered): the whole endpoint waits, for the shortest
+            # Retry-After of the streak, else 0.1 s doubling to 1 s; then one probe.
             wait = e.streak_retry_s if e.streak_retry_s < math.inf else min(STREAK_COOL_MAX_S, STREAK_COOL_FIRST_S * 2**e.streak_cools)
             e.streak_cools += 1
             e.cool(now + min(MAX_RETRY_AFTER_S, wait), f"{e.refusal_streak} refusals in a row")

@@ -9,6 +9,8 @@ re-adapt after each change.  ``golden/<scenario>.json`` holds what today's limit
 
     python -m tests.judge.goldens record [NAME ...]    # write golden/*.json (on purpose, after a limiter change)
     python -m tests.judge.goldens compare [NAME ...]   # re-run and print before (stored) / after (now), per scenario
+    python -m tests.judge.goldens record --dir D        # write the traces to D instead (a candidate, not the goldens)
+    python -m tests.judge.goldens compare --after D    # before (stored) / after (the traces in D), without re-running
 
 A test (``test_goldens.py``) checks that today's code reproduces the stored traces exactly, so a
 limiter change shows up as a diff that must be re-recorded on purpose, with ``compare``'s table
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,15 +284,25 @@ def _dumps(doc: dict) -> str:
     return f'{text},\n "samples": [\n{rows}\n ]\n}}\n'
 
 
-def record(names: list[str]) -> None:
-    GOLDEN.mkdir(exist_ok=True)
+def record(names: list[str], where: Path = GOLDEN) -> None:
+    where.mkdir(parents=True, exist_ok=True)
     for name in names:
-        (GOLDEN / f"{name}.json").write_text(_dumps(trace(SCENARIOS[name])))
+        (where / f"{name}.json").write_text(_dumps(trace(SCENARIOS[name])))
 
 
-def load(name: str) -> Optional[dict]:
-    path = GOLDEN / f"{name}.json"
+def load(name: str, where: Path = GOLDEN) -> Optional[dict]:
+    path = where / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def phase_limits(doc: dict) -> list[Optional[float]]:
+    """Client 0's mean limit on endpoint 0 in each phase (from the start to the first change, between changes, after the last)."""
+    bounds = [0.0, *doc["changes"], math.inf]
+    out: list[Optional[float]] = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        xs = [s[1][0][0][0] for s in doc["samples"] if s[1] and a <= s[0] < b]
+        out.append(round(sum(xs) / len(xs), 1) if xs else None)
+    return out
 
 
 def _fmt(x: object) -> str:
@@ -300,16 +313,22 @@ def _fmt(x: object) -> str:
     return f"{x:.1%}" if isinstance(x, float) and x <= 2 else f"{x}"
 
 
-def compare(names: list[str]) -> str:
-    """A table: per scenario, the stored summary and today's, and whether the samples are the same."""
-    headers = ["scenario", "mean limit", "served / allowed", "refused", "re-adapt s (start/changes)", "samples"]
+def compare(names: list[str], after: Optional[Path] = None) -> str:
+    """A table: per scenario, the stored summary and today's (or the traces under ``after``), and whether the samples are the same."""
+    headers = ["scenario", "mean limit", "limit by phase", "served / allowed", "refused", "re-adapt s (start/changes)", "samples"]
     rows = []
     for name in names:
-        before, now = load(name), trace(SCENARIOS[name])
+        before = load(name)
+        now = load(name, after) if after is not None else trace(SCENARIOS[name])
+        if now is None:
+            rows.append([name, "-", "-", "-", "-", "-", f"no trace under {after}"])
+            continue
         b, a = (before or {}).get("summary", {}), now["summary"]
         pair = lambda k, b=b, a=a: f"{_fmt(b.get(k))} -> {_fmt(a.get(k))}" if b.get(k) != a.get(k) else _fmt(a.get(k))  # noqa: E731
         same = "new" if before is None else "same" if before["samples"] == now["samples"] else "CHANGED"
-        rows.append([name, pair("mean_limit"), pair("served_share"), pair("refused_share"), pair("readapt_s"), same])
+        lb, la = (phase_limits(before) if before else None), phase_limits(now)
+        by_phase = _fmt(la) if lb == la else f"{_fmt(lb)} -> {_fmt(la)}"
+        rows.append([name, pair("mean_limit"), by_phase, pair("served_share"), pair("refused_share"), pair("readapt_s"), same])
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in [headers, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -320,6 +339,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("record", "compare", "list"))
     ap.add_argument("names", nargs="*", help="scenarios (default: all)")
+    ap.add_argument("--dir", type=Path, default=GOLDEN, help="record: where to write the traces (default: the goldens)")
+    ap.add_argument("--after", type=Path, default=None, help="compare: read the after traces from this directory instead of re-running")
     args = ap.parse_args(argv)
     unknown = [n for n in args.names if n not in SCENARIOS]
     if unknown:
@@ -329,10 +350,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.command == "list":
         print("\n".join(f"{n}{'  (quick)' if SCENARIOS[n].quick else ''}  {SCENARIOS[n].source}" for n in names))
     elif args.command == "record":
-        record(names)
-        print(f"recorded {len(names)} traces under {GOLDEN}")
+        record(names, args.dir)
+        print(f"recorded {len(names)} traces under {args.dir}")
     else:
-        print(compare(names))
+        print(compare(names, args.after))
     return 0
 
 

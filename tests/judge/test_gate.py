@@ -130,10 +130,24 @@ def test_a_streak_of_refusals_across_the_board_cools_the_endpoint():
     g = gate()
     g.queue.extend(task(i) for i in range(20))
     sent, _ = g.admit(0.0, 20)
-    for k, p in enumerate(sent[:16]):
+    for k, p in enumerate(sent):
         g.settle(p, outcome(429, retry_after=1.0), None, 0.5 + k * 0.001)
-    assert g.endpoints[0].state(0.6) == "cooling"
-    assert g.endpoints[0].cool_until == pytest.approx(1.5, abs=0.02)
+    assert g.endpoints[0].state(0.6) == "up"  # what was in flight when the capacity dropped: not yet the whole endpoint
+    g.queue.extend(task(i) for i in range(40, 42))
+    later = g.admit(0.6, 2)[0]
+    assert len(later) == 1  # the limit capped at what was in flight
+    g.settle(later[0], outcome(429, retry_after=1.0), None, 0.7)  # sent after the streak began, refused too
+    assert g.endpoints[0].state(0.71) == "cooling"
+    assert g.endpoints[0].cool_until == pytest.approx(1.7, abs=0.02)
+
+
+def test_refusals_of_what_was_in_flight_when_the_capacity_dropped_do_not_pause_the_endpoint():
+    g = gate(initial_concurrency=64)
+    g.queue.extend(task(i) for i in range(64))
+    sent, _ = g.admit(0.0, 64)
+    for k, p in enumerate(sent[:48]):  # the capacity fell to 16: 48 of 64 refused, with a whole-second Retry-After
+        g.settle(p, outcome(429, retry_after=1.0), None, 0.3 + k * 0.002)
+        assert g.endpoints[0].state(0.3 + k * 0.002) == "up", k
 
 
 def test_rate_limit_headers_pace_requests_before_any_refusal():

@@ -242,6 +242,72 @@ def test_every_refusal_caps_at_what_was_in_flight():
     assert lim.limit <= 39
 
 
+def test_after_a_tenant_leaves_the_limit_climbs_back_within_three_seconds():
+    # Capacity 64, seen as a cap (two lone refusals at 65).  A tenant takes half: the first refusal comes
+    # while 41 were still in flight, and refusals of requests sent before it (echoes) follow, between
+    # answers.  The tenant holds its half for 3 s (what goes over 32 is refused), then leaves and nothing
+    # is refused: the limit must climb back to the capacity seen within 3 s, not wait for a refusal at the
+    # level in flight at the first refusal (41), which the limit below it never reaches.
+    lim = AdaptiveLimit(initial=64)
+    lim.slow_start = False
+    t = 0.0
+    for k in (65, 65):
+        for _ in range(200):
+            t += 0.3 / 64
+            lim.on_success(0.3, int(lim.limit), t)
+        t += 0.5
+        lim.on_drop(k, t, sent_at=t - 0.01)
+    assert lim.high >= 60
+    t += 0.5
+    lim.on_drop(41, t, sent_at=t - 0.01)  # the tenant came
+    for k in range(10):
+        t += 0.01
+        lim.on_success(0.3, 40 - k, t)
+        lim.on_drop(40 - k, t, sent_at=t - 0.2)  # echoes
+    tenant_left = t + 3.0
+    while t < tenant_left:  # the tenant holds 32: a request over that is refused
+        t += 0.3 / max(1, int(lim.limit))
+        if int(lim.limit) > 32:
+            lim.on_drop(int(lim.limit), t, sent_at=t - 0.1)
+        else:
+            lim.on_success(0.3, int(lim.limit), t)
+    assert lim.limit <= 40
+    while t < tenant_left + 3.0:  # answers at the limit, no refusal
+        t += 0.3 / max(1, int(lim.limit))
+        lim.on_success(0.3, int(lim.limit), t)
+    assert lim.limit >= 0.9 * 64, (lim.limit, lim.refused_level)
+
+
+def test_after_capacity_returns_the_limiters_own_load_is_not_read_as_queueing():
+    # The latency at full capacity is 1.4 x that at half (the server, or the client's own overhead, is
+    # slower with 64 in flight than with 32, with no queue).  A base learnt while a tenant held half the
+    # capacity would read that as queueing once the tenant left and cut to the "knee" (about 50); the base
+    # is learnt afresh once the limit has climbed back.
+    lim = AdaptiveLimit(initial=64)
+    lim.slow_start = False
+    t = 0.0
+    for _ in range(2):  # a concurrency cap of 64: two lone refusals at 65
+        for _ in range(200):
+            t += 0.3 / 64
+            lim.on_success(0.3, int(lim.limit), t)
+        t += 0.5
+        lim.on_drop(65, t, sent_at=t - 0.01)
+    t += 0.5
+    lim.on_drop(33, t, sent_at=t - 0.01)  # the tenant takes half
+    for _ in range(1500):  # it holds half: the limit sits at 32, answered in 0.3 s
+        t += 0.3 / max(1, int(lim.limit))
+        if lim.limit >= 33:
+            lim.on_drop(int(lim.limit), t, sent_at=t - 0.01)
+        else:
+            lim.on_success(0.3, int(lim.limit), t)
+    left = t
+    while t < left + 20.0:  # it left: nothing refused; 0.42 s per answer above 40 in flight
+        latency = 0.42 if lim.limit > 40 else 0.3
+        t += latency / max(1, int(lim.limit))
+        lim.on_success(latency, int(lim.limit), t)
+    assert lim.limit >= 0.9 * 64 and lim.queue_cuts == 0, (lim.limit, lim.queue_cuts)
+
+
 # ---- gates against simulated judge servers (tests/judge/judgesim.py): the bench's targets, on simulated time ----
 
 def against_semaphore(server: Server, n: int = 5000) -> tuple[float, float, judgesim.Server]:

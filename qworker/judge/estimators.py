@@ -1,0 +1,357 @@
+"""What one kind of evidence says about an endpoint's capacity: the limiter's estimators, one per signal.
+
+Each class is fed by one signal and answers one question; ``limiter.AdaptiveLimit``
+combines their answers through its mode state machine.  None of them changes
+the limit.  Units: seconds (the gate's clock), requests.  Only the dispatcher
+thread calls them.
+
+* ``Refusals``: 429s, overload 503s and timeouts, with the time each refused
+  request was sent.  Says what kind of refusal each one is (``RefusalKind``)
+  and when every request sent for a round trip was refused (an outage).
+* ``Latency``: answers' latencies with the concurrency each was sent at.  Says
+  whether the server queues (recent latency over a baseline) and where its knee
+  is.  The baseline is re-learnt whenever the capacity moves (``relearn``).
+* ``ServerLoad``: a metrics URL's running and waiting counts.  Says whether the
+  server's queue is over a tenth of what it runs, and where the knee is.
+* ``CapacityMemory``: where refusals and queueing put the capacity, and the
+  highest capacity seen.  Its levels expire: a refusal level the limit has been
+  in use at for round trips without a refusal no longer caps growth.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Refusal", "RefusalKind", "Refusals", "ServerLoad", "Throughput"]
+
+LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
+_LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
+
+
+@dataclass(frozen=True, slots=True)
+class LimitConfig:
+    """Every tunable of the adaptive limit (requests, seconds, round trips, fractions)."""
+
+    initial: float = 4.0  # the limit before any answer
+    floor: float = 1.0
+    ceiling: float = 512.0
+    backoff: float = 0.9  # a timeout: the limit goes to this share of what was in flight
+    backoff_again: float = 0.5  # a refusal after a reaction that did not suffice: at most halve
+    burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
+    probe: float = 0.15  # requests per round trip above the refusal level
+    fair_share: float = 0.02  # a fresh refusal puts the refusal level this fraction under what was in flight
+    slow_start_step: float = 0.5  # per success while probing: x1.5 per round trip (x1.25 beyond twice ``initial``)
+    queue_cut: float = 1.3  # recent / base latency above this: the server queues
+    queue_target: float = 1.1  # a queueing cut goes to the knee estimate times this
+    window: int = 128  # answers in the recent latency window
+    base_samples: int = 128  # answers at the lowest levels that make the latency baseline
+    stale_base: float = 0.8  # recent / base below this: the base was measured under someone else's load; rebuilt
+    outage_after: int = 8  # refusals, with nothing sent for a round trip answered, that make an outage
+    regain: float = 0.9  # below this share of the highest capacity seen, the limit climbs back to it on evidence
+    regain_rtts: float = 2.0  # the evidence: in use for this many round trips without a refusal
+    regain_rtts_max: float = 8.0  # a climb back that was refused doubles the evidence the next one wants, up to this
+
+
+class RefusalKind(enum.Enum):
+    """What one refusal says, as ``Refusals.on_refusal`` reads it."""
+
+    STALE = "stale"  # of a request sent during an outage that is over: says nothing
+    ECHO = "echo"  # of a request sent before the last reaction: the overload already answered
+    LONE = "lone"  # fresh, a round trip or more after the last reaction: one request over the capacity
+    REPEAT = "repeat"  # fresh, within a round trip of a reaction, not (yet) a burst
+    BURST = "burst"  # fresh, within a round trip of a reaction, after more than ``burst_drops`` refusals: it did not suffice
+    TIMEOUT = "timeout"  # a request that timed out
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    kind: RefusalKind
+    level: float  # what was in flight when it came (this request included)
+    same_level: bool = False  # LONE: the previous lone refusal came at about this level (a concurrency cap)
+
+
+class Refusals:
+    """Fed by refusals (with their send times) and by the send times of answers; says what each refusal means.
+
+    A reaction is the limiter acting on a fresh refusal; a refusal of a request sent
+    before the last reaction is its echo.  An outage: at least ``outage_after``
+    refusals in a row, with no answer to a request sent since the first of them
+    for a round trip.
+    """
+
+    def __init__(self, config: LimitConfig) -> None:
+        self.config = config
+        self.reacted = -math.inf  # when the last fresh refusal came
+        self.last = -math.inf  # when the last refusal (any kind) came
+        self.echo_level = 0.0  # lowered by one per echo: in flight at the reaction, less the echoes since
+        self.episode = 0  # refusals since the last lone one
+        self.lone_level = -math.inf  # in flight at the last lone refusal
+        self.run = 0  # refusals since the last answer to a request sent after they began
+        self.run_started = math.inf
+        self.recovered_at = -math.inf  # refusals of requests sent before this are an over outage's
+        self.drops = 0
+        self.fresh = 0  # refusals that were news (not echoes, not stale)
+        self.outages = 0
+
+    def on_refusal(self, level: float, now: float, sent_at: float, rtt: float, *, timeout: bool = False) -> Refusal:
+        """Classify a refusal of a request sent at ``sent_at``; ``level``: in flight now, this one included."""
+        self.drops += 1
+        if sent_at < self.recovered_at:
+            return Refusal(RefusalKind.STALE, level)
+        if not self.run:
+            self.run_started = now
+        self.run += 1
+        self.last = now
+        self.episode += 1
+        if sent_at <= self.reacted:
+            self.echo_level -= 1
+            return Refusal(RefusalKind.ECHO, self.echo_level)
+        self.fresh += 1
+        self.echo_level = level
+        since, self.reacted = now - self.reacted, now
+        if timeout:
+            return Refusal(RefusalKind.TIMEOUT, level)
+        if since < rtt:
+            return Refusal(RefusalKind.BURST if self.episode > self.config.burst_drops else RefusalKind.REPEAT, level)
+        self.episode = 1
+        same = abs(level - self.lone_level) <= 1.0 + 0.05 * level
+        self.lone_level = level
+        return Refusal(RefusalKind.LONE, level, same)
+
+    def on_answer(self, now: float, sent_at: float, rtt: float) -> bool:
+        """An answer to a request sent at ``sent_at``; True when it ends an outage."""
+        if not self.run or sent_at < self.run_started:
+            return False  # no refusals, or sent before they began: says nothing about them
+        outage = self.run >= self.config.outage_after and sent_at - self.run_started >= rtt
+        self.run, self.run_started = 0, math.inf
+        if outage:
+            self.outages += 1
+            self.recovered_at = now
+            self.reacted = -math.inf
+        return outage
+
+    def in_outage(self, now: float, rtt: float) -> bool:
+        """Every request for a round trip refused: what the refusals meanwhile say is not the capacity."""
+        return self.run >= self.config.outage_after and now - self.run_started >= rtt
+
+    def reset(self) -> None:
+        self.run, self.run_started, self.reacted, self.episode = 0, math.inf, -math.inf, 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueReading:
+    queueing: bool
+    knee: float = math.inf  # where the server stops serving more at once (requests); inf when not queueing
+
+
+class Latency:
+    """Fed by answers' latencies and the concurrency each was sent at; says whether the server queues.
+
+    Not a minimum (LLM latency is lognormal with a 10x spread): means over
+    windows.  ``recent``: the last ``window`` answers; ``base``: at least
+    ``base_samples`` answers sent at the lowest levels seen, kept per 10% band of
+    concurrency.  Per output token when replies carry ``usage.completion_tokens``.
+    By Little's law a server holding C sent L > C answers L/C times slower, so
+    ``g = recent / base`` estimates L/C.  The base is a measurement of the server
+    at one capacity: ``relearn`` drops it when the capacity moves, and a window
+    far faster than it (``stale_base``) replaces it.
+    """
+
+    def __init__(self, config: LimitConfig) -> None:
+        self.config = config
+        self.gradient = 1.0
+        self.rebases = 0
+        self.queueing = False  # what the last reading said
+        self._per_token: Optional[bool] = None
+        self._recent: deque[tuple[float, float]] = deque()
+        self._sum = [0.0, 0.0]
+        self._bands: dict[int, deque[float]] = {}
+        self._since = 0
+
+    def relearn(self) -> None:
+        """The capacity moved: what the base measured is gone."""
+        self._bands.clear()
+        self._recent.clear()
+        self._sum[:] = [0.0, 0.0]
+        self._since = 0
+        self.queueing = False
+
+    def restart(self) -> None:
+        """Judge the next window on answers sent from now on (after a cut)."""
+        self._recent.clear()
+        self._sum[:] = [0.0, 0.0]
+
+    def _keep(self, x: float, level: float) -> None:
+        band = int(math.log(max(1.0, level)) / _LEVEL_BASE)
+        q = self._bands.get(band)
+        if q is None:
+            q = self._bands[band] = deque(maxlen=256)
+        q.append(x)
+
+    def base(self) -> Optional[float]:
+        """Mean normalised latency of the answers sent at the lowest levels (None until there are enough)."""
+        total, n = 0.0, 0
+        for band in sorted(self._bands):
+            q = self._bands[band]
+            total += sum(q)
+            n += len(q)
+            if n >= self.config.base_samples:
+                return total / n
+        return None
+
+    def on_answer(self, rtt: float, level: float, tokens: Optional[int]) -> Optional[QueueReading]:
+        """Keep one latency; a reading every half window once a window is full (None between)."""
+        if self._per_token is None:
+            self._per_token = bool(tokens)
+        if self._per_token and not tokens:
+            return None
+        x = rtt / tokens if self._per_token and tokens else rtt
+        recent = self._recent
+        recent.append((x, level))
+        self._sum[0] += x
+        self._sum[1] += level
+        if len(recent) > self.config.window:
+            ox, ol = recent.popleft()
+            self._sum[0] -= ox
+            self._sum[1] -= ol
+        self._keep(x, level)
+        self._since += 1
+        if len(recent) < self.config.window or self._since < self.config.window // 2:
+            return None
+        self._since = 0
+        base = self.base()
+        if not base:
+            return None
+        n = len(recent)
+        g = self.gradient = (self._sum[0] / n) / base
+        self.queueing = g > self.config.queue_cut
+        if g < self.config.stale_base:
+            self._bands.clear()
+            for x, lvl in recent:
+                self._keep(x, lvl)
+            self.rebases += 1
+        return QueueReading(True, (self._sum[1] / n) / g) if self.queueing else QueueReading(False)
+
+
+class ServerLoad:
+    """Fed by a metrics URL's ``running`` and ``waiting`` counts (every client's); says whether the server queues."""
+
+    def __init__(self, config: LimitConfig) -> None:
+        self.config = config
+        self.at = -math.inf
+        self.queueing = False  # what the last reading said
+
+    def fresh(self, now: float) -> bool:
+        """Whether a reading is recent enough to steer instead of the latency signal."""
+        return now - self.at <= LOAD_FRESH_S
+
+    def reading(self, running: float, waiting: float, in_flight: float, now: float) -> QueueReading:
+        """A queue over a tenth of what runs: queueing, the knee being what keeps it so (``in_flight``: ours)."""
+        self.at = now
+        allowed = (self.config.queue_target - 1.0) * max(1.0, running)
+        self.queueing = waiting > allowed and running > 0
+        if self.queueing:
+            return QueueReading(True, in_flight * (running + allowed) / (running + waiting))
+        return QueueReading(False)
+
+
+class CapacityMemory:
+    """Where the evidence put the capacity, and for how long that holds.
+
+    ``refusal_level``: just under where fresh refusals came (growth above it is a
+    slow probe); ``knee``: where queueing began; ``high``: the highest capacity
+    seen (two lone refusals at one level, or producers together holding it).
+    ``refused_level``: in flight at the last fresh refusal (told to peers).
+
+    Expiry: a refusal level or knee says what the server allowed then.  Once the
+    limit has been in use at or above the refusal level (echoes lower it; the
+    in-flight count at a refusal, ``refused_level``, is not used: it may count
+    requests still draining) for ``wait`` round trips with no refusal,
+    ``stale`` says so, and the limiter climbs back to ``high``; a climb
+    that is refused doubles ``wait`` (up to ``regain_rtts_max``).
+    """
+
+    def __init__(self, config: LimitConfig) -> None:
+        self.config = config
+        self.refusal_level = math.inf
+        self.knee = math.inf
+        self.high = 0.0
+        self.refused_level = math.inf
+        self.wait = config.regain_rtts
+        self.quiet_since = math.inf  # since when the limit is in use with no refusal nor queueing
+        self.overshot = False  # a reaction to refusals did not suffice: climb back to the refusal level one per round trip
+
+    def refused(self, level: float, *, probing: bool) -> None:
+        """A fresh refusal at ``level`` in flight."""
+        self.refusal_level = level if probing else level * (1.0 - self.config.fair_share)
+        self.refused_level = level
+        self.quiet_since = math.inf
+
+    def echoed(self, echo_level: float) -> None:
+        self.refusal_level = min(self.refusal_level, echo_level)
+        self.quiet_since = math.inf
+
+    def queued(self, knee: float) -> None:
+        self.knee = knee
+        self.quiet_since = math.inf
+
+    def saw(self, level: float) -> None:
+        """A capacity seen: the server held ``level`` (lone refusals at one level, or peers together)."""
+        self.high = max(self.high, min(self.config.ceiling, level))
+
+    def raise_knee(self, level: float) -> None:
+        """Growth above a known knee that brought no queue moves it up."""
+        if self.knee < math.inf:
+            self.knee = max(self.knee, level)
+
+    def in_use(self, now: float, used: bool) -> None:
+        if not used:
+            self.quiet_since = math.inf
+        elif self.quiet_since == math.inf:
+            self.quiet_since = now
+
+    def stale(self, now: float, rtt: float, limit: float) -> bool:
+        """In use for ``wait`` round trips with no refusal, below the highest capacity seen: it came back."""
+        return limit < self.config.regain * self.high and now - self.quiet_since >= self.wait * rtt
+
+    def regained(self, level: float) -> None:
+        """All of it came back, up to ``level``: the next climb wants the usual evidence; the old levels are gone
+        (growth above ``level`` is a probe, as above a refusal)."""
+        self.wait = self.config.regain_rtts
+        self.refusal_level = level + 1.0
+        self.knee = math.inf
+        self.overshot = False
+
+    def regain_refused(self) -> None:
+        self.wait = min(self.config.regain_rtts_max, 2 * self.wait)
+
+    def forget(self) -> None:
+        """Back to knowing nothing but ``high`` (an endpoint back from down)."""
+        self.refusal_level = self.knee = self.refused_level = math.inf
+        self.quiet_since = math.inf
+        self.overshot = False
+
+
+class Throughput:
+    """Fed by answers (when, latency); Little's law on the last few round trips: the concurrency that carried them."""
+
+    def __init__(self) -> None:
+        self._answers: deque[tuple[float, float]] = deque()
+        self._sum = 0.0
+
+    def on_answer(self, now: float, rtt: float, mean_rtt: float) -> None:
+        self._answers.append((now, rtt))
+        self._sum += rtt
+        while self._answers[0][0] < now - max(1.0, 4 * mean_rtt):
+            self._sum -= self._answers.popleft()[1]
+
+    def sustained(self, now: float, mean_rtt: float) -> float:
+        """Answers/s x their mean latency over the window (0 when too few)."""
+        span = max(1.0, 4 * mean_rtt)
+        if len(self._answers) < 20 or now - self._answers[0][0] < 0.5 * span:
+            return 0.0
+        return self._sum / min(span, now - self._answers[0][0])

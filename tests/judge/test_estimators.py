@@ -1,0 +1,104 @@
+"""The limiter's estimators one at a time (``qworker.judge.estimators``); simulated time (no clock)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from qworker.judge.estimators import CapacityMemory, Latency, LimitConfig, RefusalKind, Refusals, ServerLoad, Throughput
+
+CFG = LimitConfig()
+
+
+def test_refusals_tell_echoes_lone_refusals_and_bursts_apart():
+    r = Refusals(CFG)
+    assert r.on_refusal(65, 5.0, 4.99, 0.3).kind is RefusalKind.LONE
+    echo = r.on_refusal(64, 5.01, 4.98, 0.3)  # sent before the reaction to the first
+    assert echo.kind is RefusalKind.ECHO and echo.level == 64
+    kinds = [r.on_refusal(60, 5.02 + k * 0.001, 5.0195 + k * 0.001, 0.3).kind for k in range(CFG.burst_drops + 1)]
+    assert kinds[0] is RefusalKind.REPEAT and kinds[-1] is RefusalKind.BURST
+    assert r.on_refusal(40, 9.0, 8.99, 0.3, timeout=True).kind is RefusalKind.TIMEOUT
+
+
+def test_two_lone_refusals_at_one_level_say_a_concurrency_cap():
+    r = Refusals(CFG)
+    r.on_refusal(65, 5.0, 4.99, 0.3)
+    r.on_refusal(64, 5.01, 5.0, 0.3)  # an answer between ends the run; a round trip later another lone one
+    r.on_answer(5.5, 5.2, 0.3)
+    again = r.on_refusal(65, 6.0, 5.99, 0.3)
+    assert again.kind is RefusalKind.LONE and again.same_level
+    assert not r.on_refusal(30, 7.0, 6.99, 0.3).same_level
+
+
+def test_an_outage_is_every_request_refused_for_a_round_trip_and_ends_with_an_answer_sent_after():
+    r = Refusals(CFG)
+    for k in range(20):
+        r.on_refusal(64 - k, 10.0 + 0.05 * k, 10.0 + 0.05 * k - 0.01, 0.3)
+    assert r.in_outage(11.0, 0.3)
+    assert not r.on_answer(11.1, 9.9, 0.3)  # sent before the refusals began: says nothing
+    assert r.in_outage(11.1, 0.3)
+    assert r.on_answer(11.5, 11.2, 0.3) and r.outages == 1
+    assert r.on_refusal(5, 11.6, 10.9, 0.3).kind is RefusalKind.STALE  # sent during the outage
+
+
+def test_refusals_interleaved_with_answers_are_not_an_outage():
+    r = Refusals(CFG)
+    for k in range(20):
+        r.on_refusal(64, 10.0 + 0.05 * k, 10.0 + 0.05 * k - 0.01, 0.3)
+        if k % 3 == 0:
+            assert not r.on_answer(10.0 + 0.05 * k + 0.01, 10.0 + 0.05 * k, 0.3)
+    assert r.outages == 0
+
+
+def test_latency_reads_queueing_as_the_ratio_of_recent_to_base_latency():
+    lat = Latency(CFG)
+    for _ in range(300):
+        lat.on_answer(0.1, 40, None)
+    got = None
+    for _ in range(300):
+        got = lat.on_answer(0.2, 100, None) or got  # twice the knee's latency at 100: a knee near 50
+    assert got is not None and got.queueing and 45 <= got.knee <= 55
+
+
+def test_a_latency_base_is_relearnt_when_the_capacity_moves():
+    # A base learnt while the server was held by another (slow answers at low levels) would read the
+    # limiter's own full load later as queueing; relearnt, the same answers read as no queue.
+    lat = Latency(CFG)
+    rng = random.Random(2)
+    for _ in range(400):
+        lat.on_answer(0.3 * math.exp(0.3 * rng.gauss(0, 1)), 32, None)
+    lat.relearn()
+    assert lat.base() is None
+    readings = [lat.on_answer(0.45 * math.exp(0.3 * rng.gauss(0, 1)), 64, None) for _ in range(600)]
+    assert not any(r.queueing for r in readings if r is not None)
+
+
+def test_server_load_cuts_to_what_keeps_the_queue_at_a_tenth_of_what_runs():
+    load = ServerLoad(CFG)
+    q = load.reading(running=64, waiting=32, in_flight=96, now=1.0)
+    assert q.queueing and 70 <= q.knee <= 72  # 96 x (64 + 6.4) / 96
+    assert not load.reading(running=64, waiting=4, in_flight=68, now=1.5).queueing
+    assert load.fresh(2.0) and not load.fresh(10.0)
+
+
+def test_remembered_capacity_expires_after_round_trips_in_use_without_a_refusal():
+    mem = CapacityMemory(CFG)
+    mem.saw(64)
+    mem.refused(41, probing=False)  # in flight at a refusal while far more than the new capacity still drained
+    assert not mem.stale(1.0, 0.3, 32)
+    mem.in_use(1.0, True)
+    assert not mem.stale(1.3, 0.3, 32)
+    assert mem.stale(1.0 + CFG.regain_rtts * 0.3, 0.3, 32)  # whatever the refused level
+    mem.regain_refused()
+    mem.refused(40, probing=False)
+    mem.in_use(3.0, True)
+    assert not mem.stale(3.0 + CFG.regain_rtts * 0.3, 0.3, 32) and mem.stale(3.0 + 2 * CFG.regain_rtts * 0.3, 0.3, 32)
+
+
+def test_throughput_is_littles_law_on_recent_answers():
+    th = Throughput()
+    t = 0.0
+    for _ in range(400):
+        t += 0.3 / 32  # 32 in flight at 0.3 s
+        th.on_answer(t, 0.3, 0.3)
+    assert 30 <= th.sustained(t, 0.3) <= 34
