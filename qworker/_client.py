@@ -26,8 +26,9 @@ Contract:
 * Every future is owned by a ``PendingTable`` (the producer's), from
   registration to resolution: the first result wins, and ``close`` resolves
   what is left as ``cancelled`` and refuses later submissions.
-* One I/O thread owns the socket; the caller's threads hand it requests through
-  a queue and a wake pipe, and sleep on events and futures.
+* One I/O thread owns the socket (its loop is a ``Reactor``); the caller's
+  threads hand it requests through a queue and ``Reactor.wake``, and sleep on
+  events and futures.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ from ._result import Result, ResultFuture, gather
 from ._resultcache import ResultCache
 from ._task import Pending
 from .transport import client_wire as cw
+from .transport.reactor import Reactor
 from .transport.security import CurveClient, handshake_problem
-from .transport.sockets import Redialer, WakePipe, make_socket, readable
+from .transport.sockets import Redialer, make_socket, readable
 from .transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -120,8 +122,12 @@ class Client:
                                  curve=curve, reconnect_max_ms=RECONNECT_MAX_MS)
         self._redialer = Redialer(self._sock, self.endpoint)
         self.redials = 0  # connections dropped and dialled again after LINK_SILENT_S of silence
-        self._waker = WakePipe()
-        self._wake = self._waker.wake
+        self._next_ping = 0.0
+        self._reactor = Reactor(name="client", max_wait_s=PING_EVERY_S / 2)
+        self._reactor.each_turn(lambda now: self._send_outbox(), name="sending requests")
+        self._reactor.on_readable(self._sock, self._receive, name="receiving from the service")
+        self._reactor.each_turn(self._keep_in_touch, name="pinging the service")
+        self._wake = self._reactor.wake
         self._thread = threading.Thread(target=self._run, name="qworker-client", daemon=True)
         self._thread.start()
 
@@ -192,13 +198,13 @@ class Client:
         if self._closed:
             return
         self._closed = True
-        self._wake()
+        self._reactor.stop()
         self._thread.join(10.0)
         self._table.close("the client closed")  # later submissions raise ProducerClosed
         for item in [*self._requests.values(), *self._outbox]:
             if isinstance(item, _Request):
                 item.taken.set()  # a caller still waiting raises ProducerClosed
-        self._waker.close()
+        self._reactor.close()
 
     def __enter__(self) -> Client:
         return self
@@ -208,29 +214,20 @@ class Client:
 
     # the I/O thread ---------------------------------------------------------------
     def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._waker.fd, zmq.POLLIN)
-        next_ping = time.monotonic()
         try:
-            while not self._closed:
-                poller.poll(int(PING_EVERY_S * 1000 / 2))
-                self._waker.drain()
-                try:
-                    self._send_outbox()
-                    self._receive()
-                    now = time.monotonic()
-                    if self._requests and now >= next_ping:
-                        next_ping = now + PING_EVERY_S
-                        self._resend_untaken(now)
-                        self._send(cw.Ping([n for n, r in self._requests.items() if r.answered is not None]))
-                        self._check_link(now)
-                        self._check_silence(now)
-                except Exception:  # a bug here must not strand every future
-                    log.exception("qworker client: unexpected error (continuing)")
+            self._reactor.run()
         finally:
             self._sock.close(linger=0)
             self._ctx.term()
+
+    def _keep_in_touch(self, now: float) -> None:
+        """While requests are out: resend those not taken, ping (naming those waited on), watch the link."""
+        if self._requests and now >= self._next_ping:
+            self._next_ping = now + PING_EVERY_S
+            self._resend_untaken(now)
+            self._send(cw.Ping([n for n, r in self._requests.items() if r.answered is not None]))
+            self._check_link(now)
+            self._check_silence(now)
 
     def _send(self, msg: cw.ClientMessage) -> None:
         try:
