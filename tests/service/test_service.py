@@ -274,3 +274,39 @@ def test_close_racing_a_50k_task_submission_on_another_thread_returns_promptly(s
     else:
         assert isinstance(out["error"], ProducerClosed)
     assert len(c._table) == 0
+
+
+def test_close_while_a_large_submission_waits_to_be_taken_returns_at_once():
+    # Its futures were never handed out: close() need not resolve them one by one (the submitter raises instead).
+    import zmq
+
+    ctx = zmq.Context()
+    silent = ctx.socket(zmq.ROUTER)  # a "service" that reads requests and never answers
+    silent.setsockopt(zmq.LINGER, 0)
+    silent.bind("tcp://127.0.0.1:0")
+    endpoint = silent.getsockopt(zmq.LAST_ENDPOINT).decode()
+    n = 300_000
+    payloads = [{"i": i} for i in range(n)]
+    c = Client(endpoint, connect_timeout_s=120)
+    out: dict = {}
+
+    def submit() -> None:
+        try:
+            out["futures"] = c.submit_batch("noop", payloads)
+        except ProducerClosed as exc:
+            out["error"] = exc
+
+    th = threading.Thread(target=submit, daemon=True)
+    th.start()
+    try:
+        assert silent.poll(120_000), "the submission never reached the service"
+        silent.recv_multipart()  # every task is registered and sent: the request waits to be taken
+        closed = threading.Event()
+        threading.Thread(target=lambda: (c.close(), closed.set()), daemon=True).start()
+        assert closed.wait(2.0), f"close() did not return within 2 s while a {n:,}-task submission waited to be taken"
+        th.join(60)
+        assert not th.is_alive() and isinstance(out.get("error"), ProducerClosed)
+        assert len(c._table) == 0
+    finally:
+        silent.close()
+        ctx.term()
