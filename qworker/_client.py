@@ -23,11 +23,13 @@ Contract:
   stops says so, and what waits on it fails at once as ``service_lost``.  A
   service silent for ``service_timeout_s`` while tasks are pending fails them
   with ``service_lost``: no future hangs.
-* Every future is owned by a ``PendingTable`` (the producer's), from
-  registration to resolution: the first result wins, and ``close`` resolves
-  what is left as ``cancelled`` and refuses later submissions.
-* One I/O thread owns the socket; the caller's threads hand it requests through
-  a queue and a wake pipe, and sleep on events and futures.
+* Every future is owned by the client's ``FutureTable``, from registration to
+  resolution: the first result wins, and ``close`` resolves what is left as
+  ``cancelled`` and refuses later submissions.  ``close`` never waits on a
+  registration in progress on another thread, however large.
+* One I/O thread owns the socket (its loop is a ``Reactor``); the caller's
+  threads hand it requests through a queue and ``Reactor.wake``, and sleep on
+  events and futures.
 """
 
 from __future__ import annotations
@@ -46,13 +48,12 @@ import zmq
 
 from ._errors import ErrorKind
 from ._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
-from ._pending import PendingTable
+from ._futures import Batch, FutureTable
 from ._result import Result, ResultFuture, gather
-from ._resultcache import ResultCache
-from ._task import Pending
 from .transport import client_wire as cw
+from .transport.reactor import Reactor
 from .transport.security import CurveClient, handshake_problem
-from .transport.sockets import Redialer, WakePipe, make_socket, readable
+from .transport.sockets import Redialer, make_socket, readable
 from .transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -67,6 +68,7 @@ RECONNECT_MAX_MS = 1000  # after a broken link, the socket redials at least this
 LINK_SILENT_S = 5.0  # pinging and hearing nothing this long: the connection is dead or damaged, dial again
 _ERRORS: dict[str, type[QworkerError]] = {"ConfigError": ConfigError, "RewardError": RewardError}
 _MAX_BYTES = 256 * 1024 * 1024
+RECEIVE_PER_TURN = 16  # messages read per turn of the I/O thread (a Resolved carries up to 512 results)
 
 
 @dataclass(eq=False)
@@ -76,17 +78,23 @@ class _Request:
     params: Optional[dict]
     payloads: list
     timeout_s: Optional[float]
-    tasks: list[Pending]  # one per payload, in order; the table owns their futures
+    batch: Batch  # the futures of the submission it is part of (the table owns them)
+    indexes: list[int]  # the batch index of each payload, in order
     submitted: float
     instance: str = ""  # the service instance that took it
     answered: Optional[cw.Accepted] = None
     taken: threading.Event = field(default_factory=threading.Event)
     resend_at: float = 0.0  # when to send the submission again if it is not taken by then
     resend_every: float = RESUBMIT_AFTER_S
-    left: int = field(init=False)  # tasks not yet resolved
+    left: int = field(init=False)  # tasks of it not yet resolved by its results
 
     def __post_init__(self) -> None:
-        self.left = sum(not p.resolved for p in self.tasks)
+        self.left = len(self.indexes)
+
+    def pending(self) -> list[int]:
+        """Positions (in this request) of the tasks whose futures have not resolved."""
+        futures, at = self.batch.futures, self.indexes
+        return [i for i in range(len(at)) if not futures[at[i]].done()]
 
 
 class Client:
@@ -104,8 +112,7 @@ class Client:
         self.fallback_score = fallback_score
         self._closed = False
         self._numbers = itertools.count(1)
-        self._keys = itertools.count(1)  # the table's key of each task: this client's own numbering
-        self._table = PendingTable(cache=ResultCache(max_entries=0, ttl_s=None, path=None), fallback_score=fallback_score)
+        self._table = FutureTable(fallback_score=fallback_score)
         self._requests: dict[int, _Request] = {}  # the I/O thread's
         self._outbox: deque[Any] = deque()  # messages from the callers' threads
         self._status_waiters: deque[tuple[threading.Event, list]] = deque()
@@ -120,8 +127,12 @@ class Client:
                                  curve=curve, reconnect_max_ms=RECONNECT_MAX_MS)
         self._redialer = Redialer(self._sock, self.endpoint)
         self.redials = 0  # connections dropped and dialled again after LINK_SILENT_S of silence
-        self._waker = WakePipe()
-        self._wake = self._waker.wake
+        self._next_ping = 0.0
+        self._reactor = Reactor(name="client", max_wait_s=PING_EVERY_S / 2)
+        self._reactor.each_turn(lambda now: self._send_outbox(), name="sending requests")
+        self._reactor.on_readable(self._sock, self._receive, name="receiving from the service")
+        self._reactor.each_turn(self._keep_in_touch, name="pinging the service")
+        self._wake = self._reactor.wake
         self._thread = threading.Thread(target=self._run, name="qworker-client", daemon=True)
         self._thread.start()
 
@@ -139,19 +150,10 @@ class Client:
         if not payloads:
             return []
         params = dict(params) if params else None
-        box: list[_Request] = []
-
-        def hand_on(tasks: list[Pending]) -> None:  # to the I/O thread
-            req = _Request(next(self._numbers), reward, params, payloads, timeout_s, tasks, time.monotonic())
-            box.append(req)
-            self._outbox.append(req)
-            self._wake()
-
-        keys = self._keys
-        with self._table.registering([(next(keys).to_bytes(16, "big"), b"") for _ in payloads], reward=reward, params=params or {},
-                                     timeout_s=timeout_s, policy=None, now=time.monotonic(), hand_on=hand_on) as reg:
-            reg.hand_on(reg.new)
-        req = box[0]
+        batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
+        req = _Request(next(self._numbers), reward, params, payloads, timeout_s, batch, list(range(len(payloads))), time.monotonic())
+        self._outbox.append(req)  # to the I/O thread
+        self._wake()
         if self._closed:  # close() may have passed over the outbox before this request reached it
             req.taken.set()
         if not req.taken.wait(self.connect_timeout_s):
@@ -160,14 +162,14 @@ class Client:
             why = handshake_problem(self.endpoint) or (
                 f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
                 "(is 'qworker serve' running there?)")
-            self._fail(req.tasks, ErrorKind.SERVICE_LOST.error(why))  # never handed out, but the table resolves all it owns
+            self._fail(req, ErrorKind.SERVICE_LOST.error(why))  # never handed out, but the table resolves all it owns
             raise ServiceUnavailable(why)
         answer = req.answered
         if answer is None:
             raise ProducerClosed("the Client closed while submitting")
         if answer.error is not None:
             raise _ERRORS.get(answer.error_type, ServiceUnavailable)(answer.error)
-        return reg.futures
+        return self._table.hand_out(batch)  # raises ProducerClosed if close() came first
 
     def gather(self, futures: Sequence[Any], timeout: Optional[float] = None) -> list[Result]:
         """The ``Result`` of each future, in order; see ``Producer.gather``."""
@@ -188,17 +190,17 @@ class Client:
 
     def close(self) -> None:
         """Stop the I/O thread; tasks still pending resolve as cancelled.  A ``submit_batch`` on another thread
-        is not waited for: it stops registering within 1,024 tasks and raises ``ProducerClosed``."""
+        is not waited for: it stops registering within ``CHECK_EVERY`` (1,024) tasks and raises ``ProducerClosed``."""
         if self._closed:
             return
         self._closed = True
-        self._wake()
+        self._reactor.stop()
         self._thread.join(10.0)
         self._table.close("the client closed")  # later submissions raise ProducerClosed
         for item in [*self._requests.values(), *self._outbox]:
             if isinstance(item, _Request):
                 item.taken.set()  # a caller still waiting raises ProducerClosed
-        self._waker.close()
+        self._reactor.close()
 
     def __enter__(self) -> Client:
         return self
@@ -208,29 +210,20 @@ class Client:
 
     # the I/O thread ---------------------------------------------------------------
     def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._waker.fd, zmq.POLLIN)
-        next_ping = time.monotonic()
         try:
-            while not self._closed:
-                poller.poll(int(PING_EVERY_S * 1000 / 2))
-                self._waker.drain()
-                try:
-                    self._send_outbox()
-                    self._receive()
-                    now = time.monotonic()
-                    if self._requests and now >= next_ping:
-                        next_ping = now + PING_EVERY_S
-                        self._resend_untaken(now)
-                        self._send(cw.Ping([n for n, r in self._requests.items() if r.answered is not None]))
-                        self._check_link(now)
-                        self._check_silence(now)
-                except Exception:  # a bug here must not strand every future
-                    log.exception("qworker client: unexpected error (continuing)")
+            self._reactor.run()
         finally:
             self._sock.close(linger=0)
             self._ctx.term()
+
+    def _keep_in_touch(self, now: float) -> None:
+        """While requests are out: resend those not taken, ping (naming those waited on), watch the link."""
+        if self._requests and now >= self._next_ping:
+            self._next_ping = now + PING_EVERY_S
+            self._resend_untaken(now)
+            self._send(cw.Ping([n for n, r in self._requests.items() if r.answered is not None]))
+            self._check_link(now)
+            self._check_silence(now)
 
     def _send(self, msg: cw.ClientMessage) -> None:
         try:
@@ -267,7 +260,9 @@ class Client:
     def _receive(self) -> None:
         sock = self._sock
         acks: list[int] = []
-        while readable(sock):
+        for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once
+            if self._closed or not readable(sock):
+                break  # close() waits for this thread: it stops between messages, not after a flood of them
             frames = sock.recv_multipart(copy=True)
             try:
                 if len(frames) != 2:
@@ -311,7 +306,7 @@ class Client:
             del self._requests[msg.request]
             # A resubmission has no caller waiting to raise this: its futures are out, so they fail
             # (a first submission's futures were never handed out; its caller raises).
-            self._fail(req.tasks, ErrorKind.SERVICE_LOST.error(f"the reward service refused the request: {msg.error}"))
+            self._fail(req, ErrorKind.SERVICE_LOST.error(f"the reward service refused the request: {msg.error}"))
         req.taken.set()
 
     def _on_closing(self, msg: cw.Closing) -> None:
@@ -322,7 +317,7 @@ class Client:
         for req in self._requests.values():
             if req.answered is None:
                 req.answered = cw.Accepted(req.number, msg.instance, msg.reason, "ServiceUnavailable")
-            self._fail(req.tasks, why)
+            self._fail(req, why)
             req.taken.set()
         self._requests.clear()
 
@@ -343,29 +338,29 @@ class Client:
     def _resubmit(self, req: _Request, why: str) -> None:
         """Send what ``req`` still waits for as a new request (the caller's futures stay the same)."""
         del self._requests[req.number]
-        left = [i for i, p in enumerate(req.tasks) if not p.resolved]
+        left = req.pending()
         if not left:
             return
         log.info("qworker client: resubmitting %d tasks of request %d (%s)", len(left), req.number, why)
         self.resubmitted += 1
         again = _Request(next(self._numbers), req.reward, req.params, [req.payloads[i] for i in left], req.timeout_s,
-                         [req.tasks[i] for i in left], req.submitted)
+                         req.batch, [req.indexes[i] for i in left], req.submitted)
         again.taken.set()  # no caller waits on it
         self._submit(again)
 
     def _resolve(self, rows: list[cw.ResolvedRow]) -> None:
         now = time.monotonic()
-        by_request: dict[int, list[tuple[Pending, Result]]] = {}
+        by_request: dict[int, list[tuple[int, Result]]] = {}
         for row in rows:
             number, index, result = row.request, row.index, row.result
             req = self._requests.get(number)
-            if req is None or index >= len(req.tasks):
+            if req is None or index >= len(req.indexes):
                 continue  # answered before (a resend), or resubmitted under a new number
-            result.latency_s = now - req.submitted  # a fresh Result, decoded from the row
-            by_request.setdefault(number, []).append((req.tasks[index], result))
+            result.latency_s = now - req.submitted  # as the caller sees it (a fresh Result, decoded from the row)
+            by_request.setdefault(number, []).append((req.indexes[index], result))
         for number, done in by_request.items():
             req = self._requests[number]
-            req.left -= len(self._table.settle(done))
+            req.left -= self._table.resolve(req.batch, done)
             if req.left <= 0:
                 del self._requests[number]
 
@@ -385,9 +380,10 @@ class Client:
         why = ErrorKind.SERVICE_LOST.error(f"the reward service at {self.endpoint} did not answer for {silent:.0f} s")
         log.error("qworker client: %s; failing %d requests", why, len(self._requests))
         for req in self._requests.values():
-            self._fail(req.tasks, why)
+            self._fail(req, why)
             req.taken.set()
         self._requests.clear()
 
-    def _fail(self, tasks: list[Pending], error: str) -> None:
-        self._table.settle([(p, Result(score=self.fallback_score, error=error)) for p in tasks])
+    def _fail(self, req: _Request, error: str) -> None:
+        """Resolve what ``req`` still waits for with ``error`` (a result that came first stays)."""
+        self._table.fail(req.batch, req.indexes, error)

@@ -2,9 +2,14 @@
 
 It only moves frames and time: it decodes what arrives and hands it to the
 ``Scheduler`` (the logic), and sends what the scheduler asks.  Other threads
-reach it in two ways only: ``submit`` (append tasks to the inbox and write a
-byte to a wake pipe) and ``call`` (run a function on the dispatcher thread and
-wait for its answer, e.g. ``status``).  Futures carry results back.
+reach it in two ways only: ``submit`` (append tasks to the inbox and wake its
+``Reactor``) and ``call`` (run a function on the dispatcher thread and wait for
+its answer or exception, e.g. ``status``).  Futures carry results back.
+
+Each turn of its reactor: take the submitted tasks, receive from workers (when
+the socket is readable), housekeeping every ``HOUSEKEEPING_S``, dispatch, and
+run the calls; it waits at most ``HOUSEKEEPING_S``, or until an admission policy's
+next timer.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from ._scheduler import Scheduler
 from ._status import ProducerStatus, Status
 from ._task import Pending
 from .transport import wire
-from .transport.sockets import WakePipe, bind_server, bound_endpoint, close_server, readable
+from .transport.reactor import Reactor
+from .transport.sockets import bind_server, bound_endpoint, close_server, readable
 
 log = logging.getLogger("qworker")
 
@@ -34,6 +40,13 @@ __all__ = ["Dispatcher"]
 
 HOUSEKEEPING_S = 0.25
 _T = TypeVar("_T")
+
+
+class _Raised:
+    """An exception a ``call`` raised on the dispatcher thread, to raise again in its caller's."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
 
 
 class Dispatcher(threading.Thread):
@@ -52,11 +65,17 @@ class Dispatcher(threading.Thread):
         )
         self.started = time.monotonic()
         self._inbox: deque[Pending] = deque()  # appended by other threads
-        self._calls: deque[tuple[Callable[[], None], threading.Event]] = deque()
+        self._calls: deque[Callable[[], None]] = deque()
         self.workers_seen = threading.Condition()  # notified when a new worker says READY
         self.workers_ready = 0  # workers currently known; written under workers_seen
-        self._waker = WakePipe()
-        self._wake_flag = False
+        self._reactor = Reactor(name="dispatcher", max_wait_s=HOUSEKEEPING_S)
+        self._reactor.each_turn(self._take_inbox, name="taking submitted tasks")
+        self._reactor.on_readable(self._sock, self._receive, name="receiving from workers")
+        self._reactor.every(HOUSEKEEPING_S, self.scheduler.housekeeping, name="housekeeping", first_in_s=HOUSEKEEPING_S)
+        self._reactor.each_turn(self._dispatch, name="dispatching")
+        self._reactor.each_turn(self._run_calls, name="calls from other threads")
+        self._reactor.deadline(self._next_timer)
+        self._wake = self._reactor.wake
         self._stopping = False
 
     # called from other threads ----------------------------------------------
@@ -65,19 +84,24 @@ class Dispatcher(threading.Thread):
         self._inbox.extend(tasks)
         self._wake()
 
-    def _wake(self) -> None:
-        if not self._wake_flag:
-            self._wake_flag = True
-            self._waker.wake()
-
     def call(self, fn: Callable[[], _T], timeout: float = 10.0) -> _T:
         """Run ``fn`` on the dispatcher thread and return its result."""
         done = threading.Event()
         box: list[Any] = []
-        self._calls.append((lambda: box.append(fn()), done))
+
+        def run() -> None:
+            try:
+                box.append(fn())
+            except BaseException as exc:  # raised again in the caller's thread, not the dispatcher's
+                box.append(_Raised(exc))
+            done.set()
+
+        self._calls.append(run)
         self._wake()
         if not done.wait(timeout):
             raise TimeoutError("the dispatcher did not answer")
+        if isinstance(box[0], _Raised):
+            raise box[0].exc
         return box[0]
 
     def status(self) -> Status:
@@ -87,9 +111,9 @@ class Dispatcher(threading.Thread):
     def stop(self) -> None:
         """Stop the thread; it closes the socket on its way out."""
         self._stopping = True
-        self._wake()
+        self._reactor.stop()
         self.join(timeout=10.0)
-        self._waker.close()
+        self._reactor.close()
 
     # dispatcher thread --------------------------------------------------------
     def _status(self) -> Status:
@@ -115,33 +139,24 @@ class Dispatcher(threading.Thread):
                 self.table.close("the producer's dispatcher thread stopped unexpectedly")
 
     def _loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._waker.fd, zmq.POLLIN)
+        self._reactor.run()
+
+    def _next_timer(self, now: float) -> Optional[float]:
         s = self.scheduler
-        next_housekeeping = time.monotonic() + HOUSEKEEPING_S
-        while not self._stopping:
-            timer = s.next_timer(time.monotonic()) if s.policies else None
-            poller.poll(int(1000 * (HOUSEKEEPING_S if timer is None else min(timer, HOUSEKEEPING_S))) + 1)
-            self._waker.drain()  # drain first, then clear: a wake in between then writes a fresh byte
-            self._wake_flag = False
-            try:
-                inbox = self._inbox
-                if inbox:
-                    s.add(inbox.popleft() for _ in range(len(inbox)))
-                self._receive()
-                now = time.monotonic()
-                if now >= next_housekeeping:
-                    s.housekeeping(now)
-                    next_housekeeping = now + HOUSEKEEPING_S
-                s.dispatch(now)
-                self._count_workers()
-                while self._calls:
-                    fn, done = self._calls.popleft()
-                    fn()
-                    done.set()
-            except Exception:  # a bug here must not silently stop every future
-                log.exception("qworker dispatcher: unexpected error (continuing)")
+        return s.next_timer(now) if s.policies else None
+
+    def _take_inbox(self, now: float) -> None:
+        inbox = self._inbox
+        if inbox:
+            self.scheduler.add(inbox.popleft() for _ in range(len(inbox)))
+
+    def _dispatch(self, now: float) -> None:
+        self.scheduler.dispatch(now)
+        self._count_workers()
+
+    def _run_calls(self, now: float) -> None:
+        while self._calls:
+            self._calls.popleft()()
 
     def _count_workers(self) -> None:
         n = len(self.scheduler.fleet.workers)

@@ -5,7 +5,10 @@
 requests, submits them to the producer (it is the producer's caller thread),
 answers each at once with ``Accepted``, and sends results back in batches as
 their futures resolve.  Future callbacks run on the producer's dispatcher
-thread and only append to the front's outbox and wake it.
+thread and only append to the front's outbox and wake it.  The front's loop is
+a ``Reactor``: each turn it receives (when the socket is readable), sends the
+results resolved since the last turn, and every ``HOUSEKEEPING_EVERY_S``
+resends what is unacknowledged and evicts what is too old or too much.
 
 A request is refused with a clear reason, never held silently: a bad reward
 name or params (the producer's own checks), or no worker connected after
@@ -35,7 +38,8 @@ from .._producer import Producer
 from .._result import Result
 from .._status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
-from ..transport.sockets import WakePipe, bind_server, bound_endpoint, close_server, readable
+from ..transport.reactor import Reactor
+from ..transport.sockets import bind_server, bound_endpoint, close_server, readable
 from ..transport.wire import StatusReply, StatusRequest, WireError
 from ._ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, Ledger
 
@@ -63,9 +67,11 @@ class RewardService:
         self.endpoint = bound_endpoint(self._sock)
         self.ledger = Ledger(instance=self.instance, max_bytes=ledger_max_bytes, max_age_s=ledger_max_age_s)
         self._outbox: deque[tuple[bytes, int, int, Result]] = deque()  # from future callbacks
-        self._waker = WakePipe()
-        self._wake = self._waker.wake
-        self._stopping = False
+        self._reactor = Reactor(name="service", max_wait_s=HOUSEKEEPING_EVERY_S)
+        self._reactor.on_readable(self._sock, self._receive, name="receiving from clients")
+        self._reactor.each_turn(lambda now: self._flush(), name="sending results")
+        self._reactor.every(HOUSEKEEPING_EVERY_S, self._housekeeping, name="resending and evicting")
+        self._wake = self._reactor.wake
         self._why = ""
         self.clients: set[bytes] = set()
         self.requests = 0
@@ -80,31 +86,15 @@ class RewardService:
         """Stop serving: send the results resolved so far, tell every client (``Closing``: what they wait on fails
         at once as ``service_lost``), close the socket."""
         self._why = why
-        self._stopping = True
-        self._wake()
+        self._reactor.stop()
         self._thread.join(10.0 + CLOSING_LINGER_MS / 1000)
-        self._waker.close()
+        self._reactor.close()
 
     # the front thread -----------------------------------------------------------
     def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._waker.fd, zmq.POLLIN)
-        next_housekeeping = 0.0
         linger = 0
         try:
-            while not self._stopping:
-                poller.poll(int(HOUSEKEEPING_EVERY_S * 1000))
-                self._waker.drain()
-                try:
-                    self._receive()
-                    self._flush()
-                    now = time.monotonic()
-                    if now >= next_housekeeping:
-                        next_housekeeping = now + HOUSEKEEPING_EVERY_S
-                        self._housekeeping(now)
-                except Exception:
-                    log.exception("qworker service: unexpected error (continuing)")
+            self._reactor.run()
             try:
                 self._flush()
                 self._say_closing()
@@ -191,7 +181,9 @@ class RewardService:
 
     def _on_done(self, peer: bytes, request: int, index: int, fut: Any) -> None:
         """A future resolved (on the producer's dispatcher thread): hand its result to the front thread."""
-        self._outbox.append((peer, request, index, fut.result()))
+        # ``_result`` rather than ``result()``: a done callback runs once the future is finished, and a ResultFuture
+        # never holds an exception; result() takes the future's lock again (4 us of the dispatcher's time per task)
+        self._outbox.append((peer, request, index, fut._result))
         self._wake()
 
     def _flush(self) -> None:

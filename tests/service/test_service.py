@@ -229,3 +229,84 @@ def test_http_protocols_of_openrlhf_and_slime():
 def test_http_without_a_reward_is_refused_at_start():
     out = subprocess.run([sys.executable, "-m", "qworker", "serve", "--http", "1", "--workers", "0"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--http needs --reward" in out.stderr
+
+
+@pytest.mark.parametrize("moment", ["registering", "taken by the service", "results arriving"])
+def test_close_racing_a_50k_task_submission_on_another_thread_returns_promptly(service, moment):
+    # close() never waits on a registration in progress, on futures it never handed out, or on a flood of results
+    n = 50_000
+    payloads = [{"i": i, "race": moment, "t": time.time()} for i in range(n)]  # fresh: nothing comes from the cache
+    c = Client(service, connect_timeout_s=120)
+    requests_before = c.status()["service"]["requests"]
+    started, handed = threading.Event(), threading.Event()
+    out: dict = {}
+
+    def submit() -> None:
+        started.set()
+        try:
+            out["futures"] = c.submit_batch("noop", payloads)
+            handed.set()
+        except ProducerClosed as exc:
+            out["error"] = exc
+
+    th = threading.Thread(target=submit, daemon=True)
+    th.start()
+    assert started.wait(30)
+    deadline = time.monotonic() + 120
+    if moment == "taken by the service":
+        while c.status()["service"]["requests"] == requests_before and not handed.is_set():
+            assert time.monotonic() < deadline, "the service never took the request"
+            time.sleep(0.01)
+    elif moment == "results arriving":
+        assert handed.wait(120), "the service never took the request"
+        while not any(f.done() for f in out["futures"][-1000:]):
+            assert time.monotonic() < deadline, "no result came back"
+            time.sleep(0.01)
+    closed = threading.Event()
+    closer = threading.Thread(target=lambda: (c.close(), closed.set()), daemon=True)
+    closer.start()
+    assert closed.wait(5.0), f"close() did not return within 5 s of a 50k-task submit_batch ({moment})"
+    th.join(60)
+    assert not th.is_alive(), "submit_batch did not return after close()"
+    if "futures" in out:  # handed out before close(): every one resolved, by its result or as cancelled
+        assert all(f.done() for f in out["futures"])
+        assert {f.result().error_kind for f in out["futures"]} <= {None, "cancelled"}
+    else:
+        assert isinstance(out["error"], ProducerClosed)
+    assert len(c._table) == 0
+
+
+def test_close_while_a_large_submission_waits_to_be_taken_returns_at_once():
+    # Its futures were never handed out: close() need not resolve them one by one (the submitter raises instead).
+    import zmq
+
+    ctx = zmq.Context()
+    silent = ctx.socket(zmq.ROUTER)  # a "service" that reads requests and never answers
+    silent.setsockopt(zmq.LINGER, 0)
+    silent.bind("tcp://127.0.0.1:0")
+    endpoint = silent.getsockopt(zmq.LAST_ENDPOINT).decode()
+    n = 300_000
+    payloads = [{"i": i} for i in range(n)]
+    c = Client(endpoint, connect_timeout_s=120)
+    out: dict = {}
+
+    def submit() -> None:
+        try:
+            out["futures"] = c.submit_batch("noop", payloads)
+        except ProducerClosed as exc:
+            out["error"] = exc
+
+    th = threading.Thread(target=submit, daemon=True)
+    th.start()
+    try:
+        assert silent.poll(120_000), "the submission never reached the service"
+        silent.recv_multipart()  # every task is registered and sent: the request waits to be taken
+        closed = threading.Event()
+        threading.Thread(target=lambda: (c.close(), closed.set()), daemon=True).start()
+        assert closed.wait(2.0), f"close() did not return within 2 s while a {n:,}-task submission waited to be taken"
+        th.join(60)
+        assert not th.is_alive() and isinstance(out.get("error"), ProducerClosed)
+        assert len(c._table) == 0
+    finally:
+        silent.close()
+        ctx.term()

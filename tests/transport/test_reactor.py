@@ -1,0 +1,142 @@
+"""``Reactor``: real ZeroMQ sockets and threads; every wait is on an event with a generous bound."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+
+import pytest
+import zmq
+
+from qworker.transport.reactor import Reactor
+
+
+@pytest.fixture
+def pair():
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    a.bind("inproc://reactor-test")
+    b.connect("inproc://reactor-test")
+    yield a, b
+    a.close(0)
+    b.close(0)
+    ctx.term()
+
+
+def start(r: Reactor) -> threading.Thread:
+    th = threading.Thread(target=r.run, daemon=True)
+    th.start()
+    return th
+
+
+def test_a_readable_socket_runs_its_handler_and_wake_from_another_thread_runs_a_turn(pair):
+    a, b = pair
+    r = Reactor(name="test", max_wait_s=60.0)  # a long wait: only the socket or a wake can end it
+    got: list[bytes] = []
+    inbox: deque[int] = deque()
+    taken: list[int] = []
+    received, woken = threading.Event(), threading.Event()
+
+    def receive() -> None:
+        while a.poll(0):
+            got.append(a.recv())
+        received.set()
+
+    def take(now: float) -> None:
+        while inbox:
+            taken.append(inbox.popleft())
+        if taken:
+            woken.set()
+
+    r.on_readable(a, receive, name="receiving")
+    r.each_turn(take, name="taking")
+    th = start(r)
+    b.send(b"hello")
+    assert received.wait(10), "the handler of a readable socket did not run"
+    inbox.append(7)
+    r.wake()
+    assert woken.wait(10), "wake() from another thread did not cause a turn"
+    r.stop()
+    th.join(10)
+    assert not th.is_alive(), "stop() did not end run()"
+    r.close()
+    assert got == [b"hello"] and taken == [7]
+
+
+def test_a_handler_that_raises_is_logged_once_with_its_name_and_the_loop_goes_on(caplog):
+    r = Reactor(name="test", max_wait_s=0.01)
+    calls = {"bad": 0, "good": 0}
+    enough = threading.Event()
+
+    def bad(now: float) -> None:
+        calls["bad"] += 1
+        raise ValueError("broken on purpose")
+
+    def good(now: float) -> None:
+        calls["good"] += 1
+        if calls["good"] >= 5:
+            enough.set()
+
+    r.each_turn(bad, name="the broken step")
+    r.each_turn(good, name="the good step")
+    with caplog.at_level(logging.ERROR, logger="qworker"):
+        th = start(r)
+        assert enough.wait(10), "a handler's exception stopped the loop or the handlers after it"
+        r.stop()
+        th.join(10)
+    r.close()
+    assert r.errors == calls["bad"] >= 5
+    first = [rec for rec in caplog.records if "the broken step raised ValueError: broken on purpose" in rec.getMessage()]
+    assert len(first) == 1 and first[0].exc_info is not None  # the first with its traceback, not one per turn
+    assert "qworker test:" in first[0].getMessage()
+
+
+def test_a_periodic_callback_and_a_deadline_end_the_wait():
+    r = Reactor(name="test", max_wait_s=60.0)  # only the timers can end the waits
+    ticks: list[float] = []
+    ticked, hinted = threading.Event(), threading.Event()
+    want: dict[str, float] = {}
+
+    def tick(now: float) -> None:
+        ticks.append(now)
+        if len(ticks) >= 3:
+            ticked.set()
+
+    def deadline(now: float):
+        return want.get("in_s")
+
+    def turn(now: float) -> None:
+        if "at" in want and now >= want["at"]:
+            hinted.set()
+
+    r.every(0.02, tick, name="ticking")
+    r.deadline(deadline)
+    r.each_turn(turn, name="turning")
+    th = start(r)
+    assert ticked.wait(10), "a periodic callback did not end the wait"
+    assert all(b - a >= 0.02 for a, b in zip(ticks, ticks[1:], strict=False))  # never before its interval
+    r.stop()
+    th.join(10)
+    r.close()
+
+    r = Reactor(name="test", max_wait_s=60.0)
+    r.deadline(deadline)
+    r.each_turn(turn, name="turning")
+    want["at"] = time.monotonic() + 0.05
+    want["in_s"] = 0.05
+    th = start(r)
+    assert hinted.wait(10), "a deadline did not end the wait"
+    r.stop()
+    th.join(10)
+    r.close()
+
+
+def test_many_wakes_before_a_turn_write_one_byte():
+    r = Reactor(name="test", max_wait_s=60.0)
+    for _ in range(10_000):
+        r.wake()
+    assert os.read(r._pipe.fd, 4096) == b"x"
+    r.close()
