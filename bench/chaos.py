@@ -11,7 +11,7 @@ Each scenario (``tests/chaos_scenarios/``, the same code the fast cases in
 * innocent failures: tasks that failed but were not the faulty ones;
 * stall: the longest gap with no result while work was pending.
 
-Targets (issue 11): lost 0; paid twice no more than the fault can take with it
+Targets: lost 0; paid twice no more than the fault can take with it
 (a killed producer: what the judge answered in the disk cache's durability
 window, ``COMMIT_WITHIN_S``, or after the kill; a lost worker: the task it was
 running and the results it had finished but not yet sent); innocent failures 0;
@@ -39,7 +39,7 @@ from _common import table  # noqa: E402
 
 from tests import chaos_scenarios as chaos  # noqa: E402
 
-RECOVERY_TARGET_S = 10.0  # issue 18: a 2 s judge outage costs seconds, not minutes
+RECOVERY_TARGET_S = 10.0  # a 2 s judge outage costs seconds, not minutes
 
 
 def scenarios(quick: bool) -> list:

@@ -71,7 +71,7 @@ def test_config_errors_name_the_place(section, match):
 
 @pytest.mark.parametrize(
     ("section", "match"),
-    [  # the mistakes of issue 11, item 9, each one error at start naming its place
+    [  # common config mistakes, each one error at start naming its place
         ({"math": {"format_bonu": 0.1}}, r"cfg\.yaml: rewards\.math: unknown param 'format_bonu' for reward 'math'; it takes: .*format_bonus"),
         ({"s": {"componets": [{"reward": "math"}]}}, r"rewards\.s: 's' is not a known reward.*'componets' -> 'components'"),
         ({"mth": {"strict": True}}, r"rewards\.mth: 'mth' is not a known reward.*did you mean 'math'.*known rewards: .*gsm8k"),

@@ -131,7 +131,7 @@ def test_a_file_from_before_rewards_were_recorded_is_migrated(tmp_path):
     DiskCache(path).close()  # opening a migrated file again is a no-op
 
 
-# disk faults (issue 18, defect 6): made for real by tests/faults/disk.py -------------------
+# disk faults: made for real by tests/faults/disk.py -------------------
 def _keys(n: int, start: int = 0) -> list[bytes]:
     return [i.to_bytes(16, "little") for i in range(start, start + n)]
 

@@ -1,4 +1,4 @@
-"""A reward's code is part of its cache identity unless it declares a version (issue 20, item 2)."""
+"""A reward's code is part of its cache identity unless it declares a version."""
 
 from __future__ import annotations
 

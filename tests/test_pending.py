@@ -61,7 +61,7 @@ def test_close_cancels_what_is_left():
 
 
 def test_a_registration_that_raises_still_hands_on_what_it_registered():
-    # Issue 18 (1): a disk-tier read that raised between registering and handing on left the
+    # Once, a disk-tier read that raised between registering and handing on left the
     # tasks pending for ever, and every later submission of the same payload shared the dead future.
     t = table()
     handed: list = []
@@ -104,7 +104,7 @@ def test_after_close_nothing_registers_and_everything_registered_resolves():
 
 
 def test_close_racing_registrations_from_other_threads_leaves_no_future_pending():
-    # Issue 18 (4): close() on another thread while a large batch registered left futures pending for ever.
+    # Once, close() on another thread while a large batch registered left futures pending for ever.
     t = table()
     got: list = []
     start = threading.Barrier(3)

@@ -1,4 +1,4 @@
-"""Rewards no worker could run are refused at submission, naming the fix (issue 20, items 5 and 6)."""
+"""Rewards no worker could run are refused at submission, naming the fix."""
 
 from __future__ import annotations
 

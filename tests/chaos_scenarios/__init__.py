@@ -2,7 +2,7 @@
 
 Shared by ``tests/integration/test_chaos.py`` (small sizes, with assertions) and
 ``bench/chaos.py`` (larger sizes, one table).  Each scenario returns an
-``Outcome`` with the figures issue 11 asks for:
+``Outcome`` with these figures:
 
 * **lost**: tasks unresolved, or resolved with the wrong score (a reward whose
   score is its input index shows a missing or misplaced result);
@@ -21,7 +21,7 @@ The modules, by scenario family:
 * ``producer``: a killed trainer with the disk cache, scoring with a judge;
 * ``judges``: a judge's 503s, resets and hangs; the API key searched for everywhere;
 * ``peers``: garbage on every reachable socket; a rogue peer;
-* ``seams_*``: faults between components (issue 18): ``seams_producer``, several
+* ``seams_*``: faults between components: ``seams_producer``, several
   threads submitting while a cache tier raises and another thread closes;
   ``seams_disk``, a cache disk that fills, locks and holds damaged rows;
   ``seams_transport``, results near and over the frame limit; ``seams_judge``, a

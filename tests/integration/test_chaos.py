@@ -1,4 +1,4 @@
-"""Chaos: one fault at a time, injected into real processes over real sockets (issue 11).
+"""Chaos: one fault at a time, injected into real processes over real sockets.
 
 The scenarios live in ``tests/chaos_scenarios/``; ``bench/chaos.py`` runs the same
 ones larger and prints the table.  Already covered elsewhere, and not repeated here:

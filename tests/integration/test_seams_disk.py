@@ -1,4 +1,4 @@
-"""The disk cache seam under a real producer and worker pool (issue 18): a damaged
+"""The disk cache seam under a real producer and worker pool: a damaged
 or unreadable disk tier costs only cache misses, and a full disk costs no results."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The judge seam (issue 18): a 2 s outage, hostile headers and giant answers, through real worker processes.
+"""The judge seam: a 2 s outage, hostile headers and giant answers, through real worker processes.
 
 Recovery is measured from the judge's side (when its answers went out) with a
 generous bound; the simulator (tests/judge/test_outage.py) holds the tight one.

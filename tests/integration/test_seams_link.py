@@ -1,4 +1,4 @@
-"""Link seams (issue 18, item 2): a Client and ``qworker serve``, a producer and ``qworker-pool``, through a TCP
+"""Link seams: a Client and ``qworker serve``, a producer and ``qworker-pool``, through a TCP
 proxy that cuts the link.  Real processes, real sockets; every future resolves within a stated bound, scored
 right (``count_eval`` scores its index), and the count of evaluations shows what was paid twice."""
 

@@ -2,7 +2,7 @@
 
 Each case asserts that every future handed out resolves within a stated bound
 and that a later submission of the same payload is not stuck behind a dead
-entry (issue 18, items 1 and 4).
+entry.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fair service (issue 20, item 7): two trainers sharing one ``qworker serve`` both progress.
+"""Fair service: two trainers sharing one ``qworker serve`` both progress.
 
 Two real client processes each submit one batch of the same size, the second a
 moment after the first.  Served first come, first served, the first has half
