@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Optional, Sequen
 
 from ._errors import ErrorKind
 from ._exceptions import ProducerClosed
-from ._result import Result, ResultFuture
+from ._result import Result, ResultFuture, fresh_result, resolve_many
 from ._resultcache import ResultCache
 from ._task import DONE, Pending, Resolution, finish_all
 
@@ -202,36 +202,37 @@ class PendingTable:
 
         The scores are cached before the tasks leave the table, under its lock, so
         an identical submission at any moment finds either the task or its score.
+        The futures are set outside the lock, under one hold of the futures' own lock.
         """
         now = time.monotonic()
+        fallback = self.fallback_score
+        claimed: list[Pending] = []
+        results: list[Result] = []
+        rows = []  # successes to cache, under the key of the code that computed each (``Pending.cache_as``)
         with self._lock:
             pending = self._pending
-            fresh = []
-            rows = []  # successes to cache, under the key of the code that computed each (``Pending.cache_as``)
-            claimed = []
             failed = 0
-            for d in done:
-                p = d[0]
-                if pending.get(p.key) is p:
-                    del pending[p.key]
-                    claimed.append(p)
-                    fresh.append(d)
-                    if d[3] is not None or d[1] is None:
-                        failed += 1
-                    elif k := (p.key if p.cache_as is None else p.cache_as):  # b"": not cached
-                        rows.append((k, d[1], d[2] or {}, p.reward))  # the disk cache records each row's reward
+            for p, score, extra, error, worker, compute_s in done:
+                key = p.key
+                if pending.get(key) is not p:
+                    continue
+                del pending[key]
+                claimed.append(p)
+                if extra is None:
+                    extra = {}
+                if error is not None or score is None:
+                    failed += 1
+                    score = fallback
+                elif k := (key if p.cache_as is None else p.cache_as):  # b"": not cached
+                    rows.append((k, score, extra, p.reward))  # the disk cache records each row's reward
+                # ``fresh_result`` is ``Result(...)`` without keyword parsing (the dispatcher's hot path)
+                results.append(fresh_result(score, extra, error, p.attempts, worker, now - p.submitted, compute_s, key.hex()))
             finish_all(claimed)
             counts = self._counts
-            counts["resolved"] += len(fresh)
+            counts["resolved"] += len(claimed)
             counts["failed"] += failed
             self._cache(self.cache.put_many, rows)
-        for p, score, extra, error, worker, compute_s in fresh:
-            if error is not None or score is None:
-                score = self.fallback_score
-            p.future.set_result(Result(
-                score=score, extra=extra or {}, error=error, attempts=p.attempts, worker=worker,
-                latency_s=now - p.submitted, compute_s=compute_s, key=p.key.hex(),
-            ))
+        resolve_many(zip([p.future for p in claimed], results, strict=True))
 
     def settle(self, done: Sequence[tuple[Pending, Result]]) -> list[Pending]:
         """Resolve tasks with results made elsewhere (a reward service's, for a ``Client``); nothing is cached.
