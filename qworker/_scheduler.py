@@ -206,16 +206,28 @@ class Scheduler:
         if results:
             w.last_progress = now
         done: list[Resolution] = []
+        leased = w.leases.get
+        worker_id = w.id
+        ok = 0
         for r in results:
-            key, ran = r.key, r.ran
-            error = None if r.error is None else str(r.error)  # (kind, detail) on the wire; the policy and Result read text
-            p = w.leases.get(key)
+            key, fault = r.key, r.error
+            error = None if fault is None else str(fault)  # (kind, detail) on the wire; the policy and Result read text
+            p = leased(key)
+            if p is not None and p.policy is None and ((identity := p.identity) is None or r.ran == identity.version):
+                # a plain task's current delivery, run by the code its key names: what the general path below does, in short
+                if identity is not None:
+                    p.cache_as = None
+                if error is None:
+                    ok += 1
+                done.append((p, r.score, r.extra, error, worker_id, r.compute_s))
+                continue
             current = p is not None  # else an earlier delivery's answer (the task was given back or redelivered)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
                 if p is None:
                     self.stats["duplicate_results"] += 1
                     continue
+            ran = r.ran
             identity = p.identity
             if identity is not None:  # each delivery's own: a retried task may run other code than its first try
                 p.cache_as = None if ran == identity.version else identity.key_for(ran, p.payload)  # other code: its own key
@@ -245,10 +257,10 @@ class Scheduler:
                             continue
                         error = decision.error
             if error is None:
-                w.done += 1
-            else:
-                w.failed += 1
-            done.append((p, r.score, r.extra, error, w.id, r.compute_s))
+                ok += 1
+            done.append((p, r.score, r.extra, error, worker_id, r.compute_s))
+        w.done += ok
+        w.failed += len(done) - ok
         self.table.resolve(done)
 
     def _on_lost(self, lost: wire.Lost) -> None:
