@@ -69,7 +69,9 @@ class MemoryCache:
             raise ValueError("max_entries must be >= 0")
         self.max_entries = max_entries
         self.ttl_s = ttl_s
-        self._data: OrderedDict[bytes, tuple[float, _Owned, float]] = OrderedDict()
+        # key -> (score, owned extra, monotonic time stored); without a TTL, an entry with an empty extra is its
+        # bare score (no tuple: nothing for the cyclic GC to track or scan, and one allocation less per result)
+        self._data: OrderedDict[bytes, Union[float, tuple[float, _Owned, float]]] = OrderedDict()
         self._lock = threading.Lock()
         self.evictions = 0
 
@@ -85,7 +87,10 @@ class MemoryCache:
             item = self._data.get(key)
             if item is None:
                 return None
-            score, extra, stored = item
+            if type(item) is not tuple:  # a bare score (no TTL, an empty extra)
+                self._data.move_to_end(key)
+                return item, {}  # type: ignore[return-value]  # a score
+            score, extra, stored = item  # a tuple here
             if self.ttl_s is not None and time.monotonic() - stored > self.ttl_s:
                 del self._data[key]
                 return None
@@ -100,17 +105,20 @@ class MemoryCache:
         as the disk cache takes them) is ignored."""
         if self.max_entries == 0 or not items:
             return
-        now = time.monotonic()
-        # Copied outside the lock.  An empty extra is kept as None and a flat one as a tuple of its items, so an
-        # entry holds only atomic values and the cyclic GC stops tracking it at its first pass: a full cache adds
-        # nothing to any collection (entries holding dicts stay tracked, and every full collection scans them all).
-        owned = [(item[0], (item[1], _own(item[2]) if item[2] else None, now)) for item in items]
+        # Copied outside the lock.  An empty extra is kept as None (without a TTL, the entry is the bare score) and a
+        # flat one as a tuple of its items, so an entry holds only atomic values and the cyclic GC stops tracking it at
+        # its first pass: a full cache adds nothing to any collection (entries holding dicts stay tracked, and every
+        # full collection scans them all).  A key given twice keeps its last entry.
+        if self.ttl_s is None:
+            owned = {item[0]: (item[1], _own(item[2]), 0.0) if item[2] else item[1] for item in items}
+        else:
+            now = time.monotonic()
+            owned = {item[0]: (item[1], _own(item[2]) if item[2] else None, now) for item in items}
         with self._lock:
             data = self._data
-            for key, entry in owned:
-                if key in data:
-                    data.move_to_end(key)
-                data[key] = entry
+            for key in [key for key in owned if key in data]:  # a result computed again: most recently used now
+                data.move_to_end(key)
+            data.update(owned)  # new keys go to the end, in order
             while len(data) > self.max_entries:
                 data.popitem(last=False)
                 self.evictions += 1

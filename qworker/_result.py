@@ -52,6 +52,29 @@ class Result:
         }
 
 
+_new = object.__new__
+
+
+def fresh_result(score: float, extra: dict, error: Optional[str], attempts: int, worker: str, latency_s: float,
+                 compute_s: float, key: str) -> Result:
+    """``Result(score=score, ..., key=key)`` (``cached`` False), made without the keyword parsing of its
+    ``__init__``: the dispatcher makes one per task it resolves, and keywords cost it more than the rest."""
+    r: Result = _new(Result)
+    r.score = score
+    r.extra = extra
+    r.error = error
+    r.cached = False
+    r.attempts = attempts
+    r.worker = worker
+    r.latency_s = latency_s
+    r.compute_s = compute_s
+    r.key = key
+    return r
+
+
+# ``fresh_result`` sets every field: a field added to ``Result`` must be added there too.
+assert Result.__slots__ == ("score", "extra", "error", "cached", "attempts", "worker", "latency_s", "compute_s", "key"), Result.__slots__
+
 _base = concurrent.futures._base
 _PENDING, _RUNNING, _FINISHED = _base.PENDING, _base.RUNNING, _base.FINISHED
 _log = logging.getLogger("qworker")

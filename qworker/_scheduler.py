@@ -69,18 +69,18 @@ class _TaskSizer:
     """Upper bounds on tasks' sizes in a TASKS message.  The params of a batch of tasks are one shared
     dict (one ``submit_batch``), so their packed size is computed once per run of the same dict."""
 
-    __slots__ = ("_params", "_reward", "_fixed")
+    __slots__ = ("params", "reward", "fixed")
 
     def __init__(self) -> None:
-        self._params: Optional[dict] = None
-        self._reward = ""
-        self._fixed = 0
+        self.params: Optional[dict] = None  # the params and reward name of the last task sized
+        self.reward = ""
+        self.fixed = 0  # the bytes of such a task besides its payload
 
     def task_bytes(self, p: Pending) -> int:
-        if p.params is not self._params or p.reward is not self._reward:
-            self._params, self._reward = p.params, p.reward
-            self._fixed = TASK_OVERHEAD + len(msgpack.packb([p.reward, p.params], use_bin_type=True))
-        return len(p.payload) + self._fixed
+        if p.params is not self.params or p.reward is not self.reward:
+            self.params, self.reward = p.params, p.reward
+            self.fixed = TASK_OVERHEAD + len(msgpack.packb([p.reward, p.params], use_bin_type=True))
+        return len(p.payload) + self.fixed
 
 Send = Callable[[bytes, wire.Message], bool]
 
@@ -206,16 +206,28 @@ class Scheduler:
         if results:
             w.last_progress = now
         done: list[Resolution] = []
+        leased = w.leases.get
+        worker_id = w.id
+        ok = 0
         for r in results:
-            key, ran = r.key, r.ran
-            error = None if r.error is None else str(r.error)  # (kind, detail) on the wire; the policy and Result read text
-            p = w.leases.get(key)
+            key, fault = r.key, r.error
+            error = None if fault is None else str(fault)  # (kind, detail) on the wire; the policy and Result read text
+            p = leased(key)
+            if p is not None and p.policy is None and ((identity := p.identity) is None or r.ran == identity.version):
+                # a plain task's current delivery, run by the code its key names: what the general path below does, in short
+                if identity is not None:
+                    p.cache_as = None
+                if error is None:
+                    ok += 1
+                done.append((p, r.score, r.extra, error, worker_id, r.compute_s))
+                continue
             current = p is not None  # else an earlier delivery's answer (the task was given back or redelivered)
             if p is None:
                 p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
                 if p is None:
                     self.stats["duplicate_results"] += 1
                     continue
+            ran = r.ran
             identity = p.identity
             if identity is not None:  # each delivery's own: a retried task may run other code than its first try
                 p.cache_as = None if ran == identity.version else identity.key_for(ran, p.payload)  # other code: its own key
@@ -245,10 +257,10 @@ class Scheduler:
                             continue
                         error = decision.error
             if error is None:
-                w.done += 1
-            else:
-                w.failed += 1
-            done.append((p, r.score, r.extra, error, w.id, r.compute_s))
+                ok += 1
+            done.append((p, r.score, r.extra, error, worker_id, r.compute_s))
+        w.done += ok
+        w.failed += len(done) - ok
         self.table.resolve(done)
 
     def _on_lost(self, lost: wire.Lost) -> None:
@@ -379,22 +391,29 @@ class Scheduler:
                 self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
             return
         ready.sort(key=lambda w: len(w.leases))
-        share = math.ceil(len(queue) / len(ready))
+        left = len(queue)  # tasks in the queue: counted here rather than asking it for each task
+        share = math.ceil(left / len(ready))
+        sizer = self._sizer
         for w in ready:
             batch: list[wire.Task] = []
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
             room = self.max_message_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
-            while queue and len(batch) < limit:
+            while left and len(batch) < limit:
                 p = queue[0]
                 if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
                     queue.popleft()
+                    left -= 1
                     self._forget(p)
                     continue
-                size = self._sizer.task_bytes(p)
+                if p.params is sizer.params and p.reward is sizer.reward:  # (``task_bytes``, inline: once per task)
+                    size = len(p.payload) + sizer.fixed
+                else:
+                    size = sizer.task_bytes(p)
                 if batch and size > room:
                     break
                 queue.popleft()
+                left -= 1
                 if size + MESSAGE_OVERHEAD > self.max_message_bytes:  # no worker could receive it
                     self._fail_oversized(p, size)
                     continue
@@ -415,7 +434,8 @@ class Scheduler:
                 self.stats["redelivered"] += len(leased)
                 self._back_to_queue(leased)
                 self._lose(w, "unreachable")
-            if not queue:
+                left = len(queue)  # with the tasks put back
+            if not left:
                 return
         if queue.mixed:  # lanes wait while workers hold other lanes' tasks beyond their share: ask for those back
             self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
