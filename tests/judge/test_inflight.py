@@ -1,0 +1,52 @@
+"""The limit is held against the requests at the server, as the server counts them, not the gate's count (simulated time).
+
+The gate holds a call from its admission to its result's return; the server, from the request's
+arrival to the response's departure.  Here the way between them (dispatch, the worker's queue, the
+result's return) takes tens of milliseconds each way, as on a loaded host, and the servers' own
+accounts say how many they held at once.
+"""
+
+from __future__ import annotations
+
+from .judgesim import Client, Server, Sim
+
+
+def held(server: Server, start: float, end: float) -> float:
+    """The server's mean number of requests in service between ``start`` and ``end`` (its own account)."""
+    busy = sum(max(0.0, min(end, a + s) - max(start, a)) for a, s in server.services)
+    return busy / (end - start)
+
+
+def busy_at(server: Server, t: float) -> int:
+    """Requests in service at ``t`` (a server that refuses rather than queues)."""
+    return sum(1 for a, s in server.services if a <= t < a + s)
+
+
+def test_a_limit_equal_to_a_servers_batch_keeps_the_batch_full_when_the_way_to_the_server_takes_time():
+    # 64 slots (vLLM's --max-num-seqs), flat latency, a client told so (max_concurrency 64), 40 ms outside the
+    # server per call: the server runs ~64 at once, not 64 x 0.3 / 0.34, and barely queues.
+    srv = Server(mode="queue", capacity=64, latency=0.3, seed=3)
+    sim = Sim()
+    c = Client(sim, srv, 12000, semaphore=64, transit=(0.02, 0.02), transit_jitter=0.5)
+    sim.run([c], 40.0)
+    running = held(srv, 5.0, 25.0)
+    assert running >= 0.95 * 64, f"the server ran {running:.1f} of 64 on average"
+    assert srv.stats["queued_s"] / srv.stats["service_s"] < 0.05
+    assert not c.failed
+
+
+def test_a_primary_of_capacity_32_spills_to_the_fallback_only_when_it_is_full():
+    # 80 tasks/s at 0.3 s need 24 of the primary's 32 slots (max_concurrency 32).  With 50 ms each way outside
+    # the server the gate holds ~32 calls for it: counted at the gate, the primary looks full and tasks spill.
+    primary, fallback = Server(capacity=32, latency=0.3, sigma=0.3, seed=5), Server(capacity=64, latency=0.3, sigma=0.3, seed=6)
+    sim = Sim()
+    c = Client(sim, [primary, fallback], 2400, arrival_rate=80, endpoints=[{"priority": 0, "max_concurrency": 32}, {"priority": 1}],
+               transit=(0.05, 0.05), transit_jitter=0.5)
+    sim.run([c], 600.0)
+    assert not c.failed and len(c.done_at) == 2400
+    spilled = [t for t, e in c.sends if e == 1]
+    assert len(spilled) / len(c.sends) < 0.005, f"{len(spilled)} of {len(c.sends)} went to the fallback"
+    if spilled:  # those that did found the primary's server (nearly) full when they would have reached it
+        at = [busy_at(primary, t + 0.05) for t in spilled]
+        assert sum(at) / len(at) >= 0.85 * 32, at
+    assert primary.stats["refused"] / primary.stats["requests"] < 0.02
