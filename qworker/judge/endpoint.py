@@ -123,14 +123,15 @@ class Endpoint:
         for b, is_tokens in self.buckets():
             if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
                 return 0.0
-        return max(0.0, math.floor(self.share() - self.at_server()))
+        return max(0.0, math.floor(self.share()) - self.at_server())
 
-    def at_server(self) -> float:
+    def at_server(self) -> int:
         """This producer's requests at the server now, as the server counts them (request arrived -> response left):
-        an expectation, ``in_flight`` x ``transit.share`` (``transit``).  What the limit is held against."""
-        return self.in_flight * self.transit.share
+        the expectation ``in_flight`` x ``transit.share`` (``transit``) to the nearest whole request, so that each
+        answer frees a whole slot as it did at the gate.  What the limit is held against."""
+        return round(self.in_flight * self.transit.share)
 
-    def total_at_server(self) -> float:
+    def total_at_server(self) -> int:
         """Requests at the server now from every producer that shares it (``peers``; theirs as their notes say):
         what its limit is judged against."""
         return self.at_server() + sum(n.in_flight for n in self.peers)
@@ -167,7 +168,7 @@ class Endpoint:
             if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
                 return f"paced by {names[id(b)]} at {b.rate * 60:g}/min, {b.tokens:g} left, never refilling"
         peers = f", {len(self.peers)} other producers holding {sum(n.in_flight for n in self.peers)}" if self.peers else ""
-        return f"limit {self.limit.limit:g}, {self.in_flight} in flight ({self.at_server():.3g} at the server){peers}, weight {self.weight:g}"
+        return f"limit {self.limit.limit:g}, {self.in_flight} in flight ({self.at_server()} at the server){peers}, weight {self.weight:g}"
 
     def ready_at(self, now: float, tokens: float) -> Optional[float]:
         """When pacing next lets a request go (None: pacing does not hold it)."""

@@ -266,7 +266,7 @@ class Gate:
                 queue.popleft()
             if best.down_reason:
                 best.probing = True
-            level = best.total_at_server() + 1.0  # at the server once it gets there, itself included
+            level = best.total_at_server() + 1  # at the server once it gets there, itself included
             best.take(now, tokens)
             call = self._call(p)
             call.seq, call.level = best.sent, level
@@ -381,7 +381,7 @@ class Gate:
             e.in_flight = max(0, e.in_flight - 1)
             if e.probing:
                 e.probing = False
-        call.route, call.seq, call.level = NO_ROUTE, 0, 0.0
+        call.route, call.seq, call.level = NO_ROUTE, 0, 0
 
     # answers ----------------------------------------------------------------
     def settle(self, p: Pending, outcome: Optional[dict], error: Optional[str], now: float) -> bool:
@@ -391,7 +391,7 @@ class Gate:
         call = self._call(p)
         e = self.endpoints[call.route] if 0 <= call.route < len(self.endpoints) else None
         seq, level = call.seq, call.level
-        call.route, call.seq, call.level = NO_ROUTE, 0, 0.0
+        call.route, call.seq, call.level = NO_ROUTE, 0, 0
         self.router.done(p)
         if e is None:
             return False
@@ -403,7 +403,7 @@ class Gate:
         latency = float(outcome.get("latency_s") or 0.0)
         e.transit.on_answer(now - call.routed_at, latency)  # the gate's seconds on this call, and the server's
         after, ratelimit = screen(e, outcome)
-        in_flight = e.total_at_server() + 1.0  # the server's load when this answer left it, every producer's, this one included
+        in_flight = e.total_at_server() + 1  # the server's load when this answer left it, every producer's, this one included
         if error:
             e.last_error = clip(error)
         e.learn(ratelimit, now, call.routed_at, seq, self._tokens(p))

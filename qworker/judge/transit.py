@@ -22,7 +22,7 @@ server is ``share`` x the mean number in flight at the gate, so the gate reads
 its ``in_flight`` x ``share`` as the requests at the server now and holds its
 limit against that (``Endpoint.at_server``): a limit equal to a server's cap
 fills the cap, and a tier spills only when its server is full.  ``share`` is 1
-until an answer says otherwise (the gate's count, the cautious reading), and
+until ``WARM_ANSWERS`` answers say otherwise (the gate's count, the cautious reading), and
 it is an expectation: the number actually in transit varies around it, and the
 limiter's refusal signals absorb what that costs at a hard cap.  Units: seconds,
 a fraction in (0, 1].  Only the dispatcher thread calls it.
@@ -32,18 +32,21 @@ from __future__ import annotations
 
 __all__ = ["ALPHA", "Transit"]
 
-ALPHA = 1.0 / 32  # weight of the newest answer in the moving sums (about the last 32 answers count)
+ALPHA = 1.0 / 256  # weight of the newest answer in the moving sums: about the last 256 answers count (a stall of the
+# dispatcher or a worker inflates a burst of answers' transit at once; a short window would swing with it)
+WARM_ANSWERS = 256  # fewer answers than this (the window, once) are not a share yet: the gate's count holds until then
 MIN_SHARE = 0.01  # a floor on ``share``: the gate holds at most 100x its limit (a server answering in no time)
 
 
 class Transit:
     """The share of a call's time in flight that its server saw (``share``), fed one answer at a time."""
 
-    __slots__ = ("_gate_s", "_server_s", "answers")
+    __slots__ = ("_gate_s", "_server_s", "_weight", "answers")
 
     def __init__(self) -> None:
         self._server_s = 0.0  # moving sum of the server's seconds per call
         self._gate_s = 0.0  # moving sum of the gate's seconds per call (admission -> result)
+        self._weight = 0.0  # moving sum of ones: the sums over it are means
         self.answers = 0
 
     def on_answer(self, gate_s: float, server_s: float) -> None:
@@ -54,16 +57,17 @@ class Transit:
         server_s = min(gate_s, max(0.0, server_s))
         self._server_s += ALPHA * (server_s - self._server_s)
         self._gate_s += ALPHA * (gate_s - self._gate_s)
+        self._weight += ALPHA * (1.0 - self._weight)
         self.answers += 1
 
     @property
     def share(self) -> float:
-        """The fraction of the gate's call-seconds spent at the server (1.0 before any answer; at least ``MIN_SHARE``)."""
-        if self._gate_s <= 0.0:
+        """The fraction of the gate's call-seconds spent at the server (1.0 before ``WARM_ANSWERS`` answers; at least ``MIN_SHARE``)."""
+        if self.answers < WARM_ANSWERS:
             return 1.0
         return max(MIN_SHARE, min(1.0, self._server_s / self._gate_s))
 
     @property
     def transit_s(self) -> float:
         """The mean seconds a recent call spent outside the server (admitted, not yet sent; read, not yet returned)."""
-        return max(0.0, self._gate_s - self._server_s)
+        return max(0.0, self._gate_s - self._server_s) / self._weight if self._weight else 0.0

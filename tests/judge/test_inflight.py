@@ -8,6 +8,9 @@ accounts say how many they held at once.
 
 from __future__ import annotations
 
+from qworker.judge.gate import Gate
+from qworker.judge.transit import WARM_ANSWERS, Transit
+
 from .judgesim import Client, Server, Sim
 
 
@@ -44,9 +47,33 @@ def test_a_primary_of_capacity_32_spills_to_the_fallback_only_when_it_is_full():
                transit=(0.05, 0.05), transit_jitter=0.5)
     sim.run([c], 600.0)
     assert not c.failed and len(c.done_at) == 2400
-    spilled = [t for t, e in c.sends if e == 1]
-    assert len(spilled) / len(c.sends) < 0.005, f"{len(spilled)} of {len(c.sends)} went to the fallback"
+    warm = 5.0  # the first 256 answers (about 3 s) teach the gate the share of a call's time at the server
+    sends = [(t, e) for t, e in c.sends if t >= warm]
+    spilled = [t for t, e in sends if e == 1]
+    assert len(spilled) / len(sends) < 0.005, f"{len(spilled)} of {len(sends)} sent after {warm:g} s went to the fallback"
     if spilled:  # those that did found the primary's server (nearly) full when they would have reached it
         at = [busy_at(primary, t + 0.05) for t in spilled]
         assert sum(at) / len(at) >= 0.85 * 32, at
     assert primary.stats["refused"] / primary.stats["requests"] < 0.02
+
+
+def test_the_share_at_the_server_is_the_servers_seconds_over_the_gates():
+    t = Transit()
+    for _ in range(WARM_ANSWERS - 1):
+        t.on_answer(0.4, 0.3)
+    assert t.share == 1.0  # before the window has filled once: the gate's own count
+    for _ in range(300):
+        t.on_answer(0.4, 0.3)
+    assert abs(t.share - 0.75) < 1e-9 and abs(t.transit_s - 0.1) < 1e-3
+    t.on_answer(0.0, 0.3)  # no gate time: says nothing
+    t.on_answer(0.2, 0.5)  # a server time over the gate's (clocks apart): clipped to the gate's
+    assert 0.75 < t.share <= 1.0
+
+
+def test_an_endpoint_holds_its_limit_against_the_requests_at_its_server():
+    g = Gate({"model": "m", "endpoints": [{"url": "http://a", "max_concurrency": 30}], "initial_concurrency": 30})
+    e = g.endpoints[0]
+    for _ in range(300):
+        e.transit.on_answer(0.4, 0.3)  # a quarter of each call's time outside the server
+    e.in_flight = 36
+    assert e.at_server() == 27 and e.free(0.0, 1.0) == 3  # 40 in flight at the gate are 30 at the server
