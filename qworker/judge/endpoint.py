@@ -127,9 +127,11 @@ class Endpoint:
 
     def at_server(self) -> int:
         """This producer's requests at the server now, as the server counts them (request arrived -> response left):
-        the expectation ``in_flight`` x ``transit.share`` (``transit``) to the nearest whole request, so that each
-        answer frees a whole slot as it did at the gate.  What the limit is held against."""
-        return round(self.in_flight * self.transit.share)
+        ``in_flight`` less the whole requests expected outside it, ``in_flight`` x (1 - ``transit.share``)
+        (``transit``) rounded down, so that each answer frees a whole slot as at the gate and a transit worth less
+        than one request changes nothing.  What the limit is held against."""
+        n = self.in_flight
+        return n - math.floor(n * (1.0 - self.transit.share) + 1e-9)
 
     def total_at_server(self) -> int:
         """Requests at the server now from every producer that shares it (``peers``; theirs as their notes say):

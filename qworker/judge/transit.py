@@ -19,10 +19,10 @@ whole (admission -> result).  ``Transit`` keeps, over recent answers,
 the fraction of the call-seconds in flight at the gate that the server saw.  By
 Little's law on the two stretches of the same calls, the mean number at the
 server is ``share`` x the mean number in flight at the gate, so the gate reads
-its ``in_flight`` x ``share`` as the requests at the server now and holds its
+its ``in_flight`` less the whole requests of ``in_flight`` x (1 - ``share``) as the requests at the server now and holds its
 limit against that (``Endpoint.at_server``): a limit equal to a server's cap
 fills the cap, and a tier spills only when its server is full.  ``share`` is 1
-until ``WARM_ANSWERS`` answers say otherwise (the gate's count, the cautious reading), and
+until an answer says otherwise (the gate's count, the cautious reading), and
 it is an expectation: the number actually in transit varies around it, and the
 limiter's refusal signals absorb what that costs at a hard cap.  Units: seconds,
 a fraction in (0, 1].  Only the dispatcher thread calls it.
@@ -34,7 +34,6 @@ __all__ = ["ALPHA", "Transit"]
 
 ALPHA = 1.0 / 256  # weight of the newest answer in the moving sums: about the last 256 answers count (a stall of the
 # dispatcher or a worker inflates a burst of answers' transit at once; a short window would swing with it)
-WARM_ANSWERS = 256  # fewer answers than this (the window, once) are not a share yet: the gate's count holds until then
 MIN_SHARE = 0.01  # a floor on ``share``: the gate holds at most 100x its limit (a server answering in no time)
 
 
@@ -62,8 +61,8 @@ class Transit:
 
     @property
     def share(self) -> float:
-        """The fraction of the gate's call-seconds spent at the server (1.0 before ``WARM_ANSWERS`` answers; at least ``MIN_SHARE``)."""
-        if self.answers < WARM_ANSWERS:
+        """The fraction of the gate's call-seconds spent at the server (1.0 before any answer; at least ``MIN_SHARE``)."""
+        if self._gate_s <= 0.0:
             return 1.0
         return max(MIN_SHARE, min(1.0, self._server_s / self._gate_s))
 

@@ -47,7 +47,7 @@ from qworker.judge.peers import MemoryBoard
 from qworker.judge.prefixcache import PrefixCache
 from qworker.rewards.llm_judge import DEFAULT_TEMPLATE, render
 
-TRANSIT_S = 0.002  # producer -> worker -> server and back (a ``Client``'s default ``transit``, half each way)
+TRANSIT_S = 0.002  # worker -> server -> worker: the network, inside the worker's measured latency (``latency_s``)
 
 
 @dataclass
@@ -172,7 +172,7 @@ class Server:
             error = self.p_error and self.rng.random() < self.p_error
             self.stats["errors" if error else "served"] += 1
             status = 503 if error else 200
-            reply(t_end, {"status": status, "failure": "", "latency_s": t_end - arrived, "retry_after_s": None,
+            reply(t_end, {"status": status, "failure": "", "latency_s": t_end - arrived + TRANSIT_S, "retry_after_s": None,
                           "completion_tokens": tokens or 12, "ratelimit": rl})
             if self.waiting and self.busy < self.capacity_at(t_end):
                 a, r, rl2, text2 = self.waiting.pop(0)
@@ -190,7 +190,7 @@ class Client:
     def __init__(self, sim: Sim, server: Server | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
                  metrics: bool = False, endpoints: Optional[list[dict]] = None, arrival_rate: Optional[float] = None,
                  payload: Optional[Callable[[int], dict]] = None, board: Optional[MemoryBoard] = None,
-                 transit: tuple[float, float] = (TRANSIT_S / 2, TRANSIT_S / 2), transit_jitter: float = 0.0, **params) -> None:
+                 transit: tuple[float, float] = (0.0, 0.0), transit_jitter: float = 0.0, **params) -> None:
         """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation.
 
         ``metrics``: read the server's running and waiting counts every 0.5 s, as
@@ -199,10 +199,11 @@ class Client:
         ``arrival_rate``: tasks arrive at this rate (per second) instead of all at once.
         ``payload``: task ``i``'s payload (msgpack-packed as the producer does), else 200 bytes.
         ``board``: the notes board this client's gate shares with the others (``peers``), on simulated time.
-        ``transit``: (seconds from admission to the request reaching the server, seconds from the response
-        leaving it to the result at the gate): the dispatch, the worker's queue, the result's way back; each
-        drawn U(1 - ``transit_jitter``, 1 + ``transit_jitter``) x its mean.  The outcome's ``latency_s`` is
-        the server's part only (request arrived -> response left), as the worker measures it.
+        ``transit``: (seconds from admission to the worker sending the request, seconds from the worker
+        reading the response to the result at the gate): the dispatch, the worker's queue, the result's way
+        back, outside the worker's measured ``latency_s`` (which holds the server's time and the network's
+        ``TRANSIT_S``); each drawn U(1 - ``transit_jitter``, 1 + ``transit_jitter``) x its mean.  With none
+        (the default) the server takes a request as it is admitted, stamped ``TRANSIT_S / 2`` later.
         """
         self.sim, self.n = sim, n
         self.transit, self.transit_jitter = transit, transit_jitter
@@ -253,9 +254,15 @@ class Client:
         for p in sent:
             route = self.gate.route(p)
             self.sends.append((t, route))
-            self.sim.at(t + self._transit(0), lambda ta, p=p, route=route: self.servers[route].arrive(
+            if not any(self.transit):
+                # (``latency_s``: as the worker measures it, a refusal's included: request sent -> response read)
+                self.servers[route].arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p, route=route, t0=t: self.sim.at(
+                    t_end + TRANSIT_S / 2, lambda tt: self.answer(p, {**out, "endpoint": route, "latency_s": t_end - t0 + TRANSIT_S / 2}, tt)), p)
+                continue
+            self.sim.at(t + self._transit(0) + TRANSIT_S / 2, lambda ta, p=p, route=route: self.servers[route].arrive(
                 self.sim, ta, lambda t_end, out, p=p, route=route, ta=ta: self.sim.at(
-                    t_end + self._transit(1), lambda tt: self.answer(p, {**out, "endpoint": route, "latency_s": t_end - ta}, tt)), p))
+                    t_end + TRANSIT_S / 2 + self._transit(1),
+                    lambda tt: self.answer(p, {**out, "endpoint": route, "latency_s": t_end - ta + TRANSIT_S}, tt)), p))
         wake = self.gate.next_wake(t)
         if wake is not None and (wake < self._wake_at or self._wake_at <= t):
             self._wake_at = wake
