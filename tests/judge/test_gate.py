@@ -130,13 +130,13 @@ def test_a_streak_of_refusals_across_the_board_cools_the_endpoint():
     g = gate()
     g.queue.extend(task(i) for i in range(20))
     sent, _ = g.admit(0.0, 20)
-    for k, p in enumerate(sent):  # (each at the server all the while it was in flight)
-        g.settle(p, outcome(429, retry_after=1.0, latency=0.5 + k * 0.001), None, 0.5 + k * 0.001)
+    for k, p in enumerate(sent):
+        g.settle(p, outcome(429, retry_after=1.0), None, 0.5 + k * 0.001)
     assert g.endpoints[0].state(0.6) == "up"  # what was in flight when the capacity dropped: not yet the whole endpoint
     g.queue.extend(task(i) for i in range(40, 42))
     later = g.admit(0.6, 2)[0]
     assert len(later) == 1  # the limit capped at what was in flight
-    g.settle(later[0], outcome(429, retry_after=1.0, latency=0.1), None, 0.7)  # sent after the streak began, refused too
+    g.settle(later[0], outcome(429, retry_after=1.0), None, 0.7)  # sent after the streak began, refused too
     assert g.endpoints[0].state(0.71) == "cooling"
     assert g.endpoints[0].cool_until == pytest.approx(1.7, abs=0.02)
 
