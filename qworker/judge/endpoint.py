@@ -127,11 +127,14 @@ class Endpoint:
 
     def at_server(self) -> int:
         """This producer's requests at the server now, as the server counts them (request arrived -> response left):
-        ``in_flight`` less the whole requests expected outside it, ``in_flight`` x (1 - ``transit.share``)
-        (``transit``) rounded down, so that each answer frees a whole slot as at the gate and a transit worth less
-        than one request changes nothing.  What the limit is held against."""
+        ``in_flight`` less the whole requests surely outside it.  Expected outside: x = ``in_flight`` x (1 -
+        ``transit.share``) (``transit``); how many are at a given moment varies about x as a Poisson count does, so
+        the gate counts x - sqrt(x) of them, rounded down: a server at its cap is not sent more whenever fewer than
+        expected happen to be on the way, each answer frees a whole slot as at the gate, and a transit worth a
+        request or less changes nothing.  What the limit is held against."""
         n = self.in_flight
-        return n - math.floor(n * (1.0 - self.transit.share) + 1e-9)
+        outside = n * (1.0 - self.transit.share)
+        return n - max(0, math.floor(outside - math.sqrt(outside) + 1e-9))
 
     def total_at_server(self) -> int:
         """Requests at the server now from every producer that shares it (``peers``; theirs as their notes say):

@@ -126,7 +126,7 @@ def _scenarios() -> list[Scenario]:
                  until=40.0, quick=True))
     add(Scenario("inflight-cap64-slow-path", f"{inflight}::test_a_limit_equal_to_a_servers_batch_keeps_the_batch_full_when_the_way_to_the_server_takes_time",
                  [{"capacity": 64, "latency": 0.3, "seed": 3}], [{"start": 0.0, "n": 12000, "semaphore": 64, **slow_path}], until=40.0))
-    add(Scenario("inflight-tiers-slow-path", f"{inflight}::test_a_primary_of_capacity_32_spills_to_the_fallback_only_when_it_is_full",
+    add(Scenario("inflight-tiers-slow-path", f"{inflight}::test_a_primary_of_capacity_32_with_room_at_its_server_keeps_its_tasks_from_the_fallback",
                  [{"capacity": 32, "latency": 0.3, "sigma": 0.3, "seed": 5}, {"capacity": 64, "latency": 0.3, "sigma": 0.3, "seed": 6}],
                  [{"start": 0.0, "n": 2400, "arrival_rate": 80, "endpoints": [{"priority": 0, "max_concurrency": 32}, {"priority": 1}],
                    "transit": [0.05, 0.05], "transit_jitter": 0.5}], until=600.0))
