@@ -10,6 +10,11 @@ seconds - a tenant's slot-seconds) / the mean service time of what it served the
   TENANT  capacity 64; a second tenant keeps 32 requests of its own from the end of phase 1 to the
           end of phase 2, taking each freed slot first, then leaves
 
+  FILL    capacity 64 for the whole run, flat latency (0.3 s, no load slope): with a limit equal to
+          the cap (``max_concurrency: 64``), how many requests does the server hold at once?
+          ``FILL`` refuses past the cap; ``FILLQ`` queues past it (vLLM's --max-num-seqs batch).
+          Reported from the server's ledger: the clients' mean requests in service (after 2 s).
+
 In each run two such servers (same schedule, same seed) serve at once: one qworker Producer
 (local workers, ``llm_judge`` pointed at its server, no capacity hint) and one aiohttp client with a
 semaphore(64) and exponential backoff (0.1 s doubling to 2 s).  Per phase: what each was served as
@@ -84,7 +89,14 @@ class JudgeProcess:
             self.proc.stdout.close()
 
 
+FILLS = ("FILL", "FILLQ")
+
+
 def schedule_args(scenario: str, phase_s: float) -> list[str]:
+    if scenario in FILLS:
+        return ["--capacity", str(CAPACITY), "--horizon", str(3 * phase_s), "--latency", str(LATENCY), "--sigma", "0",
+                "--load-slope", "0", "--refusal-latency", "0.05:0.3", "--retry-after", "s",
+                "--mode", "queue" if scenario == "FILLQ" else "reject"]
     args = ["--capacity", str(CAPACITY), "--horizon", str(3 * phase_s), "--latency", str(LATENCY), "--sigma", "0.6",
             "--load-slope", "0.2", "--refusal-latency", "0.05:0.3", "--retry-after", "s"]
     if scenario == "STEP":
@@ -92,8 +104,10 @@ def schedule_args(scenario: str, phase_s: float) -> list[str]:
     return [*args, "--tenant", f"{phase_s}:{2 * phase_s}:0.5"]
 
 
-def run_qworker(server: JudgeProcess, n: int, horizon: float, workers: int, out: dict) -> None:
-    cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": [{"url": server.url}], "timeout_s": 60, "ceiling": 512}}}
+def run_qworker(server: JudgeProcess, n: int, horizon: float, workers: int, out: dict, cap: Optional[int] = None) -> None:
+    """``cap``: the endpoint's ``max_concurrency`` (a limit equal to the server's cap), None: no hint."""
+    endpoint: dict = {"url": server.url, **({"max_concurrency": cap} if cap else {})}
+    cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": [endpoint], "timeout_s": 60, "ceiling": 512}}}
     tag = uuid.uuid4().hex[:8]  # fresh payloads: nothing answered from a cache
     with Producer(local_workers=workers, config=cfg) as p:
         p.wait_for_workers(workers, timeout=120)
@@ -128,7 +142,8 @@ def summary(ledger: dict) -> dict:
     phases = ledger["phases"]
     served = sum(p["served"] for p in phases)
     refused = sum(p["refused"] for p in phases)
-    return {"shares": [p["served_share"] or 0.0 for p in phases],
+    held = [x[1] for x in ledger["in_flight"] if x[0] >= 2.0]  # the clients' requests in service, sampled every 0.1 s
+    return {"shares": [p["served_share"] or 0.0 for p in phases], "held": statistics.mean(held) if held else 0.0,
             "r429": refused / max(1, served + refused),
             "readapt": [readapt(ledger, p["start"], p["end"], (p["allowed"] or 0.0) / (p["end"] - p["start"])) for p in phases[1:]],
             "tenant": [p["tenant_mean_slots"] for p in phases]}
@@ -141,7 +156,8 @@ def one_run(scenario: str, seed: int, phase_s: float, workers: int) -> dict:
     servers = {name: JudgeProcess(*args, duration=horizon + 300) for name in ("qworker", "aiohttp")}
     outs: dict[str, dict] = {"qworker": {}, "aiohttp": {}}
     try:
-        threads = [threading.Thread(target=run_qworker, args=(servers["qworker"], n, horizon, workers, outs["qworker"])),
+        cap = CAPACITY if scenario in FILLS else None
+        threads = [threading.Thread(target=run_qworker, args=(servers["qworker"], n, horizon, workers, outs["qworker"], cap)),
                    threading.Thread(target=run_aiohttp, args=(servers["aiohttp"], n, horizon, outs["aiohttp"]))]
         for t in threads:
             t.start()
@@ -163,15 +179,15 @@ def main() -> None:
     ap.add_argument("--phase-s", type=float, default=10.0, help="seconds per phase")
     ap.add_argument("--workers", type=int, default=4, help="qworker's local workers")
     ap.add_argument("--quick", action="store_true", help="5 s phases, 1 run")
-    ap.add_argument("--only", choices=("STEP", "TENANT"), action="append", default=[])
+    ap.add_argument("--only", choices=("STEP", "TENANT", *FILLS), action="append", default=[])
     args = ap.parse_args()
     runs, phase_s = (1, 5.0) if args.quick else (args.runs, args.phase_s)
     if runs < 1 or not 1.0 <= phase_s <= 60.0:
         ap.error(f"--runs must be >= 1 and --phase-s in [1, 60] (got {runs}, {phase_s})")
     print(f"judge benchmark on judgeserver.py: {phase_s:g} s phases, {runs} run(s), {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}", flush=True)
-    rows = []
-    for scenario in args.only or ["STEP", "TENANT"]:
+    rows, fills = [], []
+    for scenario in args.only or ["STEP", "TENANT", *FILLS]:
         got: dict[str, list[dict]] = {"qworker": [], "aiohttp": []}
         for seed in range(1, runs + 1):
             t0 = time.monotonic()
@@ -179,7 +195,7 @@ def main() -> None:
             for name, x in r.items():
                 got[name].append(x)
                 print(f"  {scenario} seed {seed} {name}: " + ", ".join(f"phase {k + 1} {s:.0%}" for k, s in enumerate(x["shares"]))
-                      + f" of allowed; 429s {x['r429']:.2%}; re-adapt {' / '.join(fmt_s(a) for a in x['readapt'])} s; failed {x['failed']}"
+                      + f" of allowed; held {x['held']:.1f} of {CAPACITY} at once; 429s {x['r429']:.2%}; re-adapt {' / '.join(fmt_s(a) for a in x['readapt'])} s; failed {x['failed']}"
                       + (f" (first: {x['first_error']})" if x.get("first_error") else ""), flush=True)
             print(f"    ({time.monotonic() - t0:.0f} s wall; tenant's mean slots by phase: "
                   f"{', '.join(f'{v:.1f}' for v in r['qworker']['tenant'])})", flush=True)
@@ -187,9 +203,21 @@ def main() -> None:
             med = statistics.median
             readapts = [[a if a is not None else float("inf") for a in x["readapt"]] for x in xs]
             cell = lambda v: "never" if v == float("inf") else f"{v:.2f}"  # noqa: E731
+            if scenario in FILLS:
+                fills.append([f"{scenario}: " + (f"qworker ({args.workers} workers, max_concurrency {CAPACITY})" if name == "qworker"
+                                                 else f"aiohttp + semaphore({CAPACITY})"), len(xs),
+                              f"{med(x['held'] for x in xs):.1f}", f"{med(x['held'] for x in xs) / CAPACITY:.0%}",
+                              f"{med(statistics.mean(x['shares']) for x in xs):.0%}", f"{med(x['r429'] for x in xs):.2%}", max(x["failed"] for x in xs)])
+                continue
             rows.append([f"{scenario}: " + (f"qworker ({args.workers} workers, no hint)" if name == "qworker" else "aiohttp + semaphore(64)"),
                          len(xs), *(f"{med(x['shares'][k] for x in xs):.0%}" for k in range(3)), f"{med(x['r429'] for x in xs):.2%}",
                          *(cell(med(r[k] for r in readapts)) for k in range(2)), max(x["failed"] for x in xs)])
+    if fills:
+        print(f"\nFILL / FILLQ: a cap of {CAPACITY} (refusing / queueing past it), flat 0.3 s latency, a limit equal to the cap; "
+              "the clients' requests in service at once by the server's ledger (after 2 s); medians over runs")
+        print(table(["run", "runs", "held at once", "of the cap", "served / allowed", "429s / requests", "failed"], fills))
+    if not rows:
+        return
     print(f"\nSTEP: capacity 64 -> 16 -> 64; TENANT: a tenant takes 32 of 64 in phase 2, then leaves ({phase_s:g} s phases). "
           "Share of what the server allowed in each phase, by its own ledger; medians over runs (paired seeds)")
     print(table(["run", "runs", "phase 1", "phase 2", "phase 3", "429s / requests", "re-adapt s, change 1", "change 2", "failed"], rows))

@@ -22,7 +22,7 @@ class JudgeCall:
     route: int = NO_ROUTE  # the endpoint the gate chose for the delivery in flight
     routed_at: float = 0.0  # when the gate let it go to that endpoint
     seq: int = 0  # that endpoint's send number when it went (``Endpoint.sent``)
-    level: int = 0  # every producer's requests in flight on it just after it went
+    level: int = 0  # every producer's requests at its server once this one gets there, itself included (``Endpoint.total_at_server``)
     tries: int = 0  # endpoint calls retried after errors
     throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
     failed_on: int = NO_ROUTE  # the endpoint whose error it is retried after: its next call prefers another

@@ -3,7 +3,9 @@
 Owned by the dispatcher thread (only ``LoadPoller`` runs beside it, and it
 only writes one tuple).  Units: seconds (monotonic), requests, tokens.
 
-* ``limit``: the adaptive concurrency limit (``limiter``).
+* ``limit``: the adaptive concurrency limit (``limiter``), held against the
+  requests at the server (``at_server``: those in flight at the gate times the
+  share of a call's time spent at the server, ``transit``), not the gate's count.
 * ``rpm`` / ``tpm``: static token buckets from the config (1 s burst).
 * ``paced_requests`` / ``paced_tokens``: buckets learned from the provider's
   rate-limit headers (``x-ratelimit-*``, ``anthropic-ratelimit-*``): the rate is
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .limiter import AdaptiveLimit
+from .transit import Transit
 
 log = logging.getLogger("qworker")
 
@@ -72,7 +75,8 @@ class Endpoint:
     tpm: Optional[Bucket] = None
     paced_requests: Optional[Bucket] = None
     paced_tokens: Optional[Bucket] = None
-    in_flight: int = 0
+    in_flight: int = 0  # this producer's calls admitted to it and not yet answered (the gate's count)
+    transit: Transit = field(default_factory=Transit)  # the share of those calls' time spent at the server
     sent: int = 0  # requests sent so far (a sequence number for header sync)
     cool_until: float = 0.0
     cool_reason: str = ""
@@ -119,11 +123,23 @@ class Endpoint:
         for b, is_tokens in self.buckets():
             if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
                 return 0.0
-        return max(0.0, math.floor(self.share()) - self.in_flight)
+        return max(0.0, math.floor(self.share()) - self.at_server())
 
-    def total_in_flight(self) -> int:
-        """Requests in flight to this endpoint from every producer that shares it (``peers``): what its limit is judged against."""
-        return self.in_flight + sum(n.in_flight for n in self.peers)
+    def at_server(self) -> int:
+        """This producer's requests at the server now, as the server counts them (request arrived -> response left):
+        ``in_flight`` less the whole requests surely outside it.  Expected outside: x = ``in_flight`` x (1 -
+        ``transit.share``) (``transit``); how many are at a given moment varies about x as a Poisson count does, so
+        the gate counts x - sqrt(x) of them, rounded down: a server at its cap is not sent more whenever fewer than
+        expected happen to be on the way, each answer frees a whole slot as at the gate, and a transit worth a
+        request or less changes nothing.  What the limit is held against."""
+        n = self.in_flight
+        outside = n * (1.0 - self.transit.share)
+        return n - max(0, math.floor(outside - math.sqrt(outside) + 1e-9))
+
+    def total_at_server(self) -> int:
+        """Requests at the server now from every producer that shares it (``peers``; theirs as their notes say):
+        what its limit is judged against."""
+        return self.at_server() + sum(n.in_flight for n in self.peers)
 
     def share(self) -> float:
         """What this producer may hold: its limit, or with peers (``peers``) an even share.
@@ -156,8 +172,8 @@ class Endpoint:
         for b, is_tokens in self.buckets():
             if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
                 return f"paced by {names[id(b)]} at {b.rate * 60:g}/min, {b.tokens:g} left, never refilling"
-        peers = f", {len(self.peers)} other producers holding {self.total_in_flight() - self.in_flight}" if self.peers else ""
-        return f"limit {self.limit.limit:g}, {self.in_flight} in flight{peers}, weight {self.weight:g}"
+        peers = f", {len(self.peers)} other producers holding {sum(n.in_flight for n in self.peers)}" if self.peers else ""
+        return f"limit {self.limit.limit:g}, {self.in_flight} in flight ({self.at_server()} at the server){peers}, weight {self.weight:g}"
 
     def ready_at(self, now: float, tokens: float) -> Optional[float]:
         """When pacing next lets a request go (None: pacing does not hold it)."""

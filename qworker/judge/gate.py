@@ -266,9 +266,10 @@ class Gate:
                 queue.popleft()
             if best.down_reason:
                 best.probing = True
+            level = best.total_at_server() + 1  # at the server once it gets there, itself included
             best.take(now, tokens)
             call = self._call(p)
-            call.seq, call.level = best.sent, best.total_in_flight()
+            call.seq, call.level = best.sent, level
             call.route, call.routed_at = best.index, now
             sent.append(p)
         if queue and len(sent) < budget and not self._delayed and not any(e.in_flight for e in self.endpoints) \
@@ -400,8 +401,9 @@ class Gate:
             return False
         status, failure = int(outcome.get("status") or 0), outcome.get("failure") or ""
         latency = float(outcome.get("latency_s") or 0.0)
+        e.transit.on_answer(now - call.routed_at, latency)  # the gate's seconds on this call, and the server's
         after, ratelimit = screen(e, outcome)
-        in_flight = e.total_in_flight() + 1  # the endpoint's load when this answer came, every producer's
+        in_flight = e.total_at_server() + 1  # the server's load when this answer left it, every producer's, this one included
         if error:
             e.last_error = clip(error)
         e.learn(ratelimit, now, call.routed_at, seq, self._tokens(p))
@@ -459,7 +461,7 @@ class Gate:
         load = e.load
         if load is not None and load[2] > e.load_used and now - load[2] < LOAD_FRESH_S:
             e.load_used = load[2]
-            e.limit.on_server_load(load[0], load[1], e.total_in_flight(), now)
+            e.limit.on_server_load(load[0], load[1], e.total_at_server(), now)
 
     # reporting --------------------------------------------------------------
     def snapshot(self, now: float) -> JudgeStatus:

@@ -1,7 +1,7 @@
 """An adaptive concurrency limit for one endpoint: estimators combined by a mode state machine.
 
 The algorithm only; ``gate`` enforces it.  Units: seconds (the gate's clock),
-requests.  Only the dispatcher thread calls it.  Little's law gives the target:
+requests at the server (as the server counts them: ``Endpoint.at_server``).  Only the dispatcher thread calls it.  Little's law gives the target:
 a judge serving C requests at once with latency R sustains C/R requests/s, and
 holding exactly C in flight gets all of it.
 
@@ -180,7 +180,7 @@ class AdaptiveLimit:
         self.latency.restart()  # judge the cut on answers sent after it
 
     # signals -----------------------------------------------------------------
-    def on_server_load(self, running: float, waiting: float, in_flight: int, now: float) -> None:
+    def on_server_load(self, running: float, waiting: float, in_flight: float, now: float) -> None:
         """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients)."""
         cfg = self.config
         reading = self.load.reading(running, waiting, in_flight, now)
@@ -193,7 +193,7 @@ class AdaptiveLimit:
             self.limit = min(cfg.ceiling, self.limit + step, below)
             self.memory.raise_knee(self.limit)
 
-    def on_success(self, rtt: float, in_flight: int, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None) -> None:
+    def on_success(self, rtt: float, in_flight: float, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None) -> None:
         """A request answered normally after ``rtt`` seconds.
 
         ``in_flight``: requests outstanding now, this one included; ``level``:
@@ -260,7 +260,7 @@ class AdaptiveLimit:
             grown = self.limit + cfg.probe / max(1.0, self.limit)
         self.limit = min(cfg.ceiling, grown)
 
-    def on_drop(self, in_flight: int, now: float, sent_at: float, *, timeout: bool = False) -> None:
+    def on_drop(self, in_flight: float, now: float, sent_at: float, *, timeout: bool = False) -> None:
         """The endpoint refused a request sent at ``sent_at`` (429/503), or it timed out.
 
         ``in_flight`` counts the requests outstanding, this one included.
@@ -311,7 +311,7 @@ class AdaptiveLimit:
         if regain > self.limit and self.mode is Mode.STEADY:
             self._recover_to(regain, Mode.STEADY, regaining=True)
 
-    def cap(self, in_flight: int) -> None:
+    def cap(self, in_flight: float) -> None:
         """The refused request's slot is not reused until something finishes."""
         self.limit = max(self.config.floor, min(self.limit, in_flight - 1))
 

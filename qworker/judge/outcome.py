@@ -36,9 +36,9 @@ AGAIN, DONE = Verdict(True), Verdict(False)
 
 
 def classify(e: Endpoint, endpoints: list[Endpoint], p: JudgeCall, status: int, failure: str, latency: float, after: Optional[float],
-             refused: bool, in_flight: int, level: int, outcome: dict, ratelimit: Optional[dict], now: float, *,
+             refused: bool, in_flight: float, level: float, outcome: dict, ratelimit: Optional[dict], now: float, *,
              dead_after_s: float, error_budget: float) -> Verdict:
-    """Record an answer's meaning on ``e`` (one of ``endpoints``); ``in_flight``: every producer's requests now, this one included."""
+    """Record an answer's meaning on ``e`` (one of ``endpoints``); ``in_flight``: every producer's requests at the server now, this one included (``Endpoint.total_at_server``)."""
     park = None
     if status == 200:
         e.counts["ok"] += 1

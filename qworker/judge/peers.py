@@ -220,7 +220,7 @@ class Peers:
         self.producer = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.keys = [endpoint_key(e.url) for e in endpoints]
         self.due = -float("inf")  # when the next notes are due (the gate's clock)
-        self._held = [(0, -1) for _ in endpoints]  # per endpoint: (every producer's requests in flight, refusals so far) at the last notes
+        self._held = [(0, -1) for _ in endpoints]  # per endpoint: (every producer's requests at the server, refusals so far) at the last notes
         self._heard: list[dict[str, int]] = [{} for _ in endpoints]  # per endpoint: each peer's refusals, as last read
 
     def tick(self, now: float, wants: bool) -> None:
@@ -234,11 +234,11 @@ class Peers:
             for i, (e, key) in enumerate(zip(self.endpoints, self.keys, strict=True)):
                 lim = e.limit
                 refused_level = lim.refused_level if lim.refused_level < math.inf else 0.0
-                board.publish(key, Note(self.producer, e.in_flight, round(lim.limit, 3), wants and not e.down_reason, at,
+                board.publish(key, Note(self.producer, e.at_server(), round(lim.limit, 3), wants and not e.down_reason, at,
                                         round(lim.high, 3), round(lim.regaining_to(), 3), lim.refusals, refused_level))
                 e.peers = peers = [n for n in board.read(key) if n.producer != self.producer]
                 # This producer's answers are its share of the endpoint's: Little's law on them, scaled up, is the endpoint's
-                lim.answers_scale = min(1.0 + len(peers), e.total_in_flight() / max(1, e.in_flight)) if peers else 1.0
+                lim.answers_scale = min(1.0 + len(peers), e.total_at_server() / max(1, e.at_server())) if peers else 1.0
                 if peers:
                     lim.adopt(max(n.limit for n in peers), max(self._held_level(i, e, at), *(n.high for n in peers)),
                               max(n.regain for n in peers))
@@ -286,7 +286,7 @@ class Peers:
         climb back to it when it returns.  Never above where queueing began.  Not while
         a peer's note is quiet (a producer killed or stalled: what it says it holds may be gone).
         """
-        total, drops = e.total_in_flight(), e.limit.drops
+        total, drops = e.total_at_server(), e.limit.drops
         before, drops_before = self._held[i]
         self._held[i] = (total, drops)
         if drops != drops_before or any(at - n.at > QUIET_S for n in e.peers):

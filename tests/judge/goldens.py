@@ -119,6 +119,17 @@ def _scenarios() -> list[Scenario]:
         add(Scenario(f"tiers-primary-down-{how}", f"{tiers}::test_traffic_moves_up_while_the_primary_is_down_and_returns_when_it_recovers",
                      [{"capacity": 64, **LOGN, "seed": 6, "outage": [5.0, 10.0], "outage_reply": how}, {"capacity": 64, **LOGN, "seed": 7}],
                      [{"start": 0.0, "n": 20000, "endpoints": prio, "arrival_rate": 150}], until=600.0, changes=[5.0, 10.0]))
+    inflight = "tests/judge/test_inflight.py"
+    slow_path: dict = {"transit": [0.02, 0.02], "transit_jitter": 0.5}
+    add(Scenario("inflight-batch64-slow-path", f"{inflight}::test_a_limit_equal_to_a_servers_batch_keeps_the_batch_full_when_the_way_to_the_server_takes_time",
+                 [{"mode": "queue", "capacity": 64, "latency": 0.3, "seed": 3}], [{"start": 0.0, "n": 12000, "semaphore": 64, **slow_path}],
+                 until=40.0, quick=True))
+    add(Scenario("inflight-cap64-slow-path", f"{inflight}::test_a_limit_equal_to_a_servers_batch_keeps_the_batch_full_when_the_way_to_the_server_takes_time",
+                 [{"capacity": 64, "latency": 0.3, "seed": 3}], [{"start": 0.0, "n": 12000, "semaphore": 64, **slow_path}], until=40.0))
+    add(Scenario("inflight-tiers-slow-path", f"{inflight}::test_a_primary_of_capacity_32_with_room_at_its_server_keeps_its_tasks_from_the_fallback",
+                 [{"capacity": 32, "latency": 0.3, "sigma": 0.3, "seed": 5}, {"capacity": 64, "latency": 0.3, "sigma": 0.3, "seed": 6}],
+                 [{"start": 0.0, "n": 2400, "arrival_rate": 80, "endpoints": [{"priority": 0, "max_concurrency": 32}, {"priority": 1}],
+                   "transit": [0.05, 0.05], "transit_jitter": 0.5}], until=600.0))
     outage = "tests/judge/test_outage.py"
     replies: list[tuple[str, Optional[str]]] = [("429", "s"), ("429", None), ("503", "s"), ("503", None), ("connect", None), ("reset", None)]
     for reply, after in replies:

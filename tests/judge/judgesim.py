@@ -47,7 +47,7 @@ from qworker.judge.peers import MemoryBoard
 from qworker.judge.prefixcache import PrefixCache
 from qworker.rewards.llm_judge import DEFAULT_TEMPLATE, render
 
-TRANSIT_S = 0.002  # producer -> worker -> server and back
+TRANSIT_S = 0.002  # worker -> server -> worker: the network, inside the worker's measured latency (``latency_s``)
 
 
 @dataclass
@@ -189,7 +189,8 @@ def prompt_of(p: Pending) -> str:
 class Client:
     def __init__(self, sim: Sim, server: Server | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
                  metrics: bool = False, endpoints: Optional[list[dict]] = None, arrival_rate: Optional[float] = None,
-                 payload: Optional[Callable[[int], dict]] = None, board: Optional[MemoryBoard] = None, **params) -> None:
+                 payload: Optional[Callable[[int], dict]] = None, board: Optional[MemoryBoard] = None,
+                 transit: tuple[float, float] = (0.0, 0.0), transit_jitter: float = 0.0, **params) -> None:
         """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation.
 
         ``metrics``: read the server's running and waiting counts every 0.5 s, as
@@ -198,8 +199,15 @@ class Client:
         ``arrival_rate``: tasks arrive at this rate (per second) instead of all at once.
         ``payload``: task ``i``'s payload (msgpack-packed as the producer does), else 200 bytes.
         ``board``: the notes board this client's gate shares with the others (``peers``), on simulated time.
+        ``transit``: (seconds from admission to the worker sending the request, seconds from the worker
+        reading the response to the result at the gate): the dispatch, the worker's queue, the result's way
+        back, outside the worker's measured ``latency_s`` (which holds the server's time and the network's
+        ``TRANSIT_S``); each drawn U(1 - ``transit_jitter``, 1 + ``transit_jitter``) x its mean.  With none
+        (the default) the server takes a request as it is admitted, stamped ``TRANSIT_S / 2`` later.
         """
         self.sim, self.n = sim, n
+        self.transit, self.transit_jitter = transit, transit_jitter
+        self._transit_rng = random.Random(7)
         self.servers = server if isinstance(server, list) else [server]
         self.server = self.servers[0]
         extra = endpoints or [{} for _ in self.servers]
@@ -246,12 +254,23 @@ class Client:
         for p in sent:
             route = self.gate.route(p)
             self.sends.append((t, route))
-            self.servers[route].arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p, route=route: self.sim.at(
-                t_end + TRANSIT_S / 2, lambda tt: self.answer(p, {**out, "endpoint": route}, tt)), p)
+            if not any(self.transit):
+                # (``latency_s``: as the worker measures it, a refusal's included: request sent -> response read)
+                self.servers[route].arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p, route=route, t0=t: self.sim.at(
+                    t_end + TRANSIT_S / 2, lambda tt: self.answer(p, {**out, "endpoint": route, "latency_s": t_end - t0 + TRANSIT_S / 2}, tt)), p)
+                continue
+            self.sim.at(t + self._transit(0) + TRANSIT_S / 2, lambda ta, p=p, route=route: self.servers[route].arrive(
+                self.sim, ta, lambda t_end, out, p=p, route=route, ta=ta: self.sim.at(
+                    t_end + TRANSIT_S / 2 + self._transit(1),
+                    lambda tt: self.answer(p, {**out, "endpoint": route, "latency_s": t_end - ta + TRANSIT_S}, tt)), p))
         wake = self.gate.next_wake(t)
         if wake is not None and (wake < self._wake_at or self._wake_at <= t):
             self._wake_at = wake
             self.sim.at(wake, self.pump)
+
+    def _transit(self, way: int) -> float:
+        mean = self.transit[way]
+        return mean * self._transit_rng.uniform(1 - self.transit_jitter, 1 + self.transit_jitter) if self.transit_jitter else mean
 
     def answer(self, p: Pending, outcome: dict, t: float) -> None:
         route = self.gate.route(p)

@@ -138,7 +138,7 @@ def test_shares_count_only_producers_with_tasks_waiting():
     g.tick(0.0)
     # the lowest limit among those that want more (60), less what the idle one holds, split between two
     assert e.share() == 28
-    assert e.total_in_flight() == 24
+    assert e.total_at_server() == 24
 
 
 def test_a_joining_producer_starts_from_its_peers_limit_and_capacity():

@@ -1,0 +1,71 @@
+"""The limit is held against the requests at the server, as the server counts them, not the gate's count (simulated time).
+
+The gate holds a call from its admission to its result's return; the server, from the request's
+arrival to the response's departure.  Here the way between them (dispatch, the worker's queue, the
+result's return) takes tens of milliseconds each way, as on a loaded host, and the servers' own
+accounts say how many they held at once.
+"""
+
+from __future__ import annotations
+
+from qworker.judge.gate import Gate
+from qworker.judge.transit import Transit
+
+from .judgesim import Client, Server, Sim
+
+
+def held(server: Server, start: float, end: float) -> float:
+    """The server's mean number of requests in service between ``start`` and ``end`` (its own account)."""
+    busy = sum(max(0.0, min(end, a + s) - max(start, a)) for a, s in server.services)
+    return busy / (end - start)
+
+
+def test_a_limit_equal_to_a_servers_batch_keeps_the_batch_full_when_the_way_to_the_server_takes_time():
+    # 64 slots (vLLM's --max-num-seqs), flat latency, a client told so (max_concurrency 64), 40 ms outside the
+    # server per call: the server runs ~64 at once, not 64 x 0.3 / 0.34, and barely queues.
+    srv = Server(mode="queue", capacity=64, latency=0.3, seed=3)
+    sim = Sim()
+    c = Client(sim, srv, 12000, semaphore=64, transit=(0.02, 0.02), transit_jitter=0.5)
+    sim.run([c], 40.0)
+    running = held(srv, 5.0, 25.0)
+    assert running >= 0.93 * 64, f"the server ran {running:.1f} of 64 on average"  # (the gate's count: 56)
+    assert srv.stats["queued_s"] / srv.stats["service_s"] < 0.05
+    assert not c.failed
+
+
+def test_a_primary_of_capacity_32_with_room_at_its_server_keeps_its_tasks_from_the_fallback():
+    # 80 tasks/s at 0.3 s need 24 of the primary's 32 slots (max_concurrency 32).  With 50 ms each way outside
+    # the server the gate holds ~32 calls for it: counted at the gate, the primary looks full and tasks spill.
+    primary, fallback = Server(capacity=32, latency=0.3, sigma=0.3, seed=5), Server(capacity=64, latency=0.3, sigma=0.3, seed=6)
+    sim = Sim()
+    c = Client(sim, [primary, fallback], 2400, arrival_rate=80, endpoints=[{"priority": 0, "max_concurrency": 32}, {"priority": 1}],
+               transit=(0.05, 0.05), transit_jitter=0.5)
+    sim.run([c], 600.0)
+    assert not c.failed and len(c.done_at) == 2400
+    warm = 2.0  # the first answers teach the gate the share of a call's time at the server
+    sends = [(t, e) for t, e in c.sends if t >= warm]
+    spilled = [t for t, e in sends if e == 1]
+    assert len(spilled) / len(sends) < 0.005, f"{len(spilled)} of {len(sends)} sent after {warm:g} s went to the fallback"  # (7%)
+    assert primary.stats["refused"] / primary.stats["requests"] < 0.02
+
+
+def test_the_share_at_the_server_is_the_servers_seconds_over_the_gates():
+    t = Transit()
+    assert t.share == 1.0  # before any answer: the gate's own count
+    for _ in range(300):
+        t.on_answer(0.4, 0.3)
+    assert abs(t.share - 0.75) < 1e-9 and abs(t.transit_s - 0.1) < 1e-3
+    t.on_answer(0.0, 0.3)  # no gate time: says nothing
+    t.on_answer(0.2, 0.5)  # a server time over the gate's (clocks apart): clipped to the gate's
+    assert 0.75 < t.share <= 1.0
+
+
+def test_an_endpoint_holds_its_limit_against_the_requests_at_its_server():
+    g = Gate({"model": "m", "endpoints": [{"url": "http://a", "max_concurrency": 30}], "initial_concurrency": 30})
+    e = g.endpoints[0]
+    for _ in range(300):
+        e.transit.on_answer(0.4, 0.3)  # a quarter of each call's time outside the server
+    e.in_flight = 34  # 8.5 of them expected outside the server; 8.5 - sqrt(8.5), 5 whole ones, surely so
+    assert e.at_server() == 29 and e.free(0.0, 1.0) == 1
+    e.in_flight = 36
+    assert e.at_server() == 30 and e.free(0.0, 1.0) == 0
