@@ -1,4 +1,4 @@
-"""Hostile or broken values from servers (headers) and configs (issue 18, defect 5).
+"""Hostile or broken values from servers (headers) and configs.
 
 From a server: ignored, one warning per endpoint and header.  From a config: a
 ``ConfigError`` at start naming the key and value.  An endpoint that can never

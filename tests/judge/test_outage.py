@@ -1,9 +1,8 @@
 """A short judge outage against the simulator (tests/judge/judgesim.py): back to speed in seconds, no task failed.
 
-Issue 18 (7): against a judge of capacity 64 and 0.5 s latency refusing everything
-for 2 s, each refusal of the outage lowered the level to recover to by one, and
-throughput took about 4 minutes to come back (10 answers/s at 25-60 s after,
-against 128 before); without Retry-After 9 tasks failed.
+The guarantee: against a judge of capacity 64 and 0.5 s latency refusing everything
+for 2 s, throughput is back within seconds and no task fails, with or without
+Retry-After (an outage's refusals must not each lower the level to recover to).
 """
 
 from __future__ import annotations

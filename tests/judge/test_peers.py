@@ -1,6 +1,6 @@
 """Producers on one host that share a judge endpoint without a service (``judge.peers``), in simulated time.
 
-Targets (issue 21): a producer that starts while another holds the whole
+Targets: a producer that starts while another holds the whole
 endpoint gets an even share (within 25%) within 30 s, on a refusing cap, a token
 bucket and a queueing server without a metrics URL; a producer alone runs
 exactly as without notes.  Without the board the latecomer gets 2-8%.

@@ -1,4 +1,4 @@
-"""One gate per judge; a later config at odds with its settings is refused (issue 18, defect 9)."""
+"""One gate per judge; a later config at odds with its settings is refused."""
 
 from __future__ import annotations
 
