@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable, Optional
+from typing import TYPE_CHECKING, Hashable, Optional, Sequence
 
 from ._result import ResultFuture
 from .transport import wire
@@ -167,16 +167,10 @@ class Pending:
     def finish(self) -> None:
         """Any state but DONE -> DONE, leaving its lease index.  Only ``PendingTable`` calls it (or
         ``finish_all``), under its lock, as the task leaves the table."""
-        holder = self.holder
-        if holder is not None:  # LEASED
-            del holder.leases[self.key]
-            self.holder = None
-        elif self.state is DONE:
-            raise self._illegal("resolve")
-        self.state = DONE
+        finish_all((self,))
 
 
-def finish_all(tasks: list[Pending]) -> None:
+def finish_all(tasks: Sequence[Pending]) -> None:
     """``Pending.finish`` for each of ``tasks`` (one call for a batch of results: the dispatcher's hot path).
     If one is DONE already (a bug), those before it are finished and it raises."""
     for p in tasks:
