@@ -15,10 +15,9 @@ kept here, not by each caller:
   if even that raises, resolved as ``cancelled`` naming the exception; the
   exception propagates to the caller.
 * Once handed on, the dispatcher resolves a task from its result (``resolve``:
-  the first outcome wins, ``claim`` guards every other resolution).  A
-  ``Client`` hands its tasks on to a reward service and resolves them with the
-  results the service sends (``settle``, the same first-wins claim), so a
-  result that arrives twice (a resend) changes nothing.
+  the first outcome wins, ``claim`` guards every other resolution), so a
+  result that arrives twice (a redelivery's) changes nothing.  (A ``Client``
+  keeps no table of these: its futures are its ``FutureTable``'s.)
 * ``close`` refuses every later registration (``ProducerClosed``) and resolves
   whatever is still pending as ``cancelled``; a submission racing it either
   registers before (and its tasks are cancelled) or raises (and what it had
@@ -93,7 +92,7 @@ class PendingTable:
         self._pending: dict[bytes, Pending] = {}
         self._closed: Optional[str] = None  # why, once closed
         # written under ``_lock`` only: "submitted", "rejected", "cache_hits", "deduplicated" by registrations (the
-        # callers' threads); "resolved", "failed" by resolutions (the dispatcher's, a Client's I/O thread)
+        # callers' threads); "resolved", "failed" by resolutions (whichever thread resolves)
         self._counts = {"submitted": 0, "rejected": 0, "resolved": 0, "failed": 0, "cache_hits": 0, "deduplicated": 0}
 
     @property
@@ -236,23 +235,6 @@ class PendingTable:
             counts["failed"] += failed
             self._cache(self.cache.put_many, rows)
         resolve_many(zip([p.future for p in claimed], results, strict=True))
-
-    def settle(self, done: Sequence[tuple[Pending, Result]]) -> list[Pending]:
-        """Resolve tasks with results made elsewhere (a reward service's, for a ``Client``); nothing is cached.
-        The first result of a task wins; returns the tasks resolved by this call."""
-        claimed = []
-        with self._lock:
-            pending = self._pending
-            for p, r in done:
-                if pending.get(p.key) is p:
-                    del pending[p.key]
-                    p.finish()
-                    claimed.append((p, r))
-            self._counts["resolved"] += len(claimed)
-            self._counts["failed"] += sum(r.error is not None for _, r in claimed)
-        for p, r in claimed:
-            p.future.set_result(r)
-        return [p for p, _ in claimed]
 
     def resolve_cached(self, tasks: list[Pending], found: dict[bytes, tuple[float, dict]]) -> None:
         """Resolve tasks whose results a slower cache tier had (the memory tier learns them)."""
