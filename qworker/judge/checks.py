@@ -26,7 +26,7 @@ from .settings import JudgeSettings
 
 log = logging.getLogger("qworker")
 
-__all__ = ["ENDPOINT_BOUNDS", "ENDPOINT_KEYS", "JUDGE_KEYS", "PARAM_BOUNDS", "check", "screen"]
+__all__ = ["ENDPOINT_BOUNDS", "ENDPOINT_KEYS", "JUDGE_KEYS", "PARAM_BOUNDS", "check", "measured", "screen"]
 
 JUDGE_KEYS = frozenset({
     "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
@@ -95,6 +95,30 @@ _RATELIMIT_BOUNDS = {"limit": (1.0, MAX_PER_MINUTE), "remaining": (0.0, MAX_PER_
 def _within(x: object, lo: float, hi: float) -> bool:
     """``x`` is a finite number (not a bool) in [lo, hi]."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and lo <= x <= hi
+
+
+MAX_TOKENS = 10**9  # a reply's completion tokens beyond this are not believed
+
+
+def measured(outcome: dict) -> dict:
+    """``outcome`` less a ``latency_s`` (seconds) or ``completion_tokens`` that is not a believable measurement.
+
+    The worker measures both, but they cross a socket as plain numbers: a NaN
+    latency would stay in the limiter's average for good, and a zero or
+    negative one would read as a call that spent no time at the server.  What
+    is dropped reads as not measured.
+    """
+    latency, tokens = outcome.get("latency_s"), outcome.get("completion_tokens")
+    keep_latency = latency is None or _within(latency, 0.0, MAX_DELAY_S)
+    keep_tokens = tokens is None or (isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens <= MAX_TOKENS)
+    if keep_latency and keep_tokens:
+        return outcome
+    out = dict(outcome)
+    if not keep_latency:
+        out.pop("latency_s")
+    if not keep_tokens:
+        out.pop("completion_tokens")
+    return out
 
 
 def screen(e: Endpoint, outcome: dict) -> tuple[Optional[float], Optional[dict]]:

@@ -83,7 +83,7 @@ from .._status import EndpointRow, JudgeStatus
 from .._task import Pending
 from .call import NO_ROUTE, JudgeCall
 from .checks import check as _check
-from .checks import screen
+from .checks import measured, screen
 from .endpoint import Bucket, Endpoint, LoadPoller
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
 from .outcome import AUTH_DOWN_S, MAX_RETRY_AFTER_S, classify
@@ -399,9 +399,11 @@ class Gate:
         if outcome is None:  # failed before any call (a bad payload): says nothing about the endpoint
             e.probing = False
             return False
+        outcome = measured(outcome)
         status, failure = int(outcome.get("status") or 0), outcome.get("failure") or ""
         latency = float(outcome.get("latency_s") or 0.0)
-        e.transit.on_answer(now - call.routed_at, latency)  # the gate's seconds on this call, and the server's
+        if status == 200 and latency > 0.0:  # a served call: the gate's seconds on it, and the server's
+            e.transit.on_answer(now - call.routed_at, latency)
         after, ratelimit = screen(e, outcome)
         in_flight = e.total_at_server() + 1  # the server's load when this answer left it, every producer's, this one included
         if error:
