@@ -130,13 +130,17 @@ class PendingTable:
             yield reg
         except BaseException as exc:
             if not reg.handed_on:
-                left = [p for p in reg.new if p.state is not DONE]
-                try:
-                    hand_on(left)
-                except BaseException as again:
-                    self._cancel(left, f"the submission that registered it failed ({type(exc).__name__}: {exc}; then "
-                                       f"{type(again).__name__}: {again})")
+                self._hand_on_after(exc, reg.new, hand_on)
             raise
+
+    def _hand_on_after(self, exc: BaseException, new: list[Pending], hand_on: Callable[[list[Pending]], None]) -> None:
+        """A submission failed with ``exc`` while it owned ``new``: hand on those still pending, or cancel them."""
+        left = [p for p in new if p.state is not DONE]
+        try:
+            hand_on(left)
+        except BaseException as again:
+            self._cancel(left, f"the submission that registered it failed ({type(exc).__name__}: {exc}; then "
+                               f"{type(again).__name__}: {again})")
 
     def _add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
              policy: Optional[AdmissionPolicy], now: float, hand_on: Callable[[list[Pending]], None], lane: Hashable = 0,
@@ -144,12 +148,27 @@ class PendingTable:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
         hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]] = []
-        cache_get = self.cache.get
         read = self.cache_read and cache_read  # False too for keys nothing is cached under (a version not yet reported)
-        pending = self._pending
-        counts = self._counts
         # Keyword arguments cost a task's construction a third more: the usual task (no policy, lane 0) has none.
         make: Callable[..., Pending] = Pending if policy is None and lane == 0 else functools.partial(Pending, policy=policy, lane=lane)
+        try:
+            self._add_chunks(entries, reward, params, timeout_s, now, make, read, futures, new, hits, rejected)
+        except ProducerClosed:
+            raise  # what earlier chunks registered is in the table, and ``close`` cancels it
+        except BaseException as exc:  # a cache tier or a bug, past earlier chunks: their tasks must not be stranded
+            self._hand_on_after(exc, new, hand_on)
+            raise
+        for fut, key, (score, extra) in hits:
+            fut.set_result(Result(score=score, extra=extra, cached=True, key=key.hex()))
+        return Registration(futures, new, hand_on)
+
+    def _add_chunks(self, entries: list[tuple[bytes, bytes]], reward: str, params: dict, timeout_s: Optional[float], now: float,
+                    make: Callable[..., Pending], read: bool, futures: list[ResultFuture], new: list[Pending],
+                    hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]], rejected: int) -> None:
+        """``_add``'s registration, chunk by chunk, into ``futures``, ``new`` and ``hits``."""
+        cache_get = self.cache.get
+        pending = self._pending
+        counts = self._counts
         for start in range(0, max(len(entries), 1), _REGISTER_CHUNK):
             # The lock is released between chunks so that ``close`` never waits on a large batch.  ``close``
             # sets ``_closed`` before it takes the lock, so the next chunk sees it and stops (a waiter is not
@@ -180,9 +199,6 @@ class PendingTable:
                 counts["cache_hits"] += n_hits
                 counts["deduplicated"] += len(chunk) - n_new - n_hits
                 rejected = 0  # counted with the first chunk
-        for fut, key, (score, extra) in hits:
-            fut.set_result(Result(score=score, extra=extra, cached=True, key=key.hex()))
-        return Registration(futures, new, hand_on)
 
     def claim(self, tasks: Sequence[Pending], *, count_as: Optional[str] = None) -> list[Pending]:
         """Take the right to resolve each task (it is DONE from here); returns those still unresolved, each once.

@@ -74,6 +74,28 @@ def test_a_registration_that_raises_still_hands_on_what_it_registered():
     assert shared is reg.futures[0]
 
 
+def test_a_memory_tier_that_raises_past_the_first_chunk_still_hands_on_the_earlier_chunks():
+    t = table()
+    calls = {"n": 0}
+    real_get = t.cache.get
+
+    def get(key: bytes):
+        calls["n"] += 1
+        if calls["n"] > 1500:  # inside the second chunk of 1,024 entries
+            raise OSError("memory tier broke")
+        return real_get(key)
+
+    t.cache.get = get  # type: ignore[method-assign]
+    handed: list = []
+    keys = [i.to_bytes(16, "big") for i in range(3000)]
+    with pytest.raises(OSError, match="memory tier broke"):
+        with t.registering([(k, b"p") for k in keys], reward="noop", params={}, timeout_s=None, policy=None, now=0.0,
+                           hand_on=handed.extend):
+            pass
+    assert len(handed) >= 1024 and {p.key for p in handed} <= set(keys)  # never left pending with no one to resolve them
+    assert all(t.get(p.key) is p for p in handed)  # still pending, for the dispatcher: a sharer waits on a live task
+
+
 def test_a_registration_that_cannot_hand_on_cancels_only_what_it_registered():
     t = table()
     [other], _ = add(t, b"h" * 16)
