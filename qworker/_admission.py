@@ -31,7 +31,10 @@ declares none gets no policy: straight to the queue.
   and forgotten.
 * ``meta(task) -> dict``: the metadata this delivery of an admitted task carries
   to the worker (the wire's ``Task.meta``), which hands it to the reward
-  unchanged (``EndpointCall.meta``).  Called when the task is sent.
+  unchanged (``EndpointCall.meta``).  Called when the task is sent.  Keep it to
+  a few small values: the scheduler bounds a task's size in a message with a
+  fixed allowance of 64 bytes (``TASK_OVERHEAD``) besides its payload, reward
+  name and params, and a larger meta is not counted in it.
 * ``next_wake(now) -> seconds or None``: the monotonic time at which ``admit``
   may let a held task go although nothing else happens (a delay, a cooldown);
   None when only a result or a new task can.

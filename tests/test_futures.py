@@ -58,9 +58,7 @@ def test_a_large_registration_racing_close_stops_and_raises():
     t.close("closed while registering")
     th.join(30)
     assert not th.is_alive()
-    if "batch" in out:  # registered first: it can no longer be handed out
-        with pytest.raises(ProducerClosed):
-            t.hand_out(out["batch"])
-    else:
-        assert "closed while registering" in str(out["error"])
+    # 2M futures take seconds to make; close() came within moments of the start, so the registration saw it
+    # part-way and stopped (a registration that ran to the end would leave "batch" here instead)
+    assert "error" in out and "closed while registering" in str(out["error"]), out.keys()
     assert len(t) == 0

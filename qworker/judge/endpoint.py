@@ -4,8 +4,9 @@ Owned by the dispatcher thread (only ``LoadPoller`` runs beside it, and it
 only writes one tuple).  Units: seconds (monotonic), requests, tokens.
 
 * ``limit``: the adaptive concurrency limit (``limiter``), held against the
-  requests at the server (``at_server``: those in flight at the gate times the
-  share of a call's time spent at the server, ``transit``), not the gate's count.
+  requests at the server (``at_server``: those in flight at the gate less those
+  surely outside the server, from the share of a call's time spent there,
+  ``transit``), not the gate's count.
 * ``rpm`` / ``tpm``: static token buckets from the config (1 s burst).
 * ``paced_requests`` / ``paced_tokens``: buckets learned from the provider's
   rate-limit headers (``x-ratelimit-*``, ``anthropic-ratelimit-*``): the rate is

@@ -3,7 +3,7 @@
 They sit beside the reward's own params in the config's ``rewards: llm_judge:``
 section (see ``configs/judge.yaml``), and every place that reads them reads this
 class: its defaults, the gate's values (``from_params``), which keys are left
-out of a task's hash (none of these is: they do not change what is scored),
+out of a task's hash (all of these are: they do not change what is scored),
 which travel to the worker (scope ``call``), which a later config of the same
 judge must repeat (scope ``gate``), and their bounds (``checks``).
 

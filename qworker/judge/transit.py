@@ -19,13 +19,14 @@ whole (admission -> result).  ``Transit`` keeps, over recent answers,
 the fraction of the call-seconds in flight at the gate that the server saw.  By
 Little's law on the two stretches of the same calls, the mean number at the
 server is ``share`` x the mean number in flight at the gate, so the gate reads
-its ``in_flight`` less the whole requests of ``in_flight`` x (1 - ``share``) as the requests at the server now and holds its
+its ``in_flight`` less floor(x - sqrt(x)), x = ``in_flight`` x (1 - ``share``) (the requests surely outside the
+server: the expected number less one Poisson deviation), as the requests at the server now, and holds its
 limit against that (``Endpoint.at_server``): a limit equal to a server's cap
 fills the cap, and a tier spills only when its server is full.  ``share`` is 1
 until an answer says otherwise (the gate's count, the cautious reading), and
 it is an expectation: the number actually in transit varies around it, and the
 limiter's refusal signals absorb what that costs at a hard cap.  Units: seconds,
-a fraction in (0, 1].  Only the dispatcher thread calls it.
+a fraction in [``MIN_SHARE``, 1].  Only the dispatcher thread calls it.
 """
 
 from __future__ import annotations
