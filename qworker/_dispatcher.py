@@ -76,7 +76,6 @@ class Dispatcher(threading.Thread):
         self._reactor.each_turn(self._run_calls, name="calls from other threads")
         self._reactor.deadline(self._next_timer)
         self._wake = self._reactor.wake
-        self._stopping = False
 
     # called from other threads ----------------------------------------------
     def submit(self, tasks: Iterable[Pending]) -> None:
@@ -110,7 +109,6 @@ class Dispatcher(threading.Thread):
 
     def stop(self) -> None:
         """Stop the thread; it closes the socket on its way out."""
-        self._stopping = True
         self._reactor.stop()
         self.join(timeout=10.0)
         self._reactor.close()
@@ -135,7 +133,7 @@ class Dispatcher(threading.Thread):
             self._loop()
         finally:
             close_server(self._ctx, self._sock)
-            if not self._stopping:  # nothing would resolve what is pending: the table's invariant needs it closed
+            if not self._reactor.stopping:  # nothing would resolve what is pending: the table's invariant needs it closed
                 self.table.close("the producer's dispatcher thread stopped unexpectedly")
 
     def _loop(self) -> None:

@@ -71,10 +71,6 @@ class FutureTable:
         with self._lock:
             return sum(b.left for b in self._live)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed is not None
-
     def register(self, n: int) -> Batch:
         """A batch of ``n`` new futures; ``ProducerClosed`` once the table is closed."""
         futures: list[ResultFuture] = []
