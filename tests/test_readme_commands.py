@@ -158,13 +158,24 @@ def test_the_configuration_reference_is_generated_from_the_current_options():
     assert done.returncode == 0, done.stderr
 
 
-def test_every_link_between_pages_of_the_docs_names_a_file_that_exists():
-    missing = []
+def _anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but ``-`` and ``_`` dropped, spaces to ``-``."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def test_every_link_between_pages_of_the_docs_names_a_file_and_heading_that_exist():
+    broken = []
     for path in DOC_FILES:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8")):
-            if "://" not in target and not (path.parent / target).exists():
-                missing.append(f"{path.relative_to(REPO)}: {target}")
-    assert not missing, "links to files that do not exist:\n" + "\n".join(missing)
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", path.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            page = (path.parent / target) if target else path
+            if not page.exists():
+                broken.append(f"{path.relative_to(REPO)}: {target} does not exist")
+            elif anchor and page.suffix == ".md" and anchor not in _anchors(page.read_text(encoding="utf-8")):
+                broken.append(f"{path.relative_to(REPO)}: {target}#{anchor} names no heading of {target or 'this page'}")
+    assert not broken, "broken links:\n" + "\n".join(broken)
 
 
 # -- running ---------------------------------------------------------------------------------------------
