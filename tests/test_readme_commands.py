@@ -342,3 +342,25 @@ def test_every_flag_of_a_synopsis_is_one_its_program_takes(shell, synopsis):
     taken = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", helped.stdout))
     shown = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", synopsis))
     assert shown <= taken, f"{program} --help does not list {sorted(shown - taken)}"
+
+
+def test_a_benchmark_run_writes_what_it_printed_to_its_docs_page_with_command_date_and_machine(tmp_path, monkeypatch, capsys):
+    from bench import _common
+
+    monkeypatch.setattr(_common, "DOCS_BENCH", tmp_path)
+    monkeypatch.delenv("QWORKER_BENCH_NO_RECORD", raising=False)
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bench/wire.py", "--repeats", "3"])
+    printed = _common.table(["codec", "total µs"], [["msgspec structs", "1.586"]])
+    with _common.recorded("wire"):
+        print(printed)
+    assert printed in capsys.readouterr().out  # still printed as before
+    page = (tmp_path / "wire.md").read_text(encoding="utf-8")
+    assert "- command: `python bench/wire.py --repeats 3`" in page
+    assert re.search(r"- date: \d{4}-\d\d-\d\d \d\d:\d\d UTC", page)
+    assert f"{os.cpu_count()} cores" in page and "load average" in page
+    assert f"```text\n{printed}\n```" in page
+
+    monkeypatch.setattr(sys, "argv", ["bench/weight_sync.py", "--one", "inprocess:64x2"])  # a child run writes nothing
+    with _common.recorded("weight_sync", unless_flag="--one"):
+        print("child")
+    assert not (tmp_path / "weight_sync.md").exists()
