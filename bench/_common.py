@@ -1,8 +1,14 @@
-"""Shared helpers for the benchmark scripts: timing, medians, table printing, a mock judge process."""
+"""Shared helpers for the benchmark scripts: timing, medians, table printing, the tables written to docs/bench/,
+a mock judge process."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import io
 import json
+import os
+import platform
 import socket
 import statistics
 import subprocess
@@ -10,7 +16,10 @@ import sys
 import threading
 import time
 import urllib.request
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
+
+DOCS_BENCH = Path(__file__).resolve().parent.parent / "docs" / "bench"
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -33,6 +42,59 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
         return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
 
     return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths), *(line(r) for r in cells[1:])])
+
+
+def _load() -> str:
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def write_table(name: str, text: str, *, load_before: str = "") -> Path:
+    """Write ``docs/bench/<name>.md``: the command that ran, the date (UTC), the machine (cores, load
+    averages over 1/5/15 min, Python, OS) and ``text``, the script's own printed tables, verbatim.
+    Returns the path.  Re-measuring rewrites this file only; the prose in docs/ links it."""
+    DOCS_BENCH.mkdir(parents=True, exist_ok=True)
+    path = DOCS_BENCH / f"{name}.md"
+    command = " ".join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load = f"{load_before} before, {_load()} after" if load_before else _load()
+    machine = (f"{os.cpu_count()} cores ({platform.machine()}), load average (1/5/15 min) {load}, "
+               f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
+    body = (f"# `bench/{name}.py`\n\n<!-- Written by the benchmark itself (bench/_common.py write_table); "
+            f"re-run it to update, do not edit. -->\n\n"
+            f"- command: `{command}`\n- date: {when}\n- machine: {machine}\n\n```text\n{text.rstrip()}\n```\n")
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, out: io.TextIOBase) -> None:
+        self.out, self.kept = out, io.StringIO()
+
+    def write(self, s: str) -> int:
+        self.kept.write(s)
+        return self.out.write(s)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+@contextlib.contextmanager
+def recorded(name: str, *, unless_flag: str = "") -> Iterator[None]:
+    """Run a benchmark's ``main()`` inside this: what it prints still goes to stdout, and, when it returns
+    normally, is also written by ``write_table(name, ...)`` to docs/bench/<name>.md.  Nothing is written
+    when ``unless_flag`` is in argv (a child run of the script) or QWORKER_BENCH_NO_RECORD is set."""
+    if (unless_flag and unless_flag in sys.argv) or os.environ.get("QWORKER_BENCH_NO_RECORD"):
+        yield
+        return
+    before = _load()
+    tee = _Tee(sys.stdout)  # type: ignore[arg-type]
+    with contextlib.redirect_stdout(tee):
+        yield
+    path = write_table(name, tee.kept.getvalue(), load_before=before)
+    print(f"(table written to {path})", file=sys.stderr)
 
 
 def run_together(*targets: Callable[[], object]) -> None:

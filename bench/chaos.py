@@ -106,4 +106,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import recorded
+
+    with recorded("chaos"):  # the printed tables also go to docs/bench/chaos.md
+        main()

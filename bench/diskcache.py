@@ -129,4 +129,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import recorded
+
+    with recorded("diskcache"):  # the printed tables also go to docs/bench/diskcache.md
+        main()

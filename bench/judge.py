@@ -377,4 +377,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import recorded
+
+    with recorded("judge"):  # the printed tables also go to docs/bench/judge.md
+        main()

@@ -122,4 +122,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import recorded
+
+    with recorded("rewards"):  # the printed tables also go to docs/bench/rewards.md
+        main()

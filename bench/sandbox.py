@@ -210,4 +210,7 @@ def main() -> None:
               + ", ".join(f"{p} {cpu['warm, isolated', p] - cpu['warm, no isolation', p]:+.2f} ms" for p in PROGRAMS))
 
 if __name__ == "__main__":
-    main()
+    from _common import recorded
+
+    with recorded("sandbox"):  # the printed tables also go to docs/bench/sandbox.md
+        main()

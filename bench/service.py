@@ -281,4 +281,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import recorded
+
+    with recorded("service"):  # the printed tables also go to docs/bench/service.md
+        main()

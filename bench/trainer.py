@@ -171,4 +171,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from bench._common import recorded
+
+    with recorded("trainer"):  # the printed tables also go to docs/bench/trainer.md
+        main()

@@ -380,4 +380,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import recorded
+
+    with recorded("transport"):  # the printed tables also go to docs/bench/transport.md
+        main()

@@ -276,4 +276,7 @@ def key_of(plan: list, label: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from bench._common import recorded
+
+    with recorded("trl_step"):  # the printed tables also go to docs/bench/trl_step.md
+        main()

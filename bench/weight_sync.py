@@ -86,4 +86,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import recorded
+
+    with recorded("weight_sync", unless_flag="--one"):  # the printed tables also go to docs/bench/weight_sync.md
+        main()

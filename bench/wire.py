@@ -192,4 +192,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import recorded
+
+    with recorded("wire"):  # the printed tables also go to docs/bench/wire.md
+        main()

