@@ -39,8 +39,16 @@ def test_sigkill_a_worker_mid_run_loses_nothing(tmp_path):
     assert restarts == 1
 
 
+# The hard limit, not liveness, must end a hung task here.  At the default 1 s heartbeat, a pool
+# process starved for 3 s by a loaded machine (its report late) makes the producer lose the hung
+# worker by silence and redeliver the task free to the other worker, which it then hangs too (two
+# restarts).  A 5 s heartbeat gives such a stall 15 s; the 1 s limit is enforced by the pool's own
+# watchdog whatever the heartbeat.
+HANG_HEARTBEAT_S = 5.0
+
+
 def test_a_reward_hanging_in_c_is_timed_out_and_its_worker_respawned():
-    with Producer(local_workers=2, reward_modules=[TEST_REWARDS]) as p:
+    with Producer(local_workers=2, reward_modules=[TEST_REWARDS], heartbeat_s=HANG_HEARTBEAT_S) as p:
         hang = p.submit("gil_hang", {"n": 1})  # holds the GIL in re's C code; limit 1 s
         others = p.submit_batch("spin", [{"ms": 20, "i": i} for i in range(100)])
         # the 1 s limit plus the watchdog; the bound is generous for a loaded machine (no limit at all hangs past it)
@@ -150,7 +158,7 @@ def test_a_stopped_idle_worker_does_not_hold_new_tasks(tmp_path):
 def test_tasks_queued_behind_hanging_ones_are_not_charged_for_their_kills():
     # 3 tasks that hang past their 1 s limit among 200 normal ones, on one worker: each kill
     # fails only the task that was running; the ones queued behind it run later, uncharged.
-    with Producer(local_workers=1, reward_modules=[TEST_REWARDS]) as p:
+    with Producer(local_workers=1, reward_modules=[TEST_REWARDS], heartbeat_s=HANG_HEARTBEAT_S) as p:
         payloads = [{"i": i, "ms": 20} for i in range(200)]
         futures = p.submit_batch("spin", payloads[:60]) + [p.submit("gil_hang", {"n": k}) for k in range(3)] + p.submit_batch("spin", payloads[60:])
         results = p.gather(futures, timeout=120)
