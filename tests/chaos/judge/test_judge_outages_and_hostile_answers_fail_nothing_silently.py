@@ -1,7 +1,7 @@
 """The judge seam: a 2 s outage, hostile headers and giant answers, through real worker processes.
 
 Recovery is measured from the judge's side (when its answers went out) with a
-generous bound; the simulator (tests/judge/test_outage.py) holds the tight one.
+generous bound; the simulator (tests/contract/judge/test_outage.py) holds the tight one.
 """
 
 from __future__ import annotations

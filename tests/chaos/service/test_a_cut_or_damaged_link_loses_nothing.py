@@ -15,8 +15,8 @@ from tests.chaos_scenarios.measure import evaluations
 from tests.chaos_scenarios.processes import start_pool, stop_proc
 from tests.chaos_scenarios.seams_link import link_cuts
 from tests.conftest import TEST_REWARDS
+from tests.contract.service.test_service import free_port, serve, stop
 from tests.faults.proxy import Proxy
-from tests.service.test_service import free_port, serve, stop
 
 SERVICE_TIMEOUT_S = 20.0
 RESOLVE_WITHIN_S = SERVICE_TIMEOUT_S  # after the link heals: the ledger resends, the client re-asks

@@ -50,7 +50,7 @@ def test_a_given_client_is_used_and_not_closed(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_connect_uses_a_client_of_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.service.test_service import free_port, serve, stop
+    from tests.contract.service.test_service import free_port, serve, stop
 
     port = free_port()
     proc = serve(port, "--workers", "1", "--reward-modules", REWARDS)

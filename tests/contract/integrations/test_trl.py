@@ -243,7 +243,7 @@ def test_async_def_rewards_score_through_the_adapter_given_by_name_or_as_functio
     assert QworkerReward(registered_async).reward == "adapter_async"
     assert QworkerReward(registered_async)(**kw) == QworkerReward("adapter_len")(**kw) == [1 / 6, 2 / 6, 3 / 6]
     plain_async = QworkerReward(length_parity)
-    assert plain_async.reward == "tests.integrations.async_rewards:length_parity"
+    assert plain_async.reward == "tests.contract.integrations.async_rewards:length_parity"
     assert plain_async(**kw) == [1.0, 0.0, 1.0]
 
     async def nested(payload):

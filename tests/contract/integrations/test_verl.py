@@ -244,7 +244,7 @@ def test_a_process_whose_tasks_keep_failing_stops_the_run(producer, tok_dir: str
 def test_an_async_def_reward_named_by_path_scores_through_compute_score(producer, tok_dir: str) -> None:
     cfg = config(tok_dir, {"custom_reward_function": {
         "path": "pkg://qworker.integrations.verl", "name": "compute_score",
-        "reward_kwargs": {"qworker_reward": "tests.integrations.async_rewards:length_parity"}}})
+        "reward_kwargs": {"qworker_reward": "tests.contract.integrations.async_rewards:length_parity"}}})
     data = make_data(tokenizer())
     _, rm_scores, extra = run_worker(cfg, data)
     expected = [float(len(r.replace(" <eos>", "")) % 2) for _, r, _, _ in ROWS]

@@ -7,10 +7,10 @@ the run is the same with and without it), and summarises it: the mean limit, the
 servers allowed that the clients were served, the share of requests refused, and the seconds to
 re-adapt after each change.  ``golden/<scenario>.json`` holds what today's limiter does.
 
-    python -m tests.judge.goldens record [NAME ...]    # write golden/*.json (on purpose, after a limiter change)
-    python -m tests.judge.goldens compare [NAME ...]   # re-run and print before (stored) / after (now), per scenario
-    python -m tests.judge.goldens record --dir D        # write the traces to D instead (a candidate, not the goldens)
-    python -m tests.judge.goldens compare --after D    # before (stored) / after (the traces in D), without re-running
+    python -m tests.contract.judge.goldens record [NAME ...]    # write golden/*.json (on purpose, after a limiter change)
+    python -m tests.contract.judge.goldens compare [NAME ...]   # re-run and print before (stored) / after (now), per scenario
+    python -m tests.contract.judge.goldens record --dir D        # write the traces to D instead (a candidate, not the goldens)
+    python -m tests.contract.judge.goldens compare --after D    # before (stored) / after (the traces in D), without re-running
 
 A test (``test_goldens.py``) checks that today's code reproduces the stored traces exactly, so a
 limiter change shows up as a diff that must be re-recorded on purpose, with ``compare``'s table
@@ -65,7 +65,7 @@ LOGN: dict = {"latency": 0.3, "sigma": 0.6}
 def _scenarios() -> list[Scenario]:
     out: list[Scenario] = []
     add = out.append
-    cap = "tests/judge/test_capacity.py"
+    cap = "tests/contract/judge/test_capacity.py"
     for ra in ("ms", "s"):
         for seed in (1, 2, 3):
             add(Scenario(f"capacity-steps-{ra}-seed{seed}", f"{cap}::test_qworker_tracks_a_capacity_that_changes",
@@ -81,7 +81,7 @@ def _scenarios() -> list[Scenario]:
         add(Scenario(f"capacity-outage-both-{how}", f"{cap}::test_an_outage_of_every_endpoint_at_once_fails_nothing_and_recovers",
                      [{**HARSH, "seed": i, "outages": [[10.0, 14.0]], "outage_reply": how} for i in (1, 2)],
                      [{"start": 0.0, "n": 12000}], until=40.0, changes=[10.0, 14.0]))
-    lim = "tests/judge/test_limiter.py"
+    lim = "tests/contract/judge/test_limiter.py"
     for ra in ("ms", "s"):
         add(Scenario(f"limiter-cap64-lognormal-{ra}", f"{lim}::test_lognormal_latency_at_a_concurrency_cap",
                      [{"capacity": 64, **LOGN, "retry_after": ra}], [{"start": 0.0, "n": 5000}], quick=(ra == "ms")))
@@ -103,7 +103,7 @@ def _scenarios() -> list[Scenario]:
     add(Scenario("limiter-base-rebuilt", f"{lim}::test_a_base_measured_under_someone_elses_load_is_rebuilt_when_it_leaves",
                  [{"mode": "queue", "capacity": 64, **LOGN}], [{"start": 0.0, "n": 3000, "semaphore": 56}, {"start": 2.0, "n": 40000}],
                  until=60.0))
-    tiers = "tests/judge/test_tiers.py"
+    tiers = "tests/contract/judge/test_tiers.py"
     prio = [{"priority": 0}, {"priority": 1}]
     add(Scenario("tiers-primary-has-room", f"{tiers}::test_a_lower_tier_with_room_takes_everything",
                  [{"capacity": 64, **LOGN, "seed": 1}, {"capacity": 64, "latency": 0.3, "seed": 2}],
@@ -119,7 +119,7 @@ def _scenarios() -> list[Scenario]:
         add(Scenario(f"tiers-primary-down-{how}", f"{tiers}::test_traffic_moves_up_while_the_primary_is_down_and_returns_when_it_recovers",
                      [{"capacity": 64, **LOGN, "seed": 6, "outage": [5.0, 10.0], "outage_reply": how}, {"capacity": 64, **LOGN, "seed": 7}],
                      [{"start": 0.0, "n": 20000, "endpoints": prio, "arrival_rate": 150}], until=600.0, changes=[5.0, 10.0]))
-    inflight = "tests/judge/test_inflight.py"
+    inflight = "tests/contract/judge/test_inflight.py"
     slow_path: dict = {"transit": [0.02, 0.02], "transit_jitter": 0.5}
     add(Scenario("inflight-batch64-slow-path", f"{inflight}::test_a_limit_equal_to_a_servers_batch_keeps_the_batch_full_when_the_way_to_the_server_takes_time",
                  [{"mode": "queue", "capacity": 64, "latency": 0.3, "seed": 3}], [{"start": 0.0, "n": 12000, "semaphore": 64, **slow_path}],
@@ -130,7 +130,7 @@ def _scenarios() -> list[Scenario]:
                  [{"capacity": 32, "latency": 0.3, "sigma": 0.3, "seed": 5}, {"capacity": 64, "latency": 0.3, "sigma": 0.3, "seed": 6}],
                  [{"start": 0.0, "n": 2400, "arrival_rate": 80, "endpoints": [{"priority": 0, "max_concurrency": 32}, {"priority": 1}],
                    "transit": [0.05, 0.05], "transit_jitter": 0.5}], until=600.0))
-    outage = "tests/judge/test_outage.py"
+    outage = "tests/contract/judge/test_outage.py"
     replies: list[tuple[str, Optional[str]]] = [("429", "s"), ("429", None), ("503", "s"), ("503", None), ("connect", None), ("reset", None)]
     for reply, after in replies:
         add(Scenario(f"outage-2s-{reply}-{after or 'none'}", f"{outage}::test_a_two_second_outage_is_recovered_from_within_ten_seconds",
@@ -141,7 +141,7 @@ def _scenarios() -> list[Scenario]:
     add(Scenario("outage-refuses-for-good", f"{outage}::test_an_endpoint_refusing_everything_for_good_fails_what_waits_in_bounded_time",
                  [{"capacity": 64, "latency": 0.5, "outage": [0.0, 1e9], "outage_reply": "429", "retry_after": None}],
                  [{"start": 0.0, "n": 200, "dead_after_s": 3}], quick=True))
-    peers = "tests/judge/test_peers.py"
+    peers = "tests/contract/judge/test_peers.py"
     kinds: dict[str, dict] = {
         "refuse": {"capacity": 64, **LOGN},
         "refuse-slowly": {"capacity": 64, **LOGN, "retry_after": "s", "refusal_latency": [0.05, 0.3], "load_slope": 0.2},
@@ -161,7 +161,7 @@ def _scenarios() -> list[Scenario]:
                      until=90.0, board=True, changes=[10.0, 20.0]))
         add(Scenario(f"peers-alone-{kind}", f"{peers}::test_a_producer_alone_runs_exactly_as_without_the_board",
                      [{**kinds[kind], "seed": 2}], [{"start": 0.0, "n": 6000}], board=True))
-    prefix = "tests/judge/test_prefix.py"
+    prefix = "tests/contract/judge/test_prefix.py"
     for group in (8, 16):
         for routing in ("prefix", "round_robin", "capacity"):
             add(Scenario(f"fleet-{routing}-group{group}", f"{prefix}::test_prefix_affinity_beats_round_robin_and_free_capacity_on_grpo_groups",
@@ -355,7 +355,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     unknown = [n for n in args.names if n not in SCENARIOS]
     if unknown:
-        print(f"goldens: no scenario named {', '.join(unknown)} (see: python -m tests.judge.goldens list)", file=sys.stderr)
+        print(f"goldens: no scenario named {', '.join(unknown)} (see: python -m tests.contract.judge.goldens list)", file=sys.stderr)
         return 2
     names = args.names or list(SCENARIOS)
     if args.command == "list":

@@ -2,7 +2,7 @@
 
 Built apart from ``judgesim`` (simulated time, no sockets) and ``qworker.judge.mock`` (threads, a
 handler per connection): one asyncio event loop owns every slot, so what it counts in flight is
-exact at each instant.  Standard library only: it runs as ``python tests/judge/judgeserver.py``.
+exact at each instant.  Standard library only: it runs as ``python tests/contract/judge/judgeserver.py``.
 
 It serves ``POST /v1/chat/completions`` on 127.0.0.1 (the body ``llm_judge`` sends: ``model``,
 ``messages``; the reply is a chat completion whose last line is ``Score: N``, N in 0..10 from a hash

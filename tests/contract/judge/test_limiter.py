@@ -308,7 +308,7 @@ def test_after_capacity_returns_the_limiters_own_load_is_not_read_as_queueing():
     assert lim.limit >= 0.9 * 64 and lim.queue_cuts == 0, (lim.limit, lim.queue_cuts)
 
 
-# ---- gates against simulated judge servers (tests/judge/judgesim.py): the bench's targets, on simulated time ----
+# ---- gates against simulated judge servers (tests/contract/judge/judgesim.py): the bench's targets, on simulated time ----
 
 def against_semaphore(server: Server, n: int = 5000) -> tuple[float, float, judgesim.Server]:
     """(tasks/s with no capacity hint, tasks/s of a client holding exactly ``capacity`` in flight, the server)."""

@@ -1,4 +1,4 @@
-"""A short judge outage against the simulator (tests/judge/judgesim.py): back to speed in seconds, no task failed.
+"""A short judge outage against the simulator (tests/contract/judge/judgesim.py): back to speed in seconds, no task failed.
 
 The guarantee: against a judge of capacity 64 and 0.5 s latency refusing everything
 for 2 s, throughput is back within seconds and no task fails, with or without

@@ -4,7 +4,7 @@ No ``qworker serve`` between them: they find each other through notes in the
 runtime directory.  The second starts while the first holds every slot of a
 mock judge that refuses (429) past 8 requests at once; a few seconds later
 each gets about half of the answers.  (Without the notes, ``coordinate:
-false``, the second got a few percent: see ``tests/judge/test_peers.py``.)
+false``, the second got a few percent: see ``tests/contract/judge/test_peers.py``.)
 """
 
 from __future__ import annotations

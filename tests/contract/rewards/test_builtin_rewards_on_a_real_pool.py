@@ -8,7 +8,7 @@ import time
 
 from qworker import Producer
 from tests.conftest import REPO, TEST_REWARDS, console_script, count_lines
-from tests.rewards.test_code_tests import sandbox_processes
+from tests.contract.rewards.test_code_tests import sandbox_processes
 
 EXAMPLE = REPO / "examples" / "math_rollouts.jsonl"
 CONFIG = REPO / "configs" / "rewards.yaml"

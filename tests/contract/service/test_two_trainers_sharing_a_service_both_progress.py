@@ -15,7 +15,7 @@ import sys
 import textwrap
 import time
 
-from tests.service.test_service import free_port, serve, stop
+from tests.contract.service.test_service import free_port, serve, stop
 
 N = 600  # tasks per client
 MS = 10  # each task sleeps this long; 2 workers: about 3 s of work per client

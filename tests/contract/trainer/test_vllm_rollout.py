@@ -182,7 +182,7 @@ def test_the_trainer_runs_on_vllm(model_dir, toy_data, tmp_path, route, off_poli
 
 
 def _readme_judge_server_line() -> str:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     lines = [x for x in readme.splitlines() if x.startswith("python -m vllm.entrypoints.openai.api_server ")]
     assert len(lines) == 1, "the README's judge section gives one command line for serving a local model with vLLM"
     return lines[0]

@@ -13,7 +13,7 @@ import pytest
 from qworker import Client, ServiceUnavailable
 from qworker.transport.security import create_keys
 from tests.conftest import console_script
-from tests.service.test_service import free_port, serve, stop
+from tests.contract.service.test_service import free_port, serve, stop
 
 
 @pytest.fixture(scope="module")

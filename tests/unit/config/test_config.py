@@ -1,6 +1,6 @@
 import pytest
 
-from qworker import ConfigError, Producer
+from qworker import ConfigError
 from qworker._config import load
 
 
@@ -35,14 +35,6 @@ def test_broken_configs_name_file_section_and_key(tmp_path, text, match):
 def test_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config"):
         load(str(tmp_path / "nope.yaml"))
-
-
-def test_producer_takes_a_config_dict():
-    with Producer(config={"producer": {"local_workers": 1, "fallback_score": -1.0}}) as p:
-        [r] = p.map("no_such_module_z:fn", [{}])
-    assert r.error and r.score == -1.0
-    with pytest.raises(ConfigError):
-        Producer(config={"producer": {"local_wrokers": 1}})
 
 
 def test_the_shipped_config_is_valid():

@@ -95,14 +95,3 @@ def test_producer_rejects_unknown_options():
         Producer(local_wrokers=1)
 
 
-def test_a_flag_equal_to_its_default_still_wins_over_the_config_file(tmp_path):
-    # qworker serve --config c.yaml --max-attempts 3, with max_attempts: 5 in the file (3 is the default)
-    from qworker import Producer
-
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("producer:\n  max_attempts: 5\n")
-    ap = argparse.ArgumentParser()
-    ProducerOptions.add_arguments(ap)
-    given = ProducerOptions.given(ap.parse_args(["--max-attempts", "3", "--workers", "0"]))
-    with Producer(config=str(cfg), **given) as p:
-        assert p.options.max_attempts == 3

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from qworker import Producer
 from qworker._errors import ErrorKind
 from qworker._pending import PendingTable
 from qworker._resultcache import ResultCache
 from qworker._scheduler import Scheduler
 from qworker.transport import wire
+from tests.admission_policy import Slots
 
-from .admission_policy import SOURCES, Slots
-from .conftest import TEST_REWARDS
 from .test_scheduler import HB, StubTransport, lost, ready
 
 
@@ -79,9 +77,3 @@ def test_tasks_lost_with_their_worker_go_back_to_their_policy_and_a_task_that_fa
     assert [p.key for p in policy.queue] == [(1).to_bytes(16, "big")] and not policy.held  # given back, slot released
 
 
-def test_a_reward_that_declares_a_policy_gets_its_meta_in_the_worker_and_the_policy_gets_the_rewards_report():
-    with Producer(local_workers=1, reward_modules=[TEST_REWARDS], task_timeout_s=20) as p:
-        results = p.map("admitted_call", [{"i": i} for i in range(3)], params={"slots": 1}, timeout=60)
-        policy = SOURCES[-1].policies[1]
-        assert [r.extra["meta"] for r in results] == [{"slot": 0}] * 3 and all(r.error is None for r in results)
-        assert policy.reported == [{"saw": {"slot": 0}, "busy": False}] * 3

@@ -7,7 +7,7 @@ from qworker._lanes import KEEP, FairQueue
 from qworker._result import ResultFuture
 from qworker._task import Pending
 from qworker.transport import wire
-from tests.test_scheduler import make, ready
+from tests.unit.engine.test_scheduler import make, ready
 
 
 def task(lane: object, i: int) -> Pending:

@@ -58,7 +58,7 @@ def test_broken_modules_become_error_lines_not_crashes(tmp_path):
 
 
 def test_modules_of_registered_rewards_are_forwarded():
-    assert __name__ in modules_to_forward() or "tests.test_registry" in modules_to_forward()
+    assert __name__ in modules_to_forward() or "tests.unit.rewards.test_registry" in modules_to_forward()
     assert not any(m.startswith("qworker.rewards") for m in modules_to_forward())
 
 
@@ -76,7 +76,7 @@ def test_a_version_is_recorded_and_checked():
 
 
 def test_a_registered_function_keeps_its_spec_under_its_path():
-    spec = resolve("tests.test_registry:_path_versioned")
+    spec = resolve("tests.unit.rewards.test_registry:_path_versioned")
     assert (spec.kind, spec.timeout_s, spec.version) == ("io", 7, "3")
 
 
