@@ -11,7 +11,7 @@ import pytest
 
 from qworker.rewards.math_answer import score_math
 
-FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "math_cases.jsonl"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "math_cases.jsonl"
 CASES = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]
 
 
