@@ -31,7 +31,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in (
         "unit: pure tests (no process, no network socket; tests/unit/conftest.py enforces it), seconds in all",
         "contract: real processes, sockets and HTTP, each named for the promise it keeps",
-        "chaos: fault injection and long runs (killed or stopped processes, cut links, full or damaged disks)",
+        "chaos: fault injection and long runs (killed or stopped processes, cut links, full or damaged disks, learning runs)",
+        "learning: trains a tiny model until it learns a task (slow: minutes); select with -m learning, skip with -m 'not learning'",
     ):
         config.addinivalue_line("markers", line)
 

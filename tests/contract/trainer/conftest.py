@@ -38,8 +38,3 @@ def toy_config(model: Path, data: Path, log_dir: Path, **train: object) -> dict:
         "log": {"dir": str(log_dir), "print_every": 10},
         "checkpoint": {"resume": True},
     }
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "learning: trains a tiny model until it learns a task (slow: up to a minute each); "
-                                       "select with -m learning, skip with -m 'not learning'")
