@@ -1,5 +1,7 @@
 # make demo  - set up .venv and score the bundled example rollouts on a local pool (gsm8k, then a composite)
 # make test  - set up .venv (and .venv/verl, .venv/vllm) and run the linter and the test suite, verl's and vLLM's tests in their venvs
+# make test-unit  - the unit tier only (tests/unit: pure, seconds)
+# make test-quick - every tier but chaos (-m "not chaos": no fault injection or long runs)
 # make bench - the transport benchmark (installs Ray into .venv first)
 # make bench-rewards - math scoring inline, on 1 and 2 workers, and mp.Pool
 # make bench-sandbox - code_tests' sandbox: ms and cases/s per test case, warm fork server (with and without the boundary) vs today's python -I per case vs subprocess.run
@@ -17,7 +19,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-vllm bench bench-rewards bench-sandbox bench-judge bench-chaos lint clean train-demo bench-trainer bench-service bench-trl
+.PHONY: demo test test-unit test-quick test-vllm bench bench-rewards bench-sandbox bench-judge bench-chaos lint clean train-demo bench-trainer bench-service bench-trl
 
 $(STAMP): setup.py setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,8 +59,14 @@ $(VLLM_VENV)/.installed: setup.py setup.cfg pyproject.toml
 	$(VLLM_VENV)/bin/pip install --quiet -c $(VLLM_VENV)/pins.txt msgpack msgspec 'math-verify[antlr4-13-2]>=0.7' 'pytest>=7' 'pytest-timeout>=2.1'
 	touch $@
 
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not chaos" --durations=15
+
 test-vllm: $(VLLM_VENV)/.installed
-	VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/trainer/test_vllm_rollout.py
+	VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/contract/trainer/test_vllm_rollout.py
 
 demo: $(STAMP)
 	@mkdir -p out
@@ -98,10 +106,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The tiers are folders (tests/unit, tests/contract, tests/chaos) marked by tests/conftest.py; the 15
+# slowest tests are listed after each run.
 test: lint $(VERL_VENV)/.installed $(VLLM_VENV)/.installed
-	$(BIN)/python -m pytest -q
-	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_verl.py
-	VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/trainer/test_vllm_rollout.py
+	$(BIN)/python -m pytest -q --durations=15
+	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/contract/integrations/test_verl.py
+	VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/contract/trainer/test_vllm_rollout.py
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'

@@ -1,7 +1,7 @@
 """Chaos: inject one fault per scenario into real processes and count what it cost.
 
 Each scenario (``tests/chaos_scenarios/``, the same code the fast cases in
-``tests/integration/test_chaos.py`` run small) reports:
+``tests/chaos/test_one_fault_at_a_time_loses_nothing.py`` run small) reports:
 
 * tasks lost: unresolved, or missing from the results (a reward scoring its own
   index shows a missing or misplaced result);

@@ -1,4 +1,4 @@
-"""Judge benchmark on a second server model: capacity that moves, on ``tests/judge/judgeserver.py``.
+"""Judge benchmark on a second server model: capacity that moves, on ``tests/contract/judge/judgeserver.py``.
 
 The server is not the project's mock judge nor its simulator: an asyncio HTTP server whose
 capacity follows a wall-clock schedule (from its first request), that refuses with 429 after
@@ -50,7 +50,7 @@ from _judge_changes import _semaphore_client  # noqa: E402
 
 from qworker import Producer  # noqa: E402
 
-SERVER = Path(__file__).resolve().parent.parent / "tests" / "judge" / "judgeserver.py"
+SERVER = Path(__file__).resolve().parent.parent / "tests" / "contract" / "judge" / "judgeserver.py"
 CAPACITY, LATENCY = 64, 0.3
 
 

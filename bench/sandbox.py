@@ -143,12 +143,12 @@ def measure(fn: Callable[..., None], program: tuple[str, str, list[str] | None],
 
 
 def attempts_table() -> str:
-    """Run tests/rewards/test_code_sandbox_adversarial.py and tabulate its attempts with their outcomes (Markdown)."""
+    """Run tests/contract/rewards/test_code_sandbox_adversarial.py and tabulate its attempts with their outcomes (Markdown)."""
     import pytest
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, repo)
-    from tests.rewards.test_code_sandbox_adversarial import ATTEMPTS
+    from tests.contract.rewards.test_code_sandbox_adversarial import ATTEMPTS
 
     outcomes: dict[tuple[str, str], str] = {}
 

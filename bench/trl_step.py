@@ -1,6 +1,6 @@
 """TRL benchmark: a GRPO step on CPU with a slow LLM-judge reward, TRL's own async reward vs qworker's overlapped path.
 
-A real ``trl.GRPOTrainer`` (the recipe of ``tests/integrations/tiny.py``: a Qwen2 built from a config, a
+A real ``trl.GRPOTrainer`` (the recipe of ``tests/contract/integrations/tiny.py``: a Qwen2 built from a config, a
 word-level tokenizer built locally, ``use_cpu=True``, ``HF_HUB_OFFLINE=1``, nothing downloaded) trains
 with ``beta`` > 0, so each step runs generation, the reference model's forward pass, the reward, then
 the loss's forward and backward.  The reward is a judge: ``qworker mock-judge`` in its own process,
@@ -47,7 +47,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import Server, free_port, table  # noqa: E402
-from tests.integrations.tiny import WORDS, tokenizer  # noqa: E402
+from tests.contract.integrations.tiny import WORDS, tokenizer  # noqa: E402
 
 
 def save_model(path: Path, hidden: int, layers: int, tok: Any) -> None:

@@ -4,7 +4,7 @@
 ``handle`` (a decoded message from a peer), ``housekeeping`` (liveness, every
 quarter second) and ``dispatch`` (send what credit allows).  It talks to peers
 only through the ``send(peer, message) -> bool`` it is given, so tests drive it
-with a list instead of a socket (``tests/test_scheduler.py``).  The dispatcher
+with a list instead of a socket (``tests/unit/engine/test_scheduler.py``).  The dispatcher
 thread (``_dispatcher``) feeds it frames and time.
 
 Delivery is at-least-once; results are exactly-once per task key: the first

@@ -18,6 +18,31 @@ REPO = HERE.parent
 BIN = Path(sys.executable).parent
 
 
+TIERS = ("unit", "contract", "chaos")  # tests/<tier>/...; a test file outside them is a contract test
+
+
+def tier_of(path: Path) -> str:
+    """The tier of a test file: the folder under tests/ it lives in (``unit``, ``contract``, ``chaos``)."""
+    parts = path.resolve().relative_to(HERE).parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else "contract"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in (
+        "unit: pure tests (no process, no network socket; tests/unit/conftest.py enforces it), seconds in all",
+        "contract: real processes, sockets and HTTP, each named for the promise it keeps",
+        "chaos: fault injection and long runs (killed or stopped processes, cut links, full or damaged disks, learning runs)",
+        "learning: trains a tiny model until it learns a task (slow: minutes); select with -m learning, skip with -m 'not learning'",
+    ):
+        config.addinivalue_line("markers", line)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its tier, from its folder, so ``-m unit`` and ``-m "not chaos"`` select tiers."""
+    for item in items:
+        item.add_marker(tier_of(Path(item.path)))
+
+
 @pytest.fixture(autouse=True)
 def _private_runtime_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     # Each test gets its own ipc/registry directory (children inherit it).

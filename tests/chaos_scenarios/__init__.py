@@ -1,6 +1,6 @@
 """Chaos scenarios: real processes, real sockets, one fault injected each.
 
-Shared by ``tests/integration/test_chaos.py`` (small sizes, with assertions) and
+Shared by ``tests/chaos/test_one_fault_at_a_time_loses_nothing.py`` (small sizes, with assertions) and
 ``bench/chaos.py`` (larger sizes, one table).  Each scenario returns an
 ``Outcome`` with these figures:
 

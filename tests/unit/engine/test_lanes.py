@@ -1,0 +1,78 @@
+"""Lanes: tasks of several submitters take turns at the scheduler's queue, and workers give back a lane's
+prefetched tasks when another lane waits (no processes: the scheduler driven with a stub transport)."""
+
+from __future__ import annotations
+
+from qworker._lanes import KEEP, FairQueue
+from qworker._result import ResultFuture
+from qworker._task import Pending
+from qworker.transport import wire
+from tests.unit.engine.test_scheduler import make, ready
+
+
+def task(lane: object, i: int) -> Pending:
+    return Pending(i.to_bytes(16, "big"), "noop", {}, b"p", None, ResultFuture(), 0.0, lane=lane)
+
+
+def test_lanes_take_turns_and_put_back_tasks_go_first():
+    q = FairQueue()
+    for i in range(4):
+        q.append(task("a", i))
+    for i in range(10, 12):
+        q.append(task("b", i))
+    assert q.mixed and len(q) == 6 and q[0].lane == "a"
+    back = task("a", 99)
+    q.extendleft([back])
+    assert q.popleft() is back
+    assert [q.popleft().lane for _ in range(6)] == ["a", "b", "a", "b", "a", "a"]
+    assert not q and len(q) == 0
+
+
+def test_one_lane_is_first_in_first_out():
+    q = FairQueue()
+    tasks = [task(0, i) for i in range(5)]
+    for p in tasks:
+        q.append(p)
+    assert not q.mixed and list(q) == tasks and [q.popleft() for _ in range(5)] == tasks
+
+
+def test_given_back_tasks_return_to_the_front_of_their_own_lane():
+    q = FairQueue()
+    q.append(task("b", 1))
+    q.putback([task("a", 2), task("a", 3)])
+    assert [int.from_bytes(q.popleft().key, "big") for _ in range(3)] == [1, 2, 3]  # b's turn came first
+
+
+def submit_lane(s, table, lane, keys):
+    with table.registering([(k.to_bytes(16, "big"), b"p") for k in keys], reward="noop", params={}, timeout_s=None, policy=None,
+                           now=0.0, hand_on=s.add, lane=lane) as reg:
+        reg.hand_on(reg.new)
+
+
+def test_a_waiting_lane_makes_workers_give_back_another_lanes_prefetch():
+    s, stub, table = make()
+    submit_lane(s, table, "a", range(100))
+    ready(s, "w", granted=100)
+    s.dispatch(0.0)
+    assert len(stub.tasks_to("w")) == 100  # it asked for all of them ahead
+    submit_lane(s, table, "b", range(1000, 1100))
+    stub.take()
+    s.dispatch(1.0)
+    [(peer, msg)] = stub.take()
+    assert peer == b"w" and msg == wire.Revoke(100 - KEEP)
+    keys = [i.to_bytes(16, "big") for i in range(KEEP, 100)]  # the worker gives back the tail it has not started
+    s.handle(b"w", wire.Giveback(100, 100, keys), 1.1)  # back to a's lane, not before b's
+    ready(s, "w", granted=120, received=100, finished=98, now=1.2)
+    s.dispatch(1.2)
+    lanes = ["a" if int.from_bytes(t.key, "big") < 1000 else "b" for t in stub.tasks_to("w")]
+    assert lanes[:6] in (["a", "b"] * 3, ["b", "a"] * 3), lanes[:10]
+
+
+def test_a_single_lane_never_asks_for_tasks_back():
+    s, stub, table = make()
+    submit_lane(s, table, 0, range(200))
+    ready(s, "w", granted=100)
+    s.dispatch(0.0)
+    stub.take()
+    s.dispatch(1.0)
+    assert not any(isinstance(m, wire.Revoke) for _, m in stub.take())
