@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from qworker import Producer
 from qworker._errors import ErrorKind
-from qworker._pending import PendingTable
-from qworker._resultcache import ResultCache
-from qworker._scheduler import Scheduler
+from qworker.cache.results import ResultCache
+from qworker.engine.pending import PendingTable
+from qworker.engine.scheduler import Scheduler
+from qworker.testing import StubTransport
 from qworker.transport import wire
-
-from .admission_policy import SOURCES, Slots
-from .conftest import TEST_REWARDS
-from .test_scheduler import HB, StubTransport, lost, ready
+from tests.admission_policy import SOURCES, Slots
+from tests.conftest import TEST_REWARDS
+from tests.test_scheduler import HB, lost, ready
 
 
 def make(policy: Slots, n: int) -> tuple[Scheduler, StubTransport, list]:

@@ -23,7 +23,7 @@ import os
 import threading
 from typing import Any, Optional, Protocol, Sequence
 
-from .._result import Result, ResultFuture
+from ..engine.result import Result, ResultFuture
 
 __all__ = [
     "RewardClient", "reward_client", "current_client", "use_client", "close_client", "ENV_CONNECT", "ENV_CONFIG", "ENV_WORKERS"]

@@ -54,11 +54,11 @@ import urllib.parse
 from typing import Any, Optional
 
 from .._exceptions import CallFailed
-from .._registry import EndpointCall, reward
-from ..judge import http as _http
-from ..judge import ratelimit as _ratelimit
+from ..judge.client import http as _http
+from ..judge.client import ratelimit as _ratelimit
 from ..judge.prompt import DEFAULT_TEMPLATE, render
 from ..judge.settings import JudgeSettings
+from ..registry.registry import EndpointCall, reward
 
 __all__ = ["llm_judge", "render", "parse_score", "redact", "DEFAULT_TEMPLATE"]
 
@@ -117,7 +117,7 @@ def _completion_tokens(doc: Any) -> Optional[int]:
     return int(n) if isinstance(n, (int, float)) and 0 <= n <= 1e9 else None  # (json reads 1e400 as inf; NaN fails both)
 
 
-@reward("llm_judge", kind="io", admission="qworker.judge.registry:JudgeGates")
+@reward("llm_judge", kind="io", admission="qworker.judge.control.registry:JudgeGates")
 def llm_judge(
     payload: dict,
     *,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Optional, Union
 
-from .._result import Result
+from ..engine.result import Result
 from .wire import Count, Decoder, Message, StatusReply, StatusRequest, _Body, encode
 
 __all__ = ["Submit", "Accepted", "Resolved", "ResolvedRow", "Ack", "Ping", "Pong", "Closing", "ClientMessage", "encode",

@@ -16,7 +16,7 @@ import sys
 import textwrap
 import time
 
-from qworker.judge.mock import MockJudge
+from qworker.testing import MockJudge
 
 PRODUCER = textwrap.dedent("""
     import json, sys, time
