@@ -18,7 +18,7 @@ from .._exceptions import ConfigError
 __all__ = ["data_dir", "data_main", "PATTERNS"]
 
 PATTERNS = {"examples": "*.jsonl", "configs": "*.yaml"}  # what a wheel carries of each folder
-_HERE = Path(__file__).resolve().parent
+_HERE = Path(__file__).resolve().parent.parent  # the qworker package (this module is qworker/config/data.py)
 
 
 def data_dir(kind: str) -> Path:
