@@ -38,6 +38,7 @@ from typing import Any, Optional
 
 from ..config.extras import MissingExtra, need
 from ..config.options import PoolOptions
+from ..host.process import PoolProcess
 
 __all__ = ["NoRay", "PoolInfo", "RayPools", "import_ray", "start_pools"]
 
@@ -63,8 +64,6 @@ class _PoolActor:
     supervisor as its child process and reports on it."""
 
     def __init__(self, options: PoolOptions) -> None:
-        from ..host.process import PoolProcess
-
         self.options = options.replace(parent_pid=os.getpid())
         self.process = PoolProcess(self.options)
 
