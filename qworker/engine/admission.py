@@ -60,7 +60,7 @@ A policy never resolves a task itself; it holds no lock (one thread drives it)
 and keeps its per-task state in its own tables, keyed by the task object,
 never on ``Pending``.  The default is no policy (``Pending.policy`` None): the
 task goes straight to the scheduler's queue.  The one policy today is the LLM
-judge's gate (``qworker.judge.control.gate.Gate``, source ``judge.registry.JudgeGates``).
+judge's gate (``qworker.judge.control.gate.Gate``, source ``judge.control.registry.JudgeGates``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the Prometheus metrics and a reward service's status all read.
 
 These ``TypedDict``\\s are the one definition of its keys: the modules that build
-a status (``engine.dispatcher``, ``engine.fleet``, ``judge.gate``) and those that read it
+a status (``engine.dispatcher``, ``engine.fleet``, ``judge.control.gate``) and those that read it
 (``cli.main``, ``engine.metrics``, ``service``) are type-checked against them.  Times are
 seconds, sizes MiB where named.
 """
@@ -59,7 +59,7 @@ class EndpointRow(TypedDict):
     error_share: float
     paced_rpm: Optional[float]
     cool_reason: str
-    other_producers: int  # producers on this host that share the endpoint (``judge.peers``)
+    other_producers: int  # producers on this host that share the endpoint (``judge.control.peers``)
     share: float  # what this producer may hold of the limit (the limit itself when alone)
 
 
@@ -116,7 +116,7 @@ class Status(TypedDict):
 
 
 class LedgerInfo(TypedDict):
-    """Results kept for clients until acknowledged (``service._ledger``): kept now, and counts since start."""
+    """Results kept for clients until acknowledged (``service.ledger``): kept now, and counts since start."""
 
     clients: int
     unacked: int  # Resolved messages not yet acknowledged

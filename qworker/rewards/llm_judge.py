@@ -1,6 +1,6 @@
 """``llm_judge``: score a response with an OpenAI-compatible chat-completions judge.
 
-One call to one endpoint per task.  The producer's gate (``judge.gate``, this
+One call to one endpoint per task.  The producer's gate (``judge.control.gate``, this
 reward's admission policy) chose the endpoint under that endpoint's adaptive
 limit and hands its index in ``call.meta["endpoint"]`` (an ``EndpointCall``);
 it decides what happens after a failure.  Every outcome goes back to it in
@@ -10,11 +10,11 @@ the result's meta, so the limit is one limit for all workers on all hosts.  Noth
 * ``endpoint`` (int), ``status`` (HTTP status, 0 when there was none),
   ``failure`` (``""``, ``"timeout"``, ``"connect"``: no connection could be
   made, ``"reset"``: the connection dropped mid-answer, ``"too_large"``: a body
-  over ``judge.http.MAX_BODY_BYTES``, not retried), ``latency_s``;
+  over ``judge.client.http.MAX_BODY_BYTES``, not retried), ``latency_s``;
 * ``retry_after_s``: ``retry-after-ms``, ``Retry-After`` seconds or HTTP-date,
   in seconds, or ``None``;
 * ``completion_tokens``: ``usage.completion_tokens`` of a 200 reply, or ``None``;
-* ``ratelimit``: the provider's rate-limit headers, parsed by ``judge.ratelimit.rate_limits``
+* ``ratelimit``: the provider's rate-limit headers, parsed by ``judge.client.ratelimit.rate_limits``
   (``{"requests": {"limit", "remaining", "reset_s"}, "tokens": {...}}``), or ``None``;
 * ``bad_headers`` (only when there are some): ``{name: value}`` of the rate-limit
   and Retry-After headers ignored as unbelievable (``inf``, ``-1``, ``NaN``, ...).

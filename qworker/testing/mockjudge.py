@@ -37,7 +37,7 @@ It serves ``POST /v1/chat/completions`` on 127.0.0.1 as real judges behave:
   ``set_capacity(n)`` / ``/admin/capacity {"capacity"}``: serve ``n`` at once from now on;
   ``giant(count, size)`` / ``/admin/giant {"count", "bytes"}``: the next
   ``count`` answers carry a body of ``size`` bytes (padding in the JSON);
-* a **prefix cache** per server (``prefix_blocks`` > 0, ``judge.prefixcache``:
+* a **prefix cache** per server (``prefix_blocks`` > 0, ``testing.prefixcache``:
   an LRU of prompt blocks, as vLLM's automatic prefix caching keeps): a
   request's service time is then the prefill of the prompt tokens that missed
   (``prefill_per_token_s`` each) plus the drawn latency (the decode).  A

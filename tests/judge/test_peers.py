@@ -1,4 +1,4 @@
-"""Producers on one host that share a judge endpoint without a service (``judge.peers``), in simulated time.
+"""Producers on one host that share a judge endpoint without a service (``judge.control.peers``), in simulated time.
 
 Targets: a producer that starts while another holds the whole
 endpoint gets an even share (within 25%) within 30 s, on a refusing cap, a token

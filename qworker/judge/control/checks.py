@@ -122,7 +122,7 @@ def measured(outcome: dict) -> dict:
 
 
 def screen(e: Endpoint, outcome: dict) -> tuple[Optional[float], Optional[dict]]:
-    """The outcome's Retry-After and rate limits, less any value that is not believable (``judge.ratelimit``'s bounds).
+    """The outcome's Retry-After and rate limits, less any value that is not believable (``judge.client.ratelimit``'s bounds).
 
     A worker's parser already drops them (and lists them in ``bad_headers``); this
     holds for any worker.  Each offending header is logged once per endpoint.
