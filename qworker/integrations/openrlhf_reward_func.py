@@ -29,11 +29,11 @@ from typing import Any, Sequence
 
 import torch
 
-from .._errors import ErrorKind
-from ..engine.result import Result
-from ._client import reward_client
-from ._outcome import FAILED_KEY, FailureStreak, choose, failure_keys, warn_failed
-from ._payload import PromptMismatch, from_openrlhf
+from qworker._errors import ErrorKind
+from qworker.engine.result import Result
+from qworker.integrations._client import reward_client
+from qworker.integrations._outcome import FAILED_KEY, FailureStreak, choose, failure_keys, warn_failed
+from qworker.integrations._payload import PromptMismatch, from_openrlhf
 
 __all__ = ["reward_func"]
 
