@@ -9,13 +9,13 @@ import shutil
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-BUNDLED = {"examples": "*.jsonl", "configs": "*.yaml"}  # qworker/_data.py's PATTERNS
+BUNDLED = {"examples": "*.jsonl", "configs": "*.yaml"}  # qworker/config/data.py's PATTERNS
 
 
 class BuildWithData(build_py):
     def run(self) -> None:
         super().run()
-        if self.editable_mode:  # an editable install reads the source folders (qworker/_data.py)
+        if self.editable_mode:  # an editable install reads the source folders (qworker/config/data.py)
             return
         for kind, pattern in BUNDLED.items():
             target = os.path.join(self.build_lib, "qworker", "_data", kind)

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import table  # noqa: E402
 
-from qworker._diskcache import COMMIT_WITHIN_S, DiskCache  # noqa: E402
+from qworker.cache.disk import COMMIT_WITHIN_S, DiskCache  # noqa: E402
 
 TICK_S = 0.005  # the writer hands over one batch per tick
 EXTRA = {"pred": "42", "source": "boxed", "format_ok": True}  # a typical small extra

@@ -10,7 +10,6 @@
         results = p.gather(futs, timeout=300)          # list[Result], in order
 """
 
-from ._client import Client
 from ._errors import ErrorKind
 from ._exceptions import (
     CacheError,
@@ -23,10 +22,11 @@ from ._exceptions import (
     ServiceUnavailable,
     WireError,
 )
-from ._options import PoolOptions, ProducerOptions
-from ._producer import Producer
-from ._registry import reward
-from ._result import Result, ResultFuture
+from .config.options import PoolOptions, ProducerOptions
+from .engine.producer import Producer
+from .engine.result import Result, ResultFuture
+from .registry.registry import reward
+from .service.client import Client
 
 __version__ = "0.1.0"
 

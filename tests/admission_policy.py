@@ -1,4 +1,4 @@
-"""An admission policy that is not the judge's, for the tests of the seam (``qworker._admission``).
+"""An admission policy that is not the judge's, for the tests of the seam (``qworker.engine.admission``).
 
 ``Slots`` lets at most ``slots`` tasks be in flight, gives each delivery the
 slot it holds (``{"slot": n}``), and retries a call once when the reward
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
-from qworker._admission import RESOLVE, Decision, PolicyStatus, Submission
-from qworker._task import Pending
+from qworker.engine.admission import RESOLVE, Decision, PolicyStatus, Submission
+from qworker.engine.task import Pending
 
 SOURCES: list[SlotsSource] = []
 

@@ -187,7 +187,7 @@ def shell(tmp_path):
     home.mkdir()
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    entries = {"qworker": "qworker._cli:main", "qworker-pool": "qworker._cli:pool_entry", "qworker-train": "trainer.cli:main"}
+    entries = {"qworker": "qworker.cli.main:main", "qworker-pool": "qworker.cli.main:pool_entry", "qworker-train": "trainer.cli:main"}
     for name, target in entries.items():
         module, fn = target.split(":")
         script = bindir / name

@@ -16,11 +16,11 @@ __all__ = ["GRPOTrainer", "TrainConfig", "load_config"]
 
 def __getattr__(name: str) -> Any:
     if name == "GRPOTrainer":
-        from .loop import GRPOTrainer
+        from trainer.loop import GRPOTrainer
 
         return GRPOTrainer
     if name in ("TrainConfig", "load_config"):
-        from . import config
+        from trainer import config
 
         return getattr(config, name)
     raise AttributeError(name)

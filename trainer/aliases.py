@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.errors import ConfigurationError
+
 __all__ = ["ALIASES", "Alias", "resolve_aliases"]
 
 
@@ -68,8 +70,6 @@ ALIASES: dict[str, dict[str, Alias]] = {
 
 
 def _translate(section: str, name: str, alias: Alias, value: Any) -> Any:
-    from .config import ConfigurationError
-
     if not alias.values:
         return value
     for known, ours in alias.values.items():  # True == 1 in a dict: compare types too
@@ -80,8 +80,6 @@ def _translate(section: str, name: str, alias: Alias, value: Any) -> Any:
 
 def resolve_aliases(section: str, data: dict[str, Any]) -> dict[str, Any]:
     """``data`` (one section's mapping) with aliases replaced by our keys; see the module docstring."""
-    from .config import ConfigurationError
-
     table = ALIASES.get(section)
     if not table or not any(k in table for k in data):
         return data

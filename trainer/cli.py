@@ -13,6 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
+from qworker import __version__
+from qworker.cli.args import Parser, guard
+
 __all__ = ["main"]
 
 
@@ -20,14 +23,10 @@ _TRAIN_EXTRA = ("torch", "transformers", "ray", "peft")  # setup.cfg's train ext
 
 
 def main(argv: list[str] | None = None) -> int:
-    from qworker._args import guard
-
     return guard("qworker-train")(_main)(argv)
 
 
 def _main(argv: list[str] | None) -> int:
-    from qworker._args import Parser
-
     ap = Parser(prog="qworker-train", description="GRPO training with rewards on a qworker pool")
     ap.add_argument("--config", required=True, help="a YAML config (see configs/grpo.yaml)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -36,8 +35,8 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("--version", action="version", version=f"qworker-train {_version()}")
     a = ap.parse_args(argv)
     try:
-        from .config import ConfigurationError, load_config
-        from .loop import GRPOTrainer
+        from trainer.config import ConfigurationError, load_config
+        from trainer.loop import GRPOTrainer
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in _TRAIN_EXTRA:
             raise
@@ -76,8 +75,6 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _version() -> str:
-    from qworker import __version__
-
     return __version__
 
 

@@ -14,15 +14,12 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type
 
 import yaml
 
-from .aliases import resolve_aliases
-from .grpo import ADVANTAGE_MODES, AGGREGATIONS, AdvantageMode, Aggregation
-from .schedule import SCHEDULES, Schedule
+from trainer.aliases import resolve_aliases
+from trainer.errors import ConfigurationError
+from trainer.grpo import ADVANTAGE_MODES, AGGREGATIONS, AdvantageMode, Aggregation
+from trainer.schedule import SCHEDULES, Schedule
 
 __all__ = ["TrainConfig", "load_config", "config_from_dict", "ConfigurationError"]
-
-
-class ConfigurationError(ValueError):
-    """A config key that is unknown, of the wrong type, or out of range; the message names it."""
 
 
 @dataclass

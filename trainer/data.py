@@ -91,7 +91,7 @@ def load_numbered_prompts(path: str | Path, tokenizer_path: str, max_prompt_leng
     rows = [row for _, row in numbered]
     tokenizer = None
     if max_prompt_length is not None or any("prompt" not in r for r in rows):
-        from .rollout_hf import load_tokenizer
+        from trainer.rollout_hf import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer_path)
     kept, dropped, index = _prepare(rows, tokenizer, max_prompt_length)

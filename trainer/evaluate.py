@@ -26,9 +26,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .config import EvalConfig
-from .rewards import RewardClient, build_payloads
-from .stats import component_scores, pass_at_k
+from trainer.config import EvalConfig
+from trainer.rewards import RewardClient, build_payloads
+from trainer.stats import component_scores, pass_at_k
 
 __all__ = ["Evaluator"]
 

@@ -32,10 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("gpu_smoke: no CUDA device; this script is for a GPU machine", file=sys.stderr)
         return 2
-    from .config import config_from_dict
-    from .loop import GRPOTrainer
-    from .tiny import save_tiny_model
-    from .toy import write_toy_dataset
+    from trainer.config import config_from_dict
+    from trainer.loop import GRPOTrainer
+    from trainer.tiny import save_tiny_model
+    from trainer.toy import write_toy_dataset
 
     out = a.out or tempfile.mkdtemp(prefix="qworker-gpu-smoke-")
     model = save_tiny_model(os.path.join(out, "tiny-model"), hidden=128, layers=2, heads=2)

@@ -56,18 +56,18 @@ from typing import Any, Optional
 
 import torch
 
-from . import checkpoint as ckpt
-from .config import TrainConfig
-from .data import PromptSampler, load_numbered_prompts
-from .evaluate import Evaluator
-from .grpo import group_advantages
-from .metrics import MetricsSink
-from .placement import Placement, make_actors
-from .preflight import check_vllm_start
-from .rewards import RewardClient, build_payloads
-from .schedule import lr_multiplier
-from .stats import batch_stats, component_scores
-from .timeline import RewardClock, StepTimeline
+from trainer import checkpoint as ckpt
+from trainer.config import TrainConfig
+from trainer.data import PromptSampler, load_numbered_prompts
+from trainer.evaluate import Evaluator
+from trainer.grpo import group_advantages
+from trainer.metrics import MetricsSink
+from trainer.placement import Placement, make_actors
+from trainer.preflight import check_vllm_start
+from trainer.rewards import RewardClient, build_payloads
+from trainer.schedule import lr_multiplier
+from trainer.stats import batch_stats, component_scores
+from trainer.timeline import RewardClock, StepTimeline
 
 __all__ = ["GRPOTrainer", "Group"]
 

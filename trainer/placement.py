@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .config import TrainConfig
+from trainer.config import TrainConfig
 
 __all__ = ["Placement", "make_actors", "device_for", "rollout_backend"]
 
@@ -53,14 +53,14 @@ def policy_kwargs(cfg: TrainConfig, device: str, init_from: str | None) -> dict[
 
 def _rollout_factory(cfg: TrainConfig, device: str) -> tuple[type, tuple, dict]:
     if rollout_backend(cfg, device) == "vllm":
-        from .rollout_vllm import VllmRollout
+        from trainer.rollout_vllm import VllmRollout
 
         v = cfg.rollout.vllm
         return VllmRollout, (cfg.model.path,), dict(
             dtype=cfg.model.dtype, gpu_memory_utilization=v.gpu_memory_utilization, enforce_eager=v.enforce_eager,
             max_model_len=v.max_model_len, weight_sync=v.weight_sync, seed=cfg.train.seed,
         )
-    from .rollout_hf import HFRollout
+    from trainer.rollout_hf import HFRollout
 
     return HFRollout, (cfg.model.path,), dict(dtype=cfg.model.dtype, device=device)
 
@@ -93,7 +93,7 @@ class Placement:
 
 def make_actors(cfg: TrainConfig, init_from: str | None = None) -> Placement:
     """Start the policy and rollout actors as ``cfg.placement.backend`` says (see the module docstring)."""
-    from .policy import PolicyActor
+    from trainer.policy import PolicyActor
 
     device = device_for(cfg)
     rcls, rargs, rkwargs = _rollout_factory(cfg, device)

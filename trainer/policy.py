@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from .grpo import Aggregation, aggregate, clipped_policy_loss, kl_k3
-from .logprobs import Seq, batch_sequences, token_logprobs
-from .rollout_hf import load_tokenizer, resolve_dtype
+from trainer.grpo import Aggregation, aggregate, clipped_policy_loss, kl_k3
+from trainer.logprobs import Seq, batch_sequences, token_logprobs
+from trainer.rollout_hf import load_tokenizer, resolve_dtype
 
 if TYPE_CHECKING:
     from peft import PeftModel

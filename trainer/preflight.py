@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .config import ConfigurationError, TrainConfig
+from trainer.config import ConfigurationError, TrainConfig
 
 __all__ = ["CPU_HEAD_SIZES", "PromptLengths", "check_head_size", "check_vllm_start", "supported_cpu_head_sizes"]
 
@@ -117,8 +117,8 @@ def check_vllm_start(cfg: TrainConfig, rows: list[dict[str, Any]], lines: list[i
     the head size on CPU, and the prompt lengths of ``rows`` (training, with their ``lines``) and of the
     ``eval_rows`` the evaluation uses against ``rollout.vllm.max_model_len`` when it is set.  Returns the
     prompt lengths, for the check against the engine's own limit once it is up (``check``, ``from_model``)."""
-    from .placement import device_for, rollout_backend
-    from .rollout_hf import load_tokenizer
+    from trainer.placement import device_for, rollout_backend
+    from trainer.rollout_hf import load_tokenizer
 
     device = device_for(cfg)
     if rollout_backend(cfg, device) != "vllm":

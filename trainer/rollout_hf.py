@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import torch
 
-from .logprobs import sequence_logprobs
+from trainer.logprobs import sequence_logprobs
 
 __all__ = ["HFRollout", "load_tokenizer", "resolve_dtype"]
 

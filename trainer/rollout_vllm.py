@@ -186,7 +186,7 @@ class VllmRollout:
                  enforce_eager: bool = True, max_model_len: int | None = None, weight_sync: str = "auto", seed: int = 0) -> None:
         from vllm import LLM
 
-        from .rollout_hf import load_tokenizer
+        from trainer.rollout_hf import load_tokenizer
 
         if weight_sync not in ("auto",) + ROUTES:
             raise ValueError(f"weight_sync: {weight_sync!r} is not one of {['auto', *ROUTES]}")

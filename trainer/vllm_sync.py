@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from .rollout_vllm import ROUTES, VllmRollout
-from .tiny import save_tiny_model
+from trainer.rollout_vllm import ROUTES, VllmRollout
+from trainer.tiny import save_tiny_model
 
 PROMPTS = ["copy:1=", "copy:2=", "12+3=", "abc"]
 
@@ -35,7 +35,7 @@ def _perturbed(model_dir: str, scale: float, seed: int) -> dict[str, torch.Tenso
 
 
 def _hf_greedy(model_dir: str, state: dict[str, torch.Tensor], max_new: int) -> list[list[int]]:
-    from .rollout_hf import HFRollout
+    from trainer.rollout_hf import HFRollout
 
     hf = HFRollout(model_dir, dtype="float32")
     hf.load_weights(state)

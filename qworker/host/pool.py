@@ -27,7 +27,7 @@ import psutil
 import zmq
 
 from .._errors import ErrorKind
-from .._options import PoolOptions
+from ..config.options import PoolOptions
 from ..rewards._sandbox import kernel_problem
 from ..transport import wire
 from ..transport.sockets import Redialer, make_socket, runtime_dir

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from .._options import PoolOptions
+from ..config.options import PoolOptions
 
 __all__ = ["PoolProcess"]
 

@@ -37,9 +37,9 @@ import zmq
 
 from .._errors import ErrorKind
 from .._exceptions import CallFailed, RewardError
-from .._fingerprint import reward_version
-from .._options import WorkerOptions
-from .._registry import EndpointCall, load_modules, registered, resolve
+from ..config.options import WorkerOptions
+from ..registry.fingerprint import reward_version
+from ..registry.registry import EndpointCall, load_modules, registered, resolve
 from ..transport import wire
 from ..transport.sockets import Redialer, make_socket, readable
 from .slot import TaskSlot

@@ -11,7 +11,7 @@ module is imported (``pip install 'qworker-rl[verl]'``, ``[trl]``, ``[openrlhf]`
   ``--reward.remote_url``;
 * ``qworker.integrations.slime``: ``rm`` and ``group_rm`` for ``--custom-rm-path``.
 
-All score through one process-wide client (``_client.reward_client``): the
+All score through one process-wide client (``service.client.reward_client``): the
 service named by ``QWORKER_CONNECT``, or a pool embedded in the process.  How
 each framework's fields map onto the payload is in ``_payload``; which reward
 is used and how failures show is in ``_outcome``.

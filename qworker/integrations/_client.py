@@ -23,7 +23,9 @@ import os
 import threading
 from typing import Any, Optional, Protocol, Sequence
 
-from .._result import Result, ResultFuture
+from ..engine.producer import Producer
+from ..engine.result import Result, ResultFuture
+from ..service.client import Client
 
 __all__ = [
     "RewardClient", "reward_client", "current_client", "use_client", "close_client", "ENV_CONNECT", "ENV_CONFIG", "ENV_WORKERS"]
@@ -87,11 +89,9 @@ def close_client() -> None:
 
 
 def _make() -> Any:
-    import qworker
-
     connect = os.environ.get(ENV_CONNECT)
     if connect:
-        return qworker.Client(connect=connect)
+        return Client(connect=connect)
     overrides: dict[str, Any] = {}
     workers = os.environ.get(ENV_WORKERS)
     if workers:
@@ -99,4 +99,4 @@ def _make() -> Any:
             overrides["local_workers"] = int(workers)
         except ValueError:
             raise RuntimeError(f"{ENV_WORKERS} must be an integer, got {workers!r}") from None
-    return qworker.Producer(config=os.environ.get(ENV_CONFIG) or None, **overrides)
+    return Producer(config=os.environ.get(ENV_CONFIG) or None, **overrides)

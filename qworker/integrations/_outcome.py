@@ -31,8 +31,9 @@ import threading
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from .._exceptions import QworkerError
-from .._registry import registered, unimportable_origin
-from .._result import Result
+from ..cli.score import resolve_reward
+from ..engine.result import Result
+from ..registry.registry import registered, unimportable_origin
 from ._client import ENV_CONFIG, ENV_CONNECT, current_client
 from ._payload import plain
 
@@ -111,8 +112,6 @@ def check_reward(reward: str, params: Optional[Mapping[str, Any]], client: Optio
             return
         if os.environ.get(ENV_CONNECT):
             return
-        from .._score import resolve_reward  # the same checks `qworker score` makes before it starts a worker
-
         resolve_reward(config=os.environ.get(ENV_CONFIG) or None, reward=reward, modules=None, bind=None,
                        params=dict(params) if params is not None else None)
     except QworkerError as exc:

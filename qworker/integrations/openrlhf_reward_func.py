@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import torch
 
 from qworker._errors import ErrorKind
-from qworker._result import Result
+from qworker.engine.result import Result
 from qworker.integrations._client import reward_client
 from qworker.integrations._outcome import FAILED_KEY, FailureStreak, choose, failure_keys, warn_failed
 from qworker.integrations._payload import PromptMismatch, from_openrlhf

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence, Union
 
-from .._result import Result, ResultFuture
+from ..engine.result import Result, ResultFuture
 from ._client import reward_client
 from ._outcome import FailureStreak, choose, failure_keys, warn_failed
 from ._payload import from_slime

@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from trl import GRPOTrainer
 
-from .._result import Result, ResultFuture
+from ..engine.result import Result, ResultFuture
 from ._client import RewardClient, reward_client
 from ._outcome import ERROR_KEY, FAILED_KEY, RewardsFailed, check_reward, choose, failure_keys, reward_name, warn_failed
 from ._payload import from_trl, trl_columns

@@ -45,7 +45,7 @@ from typing import Any, Optional, Sequence
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from .._result import Result
+from ..engine.result import Result
 from ._client import reward_client
 from ._outcome import FailureStreak, check_reward, choose, failure_keys, warn_failed
 from ._payload import from_verl

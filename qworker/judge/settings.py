@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .._options import _opt, _Options
-from .ratelimit import MAX_DELAY_S
-from .routing import DEFAULT_BALANCE, ROUTINGS
+from ..config.options import _opt, _Options
+from .client.ratelimit import MAX_DELAY_S
+from .control.routing import DEFAULT_BALANCE, ROUTINGS
 
 __all__ = ["CALL", "GATE", "JUDGE", "JudgeSettings"]
 

@@ -31,16 +31,16 @@ import atexit
 import logging
 import os
 import re
-import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .._options import PoolOptions
+from ..config.extras import MissingExtra, need
+from ..config.options import PoolOptions
+from ..host.process import PoolProcess
 
-__all__ = ["RayPools", "PoolInfo", "start_pools", "main"]
+__all__ = ["NoRay", "PoolInfo", "RayPools", "import_ray", "start_pools"]
 
 log = logging.getLogger("qworker.ray")
 
@@ -50,14 +50,12 @@ BACKOFF_S = (1.0, 32.0)  # first restart delay, and the cap while a pool keeps f
 STOP_MARGIN_S = 10.0  # beyond the drain timeout, for a supervisor to exit and report
 
 
-def _import_ray() -> Any:
+def import_ray() -> Any:
     """``ray``, or ``MissingExtra`` (a ``ConfigError`` and an ``ImportError``) naming the ``ray`` extra."""
-    from .._args import MissingExtra, need
-
     try:
         return need("ray", "ray", "the Ray launcher")
     except MissingExtra as exc:
-        raise _NoRay(str(exc)) from None
+        raise NoRay(str(exc)) from None
 
 
 # -- the actor: one per node ----------------------------------------------------------
@@ -66,14 +64,12 @@ class _PoolActor:
     supervisor as its child process and reports on it."""
 
     def __init__(self, options: PoolOptions) -> None:
-        from ..host.process import PoolProcess
-
         self.options = options.replace(parent_pid=os.getpid())
         self.process = PoolProcess(self.options)
 
     def describe(self) -> dict[str, Any]:
         """Where this pool runs: ``node_id``, ``actor_pid`` and the supervisor's ``pid``."""
-        ray = _import_ray()
+        ray = import_ray()
         return {"node_id": ray.get_runtime_context().get_node_id(), "actor_pid": os.getpid(), "pid": self.process.pid}
 
     def exit_code(self) -> Optional[int]:
@@ -92,7 +88,7 @@ _ACTOR_CLASS: Any = None
 def _actor_class() -> Any:
     global _ACTOR_CLASS
     if _ACTOR_CLASS is None:
-        _ACTOR_CLASS = _import_ray().remote(max_restarts=0, max_concurrency=1)(_PoolActor)
+        _ACTOR_CLASS = import_ray().remote(max_restarts=0, max_concurrency=1)(_PoolActor)
     return _ACTOR_CLASS
 
 
@@ -187,7 +183,7 @@ class RayPools:
         passed: late pools are logged and keep being followed).  Once only."""
         if self._started:
             return self
-        ray = _import_ray()
+        ray = import_ray()
         if not ray.is_initialized():
             if self.address is None:
                 raise RuntimeError("Ray is not initialised: call ray.init() first, or pass address='auto'")
@@ -360,46 +356,5 @@ def start_pools(
     return RayPools(connect, workers_per_node, options, **kwargs).start()
 
 
-class _NoRay(ImportError):
+class NoRay(ImportError):
     """Ray is not installed (kept an ``ImportError`` for callers of ``RayPools``)."""
-
-
-# -- qworker ray-pools -------------------------------------------------------------------
-def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> int:
-    """Run ``RayPools`` until SIGTERM or Ctrl-C; exit code 0 after a clean stop, 1 when Ray
-    cannot be joined, 2 on bad options."""
-    from .._args import Parser, bool_flag
-    from .._cli import add_pool_arguments, pool_options
-    from .._exceptions import ConfigError
-
-    ap = Parser(prog=prog, description="Run one qworker pool on every node of a Ray cluster until stopped.")
-    ap.add_argument("--address", default="auto", help="Ray cluster address for ray.init")
-    ap.add_argument("--workers-per-node", type=int, help="workers in each pool (default: --workers, else the node's CPUs)")
-    bool_flag(ap, "reserve-cpus", help="each pool's actor holds as many Ray CPUs as it has workers")
-    ap.add_argument("--poll", type=float, default=DEFAULT_POLL_S, help="seconds between looks at the cluster's nodes")
-    add_pool_arguments(ap)
-    args = ap.parse_args(argv)
-    try:
-        options = pool_options(args, prog)
-        if args.workers_per_node is not None and args.workers_per_node < 1:
-            raise ConfigError(f"--workers-per-node must be at least 1, got {args.workers_per_node}")
-        _import_ray()
-    except (ConfigError, _NoRay) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    try:
-        _import_ray().init(address=args.address, log_to_driver=True)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        print(f"{prog}: cannot join the Ray cluster at {args.address}: {exc}", file=sys.stderr)
-        return 1
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers of its own
-        signal.signal(sig, lambda *_: stop.set())
-    pools = RayPools(options=options, workers_per_node=args.workers_per_node, reserve_cpus=args.reserve_cpus, poll_s=args.poll)
-    pools.start()
-    log.info("ray pools: %d pool(s) serving %s; SIGTERM or Ctrl-C to stop", len(pools.pools()), options.connect)
-    while not stop.wait(1.0):
-        pass
-    pools.stop()
-    return 0

@@ -37,7 +37,7 @@ import shutil
 import time
 from typing import Any
 
-from .._registry import reward
+from ..registry.registry import reward
 from . import _payload
 from ._asserts import PlainValueError, Refused, Split, decode, split_assert
 from ._sandbox import Limits, run_exec, run_python, sandbox_dir

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from .._registry import reward
+from ..registry.registry import reward
 
 
 @reward("noop")

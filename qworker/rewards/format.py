@@ -19,7 +19,7 @@ import functools
 import re
 from typing import Sequence
 
-from .._registry import reward
+from ..registry.registry import reward
 from . import _payload
 
 __all__ = ["format_match", "tag_count", "THINK_ANSWER", "TAGS"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .._registry import reward
+from ..registry.registry import reward
 
 _ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")
 _CLEAN = str.maketrans("", "", ",$")

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .._registry import reward
+from ..registry.registry import reward
 from . import _payload
 
 __all__ = ["length_penalty", "overlong", "peaked"]

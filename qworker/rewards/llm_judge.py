@@ -1,6 +1,6 @@
 """``llm_judge``: score a response with an OpenAI-compatible chat-completions judge.
 
-One call to one endpoint per task.  The producer's gate (``judge.gate``, this
+One call to one endpoint per task.  The producer's gate (``judge.control.gate``, this
 reward's admission policy) chose the endpoint under that endpoint's adaptive
 limit and hands its index in ``call.meta["endpoint"]`` (an ``EndpointCall``);
 it decides what happens after a failure.  Every outcome goes back to it in
@@ -10,11 +10,11 @@ the result's meta, so the limit is one limit for all workers on all hosts.  Noth
 * ``endpoint`` (int), ``status`` (HTTP status, 0 when there was none),
   ``failure`` (``""``, ``"timeout"``, ``"connect"``: no connection could be
   made, ``"reset"``: the connection dropped mid-answer, ``"too_large"``: a body
-  over ``judge.http.MAX_BODY_BYTES``, not retried), ``latency_s``;
+  over ``judge.client.http.MAX_BODY_BYTES``, not retried), ``latency_s``;
 * ``retry_after_s``: ``retry-after-ms``, ``Retry-After`` seconds or HTTP-date,
   in seconds, or ``None``;
 * ``completion_tokens``: ``usage.completion_tokens`` of a 200 reply, or ``None``;
-* ``ratelimit``: the provider's rate-limit headers, parsed by ``judge.ratelimit.rate_limits``
+* ``ratelimit``: the provider's rate-limit headers, parsed by ``judge.client.ratelimit.rate_limits``
   (``{"requests": {"limit", "remaining", "reset_s"}, "tokens": {...}}``), or ``None``;
 * ``bad_headers`` (only when there are some): ``{name: value}`` of the rate-limit
   and Retry-After headers ignored as unbelievable (``inf``, ``-1``, ``NaN``, ...).
@@ -54,11 +54,11 @@ import urllib.parse
 from typing import Any, Optional
 
 from .._exceptions import CallFailed
-from .._registry import EndpointCall, reward
-from ..judge import http as _http
-from ..judge import ratelimit as _ratelimit
+from ..judge.client import http as _http
+from ..judge.client import ratelimit as _ratelimit
 from ..judge.prompt import DEFAULT_TEMPLATE, render
 from ..judge.settings import JudgeSettings
+from ..registry.registry import EndpointCall, reward
 
 __all__ = ["llm_judge", "render", "parse_score", "redact", "DEFAULT_TEMPLATE"]
 
@@ -117,7 +117,7 @@ def _completion_tokens(doc: Any) -> Optional[int]:
     return int(n) if isinstance(n, (int, float)) and 0 <= n <= 1e9 else None  # (json reads 1e400 as inf; NaN fails both)
 
 
-@reward("llm_judge", kind="io", admission="qworker.judge.registry:JudgeGates")
+@reward("llm_judge", kind="io", admission="qworker.judge.control.registry:JudgeGates")
 def llm_judge(
     payload: dict,
     *,

@@ -30,7 +30,7 @@ import functools
 import threading
 from typing import Any, Optional
 
-from .._registry import reward
+from ..registry.registry import reward
 from . import _payload
 from ._extract import final_answer
 

@@ -2,5 +2,5 @@
 
 ``server.RewardService`` serves ``qworker.Client``\\s over ZeroMQ;
 ``http.HttpFront`` serves the HTTP protocols OpenRLHF and slime speak.
-``qworker serve`` runs both (``_cli``).
+``qworker serve`` runs both (``qworker.cli.serve``); ``client.Client`` is the trainer processes' side.
 """

@@ -37,13 +37,13 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Union
 
-from .._catalog import Composite, Plain
 from .._errors import ErrorKind
 from .._exceptions import ConfigError, GatherTimeout, QworkerError
-from .._producer import Producer
-from .._result import Result
+from ..engine.producer import Producer
+from ..engine.result import Result
 from ..integrations._outcome import FAILED_KEY, failure_keys
 from ..integrations._payload import PromptMismatch, from_openrlhf
+from ..registry.catalog import Composite, Plain
 
 log = logging.getLogger("qworker")
 

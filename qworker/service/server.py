@@ -34,14 +34,14 @@ from typing import Any, Optional
 import zmq
 
 from .._exceptions import QworkerError
-from .._producer import Producer
-from .._result import Result
-from .._status import ServiceInfo, ServiceStatus
+from ..engine.producer import Producer
+from ..engine.result import Result
+from ..engine.status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
 from ..transport.reactor import Reactor
 from ..transport.sockets import bind_server, bound_endpoint, close_server, readable
 from ..transport.wire import StatusReply, StatusRequest, WireError
-from ._ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, Ledger
+from .ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, Ledger
 
 log = logging.getLogger("qworker")
 
@@ -181,7 +181,7 @@ class RewardService:
 
     def _on_done(self, peer: bytes, request: int, index: int, fut: Any) -> None:
         """A future resolved (on the producer's dispatcher thread): hand its result to the front thread."""
-        # ``_result`` rather than ``result()``: a done callback runs once the future is finished, and a ResultFuture
+        # ``engine.result`` rather than ``result()``: a done callback runs once the future is finished, and a ResultFuture
         # never holds an exception; result() takes the future's lock again (4 us of the dispatcher's time per task)
         self._outbox.append((peer, request, index, fut._result))
         self._wake()

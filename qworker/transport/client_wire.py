@@ -11,7 +11,7 @@ resubmits what the old instance held.
 Delivery is acknowledged end to end, so a link that breaks and comes back loses
 nothing: each ``Resolved`` carries a per-client sequence number, the client
 answers ``Ack`` with the numbers it received, and the service resends what is
-not acknowledged (``service._ledger``).  A ``Ping`` names the requests the
+not acknowledged (``service.ledger``).  A ``Ping`` names the requests the
 client still waits on; the ``Pong`` names those the service does not hold (never
 taken, or their results dropped from a full ledger), which the client
 resubmits.  A client resends a ``Submit`` until it is ``Accepted``; the service
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Optional, Union
 
-from .._result import Result
+from ..engine.result import Result
 from .wire import Count, Decoder, Message, StatusReply, StatusRequest, _Body, encode
 
 __all__ = ["Submit", "Accepted", "Resolved", "ResolvedRow", "Ack", "Ping", "Pong", "Closing", "ClientMessage", "encode",

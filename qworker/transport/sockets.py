@@ -16,7 +16,7 @@ from typing import Optional
 
 import zmq
 
-from .._options import DEFAULT_MAX_MESSAGE_BYTES
+from ..config.options import DEFAULT_MAX_MESSAGE_BYTES
 from . import security
 from .allowlist import GuardedRouter
 from .security import Curve

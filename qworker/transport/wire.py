@@ -71,7 +71,7 @@ class Fault(_Body):
 
 class Task(_Body):
     """One task as a worker receives it.  ``meta`` is what the task's admission policy attached to this
-    delivery (``_admission``; handed to the reward as ``EndpointCall.meta``), None for a task with no policy."""
+    delivery (``engine.admission``; handed to the reward as ``EndpointCall.meta``), None for a task with no policy."""
 
     key: Key
     reward: str
@@ -85,7 +85,7 @@ class Task(_Body):
 class TaskResult(_Body):
     """One task's result.  ``meta`` is what the reward reported about its admitted call, for its policy
     (None when it reported none); ``ran`` is the version of the code that computed it (its declared version or its code
-    fingerprint, ``_fingerprint.reward_version``), None when it has none or the reward could not be loaded."""
+    fingerprint, ``registry.fingerprint.reward_version``), None when it has none or the reward could not be loaded."""
 
     key: Key
     score: Optional[float]

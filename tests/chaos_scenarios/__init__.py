@@ -12,7 +12,7 @@ Shared by ``tests/chaos/test_one_fault_at_a_time_loses_nothing.py`` (small sizes
 * **innocent failures**: tasks that failed but were not the faulty ones;
 * **stall**: the longest gap with no result while work was pending.
 
-The judge is the only thing mocked (``qworker.judge.mock.MockJudge``, in this
+The judge is the only thing mocked (``qworker.testing.mockjudge.MockJudge``, in this
 process, so it counts every call server-side).
 
 The modules, by scenario family:
@@ -35,20 +35,19 @@ and what they share: ``measure`` (``Outcome`` and its counts), ``processes``
 
 from __future__ import annotations
 
-from qworker._diskcache import COMMIT_WITHIN_S
-
-from .judges import judge_faults, key_leak
-from .measure import Outcome
-from .peers import garbage, rogue_peer
-from .processes import HB
-from .producer import producer_sigkill_judge
-from .recording_judge import RecordingJudge
-from .seams_disk import disk_faults
-from .seams_judge import hostile_judge, judge_outage
-from .seams_link import link_cuts
-from .seams_producer import submit_close_interleavings
-from .seams_transport import big_results
-from .workers import hung_tasks, pool_sigkill, worker_sigkill, worker_sigstop
+from qworker.cache.disk import COMMIT_WITHIN_S
+from tests.chaos_scenarios.judges import judge_faults, key_leak
+from tests.chaos_scenarios.measure import Outcome
+from tests.chaos_scenarios.peers import garbage, rogue_peer
+from tests.chaos_scenarios.processes import HB
+from tests.chaos_scenarios.producer import producer_sigkill_judge
+from tests.chaos_scenarios.recording_judge import RecordingJudge
+from tests.chaos_scenarios.seams_disk import disk_faults
+from tests.chaos_scenarios.seams_judge import hostile_judge, judge_outage
+from tests.chaos_scenarios.seams_link import link_cuts
+from tests.chaos_scenarios.seams_producer import submit_close_interleavings
+from tests.chaos_scenarios.seams_transport import big_results
+from tests.chaos_scenarios.workers import hung_tasks, pool_sigkill, worker_sigkill, worker_sigstop
 
 __all__ = [
     "COMMIT_WITHIN_S", "HB", "Outcome", "RecordingJudge",

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from qworker import Producer, Result
-
-from .measure import Outcome, Timeline, collect, paid_twice
-from .processes import HB, console_script, start_pool, stop_proc
-from .recording_judge import RecordingJudge, judge_config, judge_rows
+from tests.chaos_scenarios.measure import Outcome, Timeline, collect, paid_twice
+from tests.chaos_scenarios.processes import HB, console_script, start_pool, stop_proc
+from tests.chaos_scenarios.recording_judge import RecordingJudge, judge_config, judge_rows
 
 
 def judge_faults(tmp: Path, n: int) -> Outcome:

@@ -19,9 +19,8 @@ import zmq
 from qworker import Producer, Result
 from qworker.transport import client_wire as cw
 from qworker.transport import wire
-
-from .measure import Outcome, Timeline, collect
-from .processes import HB, free_port, start_pool, stop_proc, wait_until
+from tests.chaos_scenarios.measure import Outcome, Timeline, collect
+from tests.chaos_scenarios.processes import HB, free_port, start_pool, stop_proc, wait_until
 
 
 # garbage ---------------------------------------------------------------------------------

@@ -8,11 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from qworker._diskcache import COMMIT_WITHIN_S
-
-from .measure import Outcome, count_lines, paid_twice
-from .processes import wait_until
-from .recording_judge import RecordingJudge
+from qworker.cache.disk import COMMIT_WITHIN_S
+from tests.chaos_scenarios.measure import Outcome, count_lines, paid_twice
+from tests.chaos_scenarios.processes import wait_until
+from tests.chaos_scenarios.recording_judge import RecordingJudge
 
 TRAINER = """
 import json, sys

@@ -9,8 +9,7 @@ import time
 from collections import Counter
 from typing import Any, Optional
 
-from qworker.judge.mock import MockJudge
-from qworker.judge.mockhandler import Handler
+from qworker.testing.mockjudge import Handler, MockJudge
 
 
 class _RecordingHandler(Handler):

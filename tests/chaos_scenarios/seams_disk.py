@@ -8,10 +8,9 @@ import sqlite3
 from pathlib import Path
 
 from qworker import Producer
+from tests.chaos_scenarios.measure import Outcome, Timeline, collect, evaluations, lost_of, paid_twice
+from tests.chaos_scenarios.processes import TEST_REWARDS, wait_until
 from tests.faults.disk import GARBAGE, DiskFull, Lock, corrupt_row
-
-from .measure import Outcome, Timeline, collect, evaluations, lost_of, paid_twice
-from .processes import TEST_REWARDS, wait_until
 
 
 def _rows_on_disk(db: Path) -> int:

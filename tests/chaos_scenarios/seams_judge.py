@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 from qworker import Producer
-
-from .measure import Outcome, Timeline, collect, paid_twice
-from .processes import HB
-from .recording_judge import RecordingJudge, judge_config, judge_rows
+from tests.chaos_scenarios.measure import Outcome, Timeline, collect, paid_twice
+from tests.chaos_scenarios.processes import HB
+from tests.chaos_scenarios.recording_judge import RecordingJudge, judge_config, judge_rows
 
 __all__ = ["judge_outage", "hostile_judge", "recovery_after"]
 

@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 
 from qworker import Client
-
-from ..faults.proxy import Proxy
-from .measure import Outcome, Timeline, collect, evaluations, lost_of, paid_twice
-from .processes import TEST_REWARDS, free_port, stop_proc
+from tests.chaos_scenarios.measure import Outcome, Timeline, collect, evaluations, lost_of, paid_twice
+from tests.chaos_scenarios.processes import TEST_REWARDS, free_port, stop_proc
+from tests.faults.proxy import Proxy
 
 RESOLVE_WITHIN_S = 20.0  # the client's service_timeout_s: results survive a break up to it
 MAX_CUT_S = 4.0

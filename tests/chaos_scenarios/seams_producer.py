@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 
 from qworker import Producer, ProducerClosed
-
-from ..conftest import TEST_REWARDS
-from .measure import Outcome, evaluations, paid_twice
+from tests.chaos_scenarios.measure import Outcome, evaluations, paid_twice
+from tests.conftest import TEST_REWARDS
 
 RESOLVE_WITHIN_S = 30.0
 

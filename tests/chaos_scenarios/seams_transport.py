@@ -6,9 +6,8 @@ from collections import Counter
 from pathlib import Path
 
 from qworker import Producer
-
-from .measure import Outcome, Timeline, collect
-from .processes import HB, TEST_REWARDS
+from tests.chaos_scenarios.measure import Outcome, Timeline, collect
+from tests.chaos_scenarios.processes import HB, TEST_REWARDS
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 

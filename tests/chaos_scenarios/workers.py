@@ -12,9 +12,19 @@ from pathlib import Path
 import psutil
 
 from qworker import Producer
-
-from .measure import Outcome, RestartWatch, Timeline, collect, count_lines, evaluations, lost_of, paid_twice, rerun_bound, unsent_bound
-from .processes import HB, TEST_REWARDS, local_worker_pids, start_pool, stop_proc, wait_until
+from tests.chaos_scenarios.measure import (
+    Outcome,
+    RestartWatch,
+    Timeline,
+    collect,
+    count_lines,
+    evaluations,
+    lost_of,
+    paid_twice,
+    rerun_bound,
+    unsent_bound,
+)
+from tests.chaos_scenarios.processes import HB, TEST_REWARDS, local_worker_pids, start_pool, stop_proc, wait_until
 
 
 def worker_sigkill(tmp: Path, n: int) -> Outcome:

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Iterator, Optional
 
-from qworker import _diskcache
+from qworker.cache import disk as _diskcache
 
 _REAL_CONNECT = _diskcache.default_connect
 

@@ -33,3 +33,14 @@ def test_the_readme_lists_every_error_kind_and_no_other():
     table = table[: table.index("\n\n")]
     listed = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
     assert listed == [k.value for k in qworker.ErrorKind]
+
+
+def test_the_testing_module_exports_its_documented_doubles_and_only_those():
+    import qworker.testing
+
+    public = {name for name, value in vars(qworker.testing).items() if not name.startswith("_") and not isinstance(value, types.ModuleType)}
+    assert set(qworker.testing.__all__) == public
+    assert {"MockJudge", "StubTransport"} <= set(qworker.testing.__all__)
+    for name in qworker.testing.__all__:
+        obj = getattr(qworker.testing, name)
+        assert isinstance(obj, int) or getattr(obj, "__doc__", None), f"qworker.testing.{name} has no docstring"

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from qworker import CacheError, Producer, ProducerClosed
-from qworker._diskcache import DiskCache
+from qworker.cache.disk import DiskCache
 from tests.conftest import TEST_REWARDS, console_script
 from tests.faults.disk import corrupt_pages
 

@@ -7,7 +7,7 @@ import sqlite3
 import time
 
 from qworker import Producer
-from qworker._metrics import _Collector
+from qworker.engine.metrics import _Collector
 from tests.chaos_scenarios.seams_disk import disk_faults
 from tests.conftest import TEST_REWARDS
 from tests.faults.disk import GARBAGE, DiskFull, corrupt_pages, corrupt_row

@@ -7,8 +7,9 @@ import time
 import msgpack
 import pytest
 
-from qworker import _diskcache, _diskwriter
-from qworker._diskcache import COMMIT_WITHIN_S, UNRECORDED, DiskCache
+from qworker.cache import disk as _diskcache
+from qworker.cache import writer as _diskwriter
+from qworker.cache.disk import COMMIT_WITHIN_S, UNRECORDED, DiskCache
 from tests.faults.disk import GARBAGE, DiskFull, Lock, Tmpfs, corrupt_pages, corrupt_row
 
 
@@ -199,7 +200,7 @@ def test_a_lock_held_by_another_connection_is_waited_out(tmp_path, caplog):
 def test_a_counted_write_error_is_already_in_the_log(tmp_path, caplog, monkeypatch):
     # make test beside a second one: the test above saw write_errors >= 1 before the writer thread had
     # logged the failure (it counted first); a slow log call stands in for the preempted thread
-    from qworker import _diskwriter
+    from qworker.cache import writer as _diskwriter
 
     log = _diskwriter.Throttled.__call__
 
@@ -324,7 +325,7 @@ def test_rows_waiting_for_the_disk_are_bounded(tmp_path, monkeypatch, caplog):
 def test_cache_clear_on_a_locked_file_says_so(tmp_path, monkeypatch, capsys):
     import argparse
 
-    from qworker._cli import cache_main
+    from qworker.cli.main import cache_main
 
     path = str(tmp_path / "c.sqlite")
     c = DiskCache(path)

@@ -11,8 +11,8 @@ import logging
 import pytest
 
 from qworker import Producer
-from qworker.judge.http import MAX_BODY_BYTES
-from qworker.judge.mock import MockJudge
+from qworker.judge.client.http import MAX_BODY_BYTES
+from qworker.testing import MockJudge
 from tests.chaos_scenarios.seams_judge import HOSTILE_HEADERS, hostile_judge, judge_outage
 
 

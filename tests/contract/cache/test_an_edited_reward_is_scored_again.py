@@ -39,7 +39,7 @@ print(json.dumps({"first": [[r.score, r.cached, r.error] for r in first], "again
 
 CLI = '''
 import sys
-from qworker._cli import main
+from qworker.cli.main import main
 sys.exit(main())
 '''  # what the installed 'qworker' command runs: its own directory, not the current one, is on sys.path
 
@@ -222,8 +222,8 @@ def test_rows_an_older_qworker_cached_under_the_producers_copy_are_not_served(tm
     from hashlib import blake2b
 
     from qworker import Producer
-    from qworker._fingerprint import code_fingerprint
-    from qworker._hashing import encode_payload, key_prefix, params_fingerprint
+    from qworker.cache.hashing import encode_payload, key_prefix, params_fingerprint
+    from qworker.registry.fingerprint import code_fingerprint
 
     module = tmp_path / "old_rows_reward.py"
     _write(module, CONTAINS.replace("contains_answer", "t_fpw_old_rows").format(score="1.0"))

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from qworker._fingerprint import code_fingerprint
+from qworker.registry.fingerprint import code_fingerprint
 
 REWARD = '''
 from qworker import reward
@@ -81,7 +81,7 @@ def test_a_fingerprint_is_the_same_in_every_process_whatever_its_hash_seed(tmp_p
     import sys
 
     (tmp_path / "setconst.py").write_text("def f(x):\n    return x in {'alpha', 'beta', 'gamma', 'delta', 'epsilon'}\n")
-    code = "import setconst; from qworker._fingerprint import code_fingerprint; print(code_fingerprint(setconst.f))"
+    code = "import setconst; from qworker.registry.fingerprint import code_fingerprint; print(code_fingerprint(setconst.f))"
     prints = {
         subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
                        env={**__import__("os").environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(tmp_path)}).stdout

@@ -244,7 +244,7 @@ def test_status_removes_notes_of_dead_producers():
 
 
 def test_human_status_shows_the_ledger_and_an_endpoint_shared_with_other_producers():
-    from qworker._cli import format_status
+    from qworker.cli.main import format_status
 
     producer = {"endpoint": "ipc://x", "pid": 1, "host": "h", "uptime_s": 3, "submitted": 5, "resolved": 5, "failed": 0, "cache_hits": 0,
                 "queued": 0, "in_flight": 0, "redelivered": 0, "dropped_frames": 0}

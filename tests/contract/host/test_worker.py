@@ -10,7 +10,7 @@ import time
 import zmq
 
 from qworker._errors import ErrorKind
-from qworker._hashing import encode_payload
+from qworker.cache.hashing import encode_payload
 from qworker.host.slot import TaskSlot
 from qworker.host.worker import fit_frame, result_bytes, to_score
 from qworker.transport import wire

@@ -9,8 +9,7 @@ import pytest
 
 import qworker
 from qworker.integrations import _client
-
-from .conftest import REWARDS
+from tests.integrations.conftest import REWARDS
 
 
 @pytest.fixture(autouse=True)

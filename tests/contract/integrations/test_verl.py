@@ -31,8 +31,7 @@ from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager
 from qworker import RewardError  # noqa: E402
 from qworker.integrations import verl as qverl  # noqa: E402
 from qworker.integrations._outcome import RewardsFailed  # noqa: E402
-
-from .tiny import tokenizer  # noqa: E402
+from tests.integrations.tiny import tokenizer  # noqa: E402
 
 P, R = 6, 6  # prompt and response widths (padded), tokens
 ROWS = [  # prompt, response, ground truth, extra_info
@@ -208,7 +207,7 @@ def test_the_rewards_extra_reaches_reward_extra_info_with_the_same_keys_for_ever
 
 
 def test_extra_values_that_are_not_scalars_become_json_text_and_bad_key_lists_are_refused() -> None:
-    from qworker._result import Result
+    from qworker.engine.result import Result
 
     info = qverl.info_from_extra(Result(score=1.0, extra={"payload": {"b": [1, 2]}, "n": 3}), ["payload", "n", "absent"])
     assert info["qworker_extra"] == '{"n": 3, "payload": {"b": [1, 2]}}'

@@ -1,6 +1,6 @@
 """A second judge server model: a real asyncio HTTP server whose capacity follows a schedule over wall-clock time.
 
-Built apart from ``judgesim`` (simulated time, no sockets) and ``qworker.judge.mock`` (threads, a
+Built apart from ``judgesim`` (simulated time, no sockets) and ``qworker.testing.mockjudge`` (threads, a
 handler per connection): one asyncio event loop owns every slot, so what it counts in flight is
 exact at each instant.  Standard library only: it runs as ``python tests/contract/judge/judgeserver.py``.
 

@@ -41,11 +41,11 @@ from typing import Callable, Optional
 
 import msgpack
 
-from qworker._task import Pending
-from qworker.judge.gate import Gate
-from qworker.judge.peers import MemoryBoard
-from qworker.judge.prefixcache import PrefixCache
+from qworker.engine.task import Pending
+from qworker.judge.control.gate import Gate
+from qworker.judge.control.peers import MemoryBoard
 from qworker.rewards.llm_judge import DEFAULT_TEMPLATE, render
+from qworker.testing.prefixcache import PrefixCache
 
 TRANSIT_S = 0.002  # worker -> server -> worker: the network, inside the worker's measured latency (``latency_s``)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import goldens
+from tests.judge import goldens
 
 QUICK = [name for name, sc in goldens.SCENARIOS.items() if sc.quick]
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from qworker.judge import http
+from qworker.judge.client import http
 
 
 def test_a_refused_connection_raises_once_without_urllib3_retry_warnings(caplog):
@@ -26,7 +26,7 @@ def test_a_refused_connection_raises_once_without_urllib3_retry_warnings(caplog)
 def test_a_body_over_the_cap_is_too_large_not_a_reset():
     import json
 
-    from qworker.judge.mock import MockJudge
+    from qworker.testing import MockJudge
 
     m = MockJudge(capacity=8, latency_s=0.001).start()
     try:

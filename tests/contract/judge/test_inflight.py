@@ -8,10 +8,9 @@ accounts say how many they held at once.
 
 from __future__ import annotations
 
-from qworker.judge.gate import Gate
-from qworker.judge.transit import Transit
-
-from .judgesim import Client, Server, Sim
+from qworker.judge.control.gate import Gate
+from qworker.judge.control.transit import Transit
+from tests.judge.judgesim import Client, Server, Sim
 
 
 def held(server: Server, start: float, end: float) -> float:

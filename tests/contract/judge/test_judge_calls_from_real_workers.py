@@ -7,8 +7,8 @@ import threading
 import time
 
 from qworker import Producer
-from qworker.judge import gate as _gate
-from qworker.judge.mock import MockJudge
+from qworker.judge.control import gate as _gate
+from qworker.testing import MockJudge
 
 
 def judge_config(*urls_or_eps, **params) -> dict:

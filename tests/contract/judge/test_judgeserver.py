@@ -15,9 +15,8 @@ import urllib.error
 import urllib.request
 from typing import Callable
 
-from qworker.judge.endpoint import parse_vllm_load
-
-from .judgeserver import Schedule, ServerThread
+from qworker.judge.control.endpoint import parse_vllm_load
+from tests.judge.judgeserver import Schedule, ServerThread
 
 
 def post(url: str, i: int) -> tuple[int, dict, bytes, float]:

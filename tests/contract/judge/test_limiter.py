@@ -9,10 +9,9 @@ from typing import Optional
 
 import pytest
 
-from qworker.judge.limiter import AdaptiveLimit
-
-from . import judgesim
-from .judgesim import Server
+from qworker.judge.control.limiter import AdaptiveLimit
+from tests.judge import judgesim
+from tests.judge.judgesim import Server
 
 
 def simulate(

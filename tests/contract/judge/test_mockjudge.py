@@ -7,7 +7,7 @@ import time
 
 import urllib3
 
-from qworker.judge.mock import MockJudge, expected_score
+from qworker.testing import MockJudge, expected_score
 
 
 def test_back_to_back_requests_at_capacity_are_served_and_counted():

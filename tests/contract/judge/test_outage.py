@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from qworker._task import Pending
-from qworker.judge.gate import Gate
-from qworker.judge.limiter import AdaptiveLimit
-
-from . import judgesim
-from .judgesim import Server
+from qworker.engine.task import Pending
+from qworker.judge.control.gate import Gate
+from qworker.judge.control.limiter import AdaptiveLimit
+from tests.judge import judgesim
+from tests.judge.judgesim import Server
 
 OUTAGE = (30.0, 32.0)
 

@@ -1,4 +1,4 @@
-"""Producers on one host that share a judge endpoint without a service (``judge.peers``), in simulated time.
+"""Producers on one host that share a judge endpoint without a service (``judge.control.peers``), in simulated time.
 
 Targets: a producer that starts while another holds the whole
 endpoint gets an even share (within 25%) within 30 s, on a refusing cap, a token
@@ -17,13 +17,12 @@ import time
 import pytest
 
 from qworker import ConfigError
-from qworker._task import Pending
-from qworker.judge.gate import Gate
-from qworker.judge.peers import REMOVE_S, STALE_S, DirBoard, MemoryBoard, Note, endpoint_key
-from qworker.judge.registry import JudgeGates
-
-from . import judgesim
-from .judgesim import Server, Sim
+from qworker.engine.task import Pending
+from qworker.judge.control.gate import Gate
+from qworker.judge.control.peers import REMOVE_S, STALE_S, DirBoard, MemoryBoard, Note, endpoint_key
+from qworker.judge.control.registry import JudgeGates
+from tests.judge import judgesim
+from tests.judge.judgesim import Server, Sim
 
 LATE = 20.0
 

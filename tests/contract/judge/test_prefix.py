@@ -10,13 +10,12 @@ from collections import Counter, defaultdict
 import msgpack
 import pytest
 
-from qworker._task import Pending
-from qworker.judge.gate import Gate
-from qworker.judge.mock import MockJudge
-from qworker.judge.prefixcache import PrefixCache
-from qworker.judge.routing import affinity_text
-
-from .judgesim import Client, Server, Sim
+from qworker.engine.task import Pending
+from qworker.judge.control.gate import Gate
+from qworker.judge.control.routing import affinity_text
+from qworker.testing import MockJudge
+from qworker.testing.prefixcache import PrefixCache
+from tests.judge.judgesim import Client, Server, Sim
 
 FILL = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
 

@@ -1,4 +1,4 @@
-"""Two trainer processes that each embed a Producer share one capped judge endpoint evenly (``judge.peers``).
+"""Two trainer processes that each embed a Producer share one capped judge endpoint evenly (``judge.control.peers``).
 
 No ``qworker serve`` between them: they find each other through notes in the
 runtime directory.  The second starts while the first holds every slot of a
@@ -16,7 +16,7 @@ import sys
 import textwrap
 import time
 
-from qworker.judge.mock import MockJudge
+from qworker.testing import MockJudge
 
 PRODUCER = textwrap.dedent("""
     import json, sys, time

@@ -14,8 +14,7 @@ import pytest
 
 from qworker.rewards import _sandbox
 from qworker.rewards.code_tests import code_tests, extract_code, load_tests
-
-from .code_worker import SECRET_NAME, CodeWorker
+from tests.rewards.code_worker import SECRET_NAME, CodeWorker
 
 FAST = {"timeout_s": 2, "cpu_s": 2}
 
@@ -365,7 +364,7 @@ def test_a_pool_on_a_kernel_without_the_boundary_says_so_once_at_start(monkeypat
     monkeypatch.setattr(pool_module.Pool, "_spawn", lambda self, child: None)
     monkeypatch.setattr(pool_module.Pool, "_supervise", lambda self: None)
     monkeypatch.setattr(pool_module.Pool, "_drain", lambda self: None)
-    from qworker._options import PoolOptions
+    from qworker.config.options import PoolOptions
 
     with caplog.at_level("WARNING", logger="qworker"):
         pool_module.Pool(PoolOptions(connect="tcp://127.0.0.1:9", workers=1)).run()

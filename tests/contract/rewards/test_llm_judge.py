@@ -8,9 +8,9 @@ import time
 import pytest
 
 from qworker._exceptions import CallFailed
-from qworker._registry import EndpointCall
-from qworker.judge.mock import MockJudge, expected_score
+from qworker.registry.registry import EndpointCall
 from qworker.rewards.llm_judge import llm_judge, parse_score, render
+from qworker.testing import MockJudge, expected_score
 
 ROW = {"prompt": "What is 2+2?", "response": "4", "ground_truth": "4"}
 
@@ -206,7 +206,7 @@ def test_a_reply_that_is_not_json_names_its_content_type_and_shows_its_start():
 
 
 def test_an_unreachable_endpoint_is_named_once_and_its_error_cut_at_a_word():
-    from qworker.judge.gate import clip
+    from qworker.judge.control.gate import clip
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

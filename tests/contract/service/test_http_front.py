@@ -83,7 +83,7 @@ def test_fallback_mode_scores_failed_samples_and_flags_them(front):
 def test_a_length_penalty_must_count_characters_to_be_served_over_http():
     # HTTP requests carry text only: unit auto would read a max_len meant in tokens as characters
     from qworker import ConfigError
-    from qworker._catalog import Plain
+    from qworker.registry.catalog import Plain
     from qworker.service.http import check_http_reward
 
     for params, why in (({"max_len": 512}, "unit auto"), ({"unit": "tokens", "max_len": 512}, "unit tokens"),

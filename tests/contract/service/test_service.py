@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from qworker import Client, ProducerClosed, RewardError, ServiceUnavailable
-from qworker.judge.mock import MockJudge
+from qworker.testing import MockJudge
 from tests.conftest import REPO, TEST_REWARDS
 
 

@@ -76,9 +76,8 @@ def test_conflicts_and_bad_values_are_errors(train, message):
 
 def test_ppo_epochs_train_the_batch_again(tiny_model, toy_data, tmp_path):
     pytest.importorskip("torch")
+    from tests.trainer.conftest import toy_config
     from trainer.loop import GRPOTrainer
-
-    from .conftest import toy_config
 
     def run(epochs: int, name: str, mini: int | None = None) -> list[dict]:
         c = toy_config(tiny_model, toy_data, tmp_path / name, steps=2, prompts_per_step=4, micro_batch_size=8,

@@ -11,11 +11,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.trainer.conftest import toy_config  # noqa: E402
 from trainer.config import ConfigurationError, config_from_dict  # noqa: E402
 from trainer.loop import GRPOTrainer  # noqa: E402
 from trainer.toy import write_toy_dataset  # noqa: E402
-
-from .conftest import toy_config  # noqa: E402
 
 COMBO = {"components": [{"name": "digit", "reward": "toy_digit", "weight": 1.0},
                         {"name": "rep", "reward": "toy_repeat", "weight": 0.5}]}

@@ -12,13 +12,12 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.trainer.conftest import toy_config  # noqa: E402
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.config import ConfigurationError, config_from_dict  # noqa: E402
 from trainer.loop import GRPOTrainer  # noqa: E402
 from trainer.preflight import CPU_HEAD_SIZES, PromptLengths, check_head_size  # noqa: E402
 from trainer.tiny import save_tiny_model  # noqa: E402
-
-from .conftest import toy_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")

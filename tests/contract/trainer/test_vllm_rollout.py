@@ -29,14 +29,13 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
 
+from tests.trainer.conftest import toy_config  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
 from trainer.loop import GRPOTrainer  # noqa: E402
 from trainer.policy import PolicyActor  # noqa: E402
 from trainer.rollout_hf import HFRollout  # noqa: E402
 from trainer.rollout_vllm import VllmRollout  # noqa: E402
 from trainer.tiny import save_tiny_model  # noqa: E402
-
-from .conftest import toy_config  # noqa: E402
 
 PROBES = ["copy:1=", "copy:2=", "copy:3=", "12+3=", "abc", "(7)"]
 # vLLM (float32, its own kernels) vs the policy (float32, transformers): measured max |diff| 4.8e-7 nats

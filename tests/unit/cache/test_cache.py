@@ -1,6 +1,6 @@
 import time
 
-from qworker._cache import MemoryCache
+from qworker.cache.memory import MemoryCache
 
 
 def test_lru_evicts_least_recently_used():

@@ -1,4 +1,4 @@
-from qworker._hashing import canonical, encode_payload, key_prefix, new_packer, params_fingerprint, task_key
+from qworker.cache.hashing import canonical, encode_payload, key_prefix, new_packer, params_fingerprint, task_key
 
 
 def key(reward, params, payload):
@@ -88,7 +88,7 @@ def test_payload_bytes_are_the_reference_canonical_msgpack_whichever_encoder_tak
     import msgpack
     import pytest
 
-    from qworker._hashing import _plain, _sorted_encoder
+    from qworker.cache.hashing import _plain, _sorted_encoder
 
     rng = random.Random(7)
     for _ in range(3000):

@@ -1,13 +1,13 @@
-"""The command-line conventions every qworker command shares (``qworker._args``) and the flags generated from options."""
+"""The command-line conventions every qworker command shares (``qworker.cli.args``) and the flags generated from options."""
 
 import argparse
 
 import pytest
 
 from qworker import PoolOptions, ProducerOptions
-from qworker._args import Parser, bool_flag, hidden_alias
-from qworker._cli import _parser
-from qworker.service.cli import _parser as serve_parser
+from qworker.cli.args import Parser, bool_flag, hidden_alias
+from qworker.cli.main import _parser
+from qworker.cli.serve import _parser as serve_parser
 
 
 def test_booleans_are_flags_with_a_negative_form():

@@ -1,7 +1,7 @@
 import pytest
 
 from qworker import ConfigError
-from qworker._config import load
+from qworker.config.file import load
 
 
 def test_yaml_sections_load(tmp_path):

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from qworker import ConfigError, PoolOptions, ProducerOptions
-from qworker._options import DEFAULT_MAX_MESSAGE_BYTES, WorkerOptions
+from qworker.config.options import DEFAULT_MAX_MESSAGE_BYTES, WorkerOptions
 
 
 def test_defaults_are_written_once_and_shared():

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from qworker._errors import ErrorKind
-from qworker._pending import PendingTable
-from qworker._resultcache import ResultCache
-from qworker._scheduler import Scheduler
+from qworker.cache.results import ResultCache
+from qworker.engine.pending import PendingTable
+from qworker.engine.scheduler import Scheduler
+from qworker.testing import StubTransport
 from qworker.transport import wire
 from tests.admission_policy import Slots
-
-from .test_scheduler import HB, StubTransport, lost, ready
+from tests.unit.engine.test_scheduler import HB, lost, ready
 
 
 def make(policy: Slots, n: int) -> tuple[Scheduler, StubTransport, list]:

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from qworker import ProducerClosed
-from qworker._futures import FutureTable
-from qworker._result import Result
+from qworker.engine.futures import FutureTable
+from qworker.engine.result import Result
 
 
 def test_the_first_result_of_a_future_wins_and_a_resolved_batch_leaves_the_table():

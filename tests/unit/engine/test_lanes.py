@@ -3,9 +3,9 @@ prefetched tasks when another lane waits (no processes: the scheduler driven wit
 
 from __future__ import annotations
 
-from qworker._lanes import KEEP, FairQueue
-from qworker._result import ResultFuture
-from qworker._task import Pending
+from qworker.engine.lanes import KEEP, FairQueue
+from qworker.engine.result import ResultFuture
+from qworker.engine.task import Pending
 from qworker.transport import wire
 from tests.unit.engine.test_scheduler import make, ready
 

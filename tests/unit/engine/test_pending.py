@@ -6,8 +6,8 @@ import time
 import pytest
 
 from qworker._exceptions import ProducerClosed
-from qworker._pending import PendingTable
-from qworker._resultcache import ResultCache
+from qworker.cache.results import ResultCache
+from qworker.engine.pending import PendingTable
 
 
 def table() -> PendingTable:

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from qworker import Result, ResultFuture
-from qworker._result import resolve_many
+from qworker.engine.result import resolve_many
 
 
 def test_result_properties():

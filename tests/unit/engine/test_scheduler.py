@@ -9,34 +9,13 @@ from __future__ import annotations
 import pytest
 
 from qworker._errors import ErrorKind
-from qworker._pending import PendingTable
-from qworker._resultcache import ResultCache
-from qworker._scheduler import MAX_DELIVERIES_FACTOR, Scheduler
+from qworker.cache.results import ResultCache
+from qworker.engine.pending import PendingTable
+from qworker.engine.scheduler import MAX_DELIVERIES_FACTOR, Scheduler
+from qworker.testing import StubTransport
 from qworker.transport import wire
 
 HB = 3.0  # heartbeat timeout, seconds
-
-
-class StubTransport:
-    """Records what the scheduler sends; every peer is reachable unless listed in ``gone``."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes, wire.Message]] = []
-        self.gone: set[bytes] = set()
-
-    def __call__(self, peer: bytes, msg: wire.Message) -> bool:
-        if peer in self.gone:
-            return False
-        self.sent.append((peer, msg))
-        return True
-
-    def tasks_to(self, worker: str) -> list[wire.Task]:
-        out = [t for peer, m in self.sent if peer == worker.encode() and isinstance(m, wire.Tasks) for t in m.tasks]
-        return out
-
-    def take(self) -> list[tuple[bytes, wire.Message]]:
-        out, self.sent = self.sent, []
-        return out
 
 
 def make(max_attempts: int = 3) -> tuple[Scheduler, StubTransport, PendingTable]:
@@ -366,7 +345,7 @@ def test_task_batches_are_cut_by_bytes_counting_params_and_an_oversized_task_fai
 
 
 def test_a_lost_workers_innocent_tasks_are_refunded_and_requeued_and_it_holds_no_lease():
-    from qworker._task import QUEUED
+    from qworker.engine.task import QUEUED
 
     s, stub, table = make(max_attempts=3)
     submit(s, table, 4)
@@ -386,7 +365,7 @@ def test_a_lost_workers_innocent_tasks_are_refunded_and_requeued_and_it_holds_no
 
 
 def test_tasks_sent_to_an_unreachable_worker_are_neither_charged_nor_counted_nor_held():
-    from qworker._task import QUEUED
+    from qworker.engine.task import QUEUED
 
     s, stub, table = make()
     submit(s, table, 3)

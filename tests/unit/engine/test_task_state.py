@@ -1,13 +1,13 @@
-"""A task's state machine (``qworker._task``): legal moves, the one lease index, and loud illegal moves."""
+"""A task's state machine (``qworker.engine.task``): legal moves, the one lease index, and loud illegal moves."""
 
 from __future__ import annotations
 
 import pytest
 
-from qworker._fleet import WorkerState
-from qworker._lanes import FairQueue
-from qworker._result import ResultFuture
-from qworker._task import DONE, LEASED, NEW, QUEUED, WAITING, IllegalTransition, Pending
+from qworker.engine.fleet import WorkerState
+from qworker.engine.lanes import FairQueue
+from qworker.engine.result import ResultFuture
+from qworker.engine.task import DONE, LEASED, NEW, QUEUED, WAITING, IllegalTransition, Pending
 
 
 def task(i: int = 1) -> Pending:

@@ -1,11 +1,11 @@
-"""The limiter's estimators one at a time (``qworker.judge.estimators``); simulated time (no clock)."""
+"""The limiter's estimators one at a time (``qworker.judge.control.estimators``); simulated time (no clock)."""
 
 from __future__ import annotations
 
 import math
 import random
 
-from qworker.judge.estimators import CapacityMemory, Latency, LimitConfig, RefusalKind, Refusals, ServerLoad, Throughput
+from qworker.judge.control.estimators import CapacityMemory, Latency, LimitConfig, RefusalKind, Refusals, ServerLoad, Throughput
 
 CFG = LimitConfig()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from qworker._task import Pending
-from qworker.judge.gate import Gate, hash_params
+from qworker.engine.task import Pending
+from qworker.judge.control.gate import Gate, hash_params
 
 
 def gate(*eps: dict, **params) -> Gate:

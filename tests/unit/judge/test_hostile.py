@@ -13,10 +13,10 @@ import math
 import pytest
 
 from qworker import ConfigError
-from qworker._task import Pending
-from qworker.judge.endpoint import Bucket
-from qworker.judge.gate import Gate
-from qworker.judge.ratelimit import rate_limits, retry_after
+from qworker.engine.task import Pending
+from qworker.judge.client.ratelimit import rate_limits, retry_after
+from qworker.judge.control.endpoint import Bucket
+from qworker.judge.control.gate import Gate
 
 NOW = 1_700_000_000.0
 

@@ -6,7 +6,7 @@ from email.utils import formatdate
 
 import pytest
 
-from qworker.judge.ratelimit import duration_s, rate_limits, retry_after
+from qworker.judge.client.ratelimit import duration_s, rate_limits, retry_after
 
 NOW = 1_700_000_000.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qworker import ConfigError
-from qworker.judge.registry import JudgeGates
+from qworker.judge.control.registry import JudgeGates
 
 EP = [{"url": "http://a"}]
 

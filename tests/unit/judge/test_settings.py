@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from qworker.judge.registry import JudgeGates
+from qworker.judge.control.registry import JudgeGates
 from qworker.judge.settings import GATE, JudgeSettings
 from qworker.rewards.llm_judge import llm_judge
 

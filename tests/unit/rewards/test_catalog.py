@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from qworker._catalog import Catalog, Composite, Plain
 from qworker._exceptions import ConfigError, RewardError
-from qworker._fingerprint import CODE_MARK
+from qworker.registry.catalog import Catalog, Composite, Plain
+from qworker.registry.fingerprint import CODE_MARK
 
 SECTION = {
     "math": {"format_bonus": 0.1},

@@ -1,7 +1,7 @@
 import pytest
 
 from qworker import RewardError, reward
-from qworker._registry import load_modules, modules_to_forward, registered, resolve
+from qworker.registry.registry import load_modules, modules_to_forward, registered, resolve
 
 
 def test_decorator_registers_with_kind_and_timeout():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qworker import Result
-from qworker.service._ledger import FLUSH_EVERY, MAX_RESEND_EVERY_S, Ledger
+from qworker.service.ledger import FLUSH_EVERY, MAX_RESEND_EVERY_S, Ledger
 from qworker.transport import client_wire as cw
 
 A, B = b"client-a", b"client-b"

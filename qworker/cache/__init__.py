@@ -1,0 +1,1 @@
+"""The result cache: content hashes, the memory tier and the on-disk file."""

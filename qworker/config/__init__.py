@@ -1,0 +1,1 @@
+"""Configuration: the options' dataclasses, the YAML file, the shipped examples and configs."""

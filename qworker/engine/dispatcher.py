@@ -1,0 +1,192 @@
+"""The producer's dispatcher thread: it creates, owns and closes the producer's socket.
+
+It only moves frames and time: it decodes what arrives and hands it to the
+``Scheduler`` (the logic), and sends what the scheduler asks.  Other threads
+reach it in two ways only: ``submit`` (append tasks to the inbox and wake its
+``Reactor``) and ``call`` (run a function on the dispatcher thread and wait for
+its answer or exception, e.g. ``status``).  Futures carry results back.
+
+Each turn of its reactor: take the submitted tasks, receive from workers (when
+the socket is readable), housekeeping every ``HOUSEKEEPING_S``, dispatch, and
+run the calls; it waits at most ``HOUSEKEEPING_S``, or until an admission policy's
+next timer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Iterable, Optional, TypeVar
+
+import zmq
+
+from ..cache.identity import RunVersions
+from ..config.options import ProducerOptions
+from ..transport import wire
+from ..transport.reactor import Reactor
+from ..transport.sockets import bind_server, bound_endpoint, close_server, readable
+from .pending import PendingTable
+from .scheduler import Scheduler
+from .status import ProducerStatus, Status
+from .task import Pending
+
+log = logging.getLogger("qworker")
+
+__all__ = ["Dispatcher"]
+
+HOUSEKEEPING_S = 0.25
+_T = TypeVar("_T")
+
+
+class _Raised:
+    """An exception a ``call`` raised on the dispatcher thread, to raise again in its caller's."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class Dispatcher(threading.Thread):
+    def __init__(self, *, bind: str, table: PendingTable, options: ProducerOptions, versions: Optional[RunVersions] = None) -> None:
+        super().__init__(name="qworker-dispatcher", daemon=True)
+        self.options = options
+        self.table = table
+        # Made here so the endpoint is known at once; used by the dispatcher thread only from start().
+        self._ctx, self._sock = bind_server(bind, max_message_bytes=options.max_message_bytes, curve=options.curve(),
+                                            insecure=options.insecure)
+        self.endpoint = bound_endpoint(self._sock)
+        self.scheduler = Scheduler(
+            send=self._send, table=table, max_attempts=options.max_attempts,
+            heartbeat_timeout_s=3 * options.heartbeat_s, max_message_bytes=options.max_message_bytes,
+            task_timeout_s=options.task_timeout_s, versions=versions,
+        )
+        self.started = time.monotonic()
+        self._inbox: deque[Pending] = deque()  # appended by other threads
+        self._calls: deque[Callable[[], None]] = deque()
+        self.workers_seen = threading.Condition()  # notified when a new worker says READY
+        self.workers_ready = 0  # workers currently known; written under workers_seen
+        self._reactor = Reactor(name="dispatcher", max_wait_s=HOUSEKEEPING_S)
+        self._reactor.each_turn(self._take_inbox, name="taking submitted tasks")
+        self._reactor.on_readable(self._sock, self._receive, name="receiving from workers")
+        self._reactor.every(HOUSEKEEPING_S, self.scheduler.housekeeping, name="housekeeping", first_in_s=HOUSEKEEPING_S)
+        self._reactor.each_turn(self._dispatch, name="dispatching")
+        self._reactor.each_turn(self._run_calls, name="calls from other threads")
+        self._reactor.deadline(self._next_timer)
+        self._wake = self._reactor.wake
+
+    # called from other threads ----------------------------------------------
+    def submit(self, tasks: Iterable[Pending]) -> None:
+        """Hand new tasks to the dispatcher thread."""
+        self._inbox.extend(tasks)
+        self._wake()
+
+    def call(self, fn: Callable[[], _T], timeout: float = 10.0) -> _T:
+        """Run ``fn`` on the dispatcher thread and return its result."""
+        done = threading.Event()
+        box: list[Any] = []
+
+        def run() -> None:
+            try:
+                box.append(fn())
+            except BaseException as exc:  # raised again in the caller's thread, not the dispatcher's
+                box.append(_Raised(exc))
+            done.set()
+
+        self._calls.append(run)
+        self._wake()
+        if not done.wait(timeout):
+            raise TimeoutError("the dispatcher did not answer")
+        if isinstance(box[0], _Raised):
+            raise box[0].exc
+        return box[0]
+
+    def status(self) -> Status:
+        """This producer, its pools, their workers, and the judge endpoints (via ``call``)."""
+        return self.call(self._status)
+
+    def stop(self) -> None:
+        """Stop the thread; it closes the socket on its way out."""
+        self._reactor.stop()
+        self.join(timeout=10.0)
+        self._reactor.close()
+
+    # dispatcher thread --------------------------------------------------------
+    def _status(self) -> Status:
+        now = time.monotonic()
+        s, counts = self.scheduler, self.table.counts
+        producer: ProducerStatus = {
+            "endpoint": self.endpoint, "pid": os.getpid(), "host": socket.gethostname(), "uptime_s": round(now - self.started, 1),
+            "queued": len(s.queue) + len(self._inbox) + s.waiting_for_admission(), "in_flight": s.in_flight(),
+            "pending": len(self.table), "submitted": counts["submitted"], "rejected": counts["rejected"],
+            "resolved": counts["resolved"], "failed": counts["failed"], "cache_hits": counts["cache_hits"],
+            "deduplicated": counts["deduplicated"], "cache_entries": len(self.table.cache),
+            "dropped_frames": s.stats["dropped_frames"], "dropped_results": s.stats["dropped_results"],
+            "duplicate_results": s.stats["duplicate_results"], "redelivered": s.stats["redelivered"], **self.table.cache.health(),
+        }
+        return {"producer": producer, "pools": s.pools(), "judges": s.policy_status(now)}
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            close_server(self._ctx, self._sock)
+            if not self._reactor.stopping:  # nothing would resolve what is pending: the table's invariant needs it closed
+                self.table.close("the producer's dispatcher thread stopped unexpectedly")
+
+    def _loop(self) -> None:
+        self._reactor.run()
+
+    def _next_timer(self, now: float) -> Optional[float]:
+        s = self.scheduler
+        return s.next_timer(now) if s.policies else None
+
+    def _take_inbox(self, now: float) -> None:
+        inbox = self._inbox
+        if inbox:
+            self.scheduler.add(inbox.popleft() for _ in range(len(inbox)))
+
+    def _dispatch(self, now: float) -> None:
+        self.scheduler.dispatch(now)
+        self._count_workers()
+
+    def _run_calls(self, now: float) -> None:
+        while self._calls:
+            self._calls.popleft()()
+
+    def _count_workers(self) -> None:
+        n = len(self.scheduler.fleet.workers)
+        if n != self.workers_ready:
+            with self.workers_seen:
+                self.workers_ready = n
+                self.workers_seen.notify_all()
+
+    def _receive(self) -> None:
+        sock, s = self._sock, self.scheduler
+        for _ in range(10_000):  # bounded, so dispatch and housekeeping still run under load
+            if not readable(sock):
+                return
+            frames = sock.recv_multipart(copy=True)
+            if len(frames) != 3:
+                s.drop(frames[0] if frames else b"?", f"expected 3 frames, got {len(frames)}")
+                continue
+            peer, kind, body = frames
+            try:
+                msg = wire.PRODUCER.decode(kind, body, max_bytes=self.options.max_message_bytes)
+            except wire.WireError as exc:
+                s.drop(peer, str(exc))
+                continue
+            if isinstance(msg, wire.StatusRequest):
+                self._send(peer, wire.StatusReply(dict(self._status())))
+            else:
+                s.handle(peer, msg, time.monotonic())
+
+    def _send(self, peer: bytes, msg: wire.Message) -> bool:
+        try:
+            self._sock.send_multipart([peer, *wire.encode(msg)], flags=zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError as exc:  # EHOSTUNREACH: the peer is gone
+            log.debug("qworker: cannot send to %r: %s", peer[:32], exc)
+            return False

@@ -1,0 +1,281 @@
+"""``Result`` and ``ResultFuture``: what a submitted task resolves to."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Iterable, Optional, Sequence
+
+from .._errors import ErrorKind
+from .._exceptions import GatherTimeout
+
+__all__ = ["Result", "ResultFuture", "gather", "resolve_many"]
+
+@dataclass(slots=True, kw_only=True)
+class Result:
+    """The outcome of one reward task.
+
+    ``score`` is the reward's score, or the producer's ``fallback_score`` when
+    ``error`` is set; check ``ok`` (or ``error``) rather than trusting a 0.
+    ``latency_s`` runs from submission to resolution as the trainer sees it;
+    ``compute_s`` is the time spent inside the reward on the worker.
+    """
+
+    score: float = 0.0
+    extra: dict = field(default_factory=dict)
+    error: Optional[str] = None
+    cached: bool = False
+    attempts: int = 0
+    worker: str = ""
+    latency_s: float = 0.0
+    compute_s: float = 0.0
+    key: str = ""  # hex task hash
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def error_kind(self) -> Optional[ErrorKind]:
+        """Why it failed (``ErrorKind.TIMEOUT``, ... which compare equal to ``"timeout"``, ...), or None."""
+        return ErrorKind.of(self.error)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "score": self.score, "extra": self.extra, "error": self.error, "cached": self.cached,
+            "attempts": self.attempts, "worker": self.worker, "latency_s": round(self.latency_s, 6),
+            "compute_s": round(self.compute_s, 6), "key": self.key,
+        }
+
+
+_new = object.__new__
+
+
+def fresh_result(score: float, extra: dict, error: Optional[str], attempts: int, worker: str, latency_s: float,
+                 compute_s: float, key: str) -> Result:
+    """``Result(score=score, ..., key=key)`` (``cached`` False), made without the keyword parsing of its
+    ``__init__``: the dispatcher makes one per task it resolves, and keywords cost it more than the rest."""
+    r: Result = _new(Result)
+    r.score = score
+    r.extra = extra
+    r.error = error
+    r.cached = False
+    r.attempts = attempts
+    r.worker = worker
+    r.latency_s = latency_s
+    r.compute_s = compute_s
+    r.key = key
+    return r
+
+
+# ``fresh_result`` sets every field: a field added to ``Result`` must be added there too.
+assert Result.__slots__ == ("score", "extra", "error", "cached", "attempts", "worker", "latency_s", "compute_s", "key"), Result.__slots__
+
+_base = concurrent.futures._base
+_PENDING, _RUNNING, _FINISHED = _base.PENDING, _base.RUNNING, _base.FINISHED
+_log = logging.getLogger("qworker")
+
+# Guards the state of every ResultFuture: its transition to FINISHED, its callbacks, and the lazy
+# creation of its Condition.  Held for a few attribute reads and writes only, never while waiting.
+_state_lock = threading.Lock()
+
+
+class ResultFuture(concurrent.futures.Future):
+    """A ``concurrent.futures.Future`` of a ``Result`` that is also awaitable.
+
+    It never raises for a failed task: the ``Result`` carries the error.
+    Callbacks added with ``add_done_callback`` run on the thread that resolves
+    it (the producer's dispatcher thread): keep them short.
+
+    It works wherever a ``Future`` does (``concurrent.futures.wait`` and
+    ``as_completed``, ``asyncio.wrap_future``, ``await``), but costs less: a
+    stdlib ``Future`` makes a ``Condition`` over an ``RLock`` for each future
+    and takes it on every call, while a ``ResultFuture`` makes its
+    ``Condition`` only when a thread has to sleep on it, and reads a finished
+    result without a lock.  ``resolve_many`` finishes a batch under one hold
+    of the module's state lock.  A ``ResultFuture`` never holds an exception
+    (``set_exception`` raises ``TypeError``).
+    """
+
+    _exception: Optional[BaseException] = None  # never set: Future's own methods (``__repr__``) read it
+
+    def __init__(self) -> None:  # noqa: D107 - no Future.__init__: its Condition is what this avoids
+        self._state = _PENDING
+        self._result: Optional[Result] = None
+        self._cond: Optional[threading.Condition] = None  # made by the first thread that waits
+        self._callbacks: Optional[list[Callable[[concurrent.futures.Future], object]]] = None
+        self._waiter_list: Optional[list] = None  # concurrent.futures.wait's waiters, under the Condition
+
+    # the parts of Future's internals that concurrent.futures.wait and as_completed touch
+    @property
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _state_lock:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition(threading.Lock())
+        return cond
+
+    @_condition.setter
+    def _condition(self, cond: threading.Condition) -> None:
+        self._cond = cond
+
+    @property
+    def _waiters(self) -> list:
+        waiters = self._waiter_list
+        if waiters is None:
+            with _state_lock:
+                waiters = self._waiter_list
+                if waiters is None:
+                    waiters = self._waiter_list = []
+        return waiters
+
+    @_waiters.setter
+    def _waiters(self, waiters: list) -> None:
+        self._waiter_list = waiters
+
+    # reading ----------------------------------------------------------------
+    def cancel(self) -> bool:
+        """Always False: a task is shared by every duplicate submission, so it
+        runs to its result (asyncio's ``wait_for`` timing out leaves it running)."""
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return self._state is _RUNNING
+
+    def done(self) -> bool:
+        return self._state is _FINISHED
+
+    def result(self, timeout: Optional[float] = None) -> Result:
+        """The ``Result``, sleeping until there is one for at most ``timeout`` s (for ever if None);
+        raises ``concurrent.futures.TimeoutError`` after that."""
+        if self._state is _FINISHED:  # _result is written before _state
+            return self._result  # type: ignore[return-value]
+        cond = self._condition
+        with cond:
+            if timeout is None:
+                while self._state is not _FINISHED:
+                    cond.wait()
+            else:
+                deadline = time.monotonic() + timeout
+                while self._state is not _FINISHED:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise concurrent.futures.TimeoutError()
+                    cond.wait(left)
+        return self._result  # type: ignore[return-value]
+
+    def exception(self, timeout: Optional[float] = None) -> None:
+        """None once done (a ``ResultFuture`` never holds an exception); waits like ``result``."""
+        self.result(timeout)
+        return None
+
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future], object]) -> None:
+        """Call ``fn(self)`` when it resolves, on the resolving thread; at once if it is done."""
+        with _state_lock:
+            if self._state is not _FINISHED:
+                if self._callbacks is None:
+                    self._callbacks = [fn]
+                else:
+                    self._callbacks.append(fn)
+                return
+        try:
+            fn(self)
+        except Exception:
+            _log.exception("exception calling callback for %r", self)
+
+    # resolving --------------------------------------------------------------
+    def set_running_or_notify_cancel(self) -> bool:
+        with _state_lock:
+            if self._state is not _PENDING:
+                raise RuntimeError(f"Future in unexpected state: {self._state}")
+            self._state = _RUNNING
+        return True
+
+    def set_result(self, result: Result) -> None:
+        """Resolve it; ``InvalidStateError`` if it is resolved already."""
+        with _state_lock:
+            if self._state is _FINISHED:
+                raise concurrent.futures.InvalidStateError(f"{self!r} is resolved already")
+            self._result = result
+            self._state = _FINISHED
+            cond, callbacks = self._cond, self._callbacks
+            self._callbacks = None
+        if cond is not None or callbacks is not None:
+            _wake(self, cond, callbacks)
+
+    def set_exception(self, exception: Optional[BaseException]) -> None:
+        raise TypeError("a ResultFuture resolves to a Result (with its error set), never to an exception")
+
+    def __repr__(self) -> str:
+        if self._state is _FINISHED:
+            return f"<ResultFuture at {id(self):#x} state=finished returned {self._result!r}>"
+        return f"<ResultFuture at {id(self):#x} state={self._state.lower()}>"
+
+    def __await__(self) -> Generator[Any, None, Result]:
+        return asyncio.wrap_future(self).__await__()
+
+
+def resolve_many(pairs: Iterable[tuple[ResultFuture, Result]]) -> None:
+    """Resolve each future with its result, under one hold of the state lock; then wake its waiters
+    and run its callbacks.  ``InvalidStateError`` (after resolving the others) if one was resolved already."""
+    woken: list[tuple[ResultFuture, Optional[threading.Condition], Optional[list]]] = []
+    again: Optional[ResultFuture] = None
+    with _state_lock:
+        for fut, result in pairs:
+            if fut._state is _FINISHED:
+                again = fut
+                continue
+            fut._result = result
+            fut._state = _FINISHED
+            if fut._cond is not None or fut._callbacks is not None:
+                woken.append((fut, fut._cond, fut._callbacks))
+                fut._callbacks = None
+    for fut, cond, callbacks in woken:
+        _wake(fut, cond, callbacks)
+    if again is not None:
+        raise concurrent.futures.InvalidStateError(f"{again!r} is resolved already")
+
+
+def _wake(fut: ResultFuture, cond: Optional[threading.Condition], callbacks: Optional[list]) -> None:
+    """After ``fut`` finished: wake the threads sleeping on it, then run its callbacks (outside every lock)."""
+    if cond is not None:
+        with cond:
+            for waiter in fut._waiter_list or ():
+                waiter.add_result(fut)
+            cond.notify_all()
+    for fn in callbacks or ():
+        try:
+            fn(fut)
+        except Exception:
+            _log.exception("exception calling callback for %r", fut)
+
+
+def gather(futures: Sequence[concurrent.futures.Future], timeout: Optional[float] = None) -> list[Result]:
+    """The ``Result`` of each future, in order; sleeps until all are done.
+
+    Raises ``GatherTimeout`` after ``timeout`` seconds; unfinished futures stay
+    pending and may still resolve.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    results: list[Result] = []
+    # Waiting on the last future first means one wake-up, not one per result
+    # batch: by the time it resolves, most earlier ones have too.
+    for f in reversed(futures):
+        try:
+            results.append(f.result(None if deadline is None else max(0.0, deadline - time.monotonic())))
+        except concurrent.futures.TimeoutError:
+            not_done = sum(not g.done() for g in futures)
+            raise GatherTimeout(
+                f"{not_done} of {len(futures)} tasks unfinished after {timeout} s", done=len(futures) - not_done, pending=not_done,
+            ) from None
+    results.reverse()
+    return results

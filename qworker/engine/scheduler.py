@@ -1,0 +1,463 @@
+"""The dispatcher's logic without its thread or socket: credit, leases, redelivery, stealing.
+
+``Scheduler`` is a state machine driven by four calls: ``add`` (new tasks),
+``handle`` (a decoded message from a peer), ``housekeeping`` (liveness, every
+quarter second) and ``dispatch`` (send what credit allows).  It talks to peers
+only through the ``send(peer, message) -> bool`` it is given, so tests drive it
+with a list instead of a socket (``tests/unit/engine/test_scheduler.py``).  The dispatcher
+thread (``engine.dispatcher``) feeds it frames and time.
+
+Delivery is at-least-once; results are exactly-once per task key: the first
+result for a key resolves it (``PendingTable``), and any later one is counted
+and dropped.
+
+Attempts are charged to the task that caused a failure.  When a worker is lost,
+only the task its pool saw it running is charged a delivery (and if the pool
+killed it for its hard limit, only that task fails); the tasks queued behind it
+never ran and are redelivered free.  So that no loss can loop for ever, a task
+is failed after ``MAX_DELIVERIES_FACTOR * max_attempts`` deliveries however they
+ended.  A worker whose leases keep vanishing (it takes tasks and neither runs
+nor returns them: a broken or rogue peer) is quarantined: nothing more is sent
+to it, and the tasks it swallowed are redelivered free.  Leases vanish when a
+peer says it is idle while holding them, or when a peer no pool vouches for
+holds tasks and returns nothing for longer than their hard limit (a pool's
+watchdog enforces that limit on its own workers; nothing does for a stranger).
+Quarantine is by peer identity and outlasts a BYE or a loss.  Results from a
+quarantined peer, or from a peer that is not a known worker, resolve nothing:
+they are counted (``dropped_results``, and one dropped frame per message).
+
+Tasks with an admission policy (``engine.admission``) wait in it until it admits
+them; the scheduler calls only that protocol's hooks and names no kind of policy.
+
+A TASKS message holds at most half of ``max_message_bytes`` of tasks (payload,
+reward name and params counted), or one bigger task alone; a task that fits no
+frame fails as ``bad_payload`` instead of being sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from typing import Callable, Iterable, Optional
+
+import msgpack
+
+from .._errors import ErrorKind
+from ..cache.identity import RunVersions
+from ..transport import wire
+from .admission import AdmissionPolicy, PolicyStatus
+from .fleet import Fleet, WorkerState
+from .lanes import FairQueue, Turns
+from .pending import PendingTable
+from .status import PoolRow
+from .task import DONE, Pending, Resolution
+
+log = logging.getLogger("qworker")
+
+__all__ = ["Scheduler", "MAX_BATCH", "REVOKE_EVERY_S"]
+
+MAX_BATCH = 512  # tasks per TASKS message
+REVOKE_EVERY_S = 0.05  # at most one REVOKE per worker per this interval
+MAX_DELIVERIES_FACTOR = 3  # deliveries of a task, charged or not, at most this times max_attempts
+QUARANTINE_AFTER = 2  # a worker is quarantined the second time its leases vanish
+TASK_OVERHEAD = 64  # msgpack bytes of a task besides its payload, reward name and params (an upper bound)
+MESSAGE_OVERHEAD = 64  # bytes of a TASKS message besides its tasks
+
+
+class _TaskSizer:
+    """Upper bounds on tasks' sizes in a TASKS message.  The params of a batch of tasks are one shared
+    dict (one ``submit_batch``), so their packed size is computed once per run of the same dict."""
+
+    __slots__ = ("params", "reward", "fixed")
+
+    def __init__(self) -> None:
+        self.params: Optional[dict] = None  # the params and reward name of the last task sized
+        self.reward = ""
+        self.fixed = 0  # the bytes of such a task besides its payload
+
+    def task_bytes(self, p: Pending) -> int:
+        if p.params is not self.params or p.reward is not self.reward:
+            self.params, self.reward = p.params, p.reward
+            self.fixed = TASK_OVERHEAD + len(msgpack.packb([p.reward, p.params], use_bin_type=True))
+        return len(p.payload) + self.fixed
+
+Send = Callable[[bytes, wire.Message], bool]
+
+
+class Scheduler:
+    def __init__(
+        self, *, send: Send, table: PendingTable, max_attempts: int, heartbeat_timeout_s: float, max_message_bytes: int,
+        task_timeout_s: float = 60.0, versions: Optional[RunVersions] = None,
+    ) -> None:
+        """``versions`` learns the version of each reward's code that the workers report (none kept without it)."""
+        self.send = send
+        self.versions = versions if versions is not None else RunVersions()
+        self.task_timeout_s = task_timeout_s  # the hard limit of a task that names none
+        self.table = table
+        self.max_attempts = max_attempts
+        self.max_message_bytes = max_message_bytes
+        self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
+        self.queue = FairQueue()  # waiting for credit; retries go first, then each lane in turn
+        self.policies: list[AdmissionPolicy] = []  # every policy a task was added to, in order of first use
+        self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
+        self._import_errors_logged: set[str] = set()
+        self._sizer = _TaskSizer()
+        self._turns = Turns(every_s=REVOKE_EVERY_S)
+
+    # input --------------------------------------------------------------------
+    def add(self, tasks: Iterable[Pending]) -> None:
+        """New tasks: to the main queue, or to their admission policy.  A task resolved before it got here (by a
+        late result of an earlier task of its key) is dropped."""
+        plain = []
+        held: dict[int, tuple[AdmissionPolicy, list[Pending]]] = {}
+        for p in tasks:
+            if p.state is DONE:
+                continue
+            if p.policy is None:
+                plain.append(p)
+            else:
+                p.wait()
+                held.setdefault(id(p.policy), (p.policy, []))[1].append(p)
+        self.queue.extend(plain)
+        for policy, batch in held.values():
+            if policy not in self.policies:
+                self.policies.append(policy)
+            policy.add(batch)
+
+    def drop(self, peer: bytes, why: str) -> None:
+        """Count (and log the first few of) frames that were not valid messages."""
+        self.stats["dropped_frames"] += 1
+        n = self.stats["dropped_frames"]
+        if n <= 10 or n % 1000 == 0:
+            log.warning("qworker: dropped a bad frame from %r (%s); %d dropped so far", peer[:32], why, n)
+
+    def handle(self, peer: bytes, msg: wire.Message, now: float) -> None:
+        fleet = self.fleet
+        if isinstance(msg, wire.Results):
+            w = fleet.workers.get(peer.decode(errors="replace"))
+            if w is None or w.quarantined:
+                # Its leases were released and redelivered when it was lost or quarantined; what it says
+                # about them now (a stranger's or a rogue's word) must not resolve a task.
+                self.stats["dropped_results"] += len(msg.results)
+                self.drop(peer, f"{len(msg.results)} results from a {'quarantined' if w else 'unknown'} peer")
+                if w is not None:
+                    w.last_seen = now
+                return
+            w.sync_credit(msg.granted, msg.received)
+            w.last_seen = now
+            self._on_results(w, msg.results, now)
+        elif isinstance(msg, wire.Ready):
+            self._on_ready(peer, msg, now)
+        elif isinstance(msg, wire.PoolReport):
+            fleet.on_pool_report(msg, now)
+            for lost in msg.lost:
+                self._on_lost(lost)
+        elif isinstance(msg, wire.Giveback):
+            w = fleet.workers.get(peer.decode(errors="replace"))
+            if w is None:
+                return
+            w.sync_credit(msg.granted, msg.received)
+            w.last_progress = now
+            back = [w.leases[k] for k in dict.fromkeys(msg.keys) if k in w.leases]
+            for p in back:
+                p.undeliver()  # it never ran, and was handed back on request
+            self._back_to_queue(back, own_lane=True)
+        elif isinstance(msg, wire.Bye):
+            w = fleet.workers.get(peer.decode(errors="replace"))
+            if w is not None:
+                log.info("qworker: worker %s left (%s)", w.id, msg.reason)
+                self._lose(w, f"left ({msg.reason})")
+        else:
+            self.drop(peer, f"{type(msg).__name__} is not a message a producer accepts")
+
+    def _on_ready(self, peer: bytes, msg: wire.Ready, now: float) -> None:
+        if msg.worker.encode() != peer:
+            self.drop(peer, "READY names a worker other than its sender")
+            return
+        fleet = self.fleet
+        w, new = fleet.on_ready(msg, now)
+        if msg.versions:
+            self.versions.learn_many(msg.versions)
+        if new:
+            log.info("qworker: worker %s ready (pool %s, pid %d, host %s)", w.id, w.pool, w.pid, w.host)
+        for e in msg.errors:
+            if e not in self._import_errors_logged:
+                self._import_errors_logged.add(e)
+                log.error("qworker: worker %s: %s", w.id, e)
+        if msg.finished == msg.received and w.leases and now - w.last_sent_at > fleet.heartbeat_timeout_s:
+            # Idle and holding nothing, long after our last send, yet leases remain: tasks or
+            # results were lost in transit (e.g. a TCP reconnect).  Resync its credit and resend,
+            # free: the tasks did nothing wrong.  A second time, the peer is at fault.
+            w.sent = msg.received
+            self._vanished(w, "lost in transit")
+
+    def _vanished(self, w: WorkerState, reason: str) -> None:
+        """``w``'s leases vanished: redeliver them free; the second time, quarantine it."""
+        w.vanished += 1
+        held = self.fleet.held(w)
+        if w.vanished >= QUARANTINE_AFTER and not w.quarantined:
+            self.fleet.quarantine(w)
+            log.warning("qworker: worker %s (pool %s, host %s) took %d tasks and neither ran nor returned them, %d times; "
+                        "quarantined: nothing more is sent to it", w.id, w.pool, w.host, len(held), w.vanished)
+        self._requeue(w, held, reason, guilty=None)
+
+    def _on_results(self, w: WorkerState, results: list[wire.TaskResult], now: float) -> None:
+        if results:
+            w.last_progress = now
+        done: list[Resolution] = []
+        leased = w.leases.get
+        worker_id = w.id
+        ok = 0
+        for r in results:
+            key, fault = r.key, r.error
+            error = None if fault is None else str(fault)  # (kind, detail) on the wire; the policy and Result read text
+            p = leased(key)
+            if p is not None and p.policy is None and ((identity := p.identity) is None or r.ran == identity.version):
+                # a plain task's current delivery, run by the code its key names: what the general path below does, in short
+                if identity is not None:
+                    p.cache_as = None
+                if error is None:
+                    ok += 1
+                done.append((p, r.score, r.extra, error, worker_id, r.compute_s))
+                continue
+            current = p is not None  # else an earlier delivery's answer (the task was given back or redelivered)
+            if p is None:
+                p = self.table.get(key)  # a result from an earlier delivery of a redelivered task
+                if p is None:
+                    self.stats["duplicate_results"] += 1
+                    continue
+            ran = r.ran
+            identity = p.identity
+            if identity is not None:  # each delivery's own: a retried task may run other code than its first try
+                p.cache_as = None if ran == identity.version else identity.key_for(ran, p.payload)  # other code: its own key
+                if ran != identity.version and (error is None or ran is not None):
+                    self.versions.learn(identity.reward, ran)
+            if p.policy is not None:
+                if not current:
+                    # The policy released this delivery's call when the task came back; it hears only of the current
+                    # one.  A success resolves the task (the first result wins) and the policy drops its state for it;
+                    # a failure is left to the current delivery.
+                    if error is not None:
+                        self.stats["duplicate_results"] += 1
+                        continue
+                    self._forget(p)
+                else:
+                    try:
+                        decision = p.policy.on_result(p, r.meta, error, now)
+                    except Exception:  # a bug in a policy must not strand the task: it resolves as reported
+                        log.exception("qworker: the admission policy failed on a result; resolving task %s as the worker reported it",
+                                      key.hex()[:16])
+                        with contextlib.suppress(Exception):  # (logged above: the same policy's bug)
+                            self._forget(p)
+                    else:
+                        if decision.retry:  # the policy has queued it again: the call, not the delivery, is retried
+                            p.undeliver()
+                            p.wait()
+                            continue
+                        error = decision.error
+            if error is None:
+                ok += 1
+            done.append((p, r.score, r.extra, error, worker_id, r.compute_s))
+        w.done += ok
+        w.failed += len(done) - ok
+        self.table.resolve(done)
+
+    def _on_lost(self, lost: wire.Lost) -> None:
+        w = self.fleet.workers.get(lost.worker)
+        if w is None:
+            return
+        reason = lost.reason
+        if lost.task is not None and reason.kind is ErrorKind.TIMEOUT:
+            p = w.leases.get(lost.task)
+            if p is not None:
+                self._forget(p)
+                w.failed += 1
+                self.table.resolve([(p, None, None, reason.kind.error(f"{reason.detail} (worker {w.id} was killed and respawned)"), w.id, 0.0)])
+        self._lose(w, lost.why, guilty=lost.task)
+
+    # losing workers -----------------------------------------------------------
+    def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None) -> None:
+        """Forget a worker and redeliver what it held; ``guilty`` is the task it was running, if known."""
+        held = self.fleet.remove(w)
+        if held:
+            log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
+            self._requeue(w, held, reason, guilty)
+
+    def _requeue(self, w: WorkerState, held: list[Pending], reason: str, guilty: Optional[bytes]) -> None:
+        """Redeliver tasks a lost worker held (LEASED: a resolved task holds no lease).  Only ``guilty`` keeps
+        the delivery charged."""
+        retry, failed = [], []
+        cap = MAX_DELIVERIES_FACTOR * self.max_attempts
+        for p in held:
+            if p.key != guilty:
+                p.refund()
+            if p.attempts >= self.max_attempts or p.deliveries >= cap:
+                self._forget(p)
+                if p.attempts >= self.max_attempts:
+                    detail = f"attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})"
+                else:
+                    detail = f"delivered {p.deliveries} times, and each time its worker was lost (last: {w.id}, {reason})"
+                failed.append((p, None, None, ErrorKind.WORKER_LOST.error(detail), w.id, 0.0))
+            else:
+                retry.append(p)
+        if failed:
+            self.table.resolve(failed)
+        self.stats["redelivered"] += len(retry)
+        self._back_to_queue(retry)
+
+    def _back_to_queue(self, tasks: list[Pending], own_lane: bool = False) -> None:
+        """Unsent or unanswered tasks go back to the front of their queue (their policy's, or the main one; with
+        ``own_lane``, tasks given back unstarted, the front of their lane: they wait their lane's turn).
+        Their leases end as they move."""
+        plain = []
+        held: dict[int, tuple[AdmissionPolicy, list[Pending]]] = {}
+        for p in tasks:
+            if p.policy is None:
+                plain.append(p)
+            else:
+                p.wait()
+                held.setdefault(id(p.policy), (p.policy, []))[1].append(p)
+        for policy, batch in held.values():
+            policy.give_back(batch)
+        if own_lane:
+            self.queue.putback(plain)
+        else:
+            self.queue.extendleft(reversed(plain))
+
+    def housekeeping(self, now: float) -> None:
+        """Lose workers heard from by neither themselves nor their pool for too long."""
+        for w in self.fleet.silent_workers(now):
+            self._lose(w, f"no heartbeat for {now - w.last_seen:.1f} s")
+        self.fleet.drop_silent_pools(now)
+        for w in list(self.fleet.workers.values()):
+            if w.leases and not w.quarantined and not self.fleet.supervised(w, now):
+                limit = max(p.timeout_s or self.task_timeout_s for p in w.leases.values()) + self.fleet.heartbeat_timeout_s
+                if now - w.last_progress > limit:
+                    self._vanished(w, f"no result for {now - w.last_progress:.1f} s, past the tasks' {limit:.3g} s, and no pool vouches for it")
+
+    # sending --------------------------------------------------------------------
+    def _steal(self, now: float) -> None:
+        """With nothing queued and a worker idle, ask loaded workers for unstarted tasks.
+
+        Credit is granted ahead of time on a worker's past speed; when the work
+        changes, a slow worker can hold tasks that idle workers could finish.  It
+        gives back up to half of what it holds beyond the task it is running.
+        """
+        if not any(not w.leases for w in self.fleet.with_credit()):  # a quarantined worker's credit is no idle worker
+            return
+        for w in self.fleet.workers.values():
+            spare = (len(w.leases) - 1) // 2
+            if spare > 0 and now - w.last_revoke_at >= REVOKE_EVERY_S:
+                w.last_revoke_at = now
+                self.send(w.id.encode(), wire.Revoke(spare))
+
+    def _forget(self, p: Pending) -> None:
+        """``p`` leaves without a result for its policy (if it has one)."""
+        if p.policy is not None:
+            p.policy.forget(p)
+
+    def _admit(self, now: float) -> None:
+        """Move the tasks the policies admit to the front of the queue; fail those they fail."""
+        for policy in self.policies:
+            policy.tick(now)
+        budget = sum(w.credit for w in self.fleet.with_credit()) - len(self.queue)
+        if budget <= 0:
+            return
+        for policy in self.policies:
+            sent, failed = policy.admit(now, budget)
+            if failed:
+                self.table.resolve([(p, None, None, why, "", 0.0) for p, why in failed])
+            if sent:
+                budget -= len(sent)
+                self.queue.extendleft(reversed(sent))
+
+    def next_timer(self, now: float) -> Optional[float]:
+        """Seconds until a policy may admit a waiting task, if any policy is waiting on time."""
+        wakes = [t for g in self.policies if (t := g.next_wake(now)) is not None]
+        return max(0.0, min(wakes) - now) if wakes else None
+
+    def dispatch(self, now: float) -> None:
+        """Send queued tasks to workers with credit, the least loaded first."""
+        if self.policies:
+            self._admit(now)
+        queue = self.queue
+        if not queue:
+            self._steal(now)
+            return
+        ready = self.fleet.with_credit()
+        if not ready:
+            if queue.mixed:
+                self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
+            return
+        ready.sort(key=lambda w: len(w.leases))
+        left = len(queue)  # tasks in the queue: counted here rather than asking it for each task
+        share = math.ceil(left / len(ready))
+        sizer = self._sizer
+        for w in ready:
+            batch: list[wire.Task] = []
+            limit = min(w.credit, share, MAX_BATCH)
+            was_idle = not w.leases
+            room = self.max_message_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
+            while left and len(batch) < limit:
+                p = queue[0]
+                if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
+                    queue.popleft()
+                    left -= 1
+                    self._forget(p)
+                    continue
+                if p.params is sizer.params and p.reward is sizer.reward:  # (``task_bytes``, inline: once per task)
+                    size = len(p.payload) + sizer.fixed
+                else:
+                    size = sizer.task_bytes(p)
+                if batch and size > room:
+                    break
+                queue.popleft()
+                left -= 1
+                if size + MESSAGE_OVERHEAD > self.max_message_bytes:  # no worker could receive it
+                    self._fail_oversized(p, size)
+                    continue
+                room -= size
+                p.lease(w)
+                batch.append(p.as_task(None if p.policy is None else p.policy.meta(p)))
+            if not batch:
+                continue
+            if was_idle:  # its clock of progress starts now
+                w.last_progress = now
+            if self.send(w.id.encode(), wire.Tasks(batch)):
+                w.sent += len(batch)
+                w.last_sent_at = now
+            else:
+                leased = [w.leases[t.key] for t in batch]
+                for p in leased:
+                    p.undeliver()  # never sent: neither charged nor counted
+                self.stats["redelivered"] += len(leased)
+                self._back_to_queue(leased)
+                self._lose(w, "unreachable")
+                left = len(queue)  # with the tasks put back
+            if not left:
+                return
+        if queue.mixed:  # lanes wait while workers hold other lanes' tasks beyond their share: ask for those back
+            self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
+
+    def _fail_oversized(self, p: Pending, size: int) -> None:
+        self._forget(p)
+        self.table.resolve([(p, None, None, ErrorKind.BAD_PAYLOAD.error(
+            f"the task is {size} bytes encoded (payload, reward name and params), over the {self.max_message_bytes}-byte "
+            "message limit (max_message_bytes); keep max_payload_bytes and params well under it"), "", 0.0)])
+
+    # status ---------------------------------------------------------------------
+    def in_flight(self) -> int:
+        return sum(len(w.leases) for w in self.fleet.workers.values())
+
+    def pools(self) -> list[PoolRow]:
+        """Pools and their workers, for ``qworker status``."""
+        return self.fleet.snapshot()
+
+    def waiting_for_admission(self) -> int:
+        """Tasks held by admission policies, not yet admitted."""
+        return sum(g.waiting() for g in self.policies)
+
+    def policy_status(self, now: float) -> list[PolicyStatus]:
+        """Each admission policy's status row, for ``qworker status``."""
+        return [g.snapshot(now) for g in self.policies]

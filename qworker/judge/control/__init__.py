@@ -1,0 +1,1 @@
+"""The dispatcher's side of LLM judges: gates, adaptive limits, routing, peers."""

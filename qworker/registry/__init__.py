@@ -1,0 +1,1 @@
+"""What a reward is: the ``@reward`` decorator, name resolution, composites and fingerprints."""

@@ -1,0 +1,389 @@
+"""``Client``: the ``Producer`` API for any process, served by a reward service (``qworker serve``).
+
+Every rank of a distributed trainer (verl's reward actors, TRL's accelerate
+ranks, OpenRLHF's engines) makes a ``Client`` to one service; they then share
+its pools, its result cache and one limit per judge endpoint.  A client is light
+to import (no pool, no reward library), safe to use from many threads, and its
+futures are the producer's (``concurrent.futures``-compatible and awaitable).
+
+Contract:
+
+* ``submit_batch`` returns once the service has *taken* the request (one round
+  trip).  A service that does not answer within ``connect_timeout_s``, or that
+  has no workers, raises ``ServiceUnavailable``; a bad reward name or params
+  raise as they would at a ``Producer``.
+* A link that breaks and comes back loses nothing, whatever the break's length
+  up to ``service_timeout_s``: the client acknowledges every result message,
+  and the service resends what is not acknowledged; a submission is resent
+  until the service takes it; each ping names the requests still waited on,
+  and those the service no longer holds are resubmitted.  A result that
+  arrives twice resolves its future once.
+* A service that restarts is noticed (its replies name a new instance) and the
+  tasks it had not answered are resubmitted to the new one.  A service that
+  stops says so, and what waits on it fails at once as ``service_lost``.  A
+  service silent for ``service_timeout_s`` while tasks are pending fails them
+  with ``service_lost``: no future hangs.
+* Every future is owned by the client's ``FutureTable``, from registration to
+  resolution: the first result wins, and ``close`` resolves what is left as
+  ``cancelled`` and refuses later submissions.  ``close`` never waits on a
+  registration in progress on another thread, however large.
+* One I/O thread owns the socket (its loop is a ``Reactor``); the caller's
+  threads hand it requests through a queue and ``Reactor.wake``, and sleep on
+  events and futures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence, cast
+
+import zmq
+
+from .._errors import ErrorKind
+from .._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
+from ..engine.futures import Batch, FutureTable
+from ..engine.result import Result, ResultFuture, gather
+from ..transport import client_wire as cw
+from ..transport.reactor import Reactor
+from ..transport.security import CurveClient, handshake_problem
+from ..transport.sockets import Redialer, make_socket, readable
+from ..transport.wire import StatusReply, StatusRequest, WireError
+
+log = logging.getLogger("qworker")
+
+__all__ = ["Client", "DEFAULT_SERVICE_ENDPOINT"]
+
+DEFAULT_SERVICE_ENDPOINT = "tcp://127.0.0.1:5557"
+PING_EVERY_S = 1.0
+RESUBMIT_AFTER_S = 1.0  # a submission not taken is resent after this, doubling up to RESUBMIT_MAX_S
+RESUBMIT_MAX_S = 8.0
+RECONNECT_MAX_MS = 1000  # after a broken link, the socket redials at least this often
+LINK_SILENT_S = 5.0  # pinging and hearing nothing this long: the connection is dead or damaged, dial again
+_ERRORS: dict[str, type[QworkerError]] = {"ConfigError": ConfigError, "RewardError": RewardError}
+_MAX_BYTES = 256 * 1024 * 1024
+RECEIVE_PER_TURN = 16  # messages read per turn of the I/O thread (a Resolved carries up to 512 results)
+
+
+@dataclass(eq=False)
+class _Request:
+    number: int
+    reward: str
+    params: Optional[dict]
+    payloads: list
+    timeout_s: Optional[float]
+    batch: Batch  # the futures of the submission it is part of (the table owns them)
+    indexes: list[int]  # the batch index of each payload, in order
+    submitted: float
+    instance: str = ""  # the service instance that took it
+    answered: Optional[cw.Accepted] = None
+    taken: threading.Event = field(default_factory=threading.Event)
+    resend_at: float = 0.0  # when to send the submission again if it is not taken by then
+    resend_every: float = RESUBMIT_AFTER_S
+    left: int = field(init=False)  # tasks of it not yet resolved by its results
+
+    def __post_init__(self) -> None:
+        self.left = len(self.indexes)
+
+    def pending(self) -> list[int]:
+        """Positions (in this request) of the tasks whose futures have not resolved."""
+        futures, at = self.batch.futures, self.indexes
+        return [i for i in range(len(at)) if not futures[at[i]].done()]
+
+
+class Client:
+    """Submit reward tasks to a reward service and collect their ``Result``s, as a ``Producer`` does."""
+
+    def __init__(
+        self, connect: Optional[str] = None, *, connect_timeout_s: float = 10.0, service_timeout_s: float = 60.0,
+        fallback_score: float = 0.0, curve_secret_key: Optional[str] = None, curve_server_key: Optional[str] = None,
+    ) -> None:
+        """``connect`` defaults to ``$QWORKER_CONNECT``, else ``tcp://127.0.0.1:5557``.  With CURVE, give this
+        client's secret key file and the service's public key file (``qworker keys``)."""
+        self.endpoint = connect or os.environ.get("QWORKER_CONNECT") or DEFAULT_SERVICE_ENDPOINT
+        self.connect_timeout_s = connect_timeout_s
+        self.service_timeout_s = service_timeout_s
+        self.fallback_score = fallback_score
+        self._closed = False
+        self._numbers = itertools.count(1)
+        self._table = FutureTable(fallback_score=fallback_score)
+        self._requests: dict[int, _Request] = {}  # the I/O thread's
+        self._outbox: deque[Any] = deque()  # messages from the callers' threads
+        self._status_waiters: deque[tuple[threading.Event, list]] = deque()
+        self._instance = ""
+        self._heard = time.monotonic()
+        self.resubmitted = 0  # requests sent again: not taken in time, restarted or unknown to the service
+        self._ctx = zmq.Context(io_threads=1)
+        if (curve_secret_key is None) != (curve_server_key is None):
+            raise ConfigError("CURVE needs both curve_secret_key and curve_server_key (or neither)")
+        curve = CurveClient(curve_secret_key, curve_server_key) if curve_secret_key and curve_server_key else None
+        self._sock = make_socket(self._ctx, zmq.DEALER, connect=self.endpoint, identity=f"client-{secrets.token_hex(6)}".encode(),
+                                 curve=curve, reconnect_max_ms=RECONNECT_MAX_MS)
+        self._redialer = Redialer(self._sock, self.endpoint)
+        self.redials = 0  # connections dropped and dialled again after LINK_SILENT_S of silence
+        self._next_ping = 0.0
+        self._reactor = Reactor(name="client", max_wait_s=PING_EVERY_S / 2)
+        self._reactor.each_turn(lambda now: self._send_outbox(), name="sending requests")
+        self._reactor.on_readable(self._sock, self._receive, name="receiving from the service")
+        self._reactor.each_turn(self._keep_in_touch, name="pinging the service")
+        self._wake = self._reactor.wake
+        self._thread = threading.Thread(target=self._run, name="qworker-client", daemon=True)
+        self._thread.start()
+
+    # the Producer's API ---------------------------------------------------------
+    def submit(self, reward: str, payload: Any, *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None) -> ResultFuture:
+        return self.submit_batch(reward, [payload], params=params, timeout_s=timeout_s)[0]
+
+    def submit_batch(
+        self, reward: str, payloads: Iterable[Any], *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None
+    ) -> list[ResultFuture]:
+        """One future per payload, in order, once the service has taken the request."""
+        if self._closed:
+            raise ProducerClosed("submit_batch() on a closed Client")
+        payloads = list(payloads)
+        if not payloads:
+            return []
+        params = dict(params) if params else None
+        batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
+        req = _Request(next(self._numbers), reward, params, payloads, timeout_s, batch, list(range(len(payloads))), time.monotonic())
+        self._outbox.append(req)  # to the I/O thread
+        self._wake()
+        if self._closed:  # close() may have passed over the outbox before this request reached it
+            req.taken.set()
+        if not req.taken.wait(self.connect_timeout_s):
+            self._outbox.append(("forget", req.number))
+            self._wake()
+            why = handshake_problem(self.endpoint) or (
+                f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
+                "(is 'qworker serve' running there?)")
+            self._fail(req, ErrorKind.SERVICE_LOST.error(why))  # never handed out, but the table resolves all it owns
+            raise ServiceUnavailable(why)
+        answer = req.answered
+        if answer is None:
+            raise ProducerClosed("the Client closed while submitting")
+        if answer.error is not None:
+            raise _ERRORS.get(answer.error_type, ServiceUnavailable)(answer.error)
+        return self._table.hand_out(batch)  # raises ProducerClosed if close() came first
+
+    def gather(self, futures: Sequence[Any], timeout: Optional[float] = None) -> list[Result]:
+        """The ``Result`` of each future, in order; see ``Producer.gather``."""
+        return gather(futures, timeout)
+
+    def map(self, reward: str, payloads: Iterable[Any], *, params: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> list[Result]:
+        return self.gather(self.submit_batch(reward, payloads, params=params), timeout=timeout)
+
+    def status(self, timeout: float = 10.0) -> dict:
+        """The service's status: its producer, pools, workers and judges."""
+        done, box = threading.Event(), cast(list[dict], [])
+        self._outbox.append(("status", done, box))
+        self._wake()
+        if not done.wait(timeout):
+            done.set()  # given up: a late reply must not go to it, nor every later reply to the waiter before its own
+            raise ServiceUnavailable(f"the reward service at {self.endpoint} did not answer within {timeout:.0f} s")
+        return box[0]
+
+    def close(self) -> None:
+        """Stop the I/O thread; tasks still pending resolve as cancelled.  A ``submit_batch`` on another thread
+        is not waited for: it stops registering within ``CHECK_EVERY`` (1,024) tasks and raises ``ProducerClosed``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._reactor.stop()
+        self._thread.join(10.0)
+        self._table.close("the client closed")  # later submissions raise ProducerClosed
+        for item in [*self._requests.values(), *self._outbox]:
+            if isinstance(item, _Request):
+                item.taken.set()  # a caller still waiting raises ProducerClosed
+        self._reactor.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # the I/O thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._reactor.run()
+        finally:
+            self._sock.close(linger=0)
+            self._ctx.term()
+
+    def _keep_in_touch(self, now: float) -> None:
+        """While requests are out: resend those not taken, ping (naming those waited on), watch the link."""
+        if self._requests and now >= self._next_ping:
+            self._next_ping = now + PING_EVERY_S
+            self._resend_untaken(now)
+            self._send(cw.Ping([n for n, r in self._requests.items() if r.answered is not None]))
+            self._check_link(now)
+            self._check_silence(now)
+
+    def _send(self, msg: cw.ClientMessage) -> None:
+        try:
+            self._sock.send_multipart(cw.encode(msg), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # not connected yet: a ping or resubmission will follow
+
+    def _submit(self, req: _Request) -> None:
+        self._requests[req.number] = req
+        req.resend_at = time.monotonic() + req.resend_every
+        self._send(cw.Submit(req.number, req.reward, req.params, req.payloads, req.timeout_s))
+
+    def _resend_untaken(self, now: float) -> None:
+        """Submissions the service has not taken (lost on a broken link, or it is slow): send them again."""
+        for req in self._requests.values():
+            if req.answered is None and now >= req.resend_at:
+                req.resend_every = min(2 * req.resend_every, RESUBMIT_MAX_S)
+                self.resubmitted += 1
+                self._submit(req)
+
+    def _send_outbox(self) -> None:
+        while self._outbox:
+            item = self._outbox.popleft()
+            if isinstance(item, _Request):
+                if not self._requests:
+                    self._heard = time.monotonic()  # silence is measured from when something is pending
+                self._submit(item)
+            elif item[0] == "forget":
+                self._requests.pop(item[1], None)
+            else:
+                self._status_waiters.append((item[1], item[2]))
+                self._send(StatusRequest())
+
+    def _receive(self) -> None:
+        sock = self._sock
+        acks: list[int] = []
+        for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once
+            if self._closed or not readable(sock):
+                break  # close() waits for this thread: it stops between messages, not after a flood of them
+            frames = sock.recv_multipart(copy=True)
+            try:
+                if len(frames) != 2:
+                    raise WireError(f"expected 2 frames, got {len(frames)}")
+                msg = cw.CLIENT.decode(frames[0], frames[1], max_bytes=_MAX_BYTES)
+            except WireError as exc:
+                log.warning("qworker client: dropped a bad frame from the service: %s", exc)
+                continue
+            self._heard = time.monotonic()
+            if isinstance(msg, cw.Resolved):
+                self._see(msg.instance)
+                self._resolve(msg.results)
+                acks.append(msg.seq)
+            elif isinstance(msg, cw.Accepted):
+                self._see(msg.instance)
+                self._on_accepted(msg)
+            elif isinstance(msg, cw.Pong):
+                self._see(msg.instance)
+                for number in msg.unknown:  # taken, yet the service no longer holds it: ask again
+                    req = self._requests.get(number)
+                    if req is not None and req.answered is not None:
+                        self._resubmit(req, "the service no longer holds it")
+            elif isinstance(msg, cw.Closing):
+                self._on_closing(msg)
+            elif isinstance(msg, StatusReply):
+                while self._status_waiters and self._status_waiters[0][0].is_set():
+                    self._status_waiters.popleft()  # its caller timed out
+                if self._status_waiters:
+                    done, box = self._status_waiters.popleft()
+                    box.append(msg.status)
+                    done.set()
+        if acks:
+            self._send(cw.Ack(acks))
+
+    def _on_accepted(self, msg: cw.Accepted) -> None:
+        req = self._requests.get(msg.request)
+        if req is None or req.answered is not None:
+            return  # forgotten, or the answer to a resend
+        req.instance, req.answered = msg.instance, msg
+        if msg.error is not None:
+            del self._requests[msg.request]
+            # A resubmission has no caller waiting to raise this: its futures are out, so they fail
+            # (a first submission's futures were never handed out; its caller raises).
+            self._fail(req, ErrorKind.SERVICE_LOST.error(f"the reward service refused the request: {msg.error}"))
+        req.taken.set()
+
+    def _on_closing(self, msg: cw.Closing) -> None:
+        """The service is stopping: what it took fails at once; a submission it had not answered raises."""
+        why = ErrorKind.SERVICE_LOST.error(msg.reason)
+        if self._requests:
+            log.error("qworker client: %s; failing %d requests", msg.reason, len(self._requests))
+        for req in self._requests.values():
+            if req.answered is None:
+                req.answered = cw.Accepted(req.number, msg.instance, msg.reason, "ServiceUnavailable")
+            self._fail(req, why)
+            req.taken.set()
+        self._requests.clear()
+
+    def _see(self, instance: str) -> None:
+        """A reply from ``instance``: if the service restarted, resubmit what the old one held."""
+        if instance == self._instance:
+            return
+        restarted = bool(self._instance)
+        self._instance = instance
+        if not restarted:
+            return
+        stale = [r for r in self._requests.values() if r.instance and r.instance != instance]
+        if stale:
+            log.warning("qworker client: the reward service at %s restarted; resubmitting %d requests", self.endpoint, len(stale))
+        for req in stale:
+            self._resubmit(req, "restarted")
+
+    def _resubmit(self, req: _Request, why: str) -> None:
+        """Send what ``req`` still waits for as a new request (the caller's futures stay the same)."""
+        del self._requests[req.number]
+        left = req.pending()
+        if not left:
+            return
+        log.info("qworker client: resubmitting %d tasks of request %d (%s)", len(left), req.number, why)
+        self.resubmitted += 1
+        again = _Request(next(self._numbers), req.reward, req.params, [req.payloads[i] for i in left], req.timeout_s,
+                         req.batch, [req.indexes[i] for i in left], req.submitted)
+        again.taken.set()  # no caller waits on it
+        self._submit(again)
+
+    def _resolve(self, rows: list[cw.ResolvedRow]) -> None:
+        now = time.monotonic()
+        by_request: dict[int, list[tuple[int, Result]]] = {}
+        for row in rows:
+            number, index, result = row.request, row.index, row.result
+            req = self._requests.get(number)
+            if req is None or index >= len(req.indexes):
+                continue  # answered before (a resend), or resubmitted under a new number
+            result.latency_s = now - req.submitted  # as the caller sees it (a fresh Result, decoded from the row)
+            by_request.setdefault(number, []).append((req.indexes[index], result))
+        for number, done in by_request.items():
+            req = self._requests[number]
+            req.left -= self._table.resolve(req.batch, done)
+            if req.left <= 0:
+                del self._requests[number]
+
+    def _check_link(self, now: float) -> None:
+        """Pings unanswered for ``LINK_SILENT_S``: a connection can stay open yet carry nothing (its stream
+        damaged, a peer gone without a close); drop it and dial again.  What was queued on it is sent again by
+        the protocol (submissions until taken, results until acknowledged)."""
+        if now - self._heard >= LINK_SILENT_S and now - self._redialer.last >= LINK_SILENT_S:
+            self._redialer.no_peer()
+            self.redials += 1
+            log.warning("qworker client: no answer from %s for %.0f s; dialled again", self.endpoint, now - self._heard)
+
+    def _check_silence(self, now: float) -> None:
+        silent = now - self._heard
+        if silent < self.service_timeout_s:
+            return
+        why = ErrorKind.SERVICE_LOST.error(f"the reward service at {self.endpoint} did not answer for {silent:.0f} s")
+        log.error("qworker client: %s; failing %d requests", why, len(self._requests))
+        for req in self._requests.values():
+            self._fail(req, why)
+            req.taken.set()
+        self._requests.clear()
+
+    def _fail(self, req: _Request, error: str) -> None:
+        """Resolve what ``req`` still waits for with ``error`` (a result that came first stays)."""
+        self._table.fail(req.batch, req.indexes, error)
