@@ -235,9 +235,11 @@ class PendingTable:
             failed = 0
             for p, score, extra, error, worker, compute_s in done:
                 key = p.key
-                if pending.get(key) is not p:
+                q = pending.pop(key, None)  # (one dict operation for the usual case: the task is there)
+                if q is not p:
+                    if q is not None:  # another task of this key (a resubmission after an earlier one resolved)
+                        pending[key] = q
                     continue
-                del pending[key]
                 claimed.append(p)
                 if extra is None:
                     extra = {}
