@@ -109,6 +109,13 @@ def task_key(reward: str, fingerprint: bytes, payload_bytes: bytes, version: Opt
     return key_with_prefix(key_prefix(reward, fingerprint, version), payload_bytes)
 
 
+def prefix_state(prefix: bytes) -> Any:
+    """The hash state after ``prefix``: ``s = prefix_state(prefix).copy(); s.update(payload_bytes); s.digest()`` is
+    ``key_with_prefix(prefix, payload_bytes)``, without hashing the prefix (or parsing the constructor's keyword
+    arguments) again for each payload of a batch."""
+    return blake2b(prefix, digest_size=16)
+
+
 def key_with_prefix(prefix: bytes, payload_bytes: bytes) -> bytes:
     """The 16-byte identity of a task whose ``key_prefix`` is ``prefix``: ``task_key`` with the prefix made once
     for a whole batch (the submit path's form)."""

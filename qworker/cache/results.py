@@ -11,7 +11,7 @@ writes are retried (see ``cache.disk``); ``health`` reports both for ``status()`
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from ..engine.status import CacheHealth
 from .disk import DiskCache
@@ -24,13 +24,11 @@ class ResultCache:
     def __init__(self, *, max_entries: int, ttl_s: Optional[float], path: Optional[str]) -> None:
         self.memory = MemoryCache(max_entries=max_entries, ttl_s=ttl_s)
         self.disk = DiskCache(path, max_entries=max_entries, ttl_s=ttl_s) if path else None
+        # The memory tier only: this runs once per submitted task, so it is the tier's own method (no second call).
+        self.get: Callable[[bytes], Optional[Entry]] = self.memory.get
 
     def __len__(self) -> int:
         return len(self.memory)
-
-    def get(self, key: bytes) -> Optional[Entry]:
-        """The memory tier only: this runs once per submitted task."""
-        return self.memory.get(key)
 
     def get_persistent(self, keys: Iterable[bytes]) -> dict[bytes, Entry]:
         """The disk tier, for keys the memory tier missed (empty without a disk tier).  Never raises:

@@ -64,7 +64,7 @@ class Dispatcher(threading.Thread):
             task_timeout_s=options.task_timeout_s, versions=versions,
         )
         self.started = time.monotonic()
-        self._inbox: deque[Pending] = deque()  # appended by other threads
+        self._inbox: deque[list[Pending]] = deque()  # batches of new tasks, appended by other threads
         self._calls: deque[Callable[[], None]] = deque()
         self.workers_seen = threading.Condition()  # notified when a new worker says READY
         self.workers_ready = 0  # workers currently known; written under workers_seen
@@ -79,8 +79,8 @@ class Dispatcher(threading.Thread):
 
     # called from other threads ----------------------------------------------
     def submit(self, tasks: Iterable[Pending]) -> None:
-        """Hand new tasks to the dispatcher thread."""
-        self._inbox.extend(tasks)
+        """Hand new tasks to the dispatcher thread (one batch: a list is handed over as it is)."""
+        self._inbox.append(tasks if type(tasks) is list else list(tasks))
         self._wake()
 
     def call(self, fn: Callable[[], _T], timeout: float = 10.0) -> _T:
@@ -119,7 +119,7 @@ class Dispatcher(threading.Thread):
         s, counts = self.scheduler, self.table.counts
         producer: ProducerStatus = {
             "endpoint": self.endpoint, "pid": os.getpid(), "host": socket.gethostname(), "uptime_s": round(now - self.started, 1),
-            "queued": len(s.queue) + len(self._inbox) + s.waiting_for_admission(), "in_flight": s.in_flight(),
+            "queued": len(s.queue) + sum(map(len, list(self._inbox))) + s.waiting_for_admission(), "in_flight": s.in_flight(),
             "pending": len(self.table), "submitted": counts["submitted"], "rejected": counts["rejected"],
             "resolved": counts["resolved"], "failed": counts["failed"], "cache_hits": counts["cache_hits"],
             "deduplicated": counts["deduplicated"], "cache_entries": len(self.table.cache),
@@ -146,7 +146,12 @@ class Dispatcher(threading.Thread):
     def _take_inbox(self, now: float) -> None:
         inbox = self._inbox
         if inbox:
-            self.scheduler.add(inbox.popleft() for _ in range(len(inbox)))
+            batch = inbox.popleft()
+            if inbox:  # more batches: one for the scheduler (a copy: the first is its submitter's list)
+                batch = list(batch)
+                while inbox:
+                    batch.extend(inbox.popleft())
+            self.scheduler.add(batch)
 
     def _dispatch(self, now: float) -> None:
         self.scheduler.dispatch(now)

@@ -56,9 +56,10 @@ from .._errors import ErrorKind
 from .._exceptions import ProducerClosed
 from ..cache.results import ResultCache
 from .result import Result, ResultFuture, fresh_result, resolve_many
-from .task import DONE, Pending, Resolution, finish_all
+from .task import DONE, Pending, PolicyPending, Resolution, finish_all
 
 if TYPE_CHECKING:
+    from ..cache.identity import TaskIdentity
     from .admission import AdmissionPolicy
 
 log = logging.getLogger("qworker")
@@ -111,21 +112,22 @@ class PendingTable:
     @contextmanager
     def registering(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
                     policy: Optional[AdmissionPolicy], now: float, hand_on: Callable[[list[Pending]], None],
-                    lane: Hashable = 0, cache_read: bool = True, rejected: int = 0) -> Iterator[Registration]:
+                    lane: Hashable = 0, cache_read: bool = True, rejected: int = 0,
+                    identity: Optional[TaskIdentity] = None) -> Iterator[Registration]:
         """Register ``(key, payload bytes)`` entries; the block owns the new tasks (NEW) until ``reg.hand_on``.
 
         An entry whose key is already pending shares that task's future; else,
         unless ``cache_read`` is False, one found in the memory cache tier
         resolves at once (its future in ``reg.futures``, no task made).
         ``rejected``: payloads of the same submission refused before (counted
-        as submitted and rejected).  The
+        as submitted and rejected).  ``identity``: the new tasks' ``Pending.identity``.  The
         block resolves some of ``reg.new`` or none, and passes the rest to
         ``reg.hand_on``.  If it raises first, the new tasks still pending go to
         ``hand_on`` all the same, or are cancelled if that raises too.  Raises
         ``ProducerClosed`` once the table is closed.
         """
         reg = self._add(entries, reward=reward, params=params, timeout_s=timeout_s, policy=policy, now=now, hand_on=hand_on, lane=lane,
-                        cache_read=cache_read, rejected=rejected)
+                        cache_read=cache_read, rejected=rejected, identity=identity)
         try:
             yield reg
         except BaseException as exc:
@@ -144,15 +146,16 @@ class PendingTable:
 
     def _add(self, entries: list[tuple[bytes, bytes]], *, reward: str, params: dict, timeout_s: Optional[float],
              policy: Optional[AdmissionPolicy], now: float, hand_on: Callable[[list[Pending]], None], lane: Hashable = 0,
-             cache_read: bool = True, rejected: int = 0) -> Registration:
+             cache_read: bool = True, rejected: int = 0, identity: Optional[TaskIdentity] = None) -> Registration:
         futures: list[ResultFuture] = []
         new: list[Pending] = []
         hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]] = []
         read = self.cache_read and cache_read  # False too for keys nothing is cached under (a version not yet reported)
         # Keyword arguments cost a task's construction a third more: the usual task (no policy, lane 0) has none.
-        make: Callable[..., Pending] = Pending if policy is None and lane == 0 else functools.partial(Pending, policy=policy, lane=lane)
+        make: Callable[..., Pending] = (Pending if lane == 0 else functools.partial(Pending, lane=lane)) if policy is None else \
+            functools.partial(PolicyPending, policy=policy, lane=lane)
         try:
-            self._add_chunks(entries, reward, params, timeout_s, now, make, read, futures, new, hits, rejected)
+            self._add_chunks(entries, reward, params, timeout_s, now, identity, make, read, futures, new, hits, rejected)
         except ProducerClosed:
             raise  # what earlier chunks registered is in the table, and ``close`` cancels it
         except BaseException as exc:  # a cache tier or a bug, past earlier chunks: their tasks must not be stranded
@@ -163,7 +166,7 @@ class PendingTable:
         return Registration(futures, new, hand_on)
 
     def _add_chunks(self, entries: list[tuple[bytes, bytes]], reward: str, params: dict, timeout_s: Optional[float], now: float,
-                    make: Callable[..., Pending], read: bool, futures: list[ResultFuture], new: list[Pending],
+                    identity: Optional[TaskIdentity], make: Callable[..., Pending], read: bool, futures: list[ResultFuture], new: list[Pending],
                     hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]], rejected: int) -> None:
         """``_add``'s registration, chunk by chunk, into ``futures``, ``new`` and ``hits``."""
         cache_get = self.cache.get
@@ -190,7 +193,7 @@ class PendingTable:
                             hits.append((fut, key, hit))
                             futures.append(fut)
                             continue
-                        p = pending[key] = make(key, reward, params, payload, timeout_s, ResultFuture(), now)
+                        p = pending[key] = make(key, reward, params, payload, timeout_s, ResultFuture(), now, identity)
                         new.append(p)
                     futures.append(p.future)
                 n_hits, n_new = len(hits) - hits_before, len(new) - new_before
@@ -232,9 +235,11 @@ class PendingTable:
             failed = 0
             for p, score, extra, error, worker, compute_s in done:
                 key = p.key
-                if pending.get(key) is not p:
+                q = pending.pop(key, None)  # (one dict operation for the usual case: the task is there)
+                if q is not p:
+                    if q is not None:  # another task of this key (a resubmission after an earlier one resolved)
+                        pending[key] = q
                     continue
-                del pending[key]
                 claimed.append(p)
                 if extra is None:
                     extra = {}

@@ -19,7 +19,7 @@ from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, Union
 
 from .._errors import ErrorKind
 from .._exceptions import PoolStartError, ProducerClosed, QworkerError
-from ..cache.hashing import encode_payload, key_with_prefix, new_packer, params_fingerprint
+from ..cache.hashing import encode_payload, new_packer, params_fingerprint, prefix_state
 from ..cache.identity import RunVersions, TaskIdentity
 from ..cache.results import ResultCache
 from ..config import file as _config
@@ -211,7 +211,7 @@ class Producer:
         # False: recompute (``--no-cache-read``, ``score --overwrite``; or no worker has reported the reward's version yet,
         # so no key is known that its results are cached under); results are still cached
         cache_read = self.options.cache_read and identity.confirmed
-        prefix = identity.prefix
+        new_hash = prefix_state(identity.prefix).copy  # ``key_with_prefix``, the prefix hashed once per chunk
         packer = new_packer()
         rejected = 0
         for payload in payloads:
@@ -227,14 +227,18 @@ class Producer:
                 continue
             at.append(len(futures))
             futures.append(None)
-            entries.append((key_with_prefix(prefix, payload_bytes), payload_bytes))
+            h = new_hash()
+            h.update(payload_bytes)
+            entries.append((h.digest(), payload_bytes))
         table = self._table
         with table.registering(entries, reward=reward, params=params, timeout_s=timeout_s, policy=policy, now=time.monotonic(),
-                               hand_on=self._dispatcher.submit, lane=lane, cache_read=identity.confirmed, rejected=rejected) as reg:
-            for i, fut in zip(at, reg.futures, strict=True):
-                futures[i] = fut
-            for p in reg.new:
-                p.identity = identity
+                               hand_on=self._dispatcher.submit, lane=lane, cache_read=identity.confirmed, rejected=rejected,
+                               identity=identity) as reg:
+            if rejected:
+                for i, fut in zip(at, reg.futures, strict=True):
+                    futures[i] = fut
+            else:  # every payload registered: the table's futures are the answer, in order
+                futures = reg.futures  # type: ignore[assignment]
             new = reg.new
             if new and cache_read:
                 found = self.cache.get_persistent(p.key for p in new)

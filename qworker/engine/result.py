@@ -7,26 +7,32 @@ import concurrent.futures
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterable, Optional, Sequence
+
+import msgspec
 
 from .._errors import ErrorKind
 from .._exceptions import GatherTimeout
 
 __all__ = ["Result", "ResultFuture", "gather", "resolve_many"]
 
-@dataclass(slots=True, kw_only=True)
-class Result:
+class Result(msgspec.Struct, kw_only=True, gc=False):
     """The outcome of one reward task.
 
     ``score`` is the reward's score, or the producer's ``fallback_score`` when
     ``error`` is set; check ``ok`` (or ``error``) rather than trusting a 0.
     ``latency_s`` runs from submission to resolution as the trainer sees it;
     ``compute_s`` is the time spent inside the reward on the worker.
+
+    A struct with fields (keyword arguments; equal when its fields are), which
+    the cyclic garbage collector does not track: a producer makes one per task,
+    and tracking them made collections rescan every result a trainer still
+    holds.  Do not make it part of a reference cycle (an ``extra`` that holds
+    the result itself): such a cycle is never freed.
     """
 
     score: float = 0.0
-    extra: dict = field(default_factory=dict)
+    extra: dict = msgspec.field(default_factory=dict)
     error: Optional[str] = None
     cached: bool = False
     attempts: int = 0
@@ -52,28 +58,12 @@ class Result:
         }
 
 
-_new = object.__new__
-
-
 def fresh_result(score: float, extra: dict, error: Optional[str], attempts: int, worker: str, latency_s: float,
                  compute_s: float, key: str) -> Result:
-    """``Result(score=score, ..., key=key)`` (``cached`` False), made without the keyword parsing of its
-    ``__init__``: the dispatcher makes one per task it resolves, and keywords cost it more than the rest."""
-    r: Result = _new(Result)
-    r.score = score
-    r.extra = extra
-    r.error = error
-    r.cached = False
-    r.attempts = attempts
-    r.worker = worker
-    r.latency_s = latency_s
-    r.compute_s = compute_s
-    r.key = key
-    return r
+    """``Result(score=score, ..., key=key)`` with ``cached`` False."""
+    return Result(score=score, extra=extra, error=error, attempts=attempts, worker=worker, latency_s=latency_s,
+                  compute_s=compute_s, key=key)
 
-
-# ``fresh_result`` sets every field: a field added to ``Result`` must be added there too.
-assert Result.__slots__ == ("score", "extra", "error", "cached", "attempts", "worker", "latency_s", "compute_s", "key"), Result.__slots__
 
 _base = concurrent.futures._base
 _PENDING, _RUNNING, _FINISHED = _base.PENDING, _base.RUNNING, _base.FINISHED

@@ -55,6 +55,8 @@ from .task import DONE, Pending, Resolution
 
 log = logging.getLogger("qworker")
 
+Task = wire.Task
+
 __all__ = ["Scheduler", "MAX_BATCH", "REVOKE_EVERY_S"]
 
 MAX_BATCH = 512  # tasks per TASKS message
@@ -215,7 +217,7 @@ class Scheduler:
             p = leased(key)
             if p is not None and p.policy is None and ((identity := p.identity) is None or r.ran == identity.version):
                 # a plain task's current delivery, run by the code its key names: what the general path below does, in short
-                if identity is not None:
+                if p.cache_as is not None:  # set by an earlier delivery that ran other code
                     p.cache_as = None
                 if error is None:
                     ok += 1
@@ -419,7 +421,9 @@ class Scheduler:
                     continue
                 room -= size
                 p.lease(w)
-                batch.append(p.as_task(None if p.policy is None else p.policy.meta(p)))
+                # ``p.as_task(meta)``, inline: once per task
+                batch.append(Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts,
+                                  None if p.policy is None else p.policy.meta(p)))
             if not batch:
                 continue
             if was_idle:  # its clock of progress starts now

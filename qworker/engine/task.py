@@ -55,6 +55,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Hashable, Optional, Protocol, Sequence
 
+import msgspec
+
 from ..transport import wire
 from .result import ResultFuture
 from .status import JudgeStatus as PolicyStatus  # the one kind of status row a policy gives today
@@ -62,8 +64,8 @@ from .status import JudgeStatus as PolicyStatus  # the one kind of status row a 
 if TYPE_CHECKING:
     from ..cache.identity import TaskIdentity
 
-__all__ = ["AdmissionPolicy", "Decision", "DONE", "IllegalTransition", "LEASED", "NEW", "Pending", "QUEUED", "Resolution", "TaskState", "WAITING",
-           "WorkerState", "RESOLVE", "finish_all"]
+__all__ = ["AdmissionPolicy", "Decision", "DONE", "IllegalTransition", "LEASED", "NEW", "Pending", "PolicyPending", "QUEUED",
+           "Resolution", "TaskState", "WAITING", "WorkerState", "RESOLVE", "finish_all"]
 
 
 class TaskState(enum.Enum):
@@ -83,10 +85,17 @@ class IllegalTransition(RuntimeError):
     """A task was asked to move from a state it cannot leave that way: a bug in qworker."""
 
 
-@dataclass(slots=True, eq=False)
-class Pending:
+class Pending(msgspec.Struct, eq=False, gc=False):
     """One submitted task, from registration until its future is set (DONE); duplicate submissions share it
-    (and its future) while it is not DONE."""
+    (and its future) while it is not DONE.
+
+    A struct (compared by identity) that the cyclic garbage collector does not track (``gc=False``): a
+    producer holds one per pending task, and tracking them made the collections after a large
+    submission rescan the whole backlog.  Its one reference cycle, ``holder`` <-> ``holder.leases``,
+    is undone as the task leaves its lease, and every task finishes (``PendingTable.close`` cancels
+    what is left).  A task with an admission policy is a ``PolicyPending``, which the collector
+    tracks: a policy's per-task tables refer back to it while its ``policy`` refers to them.
+    """
 
     key: bytes
     reward: str
@@ -95,6 +104,7 @@ class Pending:
     timeout_s: Optional[float]
     future: ResultFuture
     submitted: float  # monotonic seconds
+    identity: Optional[TaskIdentity] = None  # what its key hashes besides the payload (shared by its submission)
     # written only by the transitions below (see the module's invariants)
     state: TaskState = NEW
     attempts: int = 0  # deliveries charged to this task (a loss it did not cause is refunded)
@@ -102,7 +112,6 @@ class Pending:
     holder: Optional[WorkerState] = None  # the worker holding its lease: set exactly while LEASED
     policy: Optional[AdmissionPolicy] = None  # what admits it (``engine.admission``); None: straight to the queue
     lane: Hashable = 0  # who submitted it: lanes are served round-robin (``engine.lanes``); a service's client each
-    identity: Optional[TaskIdentity] = None  # what its key hashes besides the payload (shared by its submission)
     cache_as: Optional[bytes] = None  # the key its result is cached under when not ``key`` (other code ran it); b"": not cached
 
     def as_task(self, meta: Optional[dict] = None) -> wire.Task:
@@ -167,6 +176,11 @@ class Pending:
         """Any state but DONE -> DONE, leaving its lease index.  Only ``PendingTable`` calls it (or
         ``finish_all``), under its lock, as the task leaves the table."""
         finish_all((self,))
+
+
+class PolicyPending(Pending, gc=True):
+    """A ``Pending`` with an admission ``policy``: tracked by the cyclic garbage collector, so that a policy
+    dropped while its tables still hold tasks (a producer closed with tasks waiting) is reclaimed."""
 
 
 def finish_all(tasks: Sequence[Pending]) -> None:
