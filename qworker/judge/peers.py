@@ -301,23 +301,12 @@ class Peers:
         self.courier = NoteCourier(board, self.keys) if getattr(board, "blocks", False) else None
 
     def tick(self, now: float, wants: bool) -> None:
-        """Every ``NOTE_EVERY_S`` (``now``: the gate's clock): say what this gate holds and wants; learn what the peers do.
-
-        With a ``courier``, every call also applies the exchange it finished since, at once (a lock and a check)."""
-        courier = self.courier
-        if self.board is None or (courier is None and now < self.due):
+        """Every ``NOTE_EVERY_S`` (``now``: the gate's clock): say what this gate holds and wants; learn what the peers do."""
+        if self.board is None or now < self.due:
             return
+        self.due = now + NOTE_EVERY_S
         board = self.board
         try:
-            if courier is not None:
-                if courier.failure is not None:
-                    raise courier.failure
-                got = courier.collect()
-                if got is not None:
-                    self._learn(*got)
-                if now < self.due:
-                    return
-            self.due = now + NOTE_EVERY_S
             at = board.clock()
             notes = []
             for e in self.endpoints:
@@ -325,10 +314,15 @@ class Peers:
                 refused_level = lim.refused_level if lim.refused_level < math.inf else 0.0
                 notes.append(Note(self.producer, e.at_server(), round(lim.limit, 3), wants and not e.down_reason, at,
                                   round(lim.high, 3), round(lim.regaining_to(), 3), lim.refusals, refused_level))
-            if courier is None:
-                self._learn(*exchange(board, self.keys, notes))
+            if self.courier is None:
+                got: Optional[Exchange] = exchange(board, self.keys, notes)
             else:
-                courier.post(notes)
+                if self.courier.failure is not None:
+                    raise self.courier.failure
+                got = self.courier.collect()
+                self.courier.post(notes)
+            if got is not None:
+                self._learn(*got)
         except Exception as exc:  # noqa: BLE001 (the board is an aid: whatever breaks it must not stop dispatch)
             log.warning("qworker: judge endpoints' share board failed (%s); this producer now keeps its own limits, "
                         "unaware of other producers on this host", exc)

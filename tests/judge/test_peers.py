@@ -327,20 +327,3 @@ def test_a_board_on_a_stalled_filesystem_does_not_hold_up_dispatch(tmp_path, mon
     other = gate_with(DirBoard(str(tmp_path)))
     other.tick(0.0)
     trade(g, 2.0, lambda: len(g.endpoints[0].peers) == 1)  # and once the filesystem answers, the notes pass
-
-
-def test_notes_read_off_the_dispatcher_thread_are_applied_at_the_next_turn_not_the_next_note(tmp_path):
-    a, b = gate_with(DirBoard(str(tmp_path))), gate_with(DirBoard(str(tmp_path)))
-    a.endpoints[0].in_flight = 7
-    a.tick(0.0)
-    folder = tmp_path / endpoint_key("http://judge")
-    limit = time.monotonic() + 30.0
-    while not (folder / f"{a.peers.producer}.json").exists():
-        assert time.monotonic() < limit, "the first producer's note was never written"
-        time.sleep(0.01)
-    b.tick(0.0)  # posts its notes; its courier reads the board's
-    while not b.endpoints[0].peers:
-        b.tick(0.1)  # turns of the dispatcher before the next notes are due (0.25 s)
-        assert time.monotonic() < limit, "the notes read were not applied before the next notes were due"
-        time.sleep(0.01)
-    assert b.endpoints[0].peers[0].in_flight == 7
