@@ -29,9 +29,6 @@ producer that closes removes its notes at once.  A note
 holds counts and a hash of the endpoint URL, nothing else.  A board that fails
 (a directory that is not ours, not writable, a full disk) turns sharing off for
 that gate with one warning; dispatch goes on, each producer on its own limit.
-The board's files are written and read on a thread of the gate's own
-(``NoteCourier``), never on the dispatcher thread: a stalled filesystem delays
-the notes, not dispatch.
 Producers on different hosts do not see one another's notes: to share an
 endpoint across hosts, share one ``qworker serve``.
 """
@@ -45,7 +42,6 @@ import math
 import os
 import stat
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -58,7 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("qworker")
 
-__all__ = ["Board", "DirBoard", "MemoryBoard", "NOTE_EVERY_S", "Note", "NoteCourier", "Peers", "default_board"]
+__all__ = ["Board", "DirBoard", "MemoryBoard", "NOTE_EVERY_S", "Note", "Peers", "default_board"]
 
 NOTE_EVERY_S = 0.25  # how often a gate writes its notes and reads the others'
 STALE_S = 2.0  # a note older than this is not counted
@@ -117,8 +113,6 @@ class MemoryBoard:
 
 class DirBoard:
     """Notes as small JSON files in ``root/<endpoint key>/<producer>.json`` (a directory only this user may use)."""
-
-    blocks = True  # file I/O: a gate trades its notes off the dispatcher thread (``NoteCourier``)
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -217,78 +211,8 @@ def endpoint_key(url: str) -> str:
     return hashlib.sha256(url.encode("utf-8", "replace")).hexdigest()[:32]
 
 
-Exchange = tuple[float, list[list[Note]]]  # (board seconds the notes were written at, every fresh note per endpoint)
-
-
-def exchange(board: Board, keys: list[str], notes: list[Note]) -> Exchange:
-    """Write this producer's ``notes`` (one per endpoint key) and read every fresh note per key; ``OSError`` when the board fails."""
-    for key, note in zip(keys, notes, strict=True):
-        board.publish(key, note)
-    return notes[0].at if notes else board.clock(), [board.read(key) for key in keys]
-
-
-class NoteCourier(threading.Thread):
-    """Trades a gate's notes on a board whose calls may block (``DirBoard``: file I/O) off the dispatcher thread.
-
-    The dispatcher ``post``s its latest notes and ``collect``s the latest exchange, if one finished since; neither
-    waits for the board (a lock guards two references).  Notes posted while the courier is busy replace the ones
-    not yet written: only the latest matters.  A board that fails ends the courier; ``failure`` holds why.
-    """
-
-    def __init__(self, board: Board, keys: list[str]) -> None:
-        super().__init__(name="qworker-judge-notes", daemon=True)
-        self.board, self.keys = board, keys
-        self.failure: Optional[BaseException] = None
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._outbox: Optional[list[Note]] = None
-        self._inbox: Optional[Exchange] = None
-        self._stopping = False
-
-    def post(self, notes: list[Note]) -> None:
-        with self._lock:
-            self._outbox = notes
-        if not self.is_alive() and self.failure is None and not self._stopping:
-            self.start()
-        self._wake.set()
-
-    def collect(self) -> Optional[Exchange]:
-        """The exchange finished since the last call (None: none)."""
-        with self._lock:
-            got, self._inbox = self._inbox, None
-        return got
-
-    def stop(self) -> None:
-        """No more exchanges (one under way ends on its own; the thread is a daemon)."""
-        self._stopping = True
-        self._wake.set()
-
-    def run(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopping:
-                return
-            with self._lock:
-                notes, self._outbox = self._outbox, None
-            if notes is None:
-                continue
-            try:
-                got = exchange(self.board, self.keys, notes)
-            except BaseException as exc:  # noqa: BLE001 (reported by the dispatcher's next tick)
-                self.failure = exc
-                return
-            with self._lock:
-                self._inbox = got
-
-
 class Peers:
-    """One gate's notes: ``tick`` (dispatcher thread) writes and reads them and sets each endpoint's view of its peers.
-
-    On a board whose calls may block (``board.blocks``, as ``DirBoard``'s file I/O does), the writing and reading
-    happen on a ``NoteCourier`` thread: a tick posts the notes and applies the last exchange that finished, and
-    never waits for the board; each endpoint's share is then as of the last notes read.
-    """
+    """One gate's notes: ``tick`` writes and reads them (dispatcher thread) and sets each endpoint's view of its peers."""
 
     def __init__(self, board: Board, endpoints: list[Endpoint]) -> None:
         self.board: Optional[Board] = board
@@ -298,7 +222,6 @@ class Peers:
         self.due = -float("inf")  # when the next notes are due (the gate's clock)
         self._held = [(0, -1) for _ in endpoints]  # per endpoint: (every producer's requests at the server, refusals so far) at the last notes
         self._heard: list[dict[str, int]] = [{} for _ in endpoints]  # per endpoint: each peer's refusals, as last read
-        self.courier = NoteCourier(board, self.keys) if getattr(board, "blocks", False) else None
 
     def tick(self, now: float, wants: bool) -> None:
         """Every ``NOTE_EVERY_S`` (``now``: the gate's clock): say what this gate holds and wants; learn what the peers do."""
@@ -308,50 +231,31 @@ class Peers:
         board = self.board
         try:
             at = board.clock()
-            notes = []
-            for e in self.endpoints:
+            for i, (e, key) in enumerate(zip(self.endpoints, self.keys, strict=True)):
                 lim = e.limit
                 refused_level = lim.refused_level if lim.refused_level < math.inf else 0.0
-                notes.append(Note(self.producer, e.at_server(), round(lim.limit, 3), wants and not e.down_reason, at,
-                                  round(lim.high, 3), round(lim.regaining_to(), 3), lim.refusals, refused_level))
-            if self.courier is None:
-                got: Optional[Exchange] = exchange(board, self.keys, notes)
-            else:
-                if self.courier.failure is not None:
-                    raise self.courier.failure
-                got = self.courier.collect()
-                self.courier.post(notes)
-            if got is not None:
-                self._learn(*got)
+                board.publish(key, Note(self.producer, e.at_server(), round(lim.limit, 3), wants and not e.down_reason, at,
+                                        round(lim.high, 3), round(lim.regaining_to(), 3), lim.refusals, refused_level))
+                e.peers = peers = [n for n in board.read(key) if n.producer != self.producer]
+                # This producer's answers are its share of the endpoint's: Little's law on them, scaled up, is the endpoint's
+                lim.answers_scale = min(1.0 + len(peers), e.total_at_server() / max(1, e.at_server())) if peers else 1.0
+                if peers:
+                    lim.adopt(max(n.limit for n in peers), max(self._held_level(i, e, at), *(n.high for n in peers)),
+                              max(n.regain for n in peers))
+                    self._hear_refusals(i, e)
+                    ids = sorted([self.producer, *(n.producer for n in peers if n.wants)])
+                    e.turn = (ids.index(self.producer) + int(at)) % len(ids)  # the odd requests go round once a second
         except Exception as exc:  # noqa: BLE001 (the board is an aid: whatever breaks it must not stop dispatch)
             log.warning("qworker: judge endpoints' share board failed (%s); this producer now keeps its own limits, "
                         "unaware of other producers on this host", exc)
             self.board = None
-            if self.courier is not None:
-                self.courier.stop()
             for e in self.endpoints:
                 e.peers = []
                 e.limit.answers_scale = 1.0
 
-    def _learn(self, at: float, read: list[list[Note]]) -> None:
-        """Each endpoint's view of its peers from the notes read (``at``: board seconds this producer's notes were written)."""
-        for i, (e, notes) in enumerate(zip(self.endpoints, read, strict=True)):
-            lim = e.limit
-            e.peers = peers = [n for n in notes if n.producer != self.producer]
-            # This producer's answers are its share of the endpoint's: Little's law on them, scaled up, is the endpoint's
-            lim.answers_scale = min(1.0 + len(peers), e.total_at_server() / max(1, e.at_server())) if peers else 1.0
-            if peers:
-                lim.adopt(max(n.limit for n in peers), max(self._held_level(i, e, at), *(n.high for n in peers)),
-                          max(n.regain for n in peers))
-                self._hear_refusals(i, e)
-                ids = sorted([self.producer, *(n.producer for n in peers if n.wants)])
-                e.turn = (ids.index(self.producer) + int(at)) % len(ids)  # the odd requests go round once a second
-
     def close(self) -> None:
         """This producer leaves: its notes go at once, so peers take back its share now rather than when the notes go stale."""
         board, self.board = self.board, None
-        if self.courier is not None:
-            self.courier.stop()
         if board is None:
             return
         for key in self.keys:
