@@ -13,13 +13,19 @@ as before), and two aiohttp clients with a semaphore(64) each (the endpoint's
 capacity, set by hand, unaware of each other).  Printed per run: the second's
 share of the answers in windows after it started, both together against what
 the server allows, 429s / requests; medians over runs with paired seeds.
+``burn``: that many processes spinning on the CPU beside every run (a loaded
+host), started before the producers and stopped after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from functools import partial
 
 from _common import Server, free_port, run_together, table
@@ -53,7 +59,20 @@ def _aiohttp(url: str, n: int, start_at: float, done_at: list, refused: list) ->
     asyncio.run(_semaphore_client(url, n, 64, done_at, refused))
 
 
-def one_run(kind: str, system: str, seed: int, n: int) -> dict:
+@contextlib.contextmanager
+def burners(count: int) -> Iterator[None]:
+    """``count`` processes that spin on the CPU while the block runs."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait(10)
+
+
+def one_run(kind: str, system: str, seed: int, n: int, burn: int = 0) -> dict:
     args, allowed = SERVERS[kind]
     server = Server(free_port(), *args, seed=seed)
     done: list[list[float]] = [[], []]
@@ -61,11 +80,12 @@ def one_run(kind: str, system: str, seed: int, n: int) -> dict:
     start = time.monotonic() + 8.0  # both producers' pools are up before the first starts
     counts = (int(n * 1.5), n)
     try:
-        if system == "aiohttp":
-            run_together(*(partial(_aiohttp, server.url, counts[i], start + i * LATE_S, done[i], []) for i in range(2)))
-        else:
-            run_together(*(partial(_producer, server.url, counts[i], f"{seed}{i}", system == "qworker", start + i * LATE_S, done[i], failed)
-                           for i in range(2)))
+        with burners(burn):
+            if system == "aiohttp":
+                run_together(*(partial(_aiohttp, server.url, counts[i], start + i * LATE_S, done[i], []) for i in range(2)))
+            else:
+                run_together(*(partial(_producer, server.url, counts[i], f"{seed}{i}", system == "qworker", start + i * LATE_S,
+                                       done[i], failed) for i in range(2)))
         st = server.stats()
     finally:
         server.stop()
@@ -79,14 +99,14 @@ def one_run(kind: str, system: str, seed: int, n: int) -> dict:
             "failed": len(failed), "queued": st.get("mean_queued_s", 0.0) / max(1e-9, st.get("mean_service_s", 0.0)) if kind == "queue" else None}
 
 
-def fair(n: int, runs: int) -> None:
+def fair(n: int, runs: int, burn: int = 0) -> None:
     rows = []
     names = {"qworker": "qworker (coordinate, the default)", "alone": "qworker, coordinate: false", "aiohttp": "aiohttp + semaphore(64) each"}
     for kind in SERVERS:
         for system in ("qworker", "alone", "aiohttp"):
             got = []
             for seed in range(1, runs + 1):
-                r = one_run(kind, system, seed, n)
+                r = one_run(kind, system, seed, n, burn)
                 got.append(r)
                 print(f"  FAIR {kind} {names[system]} seed {seed}: second's share "
                       + ", ".join(f"{a:g}-{b:g} s {s:.2f}" for (a, b), s in zip(WINDOWS, r["shares"], strict=True))
@@ -96,7 +116,7 @@ def fair(n: int, runs: int) -> None:
             rows.append([f"FAIR {kind}: {names[system]}", len(got), *(f"{med(lambda g, k=k: g['shares'][k]):.2f}" for k in range(len(WINDOWS))),
                          f"{med(lambda g: g['of_allowed']):.0%}", f"{med(lambda g: g['r429']):.2%}",
                          "" if kind != "queue" else f"{med(lambda g: g['queued']):.2f}", max(g["failed"] for g in got)])
-    print(f"\nFAIR: a second producer starts {LATE_S:g} s after the first, which holds the whole endpoint; the second's share of the "
+    print(f"\nFAIR: {burn} CPU burners beside; a second producer starts {LATE_S:g} s after the first, which holds the whole endpoint; the second's share of the "
           "answers (even: 0.50) in windows after it started; both together against what the server allows (median window); "
           "medians of runs (paired seeds)")
     print(table(["run", "runs", *(f"share {a:g}-{b:g} s" for a, b in WINDOWS), "together", "429s / requests", "queued/service", "failed"], rows))

@@ -19,7 +19,8 @@ do by hand) and backs off exponentially; qreward (when installed) gets it as
   TWO   two producers x 4 workers on one capacity-64 lognormal endpoint: each one's share
   LATE  a queueing server (batch 64): a second producer starts 8 s after the first; its share
   FAIR  two producers without a service, the second 5 s late, on a refusing cap, a token bucket and a
-        queueing server: coordinate on, coordinate off, two semaphores (``_judge_fair``)
+        queueing server: coordinate on, coordinate off, two semaphores (``_judge_fair``; ``--burn N``:
+        N processes spinning on the CPU beside them)
         and the server's queue in the two 10 s windows after, with and without ``metrics_url``
   STEP  capacity 64 -> 16 -> 64; TENANT: a second tenant takes half of it for 10 s (``_judge_changes``)
   TIER  priority tiers: a primary (capacity 32) and a fallback (capacity 64, priority 1): the share each served
@@ -314,6 +315,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2,000 requests per run, 1 run")
     ap.add_argument("--only", action="append", default=[], help="run only these scenarios: L64 L64s TB TBh Q64 E5 A B C failover TWO LATE FAIR STEP TENANT TIER FLEET")
     ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, or a scenario name")
+    ap.add_argument("--burn", type=int, default=0, help="FAIR: processes spinning on the CPU beside every run (a loaded host)")
     args = ap.parse_args()
     n, runs = (2000, 1) if args.quick else (args.tasks, args.runs)
     print(f"judge benchmark: {n} requests per run, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
@@ -348,7 +350,7 @@ def main() -> None:
         for metrics in (True, False):
             latecomer(n, metrics)
     if want("FAIR"):
-        _judge_fair.fair(min(n, 3000), runs)
+        _judge_fair.fair(min(n, 3000), runs, args.burn)
     if want("STEP") or want("TENANT"):
         _judge_changes.changes(n, runs, [x for x in ("STEP", "TENANT") if want(x)])
     if want("TIER"):

@@ -14,9 +14,8 @@ only writes one tuple).  Units: seconds (monotonic), requests, tokens.
   rate`` says the full bucket holds, and every answer re-synchronises the level
   (what the server had left when it counted the request, plus the refill and
   less what we sent since).  So requests are paced before the server refuses.
-* Health: ``down`` (nothing but one probe after ``down_until``), ``cool_until``
-  (the whole endpoint waits: only when the evidence says all of it is out),
-  an error budget over the last ``ERROR_WINDOW`` answers.
+* ``health``: down, cooling, probing, the error budget and the answer counts
+  (``health.Health``, the only writer of those; the gate feeds it each answer).
 """
 
 from __future__ import annotations
@@ -28,10 +27,10 @@ import threading
 import time
 import urllib.request
 import weakref
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .health import Health
 from .limiter import AdaptiveLimit
 from .transit import Transit
 
@@ -39,8 +38,6 @@ log = logging.getLogger("qworker")
 
 __all__ = ["Bucket", "Endpoint", "LoadPoller", "parse_vllm_load"]
 
-DOWN_FIRST_S, DOWN_MAX_S = 0.5, 5.0
-ERROR_WINDOW = 200  # answers in the error budget's window
 LOAD_POLL_S = 0.5  # how often a metrics URL is read
 
 
@@ -68,10 +65,13 @@ class Bucket:
 
 @dataclass(eq=False)  # no slots: LoadPoller holds a weak reference to it
 class Endpoint:
+    """One endpoint: its limit, pacing and load (written here and by the gate), its ``health`` (written by it alone)."""
+
     index: int
     url: str
     weight: float
     limit: AdaptiveLimit
+    health: Health
     rpm: Optional[Bucket] = None
     tpm: Optional[Bucket] = None
     paced_requests: Optional[Bucket] = None
@@ -79,51 +79,50 @@ class Endpoint:
     in_flight: int = 0  # this producer's calls admitted to it and not yet answered (the gate's count)
     transit: Transit = field(default_factory=Transit)  # the share of those calls' time spent at the server
     sent: int = 0  # requests sent so far (a sequence number for header sync)
-    cool_until: float = 0.0
-    cool_reason: str = ""
-    down_until: float = 0.0
-    down_for: float = 0.0
-    down_since: float = 0.0
-    down_reason: str = ""
-    last_error: str = ""
-    probing: bool = False
-    error_streak: int = 0
-    refusal_streak: int = 0
-    streak_since: float = math.inf  # when the first refusal of the streak came
-    streak_cools: int = 0  # coolings for a streak of refusals without Retry-After since the last answer
-    streak_retry_s: float = math.inf  # the shortest Retry-After in the current refusal streak
-    streak_promised: float = 0.0  # the latest time a refusal of the streak said to come back (its Retry-After)
-    streak_due: float = 0.0  # the same, over the streak's refusals before the last one
-    errors: deque = field(default_factory=lambda: deque(maxlen=ERROR_WINDOW))  # True: a 5xx, reset or 408
-    counts: dict = field(default_factory=lambda: {
-        "requests": 0, "ok": 0, "status_429": 0, "timeouts": 0, "connect_errors": 0, "other_errors": 0, "retries": 0})
-    latencies: deque = field(default_factory=lambda: deque(maxlen=2048))
     load: Optional[tuple] = None  # (running, waiting, at) from the metrics URL, written by LoadPoller
     load_used: float = 0.0
-    down_max_s: float = DOWN_MAX_S  # the longest wait between probes of a down endpoint
     warned_headers: set = field(default_factory=set)  # headers already reported as not believable
     priority: int = 0  # its tier: lower first (``routing``)
     peers: list = field(default_factory=list)  # other producers' fresh notes on this endpoint (``peers.Note``), from ``peers.Peers``
     turn: int = 0  # this producer's place among those with tasks waiting, for the odd requests of an even split (``peers``)
 
+    # read-only views of its health (``health.Health`` owns them)
+    @property
+    def down_reason(self) -> str:
+        return self.health.down_reason
+
+    @property
+    def cool_until(self) -> float:
+        return self.health.cool_until
+
+    @property
+    def cool_reason(self) -> str:
+        return self.health.cool_reason
+
+    def error_share(self) -> float:
+        return self.health.error_share()
+
     def state(self, now: float) -> str:
-        if self.down_reason:
-            return "probing" if self.probing else f"down ({self.down_reason})"
-        return "cooling" if now < self.cool_until else "up"
+        return self.health.state(now)
 
     def buckets(self) -> list[tuple[Bucket, bool]]:
         """(bucket, counts tokens rather than requests)."""
         return [(b, t) for b, t in ((self.rpm, False), (self.paced_requests, False), (self.tpm, True), (self.paced_tokens, True)) if b]
 
-    def free(self, now: float, tokens: float) -> float:
-        """Room for one more request now (0 when none); ``tokens``: the request's estimated tokens."""
-        if self.down_reason:  # one probe, before anything else, once the down time is over
-            return math.inf if (now >= self.down_until and not self.probing) else 0.0
-        if now < self.cool_until:
-            return 0.0
+    def _paced_out(self, now: float, tokens: float) -> Optional[Bucket]:
+        """The first bucket without room for a request of ``tokens`` now (None: pacing lets it go)."""
         for b, is_tokens in self.buckets():
             if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
-                return 0.0
+                return b
+        return None
+
+    def free(self, now: float, tokens: float) -> float:
+        """Room for one more request now (0 when none); ``tokens``: the request's estimated tokens."""
+        held = self.health.holds(now)
+        if held is not None:  # down (one probe, before anything else, once the down time is over) or cooling
+            return 0.0 if held else math.inf
+        if self._paced_out(now, tokens) is not None:
+            return 0.0
         return max(0.0, math.floor(self.share()) - self.at_server())
 
     def at_server(self) -> int:
@@ -164,15 +163,14 @@ class Endpoint:
 
     def blocked(self, now: float, tokens: float) -> str:
         """Why this endpoint has no room now (for an error message)."""
-        if self.down_reason:
-            return f"down ({self.down_reason}), probing" if self.probing else f"down ({self.down_reason})"
-        if now < self.cool_until:
-            return f"cooling ({self.cool_reason})"
+        why = self.health.blocked(now)
+        if why:
+            return why
         names = {id(self.rpm): "rpm", id(self.tpm): "tpm", id(self.paced_requests): "announced requests/min",
                  id(self.paced_tokens): "announced tokens/min"}
-        for b, is_tokens in self.buckets():
-            if b.level(now) < (min(tokens, b.size) if is_tokens else min(1.0, b.size)):
-                return f"paced by {names[id(b)]} at {b.rate * 60:g}/min, {b.tokens:g} left, never refilling"
+        b = self._paced_out(now, tokens)
+        if b is not None:
+            return f"paced by {names[id(b)]} at {b.rate * 60:g}/min, {b.tokens:g} left, never refilling"
         peers = f", {len(self.peers)} other producers holding {sum(n.in_flight for n in self.peers)}" if self.peers else ""
         return f"limit {self.limit.limit:g}, {self.in_flight} in flight ({self.at_server()} at the server){peers}, weight {self.weight:g}"
 
@@ -188,7 +186,7 @@ class Endpoint:
             b.tokens -= tokens if is_tokens else 1.0
         self.in_flight += 1
         self.sent += 1
-        self.counts["requests"] += 1
+        self.health.sent()
 
     def learn(self, ratelimit: Optional[dict], now: float, sent_at: float, seq: int, tokens: float) -> None:
         """Re-synchronise the paced buckets with the headers of an answer to a request sent at ``sent_at`` as number ``seq``."""
@@ -211,27 +209,6 @@ class Endpoint:
                 unit = tokens if kind == "tokens" else 1.0
                 b.tokens = min(b.size, remaining + rate * max(0.0, now - sent_at) - unit * max(0, self.sent - seq))
                 b.at = now
-
-    def error_share(self) -> float:
-        return sum(self.errors) / len(self.errors) if len(self.errors) >= 20 else 0.0
-
-    def go_down(self, reason: str, now: float, for_s: Optional[float] = None) -> None:
-        if not self.down_reason:
-            log.warning("qworker: judge endpoint %s is down (%s); routing to the others, probing it again", self.url, reason)
-            self.down_since = now
-        self.down_for = for_s or min(self.down_max_s, max(DOWN_FIRST_S, 2 * self.down_for))
-        self.down_until = now + self.down_for
-        self.down_reason = reason
-        self.probing = False
-
-    def come_back(self) -> None:
-        log.info("qworker: judge endpoint %s answered a probe and is back (was: %s)", self.url, self.down_reason)
-        self.down_reason, self.down_for, self.probing, self.error_streak = "", 0.0, False, 0
-        self.limit.reset()
-
-    def cool(self, until: float, reason: str) -> None:
-        if until > self.cool_until:
-            self.cool_until, self.cool_reason = until, reason
 
 
 _METRIC = re.compile(r"^(vllm:num_requests_(?:running|waiting))(?:\{[^}]*\})?\s+([0-9.eE+-]+)", re.M)

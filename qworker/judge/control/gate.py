@@ -19,7 +19,9 @@ table (``calls``, a ``JudgeCall`` per task), never on the task.  ``settle`` is
 the decision on one answer (``on_result`` is ``settle`` plus requeueing), so a
 simulation drives the same rules without a dispatcher (``tests/contract/judge/judgesim``).
 
-After an answer the gate decides (``outcome``):
+After an answer (``outcome.classify`` reads its meaning; the endpoint's
+``health.Health`` records it and returns the verdict the limiter and the task's
+retries act on):
 
 =====================================  ===========================================
 200                                    done (a reply with no score fails: ``bad_result``)
@@ -73,7 +75,6 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import math
 import statistics
 from collections import deque
 from typing import Optional
@@ -86,8 +87,9 @@ from .call import NO_ROUTE, JudgeCall
 from .checks import check as _check
 from .checks import measured, screen
 from .endpoint import Bucket, Endpoint, LoadPoller
+from .health import DOWN_MAX_S, Health
 from .limiter import LOAD_FRESH_S, AdaptiveLimit
-from .outcome import AUTH_DOWN_S, MAX_RETRY_AFTER_S, classify
+from .outcome import AUTH_DOWN_S, MAX_RETRY_AFTER_S, Answer, Kind, Verdict, classify
 from .peers import Board, Peers
 from .routing import Router
 
@@ -102,7 +104,6 @@ REFUSAL_BACKOFF_S, REFUSAL_BACKOFF_MAX_S = 0.05, 2.0  # a task's second refusal 
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
 AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
-OVERLOAD_STATUSES = (503, 529)
 
 
 def clip(text: str, limit: int = 300) -> str:
@@ -116,7 +117,8 @@ def clip(text: str, limit: int = 300) -> str:
 
 def _own_detail(e: Endpoint) -> str:
     """An endpoint's last error without the kind and the endpoint's name, which the message around it gives."""
-    text = e.last_error.partition(": ")[2] if e.last_error.startswith("judge_error: ") else e.last_error
+    last = e.health.last_error
+    text = last.partition(": ")[2] if last.startswith("judge_error: ") else last
     return text.removeprefix(f"endpoint {e.index} ({e.url}): ")
 
 
@@ -148,10 +150,12 @@ class Gate:
         self.endpoints: list[Endpoint] = []
         for i, e in enumerate(params["endpoints"]):
             cap = float(e.get("max_concurrency") or ceiling)
-            ep = Endpoint(i, e["url"], float(e.get("weight", 1.0)), AdaptiveLimit(initial=min(initial, cap), ceiling=cap),
+            limit = AdaptiveLimit(initial=min(initial, cap), ceiling=cap)
+            health = Health(url=e["url"], limiter=limit, error_budget=self.error_budget, dead_after_s=self.dead_after_s,
+                            down_max_s=max(0.5, min(DOWN_MAX_S, self.dead_after_s / 2)))  # a waiting task sees a probe before it fails
+            ep = Endpoint(i, e["url"], float(e.get("weight", 1.0)), limit, health,
                           Bucket(e["rpm"] / 60.0) if e.get("rpm") else None, Bucket(e["tpm"] / 60.0) if e.get("tpm") else None,
                           priority=int(e.get("priority") or 0))
-            ep.down_max_s = max(0.5, min(ep.down_max_s, self.dead_after_s / 2))  # a waiting task sees a probe before it fails
             self.endpoints.append(ep)
             if e.get("metrics_url"):
                 LoadPoller(ep, str(e["metrics_url"])).start()
@@ -203,11 +207,11 @@ class Gate:
         """When the last endpoint went down, if every endpoint is down for a reason other than credentials."""
         if not all(e.down_reason and e.down_reason != "auth" for e in self.endpoints):
             return None
-        return max(e.down_since for e in self.endpoints)
+        return max(e.health.down_since for e in self.endpoints)
 
     def dead_error(self, now: float) -> str:
-        causes = "; ".join(f"endpoint {e.index} ({e.url}) down {now - e.down_since:.1f} s: {e.down_reason}"
-                           + (f" ({_own_detail(e)})" if e.last_error else "") for e in self.endpoints)
+        causes = "; ".join(f"endpoint {e.index} ({e.url}) down {now - e.health.down_since:.1f} s: {e.down_reason}"
+                           + (f" ({_own_detail(e)})" if e.health.last_error else "") for e in self.endpoints)
         return f"judge_error: no endpoint of this judge answered for {self.dead_after_s:g} s (dead_after_s): {causes}"
 
     def stuck_error(self, now: float) -> str:
@@ -219,85 +223,103 @@ class Gate:
         """(tasks to send now, each with ``route`` set; (task, error) to fail now: no endpoint can take them)."""
         self._release_due(now)
         self.tick(now)
+        if not self.queue:
+            return [], []
+        if all(e.down_reason == "auth" and now < e.health.down_until for e in self.endpoints):
+            return [], self._fail_all(AUTH_FAILED_ERROR)
         sent: list[Pending] = []
-        queue = self.queue
-        if not queue:
-            return sent, []
-        if all(e.down_reason == "auth" and now < e.down_until for e in self.endpoints):
-            refused = [(p, AUTH_FAILED_ERROR) for p in queue if not p.resolved]
-            for p in queue:
-                self._drop(p)
-            queue.clear()
-            return [], refused
+        while self.queue and len(sent) < budget:
+            p = self._admit_one(now)
+            if p is None:
+                break
+            sent.append(p)
+        if self.queue and len(sent) < budget and not self._delayed and not any(e.in_flight for e in self.endpoints) \
+                and self.next_wake(now) is None:
+            # Nothing in flight, nothing due, no endpoint with room: nothing will ever let these go.
+            stuck = self.stuck_error(now)
+            log.error("qworker: %s", stuck)
+            return sent, self._fail_all(stuck)
+        return sent, self._fail_dead(now)
+
+    def _fail_all(self, error: str) -> list[tuple[Pending, str]]:
+        """Every waiting task leaves the gate, failed with ``error`` (those already resolved just leave)."""
+        failed = [(p, error) for p in self.queue if not p.resolved]
+        for p in self.queue:
+            self._drop(p)
+        self.queue.clear()
+        return failed
+
+    def _fail_dead(self, now: float) -> list[tuple[Pending, str]]:
+        """With every endpoint down, the waiting tasks that waited ``dead_after_s`` since then (or their submission) fail."""
+        since = self._all_down_since()
+        if since is None or not self.queue:
+            return []
+        keep: deque[Pending] = deque()
         failed: list[tuple[Pending, str]] = []
-        prefix = self.router.routing == "prefix"
-        while queue and len(sent) < budget:
+        error = None
+        for p in self.queue:
+            if p.resolved:
+                self._drop(p)
+            elif now - max(since, p.submitted) >= self.dead_after_s:
+                error = error or self.dead_error(now)
+                self._drop(p)
+                failed.append((p, error))
+            else:
+                keep.append(p)
+        self.queue = keep
+        return failed
+
+    def _admit_one(self, now: float) -> Optional[Pending]:
+        """Take the next task that may go now off the queue and route it (None: none may go now)."""
+        queue = self.queue
+        while queue:
             p = queue[0]
             if p.resolved:
                 queue.popleft()
                 self._drop(p)
                 continue
             until = self._not_before(p)
+            if until is not None and until > now:  # refused with Retry-After: parked until then, the others go on
+                queue.popleft()
+                self._seq += 1
+                heapq.heappush(self._delayed, (until, self._seq, p))
+                continue
             if until is not None:
-                queue.popleft()
-                if until > now:  # refused with Retry-After: parked until then, the others go on
-                    self._seq += 1
-                    heapq.heappush(self._delayed, (until, self._seq, p))
-                    continue
                 self.calls[p].not_before = None
-                queue.appendleft(p)
-            tokens = self._tokens(p)
-            if prefix:
-                got = self.router.pick_prefix(queue, now, tokens, self._eligible)
-                if got is None:
-                    break
-                pos, best = got
-                if pos:  # a task further back whose prefix prefers the replica with room
-                    p = queue[pos]
-                    del queue[pos]
-                else:
-                    queue.popleft()
-            else:
-                held = self.calls.get(p)
-                picked = self.router.pick(now, tokens, p, NO_ROUTE if held is None else held.failed_on)
-                if picked is None:
-                    break
-                best = picked
-                queue.popleft()
-            if best.down_reason:
-                best.probing = True
-            level = best.total_at_server() + 1  # at the server once it gets there, itself included
-            best.take(now, tokens)
-            call = self._call(p)
-            call.seq, call.level = best.sent, level
-            call.route, call.routed_at = best.index, now
-            sent.append(p)
-        if queue and len(sent) < budget and not self._delayed and not any(e.in_flight for e in self.endpoints) \
-                and self.next_wake(now) is None:
-            # Nothing in flight, nothing due, no endpoint with room: nothing will ever let these go.
-            stuck = self.stuck_error(now)
-            log.error("qworker: %s", stuck)
-            failed.extend((p, stuck) for p in queue if not p.resolved)
-            for p in queue:
-                self._drop(p)
-            queue.clear()
-            return sent, failed
-        since = self._all_down_since()
-        if since is not None and queue:
-            keep: deque[Pending] = deque()
-            error = None
-            for p in queue:
-                if p.resolved:
-                    self._drop(p)
-                    continue
-                if now - max(since, p.submitted) >= self.dead_after_s:
-                    error = error or self.dead_error(now)
-                    self._drop(p)
-                    failed.append((p, error))
-                else:
-                    keep.append(p)
-            self.queue = keep
-        return sent, failed
+            break
+        else:
+            return None
+        picked = self._pick(now)
+        if picked is None:
+            return None
+        p, best = picked
+        level = best.total_at_server() + 1  # at the server once it gets there, itself included
+        best.take(now, self._tokens(p))
+        call = self._call(p)
+        call.seq, call.level = best.sent, level
+        call.route, call.routed_at = best.index, now
+        return p
+
+    def _pick(self, now: float) -> Optional[tuple[Pending, Endpoint]]:
+        """The task to send (the head of the queue, or with prefix routing one a little further back) and its endpoint,
+        removed from the queue; None: no endpoint has room now."""
+        queue = self.queue
+        p = queue[0]
+        tokens = self._tokens(p)
+        if self.router.routing == "prefix":
+            got = self.router.pick_prefix(queue, now, tokens, self._eligible)
+            if got is None:
+                return None
+            pos, best = got
+            p = queue[pos]  # a task further back whose prefix prefers the replica with room
+            del queue[pos]
+            return p, best
+        held = self.calls.get(p)
+        picked = self.router.pick(now, tokens, p, NO_ROUTE if held is None else held.failed_on)
+        if picked is None:
+            return None
+        queue.popleft()
+        return p, picked
 
     def tick(self, now: float) -> None:
         """Trade notes with the other producers of these endpoints, when due (``peers``); the scheduler calls it every turn."""
@@ -319,11 +341,7 @@ class Gate:
         if self.queue:
             tokens = self._tokens(self.queue[0])
             for e in self.endpoints:
-                if e.down_reason:
-                    times.append(e.down_until)
-                elif now < e.cool_until:
-                    times.append(e.cool_until)
-                elif (t := e.ready_at(now, tokens)) is not None:
+                if (t := e.health.wake_at(now)) is not None or (t := e.ready_at(now, tokens)) is not None:
                     times.append(t)
             since = self._all_down_since()
             if since is not None:
@@ -379,15 +397,16 @@ class Gate:
         if 0 <= call.route < len(self.endpoints):
             e = self.endpoints[call.route]
             e.in_flight = max(0, e.in_flight - 1)
-            if e.probing:
-                e.probing = False
+            e.health.released()
         call.route, call.seq, call.level = NO_ROUTE, 0, 0
 
     # answers ----------------------------------------------------------------
     def settle(self, p: Pending, outcome: Optional[dict], error: Optional[str], now: float) -> bool:
         """Record a routed task's answer; True when the task should be retried (the caller puts it back in ``queue``).
 
-        The task's ``JudgeCall`` is kept either way (``on_result`` drops it when the task resolves)."""
+        The answer goes to its endpoint's health (``health.Health.observe``), whose verdict the limiter and the
+        task's retry budget act on.  The task's ``JudgeCall`` is kept either way (``on_result`` drops it when the
+        task resolves)."""
         call = self._call(p)
         e = self.endpoints[call.route] if 0 <= call.route < len(self.endpoints) else None
         seq, level = call.seq, call.level
@@ -397,42 +416,44 @@ class Gate:
             return False
         e.in_flight = max(0, e.in_flight - 1)
         if outcome is None:  # failed before any call (a bad payload): says nothing about the endpoint
-            e.probing = False
+            e.health.observe(Answer(0, "", now, call.routed_at), Kind.NONE)
             return False
         outcome = measured(outcome)
+        answer = self._answer(e, call, outcome, error, seq, self._tokens(p), now)
+        in_flight = e.total_at_server() + 1  # the server's load when this answer left it, every producer's, this one included
+        self._read_load(e, now)
+        kind = classify(answer, e.health)
+        if kind is Kind.REFUSED:  # before health reads the limit: a refusal streak is judged against the limit it cut
+            e.limit.on_drop(in_flight, now, sent_at=call.routed_at)
+        verdict = e.health.observe(answer, kind)
+        if verdict.came_back:
+            e.limit.reset()
+        if kind is Kind.SERVED:
+            e.limit.on_success(answer.latency, in_flight, now, level=level or in_flight, tokens=outcome.get("completion_tokens"))
+        elif verdict.cuts_limit:
+            e.limit.on_drop(in_flight, now, sent_at=call.routed_at, timeout=True)
+        if verdict.park_until is not None:
+            call.not_before = verdict.park_until
+        if kind is Kind.AUTH and all(x.down_reason for x in self.endpoints):
+            return False  # no endpoint left to try it on
+        if not verdict.again or not self._retry(call, e, verdict, answer.retry_after, now):
+            return False
+        e.health.retried()
+        return True
+
+    def _answer(self, e: Endpoint, call: JudgeCall, outcome: dict, error: Optional[str], seq: int, tokens: float, now: float) -> Answer:
+        """The answer ``outcome`` as health reads it (screened); teaches the endpoint's transit share and pacing."""
         status, failure = int(outcome.get("status") or 0), outcome.get("failure") or ""
         latency = float(outcome.get("latency_s") or 0.0)
         if status == 200 and latency > 0.0:  # a served call: the gate's seconds on it, and the server's
             e.transit.on_answer(now - call.routed_at, latency)
         after, ratelimit = screen(e, outcome)
-        in_flight = e.total_at_server() + 1  # the server's load when this answer left it, every producer's, this one included
-        if error:
-            e.last_error = clip(error)
-        e.learn(ratelimit, now, call.routed_at, seq, self._tokens(p))
-        self._read_load(e, now)
-        refused = status == 429 or (status in OVERLOAD_STATUSES and (after is not None or e.error_share() > self.error_budget))
-        is_error = not refused and (failure in ("reset", "timeout") or status in (408, 409) or status >= 500)
-        if status == 200 or refused or is_error:
-            e.errors.append(is_error)
-        if refused:
-            if not e.refusal_streak:
-                e.streak_since = now
-            e.refusal_streak += 1
-            e.streak_retry_s = min(e.streak_retry_s, after) if after is not None else e.streak_retry_s
-            e.streak_due = e.streak_promised  # when the streak's earlier refusals said to come back
-            if after is not None:
-                e.streak_promised = max(e.streak_promised, now + min(float(after), MAX_RETRY_AFTER_S))
-        elif (status or failure) and (call.routed_at >= e.streak_since or not e.refusal_streak):
-            # (an answer to a request sent before the streak began does not end it: the server may be refusing all that is new)
-            e.refusal_streak, e.streak_retry_s, e.streak_since = 0, math.inf, math.inf
-            e.streak_promised = e.streak_due = 0.0
-        verdict = classify(e, self.endpoints, call, status, failure, latency, after, refused, in_flight, level, outcome, ratelimit, now,
-                           dead_after_s=self.dead_after_s, error_budget=self.error_budget)
-        if verdict.park_until is not None:
-            call.not_before = verdict.park_until
-        if not verdict.again:
-            return False
-        if refused:  # the limiter's business: these have a budget of their own
+        e.learn(ratelimit, now, call.routed_at, seq, tokens)
+        return Answer(status, failure, now, call.routed_at, latency, after, ratelimit, clip(error) if error else "")
+
+    def _retry(self, call: JudgeCall, e: Endpoint, verdict: Verdict, after: Optional[float], now: float) -> bool:
+        """Whether the task's budget allows another call after ``verdict``; sets when it may go (``call.not_before``)."""
+        if verdict.kind is Kind.REFUSED:  # the limiter's business: these have a budget of their own
             call.throttled += 1
             if call.throttled >= THROTTLED_ATTEMPTS_FACTOR * self.max_attempts:
                 return False
@@ -443,18 +464,15 @@ class Gate:
                 after = max(after or 0.0, min(REFUSAL_BACKOFF_MAX_S, REFUSAL_BACKOFF_S * 2 ** (call.throttled - 2)))
         else:
             call.failed_on = e.index
-            if e.down_reason and status != 401 and status != 403:
-                pass  # the endpoint is down (this error took it down, or it was): its fault, not the task's; dead_after_s bounds the wait
-            elif call.tries + 1 >= self.max_attempts:
-                return False
-            else:
+            if verdict.charged:  # (not when the endpoint is down: its fault; dead_after_s bounds the wait)
+                if call.tries + 1 >= self.max_attempts:
+                    return False
                 call.tries += 1
                 if call.tries >= 2:
                     # A task's second error and on: not at once, or it could spend its budget in the
                     # moments before an outage's errors take the endpoint down.  A first error (noise,
                     # mostly) is retried at once: a batch's tail is not made to wait.
                     after = after or ERROR_BACKOFF_S * 2 ** (call.tries - 2)
-        e.counts["retries"] += 1
         if after:  # the dispatcher puts it back at the front of the queue; admit parks it until then
             call.not_before = max(call.not_before or 0.0, now + min(float(after), MAX_RETRY_AFTER_S))
         return True
@@ -469,10 +487,10 @@ class Gate:
     def snapshot(self, now: float) -> JudgeStatus:
         eps: list[EndpointRow] = []
         for e in self.endpoints:
-            lat = sorted(e.latencies)
+            lat = sorted(e.health.latencies)
             q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0] if lat else 0.0] * 99
             paced = e.paced_requests.rate * 60 if e.paced_requests else None
-            c = e.counts
+            c = e.health.counts
             eps.append({
                 "endpoint": e.index, "url": e.url, "model": self.model, "state": e.state(now), "in_flight": e.in_flight,
                 "limit": round(e.limit.limit, 1), "weight": e.weight, "priority": e.priority, "requests": c["requests"], "ok": c["ok"],
