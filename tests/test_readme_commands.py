@@ -92,7 +92,7 @@ NOT_RUN = {
     "journalctl -u qworker-pool -f": "systemd; follows a log for ever",
     "pip install torch==2.13.0": "downloads from PyPI (a GPU build on GPU hosts)",
     "pip install 'qworker-rl[train]'": "downloads from PyPI",
-    "make train-demo": "builds .venv from PyPI and trains 60 steps; tests/trainer trains the same way",
+    "make train-demo": "builds .venv from PyPI and trains 60 steps; tests/contract/trainer trains the same way",
 }
 
 TIMEOUT_S = 120  # per command; a command that hangs fails its test instead of the suite

@@ -17,7 +17,7 @@ knows nothing else of it.  What the gate knows of a task's calls (its route,
 when it went, its retries and refusals, its Retry-After) lives in the gate's own
 table (``calls``, a ``JudgeCall`` per task), never on the task.  ``settle`` is
 the decision on one answer (``on_result`` is ``settle`` plus requeueing), so a
-simulation drives the same rules without a dispatcher (``tests/contract/judge/judgesim``).
+simulation drives the same rules without a dispatcher (``tests/contract/judge/judgesim.py``).
 
 After an answer (``outcome.classify`` reads its meaning; the endpoint's
 ``health.Health`` records it and returns the verdict the limiter and the task's

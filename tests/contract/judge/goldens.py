@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 from qworker.judge.control.peers import MemoryBoard
 from qworker.testing.prefixcache import PrefixCache
-from tests.judge.judgesim import Client, SemaphoreClient, Server, Sim
+from tests.contract.judge.judgesim import Client, SemaphoreClient, Server, Sim
 
 __all__ = ["Scenario", "SCENARIOS", "record", "load", "compare", "main"]
 
@@ -199,7 +199,7 @@ def _run(sc: Scenario) -> dict:
     def arrive(i: int, c: dict) -> Callable[[float], None]:
         kw = {k: v for k, v in c.items() if k not in ("start", "n")}
         if "payload" in kw:  # test_prefix's GRPO groups: "grpo(N)"
-            from tests.judge.test_prefix import grpo
+            from tests.contract.judge.test_prefix import grpo
             kw["payload"] = grpo(int(kw["payload"][5:-1]))
         return lambda t: clients.append(Client(sim, servers if len(servers) > 1 else servers[0], c["n"], name=f"c{i}-", board=board, **kw))
 

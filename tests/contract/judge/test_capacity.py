@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from tests.judge.judgesim import Client, SemaphoreClient, Server, Sim
+from tests.contract.judge.judgesim import Client, SemaphoreClient, Server, Sim
 
 CHANGES = [20.0, 40.0]
 END = 60.0

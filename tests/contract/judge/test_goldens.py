@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.judge import goldens
+from tests.contract.judge import goldens
 
 QUICK = [name for name, sc in goldens.SCENARIOS.items() if sc.quick]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from qworker.judge.control.gate import Gate
 from qworker.judge.control.transit import Transit
-from tests.judge.judgesim import Client, Server, Sim
+from tests.contract.judge.judgesim import Client, Server, Sim
 
 
 def held(server: Server, start: float, end: float) -> float:

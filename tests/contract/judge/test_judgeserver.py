@@ -16,7 +16,7 @@ import urllib.request
 from typing import Callable
 
 from qworker.judge.control.endpoint import parse_vllm_load
-from tests.judge.judgeserver import Schedule, ServerThread
+from tests.contract.judge.judgeserver import Schedule, ServerThread
 
 
 def post(url: str, i: int) -> tuple[int, dict, bytes, float]:

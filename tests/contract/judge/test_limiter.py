@@ -10,8 +10,8 @@ from typing import Optional
 import pytest
 
 from qworker.judge.control.limiter import AdaptiveLimit
-from tests.judge import judgesim
-from tests.judge.judgesim import Server
+from tests.contract.judge import judgesim
+from tests.contract.judge.judgesim import Server
 
 
 def simulate(

@@ -12,8 +12,8 @@ import pytest
 from qworker.engine.task import Pending
 from qworker.judge.control.gate import Gate
 from qworker.judge.control.limiter import AdaptiveLimit
-from tests.judge import judgesim
-from tests.judge.judgesim import Server
+from tests.contract.judge import judgesim
+from tests.contract.judge.judgesim import Server
 
 OUTAGE = (30.0, 32.0)
 

@@ -21,8 +21,8 @@ from qworker.engine.task import Pending
 from qworker.judge.control.gate import Gate
 from qworker.judge.control.peers import REMOVE_S, STALE_S, DirBoard, MemoryBoard, Note, endpoint_key
 from qworker.judge.control.registry import JudgeGates
-from tests.judge import judgesim
-from tests.judge.judgesim import Server, Sim
+from tests.contract.judge import judgesim
+from tests.contract.judge.judgesim import Server, Sim
 
 LATE = 20.0
 

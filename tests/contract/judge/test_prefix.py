@@ -15,7 +15,7 @@ from qworker.judge.control.gate import Gate
 from qworker.judge.control.routing import affinity_text
 from qworker.testing import MockJudge
 from qworker.testing.prefixcache import PrefixCache
-from tests.judge.judgesim import Client, Server, Sim
+from tests.contract.judge.judgesim import Client, Server, Sim
 
 FILL = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
 

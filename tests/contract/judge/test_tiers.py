@@ -9,7 +9,7 @@ import pytest
 from qworker._exceptions import ConfigError
 from qworker.judge.control.gate import Gate
 from qworker.judge.control.registry import JudgeGates
-from tests.judge.judgesim import Client, Server, Sim
+from tests.contract.judge.judgesim import Client, Server, Sim
 
 
 def tiers(servers: list[Server], n: int, until: float = 600.0, **kw) -> Client:
