@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
-
-if TYPE_CHECKING:
-    from .health import Health
+from typing import Optional, Protocol
 
 __all__ = ["AUTH_DOWN_S", "MAX_RETRY_AFTER_S", "Answer", "Kind", "Verdict", "classify"]
 
@@ -70,7 +67,13 @@ class Verdict:
     charged: bool = True
 
 
-def classify(answer: Answer, health: Health) -> Kind:
+class ErrorBudget(Protocol):
+    """What ``classify`` reads of an endpoint's health (``health.Health`` is one)."""
+
+    def over_budget(self) -> bool: ...
+
+
+def classify(answer: Answer, health: ErrorBudget) -> Kind:
     """The meaning of ``answer`` for an endpoint in ``health`` (reads its error budget; changes nothing)."""
     status, failure = answer.status, answer.failure
     if status == 200:

@@ -9,7 +9,7 @@ import pytest
 
 import qworker
 from qworker.integrations import _client
-from tests.integrations.conftest import REWARDS
+from tests.contract.integrations.conftest import REWARDS
 
 
 @pytest.fixture(autouse=True)

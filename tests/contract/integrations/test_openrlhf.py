@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import qworker.integrations.openrlhf_reward_func as rf_module  # noqa: E402
-from tests.integrations.tiny import tokenizer  # noqa: E402
+from tests.contract.integrations.tiny import tokenizer  # noqa: E402
 
 PATH = rf_module.__file__
 

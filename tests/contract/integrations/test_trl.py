@@ -29,8 +29,8 @@ from qworker import ConfigError, RewardError  # noqa: E402
 from qworker.integrations import _client  # noqa: E402
 from qworker.integrations.trl import AsyncQworkerReward, QworkerGRPOTrainer, QworkerReward, RewardsFailed, log_names  # noqa: E402
 from qworker.registry.registry import registered  # noqa: E402
-from tests.integrations.async_rewards import length_parity, trl_style  # noqa: E402
-from tests.integrations.tiny import WORDS, tokenizer  # noqa: E402
+from tests.contract.integrations.async_rewards import length_parity, trl_style  # noqa: E402
+from tests.contract.integrations.tiny import WORDS, tokenizer  # noqa: E402
 
 STEPS = 2
 

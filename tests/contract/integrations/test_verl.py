@@ -31,7 +31,7 @@ from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager
 from qworker import RewardError  # noqa: E402
 from qworker.integrations import verl as qverl  # noqa: E402
 from qworker.integrations._outcome import RewardsFailed  # noqa: E402
-from tests.integrations.tiny import tokenizer  # noqa: E402
+from tests.contract.integrations.tiny import tokenizer  # noqa: E402
 
 P, R = 6, 6  # prompt and response widths (padded), tokens
 ROWS = [  # prompt, response, ground truth, extra_info

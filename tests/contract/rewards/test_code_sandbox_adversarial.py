@@ -30,7 +30,7 @@ import psutil
 import pytest
 
 from qworker.rewards import _sandbox
-from tests.rewards.code_worker import SECRET_NAME, CodeWorker, UserCannotRun, as_user_prefix
+from tests.contract.rewards.code_worker import SECRET_NAME, CodeWorker, UserCannotRun, as_user_prefix
 
 ADD_TESTS = {"asserts": ["assert add(2, 3) == 5", "assert add(1, 1) == 2", "assert add(0, 0) == 0"]}
 NOBODY = 65534

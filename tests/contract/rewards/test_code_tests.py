@@ -14,7 +14,7 @@ import pytest
 
 from qworker.rewards import _sandbox
 from qworker.rewards.code_tests import code_tests, extract_code, load_tests
-from tests.rewards.code_worker import SECRET_NAME, CodeWorker
+from tests.contract.rewards.code_worker import SECRET_NAME, CodeWorker
 
 FAST = {"timeout_s": 2, "cpu_s": 2}
 

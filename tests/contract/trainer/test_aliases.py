@@ -76,7 +76,7 @@ def test_conflicts_and_bad_values_are_errors(train, message):
 
 def test_ppo_epochs_train_the_batch_again(tiny_model, toy_data, tmp_path):
     pytest.importorskip("torch")
-    from tests.trainer.conftest import toy_config
+    from tests.contract.trainer.conftest import toy_config
     from trainer.loop import GRPOTrainer
 
     def run(epochs: int, name: str, mini: int | None = None) -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.trainer.conftest import toy_config  # noqa: E402
+from tests.contract.trainer.conftest import toy_config  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
 from trainer.data import load_prompts, prepare_rows, read_jsonl  # noqa: E402
 from trainer.loop import GRPOTrainer  # noqa: E402

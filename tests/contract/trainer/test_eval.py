@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.trainer.conftest import toy_config  # noqa: E402
+from tests.contract.trainer.conftest import toy_config  # noqa: E402
 from trainer.config import ConfigurationError, config_from_dict  # noqa: E402
 from trainer.loop import GRPOTrainer  # noqa: E402
 from trainer.toy import write_toy_dataset  # noqa: E402

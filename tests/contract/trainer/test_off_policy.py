@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.trainer.conftest import toy_config  # noqa: E402
+from tests.contract.trainer.conftest import toy_config  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
 from trainer.loop import GRPOTrainer  # noqa: E402
 from trainer.placement import Placement, make_actors  # noqa: E402

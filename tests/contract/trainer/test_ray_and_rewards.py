@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from tests.trainer.conftest import toy_config
+from tests.contract.trainer.conftest import toy_config
 
 
 def test_ray_placement_trains_two_steps(tiny_model, toy_data, tmp_path, monkeypatch):

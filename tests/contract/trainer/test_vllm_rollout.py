@@ -29,7 +29,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
 
-from tests.trainer.conftest import toy_config  # noqa: E402
+from tests.contract.trainer.conftest import toy_config  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
 from trainer.loop import GRPOTrainer  # noqa: E402
 from trainer.policy import PolicyActor  # noqa: E402
