@@ -72,3 +72,30 @@ def test_a_socketpair_reaches_no_network_and_is_allowed(purity_guard):
         a.sendall(b"x")
         assert b.recv(1) == b"x"
     assert purity_guard == []
+
+
+@pytest.fixture(scope="module")
+def thread_from_before():
+    """A thread already running when a test's guard is installed (module scope: set up before the
+    function-scoped guard), as a closed producer's metrics poller left by an earlier test in this process."""
+    go, done = threading.Event(), threading.Event()
+
+    def bind_when_told() -> None:
+        try:
+            go.wait(30)
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+        finally:
+            done.set()
+
+    threading.Thread(target=bind_when_told, daemon=True).start()
+    return go, done
+
+
+def test_a_socket_opened_by_a_thread_that_was_running_before_the_test_is_not_the_tests_doing(
+    purity_guard, thread_from_before
+):
+    go, done = thread_from_before
+    go.set()
+    assert done.wait(30)
+    assert purity_guard == []
