@@ -228,16 +228,22 @@ def parse_vllm_load(text: str) -> Optional[tuple[float, float]]:
 
 
 class LoadPoller(threading.Thread):
-    """Reads an endpoint's metrics URL every ``LOAD_POLL_S`` off the dispatcher thread; ends with the endpoint."""
+    """Reads an endpoint's metrics URL every ``LOAD_POLL_S`` off the dispatcher thread; ends at ``stop()`` (its
+    gate's ``close``) or when the endpoint is gone, whichever comes first."""
 
     def __init__(self, endpoint: Endpoint, url: str, interval_s: float = LOAD_POLL_S) -> None:
         super().__init__(name=f"qworker-load-{endpoint.index}", daemon=True)
         self._ref = weakref.ref(endpoint)
         self.url, self.interval_s = url, interval_s
         self.failures = 0
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        """End the polling: no request starts after this returns (one in flight ends within its timeout)."""
+        self._stopped.set()
 
     def run(self) -> None:
-        while True:
+        while not self._stopped.is_set():
             t0 = time.monotonic()
             try:
                 with urllib.request.urlopen(self.url, timeout=min(2.0, 4 * self.interval_s)) as r:  # noqa: S310 (a configured URL)
@@ -251,4 +257,4 @@ class LoadPoller(threading.Thread):
             if load is not None:
                 ep.load = (load[0], load[1], time.monotonic())
             del ep
-            time.sleep(max(0.0, self.interval_s - (time.monotonic() - t0)))
+            self._stopped.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))

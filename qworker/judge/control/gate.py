@@ -148,6 +148,7 @@ class Gate:
         req = params.get("request") or {}
         self.completion_tokens = int(req.get("max_tokens") or req.get("max_completion_tokens") or 256)
         self.endpoints: list[Endpoint] = []
+        self._pollers: list[LoadPoller] = []
         for i, e in enumerate(params["endpoints"]):
             cap = float(e.get("max_concurrency") or ceiling)
             limit = AdaptiveLimit(initial=min(initial, cap), ceiling=cap)
@@ -158,7 +159,8 @@ class Gate:
                           priority=int(e.get("priority") or 0))
             self.endpoints.append(ep)
             if e.get("metrics_url"):
-                LoadPoller(ep, str(e["metrics_url"])).start()
+                self._pollers.append(LoadPoller(ep, str(e["metrics_url"])))
+                self._pollers[-1].start()
         self.router = Router(self.endpoints, own.routing, own.prefix_balance)
         self.peers = Peers(board, self.endpoints) if board is not None else None
         self.queue: deque[Pending] = deque()
@@ -327,7 +329,10 @@ class Gate:
             self.peers.tick(now, bool(self.queue or self._delayed))
 
     def close(self) -> None:
-        """The producer closes (after its dispatcher stopped): withdraw this gate's notes to other producers."""
+        """The producer closes (after its dispatcher stopped): stop reading metrics URLs, and withdraw this gate's
+        notes to other producers."""
+        for poller in self._pollers:
+            poller.stop()
         if self.peers is not None:
             self.peers.close()
 

@@ -205,6 +205,21 @@ def test_a_metrics_url_steers_the_limit_on_a_queueing_server():
         m.stop()
 
 
+def test_a_closed_producer_stops_reading_its_judges_metrics_url():
+    m = MockJudge(capacity=8, latency_s=0.01, queue=True).start()
+    try:
+        cfg = judge_config({"url": m.url, "metrics_url": m.url.replace("/v1/chat/completions", "/metrics")})
+        with Producer(local_workers=1, config=cfg) as p:
+            assert all(r.ok for r in p.map("llm_judge", rows(20, "closed"), timeout=120))
+            pollers = [t for t in threading.enumerate() if t.name.startswith("qworker-load-")]
+            assert pollers
+        for t in pollers:
+            t.join(timeout=10)  # a poll in flight ends within its 2 s timeout
+        assert not any(t.is_alive() for t in pollers)  # before: polling until the endpoint was garbage-collected
+    finally:
+        m.stop()
+
+
 def test_a_dead_endpoint_fails_tasks_with_an_explicit_error_and_recovers():
     import socket
 
