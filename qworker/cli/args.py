@@ -79,6 +79,17 @@ def hidden_alias(ap: argparse.ArgumentParser | Any, flag: str, *, dest: str, **k
     ap.add_argument(flag, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
 
 
+def tcp_port(text: str) -> int:
+    """An argparse ``type``: a TCP port number, 0-65535 (0: any free port); else a usage error naming the value."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range (0-65535)")
+    return port
+
+
 def add_log_level(ap: argparse.ArgumentParser, default: str = "WARNING") -> None:
     ap.add_argument("--log-level", default=default, type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
                     help=f"log messages of this level and above on stderr: {', '.join(LOG_LEVELS)}")

@@ -26,7 +26,8 @@ from ..engine.producer import Producer
 from ..service.client import DEFAULT_SERVICE_ENDPOINT
 from ..service.http import ON_FAILURE, HttpFront, check_http_reward
 from ..service.server import RewardService
-from .args import Parser, add_log_level, bool_flag, hidden_alias, setup_logging
+from ..transport.endpoint import check_endpoint
+from .args import Parser, add_log_level, bool_flag, hidden_alias, setup_logging, tcp_port
 from .score import check_modules, resolve_reward
 
 __all__ = ["main"]
@@ -48,7 +49,7 @@ def _parser(prog: str) -> Parser:
                 "2 refused at start (one line names the fix), 1 failed while running.")
     ap.add_argument("--listen", default=DEFAULT_SERVICE_ENDPOINT, help="endpoint for clients")
     ap.add_argument("--config", help="YAML config: producer: and rewards: sections")
-    ap.add_argument("--http", type=int, metavar="PORT", help="also serve OpenRLHF's /get_reward and slime's /score on this port")
+    ap.add_argument("--http", type=tcp_port, metavar="PORT", help="also serve OpenRLHF's /get_reward and slime's /score on this port")
     ap.add_argument("--http-host", default="127.0.0.1", help="address for --http")
     ap.add_argument("--reward", help="the reward (or composite) HTTP requests are scored with; needed with --http")
     ap.add_argument("--on-failure", choices=ON_FAILURE, default="error",
@@ -104,6 +105,9 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
             target, _ = resolve_reward(config=args.config, reward=args.reward, modules=modules, bind=given.get("bind"), params=None)
             if args.http is not None:
                 check_http_reward(target)
+        check_endpoint(args.listen, what="--listen")
+        if given.get("bind"):
+            check_endpoint(given["bind"], what="--bind")
         for endpoint in (args.listen, given.get("bind") or ""):
             check_free(endpoint)
         if args.http:

@@ -38,12 +38,16 @@ def data_main(kind: str, copy_to: str | None) -> int:
         if sys.stdout.isatty():  # a person reading it; not "$(qworker examples)" in a command
             print("  " + "  ".join(f.name for f in files), file=sys.stderr)
         return 0
-    os.makedirs(copy_to, exist_ok=True)
-    for f in files:
-        target = Path(copy_to) / f.name
-        if target.exists():
-            print(f"qworker {kind}: kept {target} (exists)", file=sys.stderr)
-            continue
-        shutil.copyfile(f, target)
-        print(target)
+    try:
+        os.makedirs(copy_to, exist_ok=True)
+        for f in files:
+            target = Path(copy_to) / f.name
+            if target.exists():
+                print(f"qworker {kind}: kept {target} (exists)", file=sys.stderr)
+                continue
+            shutil.copyfile(f, target)
+            print(target)
+    except OSError as exc:  # a folder that cannot be made or written: one line, what was copied is printed above
+        print(f"qworker {kind}: cannot copy into {copy_to}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0

@@ -51,6 +51,7 @@ from .._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError
 from ..engine.futures import Batch, FutureTable
 from ..engine.result import Result, ResultFuture, gather
 from ..transport import client_wire as cw
+from ..transport.endpoint import check_endpoint
 from ..transport.reactor import Reactor
 from ..transport.security import CurveClient, handshake_problem
 from ..transport.sockets import Redialer, make_socket, readable
@@ -106,7 +107,8 @@ class Client:
     ) -> None:
         """``connect`` defaults to ``$QWORKER_CONNECT``, else ``tcp://127.0.0.1:5557``.  With CURVE, give this
         client's secret key file and the service's public key file (``qworker keys``)."""
-        self.endpoint = connect or os.environ.get("QWORKER_CONNECT") or DEFAULT_SERVICE_ENDPOINT
+        self.endpoint = check_endpoint(connect or os.environ.get("QWORKER_CONNECT") or DEFAULT_SERVICE_ENDPOINT,
+                                       what="Client(connect=...)" if connect else "QWORKER_CONNECT" if os.environ.get("QWORKER_CONNECT") else "endpoint")
         self.connect_timeout_s = connect_timeout_s
         self.service_timeout_s = service_timeout_s
         self.fallback_score = fallback_score

@@ -38,6 +38,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from .._exceptions import ConfigError
 from .allowlist import RELOAD_EVERY_S, AllowList, GuardedRouter, reload_all
+from .endpoint import check_endpoint
 
 log = logging.getLogger("qworker")
 
@@ -111,7 +112,9 @@ def is_loopback(endpoint: str) -> bool:
 
 
 def check_bind(endpoint: str, curve: Optional[Curve], *, insecure: bool) -> None:
-    """Refuse to bind beyond loopback without CURVE unless ``insecure``."""
+    """Refuse an endpoint that is not one (``check_endpoint``), and binding beyond loopback without CURVE
+    unless ``insecure``."""
+    check_endpoint(endpoint, what="bind endpoint")
     if is_loopback(endpoint) or isinstance(curve, CurveServer):
         return
     if not insecure:

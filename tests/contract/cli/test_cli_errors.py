@@ -311,3 +311,26 @@ def test_serve_http_refuses_at_start_a_length_penalty_that_http_requests_cannot_
     line = one_line(err)  # before any worker starts
     assert rc == 2 and "component 'overlong' of 'math_shaped' is length_penalty with no max_len" in line
     assert "math_shaped_chars" in line
+
+
+@pytest.mark.parametrize("args, named", [
+    (["qworker-pool", "--connect", "127.0.0.1:5557"], "--connect / pool.connect '127.0.0.1:5557'"),
+    (["qworker", "serve", "--listen", "127.0.0.1:5557", "--workers", "1"], "--listen '127.0.0.1:5557'"),
+    (["qworker", "status", "--connect", "127.0.0.1:5557"], "--connect '127.0.0.1:5557'"),
+])
+def test_an_endpoint_without_its_scheme_is_refused_in_one_line_before_anything_starts(args, named):
+    rc, _, err = run(args, timeout=60)
+    line = one_line(err)
+    assert rc == 2 and named in line and "write tcp://127.0.0.1:5557" in line and "started" not in err
+
+
+def test_an_http_port_out_of_range_is_a_usage_error():
+    rc, _, err = run(["qworker", "serve", "--http", "80000", "--reward", "math", "--workers", "1"], timeout=60)
+    assert rc == 2 and "port 80000 is out of range (0-65535)" in one_line(err)
+
+
+def test_copying_the_configs_into_a_folder_that_cannot_be_made_says_so(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    rc, out, err = run(["qworker", "configs", "--copy", str(blocker / "sub")], timeout=60)
+    assert rc == 1 and f"cannot copy into {blocker / 'sub'}" in one_line(err) and out == ""
