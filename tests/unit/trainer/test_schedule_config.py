@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from trainer.config import ConfigurationError, config_from_dict, load_config
 from trainer.schedule import lr_multiplier
+
+REPO = Path(__file__).resolve().parents[3]
 
 BASE = {"model": {"path": "m"}, "data": {"path": "d.jsonl"}}
 
@@ -63,8 +66,8 @@ def test_config_errors_name_the_key(patch, message):
 
 
 def test_bundled_configs_load_and_overrides_apply():
-    cfg = load_config("configs/grpo.yaml", ["train.steps=3", "rollout.vllm.weight_sync=shm_file"])
+    cfg = load_config(str(REPO / "configs" / "grpo.yaml"), ["train.steps=3", "rollout.vllm.weight_sync=shm_file"])
     assert cfg.train.steps == 3 and cfg.rollout.vllm.weight_sync == "shm_file"
     assert "think_math" in cfg.qworker["rewards"]
-    toy = load_config("configs/grpo-toy.yaml")
+    toy = load_config(str(REPO / "configs" / "grpo-toy.yaml"))
     assert toy.reward.name == "toy_digit" and toy.reward.modules == ["trainer.toy"]
