@@ -62,7 +62,7 @@ def write_table(name: str, text: str, *, load_before: str = "") -> Path:
     load = f"{load_before} before, {_load()} after" if load_before else _load()
     machine = (f"{os.cpu_count()} cores ({platform.machine()}), load average (1/5/15 min) {load}, "
                f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
-    body = (f"# `bench/{name}.py`\n\n<!-- Written by the benchmark itself (bench/_common.py write_table); "
+    body = (f"# `bench/{Path(sys.argv[0]).name}`{' (' + name + ')' if Path(sys.argv[0]).stem != name else ''}\n\n<!-- Written by the benchmark itself (bench/_common.py write_table); "
             f"re-run it to update, do not edit. -->\n\n"
             f"- command: `{command}`\n- date: {when}\n- machine: {machine}\n\n```text\n{text.rstrip()}\n```\n")
     path.write_text(body, encoding="utf-8")

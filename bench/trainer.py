@@ -33,7 +33,12 @@ affinity, set after the reward pool has started, so the pool and the judge use e
 those cores with the update instead of taking a core of its own: as on a GPU host, where the rollout
 and the update share the GPU.  (An earlier version gave it a free core, which inflated its speed-up.)
 
+On a GPU host, ``--device cuda`` runs the same three modes with the policy and the sampler (``--rollout hf``:
+``transformers``' generate; ``vllm`` where it is installed) on the GPU, in bfloat16; its tables go to
+docs/bench/trainer_gpu.md.
+
     python bench/trainer.py [--steps 16] [--latencies 0.2,0.5,1.0] [--hidden 128 --layers 4] [--chunks 4] [--threads 1] [--torch-cores 1]
+    python bench/trainer.py --device cuda [--rollout hf|vllm] [--hidden 1024 --layers 8]
 """
 
 from __future__ import annotations
@@ -80,10 +85,11 @@ def run(model: Path, data: Path, out: Path, port: int, mode: str, a: argparse.Na
     Off-policy runs one step more, not counted: a run's last step has no next batch to generate."""
     steps = a.steps + 1 if mode == "off-policy" else a.steps
     cfg = config_from_dict({
-        "model": {"path": str(model)},
+        "model": {"path": str(model), "dtype": "bfloat16" if a.device == "cuda" else "auto"},
         "data": {"path": str(data)},
-        "rollout": {"num_generations": a.gens, "max_new_tokens": a.max_new_tokens, "chunks": a.chunks},
-        "train": {"steps": steps, "prompts_per_step": a.prompts, "micro_batch_size": a.gens, "lr": a.lr,
+        "rollout": {"num_generations": a.gens, "max_new_tokens": a.max_new_tokens, "chunks": a.chunks, "backend": a.rollout,
+                    "vllm": {"gpu_memory_utilization": 0.3, "enforce_eager": True, "max_model_len": 256}},
+        "train": {"steps": steps, "prompts_per_step": a.prompts, "micro_batch_size": a.gens, "lr": a.lr, "device": a.device,
                   "overlap": mode != "inline", "off_policy": mode == "off-policy"},
         "reward": {"name": "digit_and_judge", "modules": ["trainer.toy"]},
         "qworker": {
@@ -128,7 +134,11 @@ def main() -> None:
                     "(off-policy's generation thread shares them); 1 leaves the other core to the reward pool and judge")
     ap.add_argument("--lr", type=float, default=1e-2, help="the tiny model learns the toy task at 1e-2 within a few dozen steps")
     ap.add_argument("--json", default=None, help="also write the raw per-step metrics here")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the policy and the sampler run")
+    ap.add_argument("--rollout", default="hf", choices=["hf", "vllm"], help="who samples (vllm: with --device cuda)")
     a = ap.parse_args()
+    if a.rollout == "vllm" and a.device != "cuda":
+        ap.error("--rollout vllm needs --device cuda (bench/weight_sync.py measures vLLM on CPU)")
     import torch
 
     torch.set_num_threads(a.threads)
@@ -159,7 +169,9 @@ def main() -> None:
             ])
             curves.append(f"{latency:.2f}  {name:>10}  reward  {curve(h, 'reward_mean')}\n{'':16}  step s  {curve(h, 'step_s')}")
     print(f"\nload average before: {load_before}, after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
-    print(f"GRPO steps on CPU ({a.threads} torch thread(s) on {a.torch_cores} core(s) in every mode): tiny Qwen2 (hidden {a.hidden}, {a.layers} layers), {a.prompts} prompts x "
+    where = (f"on {torch.cuda.get_device_name(0)} ({a.rollout} rollout, bfloat16)" if a.device == "cuda"
+             else f"on CPU ({a.threads} torch thread(s) on {a.torch_cores} core(s) in every mode)")
+    print(f"GRPO steps {where}: tiny Qwen2 (hidden {a.hidden}, {a.layers} layers), {a.prompts} prompts x "
           f"{a.gens} samples, {a.max_new_tokens} new tokens, {a.chunks} generation chunks, lr {a.lr:g}; reward toy_digit + 0 x llm_judge on the mock judge; "
           f"medians of {a.steps - a.warmup} steps after {a.warmup} warm-up; reward of the last {max(1, a.steps // 4)} steps; total s of all {a.steps}")
     print(table(["judge s/answer", "mode", "step s", "GPU work s", "reward work s", "max(GPU, reward)", "on-policy floor",
@@ -173,5 +185,5 @@ def main() -> None:
 if __name__ == "__main__":
     from bench._common import recorded
 
-    with recorded("trainer"):  # the printed tables also go to docs/bench/trainer.md
+    with recorded("trainer_gpu" if {"cuda", "--device=cuda"} & set(sys.argv) else "trainer"):  # the printed tables also go to docs/bench/
         main()
