@@ -53,7 +53,9 @@ def check_section(section: Any, where: str) -> dict[str, dict]:
             raise ConfigError(f"{where}: judge names must be non-empty strings, got {name!r}")
         if not isinstance(entry, Mapping):
             raise ConfigError(f"{at}: expected a mapping of the judge's settings, got {type(entry).__name__} {entry!r}")
-        params = {k: v for k, v in JudgeOptions.check_mapping(entry, at).items() if v is not None}
+        JudgeOptions.check_mapping(entry, at)  # keys and types
+        # the values as written, as the inline spelling passes them (``ceiling: 512`` stays 512: a gate is found by them)
+        params = {k: v for k, v in entry.items() if v is not None}
         for key in JudgeOptions.own_names():
             if key not in params:
                 raise ConfigError(f"{at}: needs {key!r} ({REQUIRED[key]})")

@@ -97,3 +97,12 @@ def test_the_bundled_judge_configs_write_their_judge_once_in_the_judges_section(
     params = Catalog(loaded["rewards"], loaded["where"], judges=loaded["judges"]).resolve("llm_judge").params
     assert loaded["rewards"]["llm_judge"]["judge"] == judge and params["model"] == loaded["judges"][judge]["model"]
     assert not {"model", "endpoints", "timeout_s"} & set(loaded["rewards"]["llm_judge"])
+
+
+def test_a_named_judge_and_the_same_judge_inline_share_one_gate():
+    judge = {**JUDGE, "ceiling": 64, "initial_concurrency": 8}  # whole numbers, as YAML reads them
+    c = catalog({"judges": {"strict": judge},
+                 "rewards": {"named": {"reward": "llm_judge", "params": {"judge": "strict"}},
+                             "inline": {"reward": "llm_judge", "params": judge}}})
+    gates = JudgeGates()
+    assert gates.submission(c.resolve("named").params).policy is gates.submission(c.resolve("inline").params).policy
