@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from qworker import PoolOptions, ProducerOptions
-from qworker.judge.settings import JudgeSettings
+from qworker.judge.settings import JudgeOptions
 
 OUT = Path(__file__).resolve().parent / "configuration.md"
 
@@ -32,8 +32,8 @@ One options object per process role owns its keys, types, defaults and flags. A 
 (`Producer(config=...)`, `qworker serve --config`, `qworker score --config`, `qworker-pool --config`) has a
 section per role; keyword arguments and flags win over the file. `qworker configs` prints where the example
 configs are (`qworker configs --copy DIR` copies them); `qworker.yaml` there lists every key with a comment.
-Times are seconds, sizes bytes or MiB as named. The `rewards:` section (defaults, aliases, composites,
-judges) is described in [rewards.md](rewards.md) and [judges.md](judges.md).
+Times are seconds, sizes bytes or MiB as named. The `rewards:` section (defaults, aliases, composites) is
+described in [rewards.md](rewards.md), LLM judges in [judges.md](judges.md).
 """
 
 SECTIONS: list[tuple[str, type, str, bool]] = [
@@ -41,9 +41,11 @@ SECTIONS: list[tuple[str, type, str, bool]] = [
      "The keywords of `Producer(...)`, the flags of `qworker serve`, and the config's `producer:` section.", True),
     ("`pool:` — `qworker.PoolOptions`", PoolOptions,
      "The flags of `qworker-pool` (and `qworker ray-pools`); the config's `pool:` section.", True),
-    ("A judge's settings (`rewards: llm_judge:` keys)", JudgeSettings,
-     "Keys of an `llm_judge` reward's params that choose where and how its calls are made. They are not part of "
-     "the task hash: changing them never re-pays a cached judgement.", False),
+    ("`judges:` — `qworker.judge.settings.JudgeOptions`", JudgeOptions,
+     "Each entry of the config's `judges:` section is one LLM judge, by name: `judges: {NAME: {model: ..., endpoints: "
+     "[...], ...}}`; an `llm_judge` reward calls it with `judge: NAME` among its params ([judges.md](judges.md)). "
+     "Only `model` is part of the task hash: changing the other keys never re-pays a cached judgement. The same keys "
+     "written among an `llm_judge` reward's params (the older spelling) mean the same.", False),
 ]
 
 
@@ -53,6 +55,8 @@ def _type_name(tp: Any) -> str:
         return _type_name(args[0])
     if typing.get_origin(tp) is tuple:
         return "list of str"
+    if typing.get_origin(tp) is list:
+        return "list of mappings"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -78,11 +82,12 @@ def render() -> str:
         out += [f"## {title}", "", intro, ""]
         out += ["| key | type | default | flag | meaning |", "|---|---|---|---|---|"] if with_flag else \
                ["| key | type | default | meaning |", "|---|---|---|---|"]
-        for f in dataclasses.fields(cls):
+        own = set(cls.__annotations__)  # a subclass's own keys (a judge's model and endpoints) come before its base's
+        for f in sorted(dataclasses.fields(cls), key=lambda f: f.name not in own if cls is JudgeOptions else False):
             if not f.metadata.get("yaml", True):
                 continue
             flag = f.metadata.get("flag") or f"--{f.name.replace('_', '-')}"
-            row = [f"`{f.name}`", _type_name(hints[f.name]), f"`{_default(f.default)}`"]
+            row = [f"`{f.name}`", _type_name(hints[f.name]), "required" if "(required)" in f.metadata["help"] else f"`{_default(f.default)}`"]
             if with_flag:
                 row.append(f"`{flag}`" if f.metadata.get("cli", True) else "-")
             row.append(_cell(f.metadata["help"]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
-from qworker.engine.admission import RESOLVE, Decision, PolicyStatus, Submission
+from qworker.engine.admission import RESOLVE, Decision, Fault, PolicyStatus, Submission
 from qworker.engine.task import Pending
 
 SOURCES: list[SlotsSource] = []
@@ -30,7 +30,7 @@ class Slots:
     def add(self, tasks: list[Pending]) -> None:
         self.queue.extend(tasks)
 
-    def admit(self, now: float, budget: int) -> tuple[list[Pending], list[tuple[Pending, str]]]:
+    def admit(self, now: float, budget: int) -> tuple[list[Pending], list[tuple[Pending, Fault]]]:
         sent = []
         while self.queue and len(sent) < budget and len(self.held) < self.slots:
             p = self.queue.popleft()
@@ -49,7 +49,7 @@ class Slots:
     def tick(self, now: float) -> None:
         pass
 
-    def on_result(self, p: Pending, meta: Optional[dict], error: Optional[str], now: float) -> Decision:
+    def on_result(self, p: Pending, meta: Optional[dict], error: Optional[Fault], now: float) -> Decision:
         self.reported.append(meta)
         self.held.pop(p, None)
         if (meta or {}).get("busy") and p not in self.retried:
@@ -57,7 +57,7 @@ class Slots:
             self.queue.appendleft(p)
             return Decision(True)
         if error is not None and p in self.retried:
-            return Decision(False, f"{error} (after a retry)")
+            return Decision(False, Fault(error.kind, f"{error.detail} (after a retry)"))
         return RESOLVE if error is None else Decision(False, error)
 
     def give_back(self, tasks: list[Pending]) -> None:

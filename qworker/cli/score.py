@@ -189,7 +189,7 @@ def resolve_reward(*, config: Optional[str], reward: str, modules: Optional[list
     ones), params the reward does not take, and, unless remote pools may join with ``bind``, a reward
     module that does not import here (no local worker could import it either)."""
     loaded, modules_, bind = check_modules(config=config, modules=modules, bind=bind)
-    catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(modules_), remote=bind is not None)
+    catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(modules_), remote=bind is not None, judges=loaded["judges"])
     target = catalog.resolve(reward, params)
     if not isinstance(target, Composite) and bind is None and catalog.book.spec(target.reward) is None:
         if ":" in target.reward:

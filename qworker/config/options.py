@@ -61,7 +61,7 @@ def _opt(
 
 
 def _base_type(tp: Any) -> Any:
-    """``Optional[X]`` -> ``X``; ``tuple[str, ...]`` -> ``tuple``."""
+    """``Optional[X]`` -> ``X``; ``tuple[str, ...]`` -> ``tuple``; ``list[dict]`` -> ``list``."""
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     if typing.get_origin(tp) is typing.Union and len(args) == 1:
         tp = args[0]
@@ -180,6 +180,10 @@ def _parser_type(tp: Any) -> Any:
 
 
 def _coerce(value: Any, tp: Any, where: str, *, signed: bool, positive: bool = False) -> Any:
+    if tp is list:  # a list of mappings (a judge's endpoints); what each holds is the family's own check
+        if not isinstance(value, list) or not value or not all(isinstance(v, Mapping) for v in value):
+            raise ConfigError(f"{where}: expected a non-empty list of mappings, got {type(value).__name__} {value!r}")
+        return [dict(v) for v in value]
     if tp is tuple:
         if isinstance(value, str):
             value = [value]

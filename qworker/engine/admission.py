@@ -22,8 +22,8 @@ declares none gets no policy: straight to the queue.
 
 * ``add(tasks)``: new tasks to hold until admitted (in order).
 * ``admit(now, budget) -> (send, fail)``: at most ``budget`` tasks to dispatch
-  now, in order, and ``(task, error)`` pairs to fail now (an error text of
-  ``ErrorKind`` form).  A task returned in either is no longer in the policy's
+  now, in order, and ``(task, error)`` pairs to fail now (``error`` a ``Fault``:
+  an ``ErrorKind`` and a detail).  A task returned in either is no longer in the policy's
   queue; the policy keeps what it knows of a sent task until ``on_result``
   resolves it or ``forget``, and forgets a failed one at once.  The scheduler
   puts ``send`` at the front of its queue (ahead of tasks with no policy) and
@@ -41,7 +41,7 @@ declares none gets no policy: straight to the queue.
 * ``tick(now)``: housekeeping, every dispatcher turn, before ``admit``.
 * ``on_result(task, meta, error, now) -> Decision``: a delivered task's result
   came back with the reward's reported ``meta`` (None when it reported none)
-  and ``error`` (None on success).  ``Decision.retry``: the policy has queued
+  and ``error``, the worker's ``Fault`` (None on success).  ``Decision.retry``: the policy has queued
   the task again (the delivery is not charged to the task: the call, not the
   worker, is what is retried); else the task resolves with ``Decision.error``
   (the worker's error, possibly with the policy's account added) and the
@@ -55,6 +55,11 @@ declares none gets no policy: straight to the queue.
   trace of it.  Forgetting a task the policy does not hold is harmless.
 * ``waiting() -> int``: tasks held (not yet admitted), for status.
 * ``snapshot(now)``: the policy's status row (``qworker status``'s ``judges``).
+
+Errors cross this interface as ``Fault`` values, ``(kind, detail)``, as they cross
+the wire: a policy reads a failure's kind without parsing text, and builds its
+own as ``Fault(ErrorKind.X, detail)``.  They become ``Result.error``'s
+``"kind: detail"`` text only as the result is made (``PendingTable.resolve``).
 
 A policy never resolves a task itself; it holds no lock (one thread drives it)
 and keeps its per-task state in its own tables, keyed by the task object,
@@ -72,9 +77,9 @@ from typing import Any, Optional, Protocol
 
 from .._exceptions import ConfigError
 from .status import JudgeStatus as PolicyStatus  # the one kind of status row a policy gives today
-from .task import RESOLVE, AdmissionPolicy, Decision
+from .task import RESOLVE, AdmissionPolicy, Decision, Fault
 
-__all__ = ["AdmissionPolicy", "Decision", "PolicySource", "PolicyStatus", "Sources", "Submission", "RESOLVE"]
+__all__ = ["AdmissionPolicy", "Decision", "Fault", "PolicySource", "PolicyStatus", "Sources", "Submission", "RESOLVE"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -249,7 +249,8 @@ class PendingTable:
                 elif k := (key if p.cache_as is None else p.cache_as):  # b"": not cached
                     rows.append((k, score, extra, p.reward))  # the disk cache records each row's reward
                 # ``fresh_result`` is ``Result(...)`` without keyword parsing (the dispatcher's hot path)
-                results.append(fresh_result(score, extra, error, p.attempts, worker, now - p.submitted, compute_s, key.hex()))
+                results.append(fresh_result(score, extra, None if error is None else str(error), p.attempts, worker,  # the edge: text
+                                            now - p.submitted, compute_s, key.hex()))
             finish_all(claimed)
             counts = self._counts
             counts["resolved"] += len(claimed)

@@ -87,7 +87,8 @@ class Producer:
         self.options = opts
         if opts.metrics_port is not None:
             _metrics.check_available()  # before anything starts: a missing prometheus_client is one line naming the extra
-        self.catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(opts.reward_modules), remote=opts.bind is not None)
+        self.catalog = Catalog(loaded["rewards"], loaded["where"], modules=list(opts.reward_modules), remote=opts.bind is not None,
+                               judges=loaded["judges"])
         self.fallback_score = opts.fallback_score
         self._closed = False
         self._policies = Sources()  # the admission-policy sources rewards declare (``engine.admission``)

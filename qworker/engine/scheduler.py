@@ -212,8 +212,7 @@ class Scheduler:
         worker_id = w.id
         ok = 0
         for r in results:
-            key, fault = r.key, r.error
-            error = None if fault is None else str(fault)  # (kind, detail) on the wire; the policy and Result read text
+            key, error = r.key, r.error  # a Fault (kind, detail), to the policy and the table; Result's text is made there
             p = leased(key)
             if p is not None and p.policy is None and ((identity := p.identity) is None or r.ran == identity.version):
                 # a plain task's current delivery, run by the code its key names: what the general path below does, in short
@@ -275,7 +274,7 @@ class Scheduler:
             if p is not None:
                 self._forget(p)
                 w.failed += 1
-                self.table.resolve([(p, None, None, reason.kind.error(f"{reason.detail} (worker {w.id} was killed and respawned)"), w.id, 0.0)])
+                self.table.resolve([(p, None, None, wire.Fault(reason.kind, f"{reason.detail} (worker {w.id} was killed and respawned)"), w.id, 0.0)])
         self._lose(w, lost.why, guilty=lost.task)
 
     # losing workers -----------------------------------------------------------
@@ -300,7 +299,7 @@ class Scheduler:
                     detail = f"attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})"
                 else:
                     detail = f"delivered {p.deliveries} times, and each time its worker was lost (last: {w.id}, {reason})"
-                failed.append((p, None, None, ErrorKind.WORKER_LOST.error(detail), w.id, 0.0))
+                failed.append((p, None, None, wire.Fault(ErrorKind.WORKER_LOST, detail), w.id, 0.0))
             else:
                 retry.append(p)
         if failed:
@@ -446,7 +445,7 @@ class Scheduler:
 
     def _fail_oversized(self, p: Pending, size: int) -> None:
         self._forget(p)
-        self.table.resolve([(p, None, None, ErrorKind.BAD_PAYLOAD.error(
+        self.table.resolve([(p, None, None, wire.Fault(ErrorKind.BAD_PAYLOAD,
             f"the task is {size} bytes encoded (payload, reward name and params), over the {self.max_message_bytes}-byte "
             "message limit (max_message_bytes); keep max_payload_bytes and params well under it"), "", 0.0)])
 

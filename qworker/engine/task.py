@@ -58,13 +58,14 @@ from typing import TYPE_CHECKING, Hashable, Optional, Protocol, Sequence
 import msgspec
 
 from ..transport import wire
+from ..transport.wire import Fault
 from .result import ResultFuture
 from .status import JudgeStatus as PolicyStatus  # the one kind of status row a policy gives today
 
 if TYPE_CHECKING:
     from ..cache.identity import TaskIdentity
 
-__all__ = ["AdmissionPolicy", "Decision", "DONE", "IllegalTransition", "LEASED", "NEW", "Pending", "PolicyPending", "QUEUED",
+__all__ = ["AdmissionPolicy", "Decision", "DONE", "Fault", "IllegalTransition", "LEASED", "NEW", "Pending", "PolicyPending", "QUEUED",
            "Resolution", "TaskState", "WAITING", "WorkerState", "RESOLVE", "finish_all"]
 
 
@@ -196,9 +197,10 @@ def finish_all(tasks: Sequence[Pending]) -> None:
         p.state = DONE
 
 
-# How a task ended: (pending, score, extra, error, worker id, compute_s); error is an
-# ``ErrorKind.X.error(...)`` text or None.  A plain tuple: one is made per result.
-Resolution = tuple[Pending, Optional[float], Optional[dict], Optional[str], str, float]
+# How a task ended: (pending, score, extra, error, worker id, compute_s); error is a ``Fault`` (kind, detail) or
+# None, rendered as ``Result.error``'s text only as the result is made (``PendingTable.resolve``).  A plain tuple:
+# one is made per result.
+Resolution = tuple[Pending, Optional[float], Optional[dict], Optional[Fault], str, float]
 
 
 # -- what holds a task: a worker's lease, or an admission policy (both written by Pending's transitions) --
@@ -232,10 +234,10 @@ class WorkerState:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What a policy decided about a result: tried again, or resolved with ``error`` (None: success)."""
+    """What a policy decided about a result: tried again, or resolved with ``error``, a ``Fault`` (None: success)."""
 
     retry: bool
-    error: Optional[str] = None
+    error: Optional[Fault] = None
 
 
 RESOLVE = Decision(False)
@@ -246,7 +248,7 @@ class AdmissionPolicy(Protocol):
 
     def add(self, tasks: list[Pending]) -> None: ...
 
-    def admit(self, now: float, budget: int) -> tuple[list[Pending], list[tuple[Pending, str]]]: ...
+    def admit(self, now: float, budget: int) -> tuple[list[Pending], list[tuple[Pending, Fault]]]: ...
 
     def meta(self, p: Pending) -> dict: ...
 
@@ -254,7 +256,7 @@ class AdmissionPolicy(Protocol):
 
     def tick(self, now: float) -> None: ...
 
-    def on_result(self, p: Pending, meta: Optional[dict], error: Optional[str], now: float) -> Decision: ...
+    def on_result(self, p: Pending, meta: Optional[dict], error: Optional[Fault], now: float) -> Decision: ...
 
     def give_back(self, tasks: list[Pending]) -> None: ...
 

@@ -1,8 +1,11 @@
-"""``JudgeSettings``: the settings of a judge that choose where and how its calls are made, spelled once.
+"""A judge's options, spelled once: ``JudgeOptions`` (an entry of the config's ``judges:`` section) and
+``JudgeSettings``, its settings that choose where and how its calls are made.
 
-They sit beside the reward's own params in the config's ``rewards: llm_judge:``
-section (see ``configs/judge.yaml``), and every place that reads them reads this
-class: its defaults, the gate's values (``from_params``), which keys are left
+A judge is written once, by name, in the config's ``judges:`` section (see
+``configs/judge.yaml``; checked at start by ``config.judges``), and a reward
+names it (``rewards: llm_judge: {judge: NAME, ...}``); the older spelling, the
+same keys inline among the reward's params, still works and means the same.
+Every place that reads a setting reads ``JudgeSettings``: its defaults, the gate's values (``from_params``), which keys are left
 out of a task's hash (all of these are: they do not change what is scored),
 which travel to the worker (scope ``call``), which a later config of the same
 judge must repeat (scope ``gate``), and their bounds (``checks``).
@@ -22,15 +25,16 @@ Units: seconds, requests.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from ..config.options import _opt, _Options
 from .client.ratelimit import MAX_DELAY_S
 from .control.routing import DEFAULT_BALANCE, ROUTINGS
 
-__all__ = ["CALL", "GATE", "JUDGE", "JudgeSettings"]
+__all__ = ["CALL", "GATE", "JUDGE", "SCORED", "JudgeOptions", "JudgeSettings"]
 
 CALL, JUDGE, GATE = "call", "judge", "gate"
+SCORED = "scored"  # (``JudgeOptions.model``) part of what is scored: in the task hash, and sent with each task
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,3 +74,24 @@ class JudgeSettings(_Options):
 
     def of_scope(self, scope: str) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.names(scope)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeOptions(JudgeSettings):
+    """One judge of the config's ``judges:`` section: the model it runs, its endpoints, and its ``JudgeSettings``.
+
+    ``check_mapping`` checks an entry's keys and types (the options machinery); ``config.judges`` then checks
+    that it has a model and endpoints, and every number's bounds.  A reward that names the judge
+    (``judge: NAME``) gets these as its params, exactly as if they were written inline.
+    """
+
+    model: Optional[str] = _opt(None, "the judge model's name, sent as \"model\"; part of the task hash (required)", scope=SCORED)
+    endpoints: Optional[list[dict]] = _opt(
+        None, "its servers, a list of {url, api_key_env, weight, priority, max_concurrency, rpm, tpm, metrics_url} "
+        "(required); not part of the task hash", scope=CALL)
+
+    @classmethod
+    def own_names(cls) -> tuple[str, ...]:
+        """The keys of a judge that are not ``JudgeSettings``: its model and endpoints."""
+        settings = set(JudgeSettings.names())
+        return tuple(f.name for f, _ in cls._fields() if f.name not in settings)

@@ -18,7 +18,10 @@ Each entry under ``rewards:`` takes one of three forms::
           - {name: overlong, reward: length_penalty, params: {buffer_len: 64}}
 
 An entry with ``components`` is a composite, one with ``reward`` an alias, and
-any other mapping holds default params for the reward of that name.  Params
+any other mapping holds default params for the reward of that name.  A reward
+with an admission policy (``llm_judge``) may name a judge of the config's
+``judges:`` section (``judge: NAME``): its params then get that judge's keys
+(``config.judges.expand``), and an unknown name is a ``ConfigError``.  Params
 given at submission win over the alias's, which win over the defaults.  The
 params a task finally carries are part of its hash, so changing a config value
 never returns a stale cached score.  Composites are combined by the producer
@@ -41,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from .._exceptions import ConfigError, RewardError
+from ..config.judges import JUDGE_PARAM, expand
 from .info import RewardBook
 
 __all__ = ["Plain", "Component", "Composite", "Catalog"]
@@ -92,11 +96,13 @@ class Catalog:
 
     def __init__(
         self, section: Optional[Mapping[str, Any]] = None, where: str = "config", *,
-        modules: Sequence[str] = (), remote: bool = False,
+        modules: Sequence[str] = (), remote: bool = False, judges: Optional[Mapping[str, dict]] = None,
     ) -> None:
         """``modules``: the reward modules the workers import (imported here too);
-        ``remote``: pools this process cannot see may join (unknown names only warn)."""
+        ``remote``: pools this process cannot see may join (unknown names only warn);
+        ``judges``: the config's checked ``judges:`` section (``config.judges.check_section``), which rewards name."""
         self.book = RewardBook(modules, complete=not remote)
+        self._judges = dict(judges or {})
         self._where = f"{where}: rewards"
         self._entries = {}
         for name, entry in _mapping(section, self._where).items():
@@ -152,13 +158,21 @@ class Catalog:
             if params:
                 raise RewardError(f"reward {name!r} is a composite: give params to its components in the config, not at submission")
             return self._composite(name, entry)
-        plain = self._plain(name, dict(params or {}), ())
+        plain = self._plain(name, dict(params or {}), (), asked=f"params for reward {name!r}")
         self.book.check_runnable(plain.reward, name)
         # the params tasks will carry: unknown names were checked at start for the config's own
         self.book.check_params(plain.reward, plain.params, f"params for reward {name!r}", complete=True)
         return plain
 
-    def _plain(self, name: str, params: dict, seen: tuple[str, ...]) -> Plain:
+    def _plain(self, name: str, params: dict, seen: tuple[str, ...], asked: Optional[str] = None) -> Plain:
+        """What ``name`` runs with ``params`` over its aliases' and defaults', a named judge's keys in place of its name;
+        ``asked``: how an error names params given at submission."""
+        plain = self._merge(name, params, seen)
+        if JUDGE_PARAM in plain.params and (spec := self.book.spec(plain.reward)) is not None and spec.admission is not None:
+            return Plain(plain.reward, expand(plain.params, self._judges, asked or f"{self._where}.{name}"))
+        return plain
+
+    def _merge(self, name: str, params: dict, seen: tuple[str, ...]) -> Plain:
         if name in seen:
             raise ConfigError(f"{self._where}: aliases loop: {' -> '.join((*seen, name))}")
         entry = self._entries.get(name)
@@ -176,7 +190,7 @@ class Catalog:
         if not isinstance(target, str) or not target:
             raise ConfigError(f"{where}.reward: expected a reward name, got {target!r}")
         merged = {**_mapping(entry.get("params"), f"{where}.params"), **params}
-        return self._plain(target, merged, (*seen, name))
+        return self._merge(target, merged, (*seen, name))
 
     def _composite(self, name: str, entry: dict) -> Composite:
         where = f"{self._where}.{name}"
@@ -208,7 +222,7 @@ class Catalog:
                 raise ConfigError(f"{at}.on_error: expected one of {ON_ERROR}, got {policy!r}")
             if item.get("on_error") == "fallback" and "fallback" not in item:
                 raise ConfigError(f"{at}: on_error 'fallback' needs a 'fallback' value")
-            task = self._plain(reward, _mapping(item.get("params"), f"{at}.params"), (name,))
+            task = self._plain(reward, _mapping(item.get("params"), f"{at}.params"), (name,), asked=at)
             out.append(Component(
                 cname, task, _number(item.get("weight", 1.0), f"{at}.weight"), policy,
                 _number(item.get("fallback", default_fallback), f"{at}.fallback"),

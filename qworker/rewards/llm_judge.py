@@ -19,7 +19,9 @@ the result's meta, so the limit is one limit for all workers on all hosts.  Noth
 * ``bad_headers`` (only when there are some): ``{name: value}`` of the rate-limit
   and Retry-After headers ignored as unbelievable (``inf``, ``-1``, ``NaN``, ...).
 
-Params (from the config's ``rewards: llm_judge:`` section, see ``configs/judge.yaml``):
+Params (from the config's ``rewards: llm_judge:`` section, see ``configs/judge.yaml``; a judge it names
+there, ``judge: NAME``, has been replaced by that judge's keys from the ``judges:`` section before a task is
+made, by ``config.judges.expand``):
 
 * ``model``, ``endpoints`` (``[{url, api_key_env, weight, max_concurrency, rpm, tpm}]``);
 * ``prompt_template`` with ``{prompt}``, ``{response}``, ``{ground_truth}``,

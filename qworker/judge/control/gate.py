@@ -79,7 +79,8 @@ import statistics
 from collections import deque
 from typing import Optional
 
-from ...engine.admission import RESOLVE, Decision
+from ..._errors import ErrorKind
+from ...engine.admission import RESOLVE, Decision, Fault
 from ...engine.status import EndpointRow, JudgeStatus
 from ...engine.task import Pending
 from ..settings import GATE, JUDGE, JudgeSettings
@@ -103,7 +104,8 @@ PRODUCER_KEYS = frozenset(JudgeSettings.names(JUDGE, GATE))  # read by the gate 
 REFUSAL_BACKOFF_S, REFUSAL_BACKOFF_MAX_S = 0.05, 2.0  # a task's second refusal and on: its retry waits this, doubling
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
-AUTH_FAILED_ERROR = f"judge_error: every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent"
+AUTH_FAILED_ERROR = Fault(ErrorKind.JUDGE_ERROR,
+                          f"every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent")
 
 
 def clip(text: str, limit: int = 300) -> str:
@@ -116,10 +118,8 @@ def clip(text: str, limit: int = 300) -> str:
 
 
 def _own_detail(e: Endpoint) -> str:
-    """An endpoint's last error without the kind and the endpoint's name, which the message around it gives."""
-    last = e.health.last_error
-    text = last.partition(": ")[2] if last.startswith("judge_error: ") else last
-    return text.removeprefix(f"endpoint {e.index} ({e.url}): ")
+    """An endpoint's last error (a worker's error detail) without the endpoint's name, which the message around it gives."""
+    return e.health.last_error.removeprefix(f"endpoint {e.index} ({e.url}): ")
 
 
 def hash_params(params: dict) -> dict:
@@ -211,17 +211,17 @@ class Gate:
             return None
         return max(e.health.down_since for e in self.endpoints)
 
-    def dead_error(self, now: float) -> str:
+    def dead_error(self, now: float) -> Fault:
         causes = "; ".join(f"endpoint {e.index} ({e.url}) down {now - e.health.down_since:.1f} s: {e.down_reason}"
                            + (f" ({_own_detail(e)})" if e.health.last_error else "") for e in self.endpoints)
-        return f"judge_error: no endpoint of this judge answered for {self.dead_after_s:g} s (dead_after_s): {causes}"
+        return Fault(ErrorKind.JUDGE_ERROR, f"no endpoint of this judge answered for {self.dead_after_s:g} s (dead_after_s): {causes}")
 
-    def stuck_error(self, now: float) -> str:
+    def stuck_error(self, now: float) -> Fault:
         tokens = self._tokens(self.queue[0]) if self.queue else float(self.completion_tokens)
         causes = "; ".join(f"endpoint {e.index} ({e.url}): {e.blocked(now, tokens)}" for e in self.endpoints)
-        return f"judge_error: no endpoint of this judge can take a request now or later, and nothing is in flight: {causes}"
+        return Fault(ErrorKind.JUDGE_ERROR, f"no endpoint of this judge can take a request now or later, and nothing is in flight: {causes}")
 
-    def admit(self, now: float, budget: int) -> tuple[list[Pending], list[tuple[Pending, str]]]:
+    def admit(self, now: float, budget: int) -> tuple[list[Pending], list[tuple[Pending, Fault]]]:
         """(tasks to send now, each with ``route`` set; (task, error) to fail now: no endpoint can take them)."""
         self._release_due(now)
         self.tick(now)
@@ -243,7 +243,7 @@ class Gate:
             return sent, self._fail_all(stuck)
         return sent, self._fail_dead(now)
 
-    def _fail_all(self, error: str) -> list[tuple[Pending, str]]:
+    def _fail_all(self, error: Fault) -> list[tuple[Pending, Fault]]:
         """Every waiting task leaves the gate, failed with ``error`` (those already resolved just leave)."""
         failed = [(p, error) for p in self.queue if not p.resolved]
         for p in self.queue:
@@ -251,14 +251,14 @@ class Gate:
         self.queue.clear()
         return failed
 
-    def _fail_dead(self, now: float) -> list[tuple[Pending, str]]:
+    def _fail_dead(self, now: float) -> list[tuple[Pending, Fault]]:
         """With every endpoint down, the waiting tasks that waited ``dead_after_s`` since then (or their submission) fail."""
         since = self._all_down_since()
         if since is None or not self.queue:
             return []
         keep: deque[Pending] = deque()
-        failed: list[tuple[Pending, str]] = []
-        error = None
+        failed: list[tuple[Pending, Fault]] = []
+        error: Optional[Fault] = None
         for p in self.queue:
             if p.resolved:
                 self._drop(p)
@@ -368,17 +368,17 @@ class Gate:
     def waiting(self) -> int:
         return len(self.queue)
 
-    def on_result(self, p: Pending, meta: Optional[dict], error: Optional[str], now: float) -> Decision:
-        """``settle`` the answer; a retried task goes back to the front of the queue, a resolved one leaves the gate
-        (a failure's error says how many calls it took, when more than one)."""
-        if self.settle(p, meta, error, now):
+    def on_result(self, p: Pending, meta: Optional[dict], error: Optional[Fault], now: float) -> Decision:
+        """``settle`` the answer (with the error's detail); a retried task goes back to the front of the queue, a
+        resolved one leaves the gate (a failure's error says how many calls it took, when more than one)."""
+        if self.settle(p, meta, None if error is None else error.detail, now):
             self.queue.appendleft(p)
             return Decision(True)
         call = self.calls.pop(p, None)
         if error is None:
             return RESOLVE
         if call is not None and (call.tries or call.throttled):
-            error = f"{error} (after {call.tries + call.throttled + 1} calls)"
+            error = Fault(error.kind, f"{error.detail} (after {call.tries + call.throttled + 1} calls)")
         return Decision(False, error)
 
     def give_back(self, tasks: list[Pending]) -> None:
@@ -408,6 +408,7 @@ class Gate:
     # answers ----------------------------------------------------------------
     def settle(self, p: Pending, outcome: Optional[dict], error: Optional[str], now: float) -> bool:
         """Record a routed task's answer; True when the task should be retried (the caller puts it back in ``queue``).
+        ``error``: the detail of the worker's error (its ``Fault.detail``), None on success.
 
         The answer goes to its endpoint's health (``health.Health.observe``), whose verdict the limiter and the
         task's retry budget act on.  The task's ``JudgeCall`` is kept either way (``on_result`` drops it when the

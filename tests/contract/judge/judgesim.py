@@ -247,7 +247,7 @@ class Client:
         sent, failed = self.gate.admit(t, 10**9)
         for p, why in failed:
             p.finish()
-            self.failed.append(why)
+            self.failed.append(str(why))
         if any(self.gate.endpoints[self.gate.route(p)].priority > min(e.priority for e in self.gate.endpoints) for p in sent):
             top = max(self.gate.endpoints[self.gate.route(p)].priority for p in sent)
             self.overflow_with_room += sum(1 for e in self.gate.endpoints if e.priority < top and e.free(t, 0.0) > 0)

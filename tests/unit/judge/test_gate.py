@@ -209,7 +209,7 @@ def test_with_every_endpoint_dead_waiting_tasks_fail_within_the_bound_naming_the
             g.queue.appendleft(q)
         if failed:
             failed_at = t
-            why = failed[0][1]
+            why = str(failed[0][1])
     assert failed_at is not None and failed_at <= 10.2
     assert "http://a" in why and "unreachable" in why and "ConnectionRefusedError" in why
     # it comes back: a new task is the probe, and flows

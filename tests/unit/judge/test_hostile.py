@@ -122,7 +122,7 @@ def test_an_endpoint_that_can_never_admit_fails_what_waits_naming_it():
     g.queue.extend(task(i) for i in range(3))
     sent, failed = g.admit(1.0, 10)
     assert not sent and len(failed) == 3
-    assert "http://a" in failed[0][1] and "never" in failed[0][1]
+    assert "http://a" in failed[0][1].detail and "never" in failed[0][1].detail
 
 
 def test_a_busy_or_paced_endpoint_is_not_taken_for_a_stuck_one():
