@@ -42,7 +42,8 @@ class LimitConfig:
     backoff: float = 0.9  # a timeout: the limit goes to this share of what was in flight
     backoff_again: float = 0.5  # a refusal after a reaction that did not suffice: at most halve
     burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
-    probe: float = 0.15  # requests per round trip above the refusal level
+    probe: float = 0.15  # requests per round trip above the refusal level, at first (``probe_max``)
+    probe_max: float = 1.0  # the probe doubles each round trip without a refusal, up to this many requests per round trip
     fair_share: float = 0.02  # a fresh refusal puts the refusal level this fraction under what was in flight
     slow_start_step: float = 0.5  # per success while probing: x1.5 per round trip (x1.25 beyond twice ``initial``)
     queue_cut: float = 1.3  # recent / base latency above this: the server queues
@@ -303,6 +304,10 @@ class CapacityMemory:
         """A capacity seen: the server held ``level`` (lone refusals at one level, or peers together)."""
         self.high = max(self.high, min(self.config.ceiling, level))
 
+    def held(self, level: float) -> None:
+        """The server sustained ``level`` requests at once over the last round trips (Little's law on its answers)."""
+        self.saw(level)
+
     def raise_knee(self, level: float) -> None:
         """Growth above a known knee that brought no queue moves it up."""
         if self.knee < math.inf:
@@ -313,6 +318,10 @@ class CapacityMemory:
             self.quiet_since = math.inf
         elif self.quiet_since == math.inf:
             self.quiet_since = now
+
+    def outgrown(self, now: float) -> None:
+        """The server held more than one above the refusal level: the capacity moved up (``stale`` says so at once)."""
+        self.quiet_since = -math.inf
 
     def stale(self, now: float, rtt: float, limit: float) -> bool:
         """In use for ``wait`` round trips with no refusal, below the highest capacity seen: it came back."""

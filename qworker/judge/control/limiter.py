@@ -155,6 +155,19 @@ class AdaptiveLimit:
     def _round_trip(self) -> float:
         return self.rtt or 0.05
 
+    def _reach(self, now: float) -> float:
+        """How far above the refusal level the probe goes per round trip now: ``probe``, doubling for each
+        round trip since the last refusal (after the round trip that refusal holds), up to ``probe_max``.
+
+        A refusal level is a measurement of a capacity that moves: each round trip the server holds more
+        than it refused at is evidence that it is no longer there, so the search above it widens (an
+        exponential search, as slow start's); a refusal starts it again from ``probe``."""
+        cfg = self.config
+        quiet = (now - max(self.refusals_.last, self._last_cut)) / self._round_trip() - 1.0
+        if quiet <= 0.0:
+            return cfg.probe
+        return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
+
     def _in_use(self, in_flight: float) -> bool:
         """Growth is earned only by a limit that is in use."""
         return in_flight >= self.limit - max(2.0, self.limit / 8)
@@ -223,6 +236,12 @@ class AdaptiveLimit:
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
+        sent_at = float(level if level is not None else in_flight)
+        self.memory.held(min(self.sustained(now), self.answers_scale * self.limit))
+        if self.mode is Mode.STEADY and sent_at > self.memory.refusal_level + 1.0:
+            # The server held more than one above where it last refused (this request was sent with that many at it):
+            # the capacity that refused is no longer there; what was seen above it is evidence enough to climb to
+            self.memory.outgrown(now)
         # Evidence that capacity came back: in use at or above the level refusals put it at, with no refusal
         self.memory.in_use(now, used and self.mode is Mode.STEADY and self.limit >= self.memory.refusal_level)
         if self.mode is Mode.STEADY and self.memory.stale(now, trip, self.limit):
@@ -256,8 +275,8 @@ class AdaptiveLimit:
         elif self.limit < below:  # above the knee of a queueing server: one per round trip
             grown = min(self.limit + 1.0 / self.limit, below)
             mem.raise_knee(grown)
-        else:  # probe: the same per round trip for every client sharing the endpoint
-            grown = self.limit + cfg.probe / max(1.0, self.limit)
+        else:  # probe: the same per round trip for every client sharing the endpoint, doubling each round trip it holds
+            grown = self.limit + self._reach(now) / max(1.0, self.limit)
         self.limit = min(cfg.ceiling, grown)
 
     def on_drop(self, in_flight: float, now: float, sent_at: float, *, timeout: bool = False) -> None:
