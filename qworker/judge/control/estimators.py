@@ -319,9 +319,10 @@ class CapacityMemory:
         elif self.quiet_since == math.inf:
             self.quiet_since = now
 
-    def outgrown(self, now: float) -> None:
-        """The server held more than one above the refusal level: the capacity moved up (``stale`` says so at once)."""
-        self.quiet_since = -math.inf
+    def outgrown(self, now: float, rtt: float) -> None:
+        """The server held more than one above the refusal level: evidence worth ``regain_rtts`` round trips in use
+        without a refusal (``stale`` then says so at once, unless a refused climb back asked for more)."""
+        self.quiet_since = min(self.quiet_since, now - self.config.regain_rtts * rtt)
 
     def stale(self, now: float, rtt: float, limit: float) -> bool:
         """In use for ``wait`` round trips with no refusal, below the highest capacity seen: it came back."""

@@ -241,7 +241,7 @@ class AdaptiveLimit:
         if self.mode is Mode.STEADY and sent_at > self.memory.refusal_level + 1.0:
             # The server held more than one above where it last refused (this request was sent with that many at it):
             # the capacity that refused is no longer there; what was seen above it is evidence enough to climb to
-            self.memory.outgrown(now)
+            self.memory.outgrown(now, trip)
         # Evidence that capacity came back: in use at or above the level refusals put it at, with no refusal
         self.memory.in_use(now, used and self.mode is Mode.STEADY and self.limit >= self.memory.refusal_level)
         if self.mode is Mode.STEADY and self.memory.stale(now, trip, self.limit):
@@ -252,7 +252,7 @@ class AdaptiveLimit:
             self._recover_to(self.memory.high, Mode.STEADY, regaining=True)
         if self.mode is Mode.RECOVERING:
             if used:
-                self.limit = min(cfg.ceiling, self._target, self.limit + 1.0)
+                self.limit = min(cfg.ceiling, self._target, self.limit + (2.0 if self._regaining else 1.0))
             if self.limit >= self._target:
                 if self._regaining:
                     self.memory.regained(self.limit)
