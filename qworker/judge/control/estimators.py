@@ -52,7 +52,7 @@ class LimitConfig:
     base_samples: int = 128  # answers at the lowest levels that make the latency baseline
     stale_base: float = 0.8  # recent / base below this: the base was measured under someone else's load; rebuilt
     outage_after: int = 8  # refusals, with nothing sent for a round trip answered, that make an outage
-    regain: float = 0.9  # below this share of the highest capacity seen, the limit climbs back to it on evidence
+    regain: float = 0.75  # below this share of the highest capacity seen, the limit climbs back to it on evidence
     regain_rtts: float = 2.0  # the evidence: in use for this many round trips without a refusal
     regain_rtts_max: float = 8.0  # a climb back that was refused doubles the evidence the next one wants, up to this
 

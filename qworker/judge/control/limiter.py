@@ -89,6 +89,7 @@ class AdaptiveLimit:
         self._target = 0.0  # RECOVERING: the level climbed to
         self._then = Mode.STEADY  # RECOVERING: the mode once there
         self._regaining = False  # RECOVERING: because the capacity came back (not after an outage or reset)
+        self._climb_from = 0.0  # RECOVERING: the limit the climb began at
         self._held: Optional[tuple[float, float, float, Mode]] = None  # (limit, refusal level, knee, mode) before a run of refusals
 
     # what others read ----------------------------------------------------------
@@ -156,15 +157,18 @@ class AdaptiveLimit:
         return self.rtt or 0.05
 
     def _reach(self, now: float) -> float:
-        """How far above the refusal level the probe goes per round trip now: ``probe``, doubling for each
-        round trip since the last refusal (after the round trip that refusal holds), up to ``probe_max``.
+        """How far above the refusal level the probe goes per round trip now: ``probe``; below the highest
+        capacity seen (``regain`` x ``high``), doubling for each round trip since the last refusal (after the
+        round trip that refusal holds), up to ``probe_max``.
 
-        A refusal level is a measurement of a capacity that moves: each round trip the server holds more
-        than it refused at is evidence that it is no longer there, so the search above it widens (an
-        exponential search, as slow start's); a refusal starts it again from ``probe``."""
+        A refusal level under a capacity seen before measures a capacity that moved and may move back (a
+        tenant that leaves, a replica that returns): each round trip the server holds it without a refusal,
+        the search above it widens (an exponential search, as slow start's), so a return is found within a
+        few round trips; a refusal starts it again from ``probe``.  At the highest capacity seen, the probe
+        stays slow: there it only tracks a capacity that holds, and each crossing costs a refusal."""
         cfg = self.config
         quiet = (now - max(self.refusals_.last, self._last_cut)) / self._round_trip() - 1.0
-        if quiet <= 0.0:
+        if quiet <= 0.0 or self.answers_scale * self.limit >= cfg.regain * self.memory.high:
             return cfg.probe
         return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
 
@@ -181,6 +185,7 @@ class AdaptiveLimit:
     def _recover_to(self, target: float, then: Mode, *, regaining: bool) -> None:
         if target > self.limit:
             self.mode, self._target, self._then, self._regaining = Mode.RECOVERING, min(self.config.ceiling, target), then, regaining
+            self._climb_from = self.limit
         else:
             self.mode = then
 
@@ -237,7 +242,12 @@ class AdaptiveLimit:
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
         sent_at = float(level if level is not None else in_flight)
-        self.memory.held(min(self.sustained(now), self.answers_scale * self.limit))
+        if self.mode is Mode.STEADY and self.answers_scale == 1.0 and now - self._last_cut >= max(1.0, 4 * trip):
+            # What the server sustained (Little's law on the answers of the last round trips, no more than this
+            # limit allowed), once those answers are all from after slow start and the last cut: a burst
+            # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
+            # peers, the endpoint's capacity is what they note together (``adopt``)
+            self.memory.held(min(self.sustained(now), self.limit))
         if self.mode is Mode.STEADY and sent_at > self.memory.refusal_level + 1.0:
             # The server held more than one above where it last refused (this request was sent with that many at it):
             # the capacity that refused is no longer there; what was seen above it is evidence enough to climb to
@@ -299,7 +309,9 @@ class AdaptiveLimit:
         elif self.mode is not Mode.OUTAGE:  # (an outage's refusals only cap: they say nothing of the capacity)
             level = max(1.0, min(float(in_flight), self.limit))
             probing = self.mode is Mode.PROBING
-            if self.mode is Mode.RECOVERING and self._regaining:  # refused on the way back: not all of it came back
+            if self.mode is Mode.RECOVERING and self._regaining and in_flight <= self._climb_from + 1.0:
+                # refused as the climb back began: the evidence that capacity came back was wrong (a climb refused
+                # higher up found some of it: not all came back, and the evidence was right)
                 self.memory.regain_refused()
             self.memory.refused(float(in_flight), probing=probing)
             step = cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2
