@@ -74,7 +74,7 @@ def _scenarios() -> list[Scenario]:
                          [{**HARSH, "seed": seed, "retry_after": ra}], [{"start": 0.0, "n": 20000}], until=60.0,
                          tenant={"start": 20.0, "n": 10**5, "concurrency": 32, "stop": 40.0}, changes=[20.0, 40.0], quick=(seed == 1 and ra == "ms")))
         for seed in (1, 2, 3):
-            moving = "test_every_10_s_phase_of_a_moving_capacity_is_served_at_90_percent_and_re_adapted_within_3_s"
+            moving = "test_capacity_that_returns_within_10_s_phases_is_found_within_2_s_with_few_refusals"
             add(Scenario(f"moving-step-{ra}-seed{seed}", f"{cap}::{moving}",
                          [{**HARSH, "seed": seed, "retry_after": ra, "capacity_steps": [[10.0, 16], [20.0, 64]]}],
                          [{"start": 0.0, "n": 20000}], until=30.0, changes=[10.0, 20.0], quick=(seed == 1 and ra == "s")))
