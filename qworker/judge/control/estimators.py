@@ -265,7 +265,8 @@ class CapacityMemory:
 
     ``refusal_level``: just under where fresh refusals came (growth above it is a
     slow probe); ``knee``: where queueing began; ``high``: the highest capacity
-    seen (two lone refusals at one level, or producers together holding it).
+    seen (what a producer alone was answered at in steady state, Little's law, two lone refusals at one level,
+    or producers together holding it).
     ``refused_level``: in flight at the last fresh refusal (told to peers).
 
     Expiry: a refusal level or knee says what the server allowed then.  Once the

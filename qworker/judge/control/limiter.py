@@ -18,15 +18,19 @@ mode        event                                         to            the limi
 PROBING     an answer, in use, no queue                   PROBING       + ``slow_start_step`` (x1.5 per round trip)
 PROBING     a fresh refusal                               HOLDING       the level of a round trip ago (/1.5)
 STEADY      an answer, in use                             STEADY        +1 to the refusal level/knee, then a probe
+                                                                        (x2 per round trip without a refusal below
+                                                                        ``regain`` x the highest capacity seen)
 STEADY      a lone refusal                                HOLDING       capped at what was in flight, less one
 STEADY      a burst (a reaction that did not suffice)     HOLDING       what recent answers sustained, >= half
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
-STEADY      in use at or above the refusal level for      RECOVERING    climbs +1 per answer (x2 per round trip)
-            ``wait`` round trips, no refusal, below                     to the highest capacity seen
+STEADY      in use at or above the refusal level for      RECOVERING    climbs +2 per answer (x3 per round trip)
+            ``wait`` round trips, no refusal, or the                    to the highest capacity seen
+            server holding two above it; below
             ``regain`` x the highest capacity seen
 HOLDING     a round trip with no refusal                  STEADY        (no growth meanwhile; echoes only cap)
 RECOVERING  reached its target                            STEADY        (PROBING after ``reset``)
-RECOVERING  a fresh refusal                               HOLDING       as STEADY; the next climb back waits longer
+RECOVERING  a fresh refusal                               HOLDING       as STEADY; refused as it began, the next
+                                                                        climb back waits longer
 any         for a round trip, everything sent refused     OUTAGE        only capped (the levels meanwhile are not kept)
             (a round trip known: one answer at least)
 OUTAGE      an answer to a request sent a round trip or   RECOVERING    back to what held before the refusals began
@@ -241,14 +245,14 @@ class AdaptiveLimit:
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
-        sent_at = float(level if level is not None else in_flight)
+        sent_level = float(level if level is not None else in_flight)
         if self.mode is Mode.STEADY and self.answers_scale == 1.0 and now - self._last_cut >= max(1.0, 4 * trip):
             # What the server sustained (Little's law on the answers of the last round trips, no more than this
             # limit allowed), once those answers are all from after slow start and the last cut: a burst
             # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
             # peers, the endpoint's capacity is what they note together (``adopt``)
             self.memory.held(min(self.sustained(now), self.limit))
-        if self.mode is Mode.STEADY and sent_at > self.memory.refusal_level + 1.0:
+        if self.mode is Mode.STEADY and sent_level > self.memory.refusal_level + 1.0:
             # The server held more than one above where it last refused (this request was sent with that many at it):
             # the capacity that refused is no longer there; what was seen above it is evidence enough to climb to
             self.memory.outgrown(now, trip)
