@@ -52,7 +52,8 @@ class LimitConfig:
     base_samples: int = 128  # answers at the lowest levels that make the latency baseline
     stale_base: float = 0.8  # recent / base below this: the base was measured under someone else's load; rebuilt
     outage_after: int = 8  # refusals, with nothing sent for a round trip answered, that make an outage
-    regain: float = 0.75  # below this share of the highest capacity seen, the limit climbs back to it on evidence
+    regain: float = 0.9  # below this share of the highest capacity seen, the limit climbs back to it on evidence
+    regain_sustained: float = 0.75  # the same for a capacity known only from Little's law on answers (about 15% noise)
     regain_rtts: float = 2.0  # the evidence: in use for this many round trips without a refusal
     regain_rtts_max: float = 8.0  # a climb back that was refused doubles the evidence the next one wants, up to this
 
@@ -282,6 +283,7 @@ class CapacityMemory:
         self.refusal_level = math.inf
         self.knee = math.inf
         self.high = 0.0
+        self.high_sustained = 0.0  # the highest concurrency the answers showed the server sustaining (``held``)
         self.refused_level = math.inf
         self.wait = config.regain_rtts
         self.quiet_since = math.inf  # since when the limit is in use with no refusal nor queueing
@@ -307,7 +309,15 @@ class CapacityMemory:
 
     def held(self, level: float) -> None:
         """The server sustained ``level`` requests at once over the last round trips (Little's law on its answers)."""
-        self.saw(level)
+        self.high_sustained = max(self.high_sustained, min(self.config.ceiling, level))
+
+    def below(self, limit: float) -> bool:
+        """``limit`` is under a capacity seen, by more than the noise of how it was seen."""
+        return limit < self.config.regain * self.high or limit < self.config.regain_sustained * self.high_sustained
+
+    def target(self) -> float:
+        """The level a climb back goes to: the highest capacity seen, however it was seen."""
+        return max(self.high, self.high_sustained)
 
     def raise_knee(self, level: float) -> None:
         """Growth above a known knee that brought no queue moves it up."""
@@ -327,7 +337,7 @@ class CapacityMemory:
 
     def stale(self, now: float, rtt: float, limit: float) -> bool:
         """In use for ``wait`` round trips with no refusal, below the highest capacity seen: it came back."""
-        return limit < self.config.regain * self.high and now - self.quiet_since >= self.wait * rtt
+        return self.below(limit) and now - self.quiet_since >= self.wait * rtt
 
     def regained(self, level: float) -> None:
         """All of it came back, up to ``level``: the next climb wants the usual evidence; the old levels are gone

@@ -172,7 +172,7 @@ class AdaptiveLimit:
         stays slow: there it only tracks a capacity that holds, and each crossing costs a refusal."""
         cfg = self.config
         quiet = (now - max(self.refusals_.last, self._last_cut)) / self._round_trip() - 1.0
-        if quiet <= 0.0 or self.answers_scale * self.limit >= cfg.regain * self.memory.high:
+        if quiet <= 0.0 or not self.memory.below(self.answers_scale * self.limit):
             return cfg.probe
         return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
 
@@ -263,7 +263,7 @@ class AdaptiveLimit:
             # left, a replica returned).  Climb back x2 per round trip to it, on a base learnt afresh.
             self.regains += 1
             self.latency.relearn()
-            self._recover_to(self.memory.high, Mode.STEADY, regaining=True)
+            self._recover_to(self.memory.target(), Mode.STEADY, regaining=True)
         if self.mode is Mode.RECOVERING:
             if used:
                 self.limit = min(cfg.ceiling, self._target, self.limit + (2.0 if self._regaining else 1.0))

@@ -49,4 +49,4 @@ def test_the_highest_capacity_seen_is_what_the_server_sustained_alone_in_steady_
     lim = steady(40, high=0, refused_at=41)
     lim.memory.refusal_level = float("inf")  # nothing refused: the limit grows only as a probe would
     answer_at_the_limit(lim, 0.01, 3.0)
-    assert 36 <= lim.high <= lim.limit
+    assert 36 <= lim.memory.target() <= lim.limit
