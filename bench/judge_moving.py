@@ -104,14 +104,42 @@ def schedule_args(scenario: str, phase_s: float) -> list[str]:
     return [*args, "--tenant", f"{phase_s}:{2 * phase_s}:0.5"]
 
 
+def sample_limit(p: Producer, server: JudgeProcess, horizon: float, rows: list) -> None:
+    """Every 0.1 s until the schedule's horizon: (server seconds, limit, in flight, at the server, mode, refusal level,
+    highest capacity seen, latency base, 429s), read from the producer's gate without locking (a trace, not a measure)."""
+    offset: Optional[float] = None
+    while True:
+        if offset is None:
+            h = server.get("/health")
+            if h["started"]:
+                offset = time.monotonic() - h["now_s"]
+            else:
+                time.sleep(0.05)
+                continue
+        t = time.monotonic() - offset
+        if t > horizon:
+            return
+        for g in p._dispatcher.scheduler.policies:  # (read only, racing the dispatcher: a trace)
+            for e in getattr(g, "endpoints", []):
+                lim = e.limit
+                rows.append((round(t, 2), round(lim.limit, 1), e.in_flight, e.at_server(), lim.mode.value,
+                             round(min(lim.memory.refusal_level, 9999), 1), round(lim.memory.high, 1), round(lim.base() or 0.0, 4),
+                             e.health.counts["status_429"], e.cool_reason if e.cool_until > 0 else ""))
+        time.sleep(0.1)
+
+
 def run_qworker(server: JudgeProcess, n: int, horizon: float, workers: int, out: dict, cap: Optional[int] = None) -> None:
-    """``cap``: the endpoint's ``max_concurrency`` (a limit equal to the server's cap), None: no hint."""
+    """``cap``: the endpoint's ``max_concurrency`` (a limit equal to the server's cap), None: no hint.
+    With ``QWORKER_BENCH_TRACE`` set, ``out["trace"]`` gets the limiter's samples (``sample_limit``)."""
     endpoint: dict = {"url": server.url, **({"max_concurrency": cap} if cap else {})}
     cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": [endpoint], "timeout_s": 60, "ceiling": 512}}}
     tag = uuid.uuid4().hex[:8]  # fresh payloads: nothing answered from a cache
     with Producer(local_workers=workers, config=cfg) as p:
         p.wait_for_workers(workers, timeout=120)
         futures = p.submit_batch("llm_judge", [{"prompt": f"Q {tag} {i}", "response": "a", "ground_truth": "y"} for i in range(n)])
+        if os.environ.get("QWORKER_BENCH_TRACE"):
+            out["trace"] = []
+            sample_limit(p, server, horizon, out["trace"])
         server.wait_past(horizon, horizon + 120)
         done = [f.result() for f in futures if f.done()]
         out["failed"] = sum(1 for r in done if not r.ok)
@@ -163,7 +191,13 @@ def one_run(scenario: str, seed: int, phase_s: float, workers: int) -> dict:
             t.start()
         for t in threads:
             t.join()
-        return {name: {**summary(s.get("/ledger")), **outs[name]} for name, s in servers.items()}
+        res = {name: {**summary(s.get("/ledger")), **outs[name]} for name, s in servers.items()}
+        trace = os.environ.get("QWORKER_BENCH_TRACE")
+        if trace:
+            ledger = servers["qworker"].get("/ledger")
+            with open(f"{trace}-{scenario}-{seed}.json", "w") as f:
+                json.dump({"limit": outs["qworker"].get("trace", []), "server": ledger["in_flight"], "bins": ledger["bins"]}, f)
+        return res
     finally:
         for s in servers.values():
             s.stop()

@@ -42,7 +42,8 @@ class LimitConfig:
     backoff: float = 0.9  # a timeout: the limit goes to this share of what was in flight
     backoff_again: float = 0.5  # a refusal after a reaction that did not suffice: at most halve
     burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
-    probe: float = 0.15  # requests per round trip above the refusal level
+    probe: float = 0.15  # requests per round trip above the refusal level, at first (``probe_max``)
+    probe_max: float = 1.0  # the probe doubles each round trip without a refusal, up to this many requests per round trip
     fair_share: float = 0.02  # a fresh refusal puts the refusal level this fraction under what was in flight
     slow_start_step: float = 0.5  # per success while probing: x1.5 per round trip (x1.25 beyond twice ``initial``)
     queue_cut: float = 1.3  # recent / base latency above this: the server queues
@@ -52,6 +53,7 @@ class LimitConfig:
     stale_base: float = 0.8  # recent / base below this: the base was measured under someone else's load; rebuilt
     outage_after: int = 8  # refusals, with nothing sent for a round trip answered, that make an outage
     regain: float = 0.9  # below this share of the highest capacity seen, the limit climbs back to it on evidence
+    regain_sustained: float = 0.75  # the same for a capacity known only from Little's law on answers (about 15% noise)
     regain_rtts: float = 2.0  # the evidence: in use for this many round trips without a refusal
     regain_rtts_max: float = 8.0  # a climb back that was refused doubles the evidence the next one wants, up to this
 
@@ -264,7 +266,8 @@ class CapacityMemory:
 
     ``refusal_level``: just under where fresh refusals came (growth above it is a
     slow probe); ``knee``: where queueing began; ``high``: the highest capacity
-    seen (two lone refusals at one level, or producers together holding it).
+    seen (what a producer alone was answered at in steady state, Little's law, two lone refusals at one level,
+    or producers together holding it).
     ``refused_level``: in flight at the last fresh refusal (told to peers).
 
     Expiry: a refusal level or knee says what the server allowed then.  Once the
@@ -280,6 +283,7 @@ class CapacityMemory:
         self.refusal_level = math.inf
         self.knee = math.inf
         self.high = 0.0
+        self.high_sustained = 0.0  # the highest concurrency the answers showed the server sustaining (``held``)
         self.refused_level = math.inf
         self.wait = config.regain_rtts
         self.quiet_since = math.inf  # since when the limit is in use with no refusal nor queueing
@@ -303,6 +307,18 @@ class CapacityMemory:
         """A capacity seen: the server held ``level`` (lone refusals at one level, or peers together)."""
         self.high = max(self.high, min(self.config.ceiling, level))
 
+    def held(self, level: float) -> None:
+        """The server sustained ``level`` requests at once over the last round trips (Little's law on its answers)."""
+        self.high_sustained = max(self.high_sustained, min(self.config.ceiling, level))
+
+    def below(self, limit: float) -> bool:
+        """``limit`` is under a capacity seen, by more than the noise of how it was seen."""
+        return limit < self.config.regain * self.high or limit < self.config.regain_sustained * self.high_sustained
+
+    def target(self) -> float:
+        """The level a climb back goes to: the highest capacity seen, however it was seen."""
+        return max(self.high, self.high_sustained)
+
     def raise_knee(self, level: float) -> None:
         """Growth above a known knee that brought no queue moves it up."""
         if self.knee < math.inf:
@@ -314,9 +330,14 @@ class CapacityMemory:
         elif self.quiet_since == math.inf:
             self.quiet_since = now
 
+    def outgrown(self, now: float, rtt: float) -> None:
+        """The server held more than one above the refusal level: evidence worth ``regain_rtts`` round trips in use
+        without a refusal (``stale`` then says so at once, unless a refused climb back asked for more)."""
+        self.quiet_since = min(self.quiet_since, now - self.config.regain_rtts * rtt)
+
     def stale(self, now: float, rtt: float, limit: float) -> bool:
         """In use for ``wait`` round trips with no refusal, below the highest capacity seen: it came back."""
-        return limit < self.config.regain * self.high and now - self.quiet_since >= self.wait * rtt
+        return self.below(limit) and now - self.quiet_since >= self.wait * rtt
 
     def regained(self, level: float) -> None:
         """All of it came back, up to ``level``: the next climb wants the usual evidence; the old levels are gone

@@ -18,15 +18,19 @@ mode        event                                         to            the limi
 PROBING     an answer, in use, no queue                   PROBING       + ``slow_start_step`` (x1.5 per round trip)
 PROBING     a fresh refusal                               HOLDING       the level of a round trip ago (/1.5)
 STEADY      an answer, in use                             STEADY        +1 to the refusal level/knee, then a probe
+                                                                        (x2 per round trip without a refusal below
+                                                                        ``regain`` x the highest capacity seen)
 STEADY      a lone refusal                                HOLDING       capped at what was in flight, less one
 STEADY      a burst (a reaction that did not suffice)     HOLDING       what recent answers sustained, >= half
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
-STEADY      in use at or above the refusal level for      RECOVERING    climbs +1 per answer (x2 per round trip)
-            ``wait`` round trips, no refusal, below                     to the highest capacity seen
+STEADY      in use at or above the refusal level for      RECOVERING    climbs +2 per answer (x3 per round trip)
+            ``wait`` round trips, no refusal, or the                    to the highest capacity seen
+            server holding two above it; below
             ``regain`` x the highest capacity seen
 HOLDING     a round trip with no refusal                  STEADY        (no growth meanwhile; echoes only cap)
 RECOVERING  reached its target                            STEADY        (PROBING after ``reset``)
-RECOVERING  a fresh refusal                               HOLDING       as STEADY; the next climb back waits longer
+RECOVERING  a fresh refusal                               HOLDING       as STEADY; refused as it began, the next
+                                                                        climb back waits longer
 any         for a round trip, everything sent refused     OUTAGE        only capped (the levels meanwhile are not kept)
             (a round trip known: one answer at least)
 OUTAGE      an answer to a request sent a round trip or   RECOVERING    back to what held before the refusals began
@@ -89,6 +93,7 @@ class AdaptiveLimit:
         self._target = 0.0  # RECOVERING: the level climbed to
         self._then = Mode.STEADY  # RECOVERING: the mode once there
         self._regaining = False  # RECOVERING: because the capacity came back (not after an outage or reset)
+        self._climb_from = 0.0  # RECOVERING: the limit the climb began at
         self._held: Optional[tuple[float, float, float, Mode]] = None  # (limit, refusal level, knee, mode) before a run of refusals
 
     # what others read ----------------------------------------------------------
@@ -155,6 +160,22 @@ class AdaptiveLimit:
     def _round_trip(self) -> float:
         return self.rtt or 0.05
 
+    def _reach(self, now: float) -> float:
+        """How far above the refusal level the probe goes per round trip now: ``probe``; below the highest
+        capacity seen (``regain`` x ``high``), doubling for each round trip since the last refusal (after the
+        round trip that refusal holds), up to ``probe_max``.
+
+        A refusal level under a capacity seen before measures a capacity that moved and may move back (a
+        tenant that leaves, a replica that returns): each round trip the server holds it without a refusal,
+        the search above it widens (an exponential search, as slow start's), so a return is found within a
+        few round trips; a refusal starts it again from ``probe``.  At the highest capacity seen, the probe
+        stays slow: there it only tracks a capacity that holds, and each crossing costs a refusal."""
+        cfg = self.config
+        quiet = (now - max(self.refusals_.last, self._last_cut)) / self._round_trip() - 1.0
+        if quiet <= 0.0 or not self.memory.below(self.answers_scale * self.limit):
+            return cfg.probe
+        return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
+
     def _in_use(self, in_flight: float) -> bool:
         """Growth is earned only by a limit that is in use."""
         return in_flight >= self.limit - max(2.0, self.limit / 8)
@@ -168,6 +189,7 @@ class AdaptiveLimit:
     def _recover_to(self, target: float, then: Mode, *, regaining: bool) -> None:
         if target > self.limit:
             self.mode, self._target, self._then, self._regaining = Mode.RECOVERING, min(self.config.ceiling, target), then, regaining
+            self._climb_from = self.limit
         else:
             self.mode = then
 
@@ -223,6 +245,17 @@ class AdaptiveLimit:
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
+        sent_level = float(level if level is not None else in_flight)
+        if self.mode is Mode.STEADY and self.answers_scale == 1.0 and now - self._last_cut >= max(1.0, 4 * trip):
+            # What the server sustained (Little's law on the answers of the last round trips, no more than this
+            # limit allowed), once those answers are all from after slow start and the last cut: a burst
+            # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
+            # peers, the endpoint's capacity is what they note together (``adopt``)
+            self.memory.held(min(self.sustained(now), self.limit))
+        if self.mode is Mode.STEADY and sent_level > self.memory.refusal_level + 1.0:
+            # The server held more than one above where it last refused (this request was sent with that many at it):
+            # the capacity that refused is no longer there; what was seen above it is evidence enough to climb to
+            self.memory.outgrown(now, trip)
         # Evidence that capacity came back: in use at or above the level refusals put it at, with no refusal
         self.memory.in_use(now, used and self.mode is Mode.STEADY and self.limit >= self.memory.refusal_level)
         if self.mode is Mode.STEADY and self.memory.stale(now, trip, self.limit):
@@ -230,10 +263,10 @@ class AdaptiveLimit:
             # left, a replica returned).  Climb back x2 per round trip to it, on a base learnt afresh.
             self.regains += 1
             self.latency.relearn()
-            self._recover_to(self.memory.high, Mode.STEADY, regaining=True)
+            self._recover_to(self.memory.target(), Mode.STEADY, regaining=True)
         if self.mode is Mode.RECOVERING:
             if used:
-                self.limit = min(cfg.ceiling, self._target, self.limit + 1.0)
+                self.limit = min(cfg.ceiling, self._target, self.limit + (2.0 if self._regaining else 1.0))
             if self.limit >= self._target:
                 if self._regaining:
                     self.memory.regained(self.limit)
@@ -256,8 +289,8 @@ class AdaptiveLimit:
         elif self.limit < below:  # above the knee of a queueing server: one per round trip
             grown = min(self.limit + 1.0 / self.limit, below)
             mem.raise_knee(grown)
-        else:  # probe: the same per round trip for every client sharing the endpoint
-            grown = self.limit + cfg.probe / max(1.0, self.limit)
+        else:  # probe: the same per round trip for every client sharing the endpoint, doubling each round trip it holds
+            grown = self.limit + self._reach(now) / max(1.0, self.limit)
         self.limit = min(cfg.ceiling, grown)
 
     def on_drop(self, in_flight: float, now: float, sent_at: float, *, timeout: bool = False) -> None:
@@ -280,7 +313,9 @@ class AdaptiveLimit:
         elif self.mode is not Mode.OUTAGE:  # (an outage's refusals only cap: they say nothing of the capacity)
             level = max(1.0, min(float(in_flight), self.limit))
             probing = self.mode is Mode.PROBING
-            if self.mode is Mode.RECOVERING and self._regaining:  # refused on the way back: not all of it came back
+            if self.mode is Mode.RECOVERING and self._regaining and in_flight <= self._climb_from + 1.0:
+                # refused as the climb back began: the evidence that capacity came back was wrong (a climb refused
+                # higher up found some of it: not all came back, and the evidence was right)
                 self.memory.regain_refused()
             self.memory.refused(float(in_flight), probing=probing)
             step = cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2

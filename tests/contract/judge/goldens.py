@@ -73,6 +73,15 @@ def _scenarios() -> list[Scenario]:
             add(Scenario(f"capacity-tenant-{ra}-seed{seed}", f"{cap}::test_qworker_tracks_a_capacity_that_changes",
                          [{**HARSH, "seed": seed, "retry_after": ra}], [{"start": 0.0, "n": 20000}], until=60.0,
                          tenant={"start": 20.0, "n": 10**5, "concurrency": 32, "stop": 40.0}, changes=[20.0, 40.0], quick=(seed == 1 and ra == "ms")))
+        for seed in (1, 2, 3):
+            moving = "test_capacity_that_returns_within_10_s_phases_is_found_within_2_s_with_few_refusals"
+            add(Scenario(f"moving-step-{ra}-seed{seed}", f"{cap}::{moving}",
+                         [{**HARSH, "seed": seed, "retry_after": ra, "capacity_steps": [[10.0, 16], [20.0, 64]]}],
+                         [{"start": 0.0, "n": 20000}], until=30.0, changes=[10.0, 20.0], quick=(seed == 1 and ra == "s")))
+            add(Scenario(f"moving-tenant-{ra}-seed{seed}", f"{cap}::{moving}",
+                         [{**HARSH, "seed": seed, "retry_after": ra}], [{"start": 0.0, "n": 20000}], until=30.0,
+                         tenant={"start": 10.0, "n": 10**5, "concurrency": 32, "stop": 20.0}, changes=[10.0, 20.0],
+                         quick=(seed == 1 and ra == "s")))
         add(Scenario(f"capacity-quota-{ra}", f"{cap}::test_a_per_minute_quota_is_used_to_the_end_without_marking_the_endpoint_dead",
                      [{**HARSH, "seed": 1, "retry_after": ra, "quota_per_min": 6000}], [{"start": 0.0, "n": 30000}], until=180.0,
                      changes=[60.0, 120.0]))

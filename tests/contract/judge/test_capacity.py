@@ -30,14 +30,15 @@ def allowed(server: Server, capacity: Callable[[float], float], a: float, b: flo
     return capacity((a + b) / 2) / (sum(sv) / len(sv))
 
 
-def phases(c, server: Server, capacity: Callable[[float], float]) -> list[dict]:
-    """Per phase: what it allows, what the client got from 5 s after the change on, and when it first held
+def phases(c, server: Server, capacity: Callable[[float], float], changes: list[float] = CHANGES, end: float = END,
+           settle: float = 5.0) -> list[dict]:
+    """Per phase: what it allows, what the client got from ``settle`` s after the change on, and when it first held
     >= 90% of it over a 2 s window with <= 2% refusals (seconds after the change; None: never)."""
     out = []
-    bounds = [0.0, *CHANGES, END]
+    bounds = [0.0, *changes, end]
     for a, b in zip(bounds, bounds[1:], strict=False):
         al = allowed(server, capacity, a, b)
-        got = sum(1 for t in c.done_at if a + 5 <= t < b) / (b - a - 5)
+        got = sum(1 for t in c.done_at if a + settle <= t < b) / (b - a - settle)
         adapt, t = None, a
         while t + 2 <= b:
             n = sum(1 for x in c.done_at if t <= x < t + 2)
@@ -50,9 +51,9 @@ def phases(c, server: Server, capacity: Callable[[float], float]) -> list[dict]:
     return out
 
 
-def refused_share(c) -> float:
-    n = sum(1 for t in c.done_at if t < END)
-    r = sum(1 for t in c.refused_at if t < END)
+def refused_share(c, end: float = END) -> float:
+    n = sum(1 for t in c.done_at if t < end)
+    r = sum(1 for t in c.refused_at if t < end)
     return r / (n + r)
 
 
@@ -85,6 +86,38 @@ def test_qworker_tracks_a_capacity_that_changes(scenario, seed, retry_after):
     for p in ph[1:]:
         assert p["adapt"] is not None and p["adapt"] <= 5.0, ph
     assert refused_share(c) <= 0.02
+
+
+PHASE_S = 10.0
+
+
+def moving_run(scenario: str, seed: int, retry_after: str) -> tuple:
+    """10 s phases: capacity 64 -> 16 -> 64 (``step``), or a semaphore(32) tenant beside it in the second (``tenant``)."""
+    changes = [PHASE_S, 2 * PHASE_S]
+    steps = [(PHASE_S, 16), (2 * PHASE_S, 64)] if scenario == "step" else None
+    server = harsh(seed, retry_after=retry_after, capacity_steps=steps)
+    sim = Sim()
+    c = Client(sim, server, 20000)
+    if scenario == "tenant":
+        sim.at(PHASE_S, lambda t: SemaphoreClient(sim, server, 10**5, 32, stop=2 * PHASE_S))
+    sim.run([c], until=3 * PHASE_S)
+    capacity = server.capacity_at if scenario == "step" else (lambda t: 32 if PHASE_S <= t < 2 * PHASE_S else 64)
+    return c, phases(c, server, capacity, changes, 3 * PHASE_S, settle=0.0)
+
+
+@pytest.mark.parametrize("retry_after", ["ms", "s"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("scenario", ["step", "tenant"])
+def test_capacity_that_returns_within_10_s_phases_is_found_within_2_s_with_few_refusals(scenario, seed, retry_after):
+    # The whole of each phase counts, the seconds spent finding the new capacity included.  Capacity that
+    # returns (a step back up, a tenant leaving) can only be found by probing above where it was refused,
+    # and each probe that finds it still there is a refusal: found within 2 s, the phase after it is served
+    # at >= 80% (the seconds before it at the old capacity), every other phase at >= 90%.
+    c, ph = moving_run(scenario, seed, retry_after)
+    assert not c.failed
+    assert ph[0]["share"] >= 0.9 and ph[1]["share"] >= 0.9 and ph[2]["share"] >= 0.8, ph
+    assert ph[2]["adapt"] is not None and ph[2]["adapt"] <= 2.0, ph
+    assert refused_share(c, 3 * PHASE_S) <= 0.02, ph
 
 
 def test_a_semaphore_at_the_initial_capacity_floods_refusals_when_it_drops():

@@ -1,0 +1,52 @@
+"""The adaptive limit where capacity moves (``qworker.judge.control.limiter``), fed answers in simulated time (no clock)."""
+
+from __future__ import annotations
+
+from qworker.judge.control.limiter import AdaptiveLimit, Mode
+
+RTT = 0.3  # seconds
+
+
+def answer_at_the_limit(lim: AdaptiveLimit, start: float, end: float) -> float:
+    """Answers from ``start`` to ``end`` seconds, each RTT long and sent with the limit's whole requests at the
+    server (a server with room for all of them: none refused); returns ``end``."""
+    t = start
+    while t < end:
+        n = max(1, int(lim.limit))
+        lim.on_success(RTT, n, t, level=n)
+        t += RTT / n
+    return end
+
+
+def steady(limit: float, *, high: float, refused_at: float) -> AdaptiveLimit:
+    """A limit in steady state at ``limit``, refused a moment ago at ``refused_at`` in flight, that saw ``high``."""
+    lim = AdaptiveLimit(initial=limit)
+    lim.mode = Mode.STEADY
+    lim.rtt = RTT
+    lim.memory.saw(high)
+    lim.memory.refused(refused_at, probing=False)
+    lim.refusals_.last = 0.0
+    return lim
+
+
+def test_below_a_capacity_seen_before_the_probe_widens_until_the_capacity_that_came_back_is_found():
+    # Refused at 17 with 64 seen before; the capacity is back (nothing refused any more): the probe above
+    # the refusal level doubles each round trip, the server is seen holding two above it, and the limit
+    # climbs back to 64, all within 2 s (a probe of 0.15 a round trip would take 2 s to reach 17 alone).
+    lim = steady(16, high=64, refused_at=17)
+    t = answer_at_the_limit(lim, 0.01, 1.2)
+    assert lim.limit < 19  # a round trip held, then 0.15, 0.3, 0.6 a round trip: no jump
+    answer_at_the_limit(lim, t, 2.0)
+    assert lim.limit >= 60 and lim.regains == 1
+    # At the highest capacity seen, the probe does not widen: there each crossing is a refusal
+    at_high = steady(64, high=64, refused_at=65)
+    answer_at_the_limit(at_high, 0.01, 2.0)
+    assert 64 < at_high.limit <= 64 + 0.15 * 2.0 / RTT + 0.1 and at_high.regains == 0
+
+
+def test_the_highest_capacity_seen_is_what_the_server_sustained_alone_in_steady_state():
+    # No refusal ever came at one level twice (the only way it was learnt before): the answers say it
+    lim = steady(40, high=0, refused_at=41)
+    lim.memory.refusal_level = float("inf")  # nothing refused: the limit grows only as a probe would
+    answer_at_the_limit(lim, 0.01, 3.0)
+    assert 36 <= lim.memory.target() <= lim.limit
