@@ -32,6 +32,7 @@ WINDOW = 512  # the latest answers the fit reads (a batch that moved is seen onc
 MIN_ANSWERS = 32  # answers before a fit is tried
 EVERY = 8  # answers between fits
 SPREAD = 2.0  # the highest level read / the lowest: below this the levels say nothing of a knee
+IDLE = 2.0  # the lowest level read, at most: the line is anchored on answers from a server with (nearly) nothing else to do
 RISE = 1.5  # the top level over the knee found, at least: a shallower queue is the ``Latency`` gradient's to see
 FIT = 0.6  # the line's squared error, at most this share of a flat latency's: the rise is the line, not noise
 SIDE = 6  # answers at least, both at or under the knee and at ``RISE`` x it or more
@@ -83,14 +84,15 @@ class BatchKnee:
 
     def fit(self) -> Optional[float]:
         """The batch C of the line ``log latency = log S + log max(1, level / C)`` fitted to the bands' means (C one of
-        their levels, the best fit of those that qualify): under ``below``, the top level ``RISE`` x C or more, the line
+        their levels, the best fit of those that qualify), on answers that include some sent at ``IDLE`` or under
+        (a latecomer's first answers, sent above others' load, come back fastest first and fake a rise): under ``below``, the top level ``RISE`` x C or more, the line
         explaining the rise (error <= ``FIT`` x a flat latency's), and the answers at or under C and at ``RISE`` x C or
         more differing by ``SURE`` standard errors or more (``SIDE`` answers each at least); None when none does."""
         points = sorted((lv / n, x / n, n) for n, lv, x, _ in self._bands.values())  # (mean level, mean log latency, answers)
         if len(points) < 3:
             return None
         low, top = points[0][0], points[-1][0]
-        if top < SPREAD * low:
+        if low > IDLE or top < SPREAD * low:
             return None
         total = sum(n for _, _, n in points)
 

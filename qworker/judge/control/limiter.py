@@ -33,6 +33,9 @@ OUTAGE      an answer to a request sent a round trip or   RECOVERING    back to 
             more after the refusals began
 OUTAGE      an answer to one sent less than that after    HOLDING       (it was not an outage)
 not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
+not OUTAGE  latency rising in proportion to the level     STEADY        the batch x ``queue_target``; the latency
+            past a batch under the starting limit                       base is learnt afresh
+            (``batch.BatchKnee``; no fresh metrics)
 any         ``reset`` (an endpoint back from down)        RECOVERING    from ``initial`` to the limit it had
 ==========  ============================================  ============  ==========================================
 

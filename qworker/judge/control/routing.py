@@ -29,7 +29,9 @@ room again: nothing is pinned to the tier it went to last.
   spilled group also lands together.  ``weight`` does not apply.  When the fleet is
   saturated, the replica that frees a slot takes the first waiting task (of the
   first ``LOOKAHEAD``) whose prefix prefers it, rather than the head of the queue:
-  otherwise whichever replica frees first would scatter every group.
+  otherwise whichever replica frees first would scatter every group.  With none, it
+  takes the first task of a prefix not yet begun (nothing of it sent), and that
+  prefix's other tasks follow it there: a group moves whole rather than being split.
 """
 
 from __future__ import annotations
@@ -131,8 +133,9 @@ class Router:
 
         A replica with room takes the first task among the first ``LOOKAHEAD`` whose
         prefix prefers it (its first replica on the ring that is up and within the load
-        bound); with none, the head of the queue spills to its next replica on the ring
-        that has room.  So a group stays on its replica while the fleet is saturated,
+        bound); with none, the first task of a prefix not yet begun moves that prefix, whole,
+        to a replica with room (within the bound); with none, the head of the queue spills to its
+        next replica on the ring that has room.  So a group stays on its replica while the fleet is saturated,
         when whichever replica frees a slot first would otherwise scatter it.  ``eligible``:
         whether a task may go now (not resolved, no Retry-After pending).
         """
