@@ -84,7 +84,7 @@ class BatchKnee:
 
     def fit(self) -> Optional[float]:
         """The batch C of the line ``log latency = log S + log max(1, level / C)`` fitted to the bands' means (C one of
-        their levels, the best fit of those that qualify), on answers that include some sent at ``IDLE`` or under
+        their levels, the best fit of those that qualify, the best of all being under ``below``), on answers that include some sent at ``IDLE`` or under
         (a latecomer's first answers, sent above others' load, come back fastest first and fake a rise): under ``below``, the top level ``RISE`` x C or more, the line
         explaining the rise (error <= ``FIT`` x a flat latency's), and the answers at or under C and at ``RISE`` x C or
         more differing by ``SURE`` standard errors or more (``SIDE`` answers each at least); None when none does."""
@@ -104,7 +104,10 @@ class BatchKnee:
         flat = error(math.inf)
         if flat <= 0.0:
             return None
-        for err, knee in sorted((error(level), level) for level, _, _ in points):  # the best fit that is sure
+        fits = sorted((error(level), level) for level, _, _ in points)
+        if fits[0][1] >= self.below:  # the line fits best with the batch where the ``Latency`` gradient finds it
+            return None
+        for err, knee in fits:  # the best fit that is sure
             if err > FIT * flat:
                 break
             if knee < self.below and top >= RISE * knee and self._sure(knee):
