@@ -5,9 +5,10 @@ TIER   a primary (capacity 32, lognormal 0.3 s: 107 req/s) at priority 0 and a f
        submitted at once, and with tasks arriving at 80/s (75% of the primary's ceiling)
 FLEET  8 queueing replicas of one model (batch 8, decode lognormal 0.3 s, a prefix cache:
        0.2 ms of prefill per prompt token that missed), GRPO-shaped traffic (groups of 8
-       and 16 responses to one 3,000-token judge prompt): prefix-affinity routing against
-       free-capacity routing and round-robin; throughput, prefix-cache hit rate, time at
-       the judge per request, the trainer's p50 latency
+       and 16 responses to one 3,000-token judge prompt): prefix-affinity routing (with and
+       without the replicas' metrics URLs) against free-capacity routing, round-robin, and two
+       hand-set aiohttp clients given the batch (64 slots round-robin; each whole group to one
+       replica, 8 slots each); throughput, prefix-cache hit rate, time queued and at the replica
 """
 
 from __future__ import annotations
@@ -84,39 +85,97 @@ def tiers(n: int, runs: int) -> list[list[object]]:
 
 
 FLEET_ARGS = (*LOGNORMAL, "--capacity", "8", "--queue", "--prefix-blocks", "20000", "--prefill-per-token", "0.0002")
-ROUTINGS = ("prefix", "capacity", "round_robin")
+# (row, how): qworker with a routing and with or without each replica's metrics URL, or a hand-set aiohttp client
+SYSTEMS = (("prefix", ("qworker", "prefix", False)), ("prefix + metrics_url", ("qworker", "prefix", True)),
+           ("capacity (default)", ("qworker", "capacity", False)), ("round_robin", ("qworker", "round_robin", False)),
+           ("aiohttp 64 slots, round-robin", ("aiohttp", "round_robin", False)),
+           ("aiohttp whole-group affinity", ("aiohttp", "group", False)))
 
 
-def fleet(n: int, runs: int, replicas: int = 8) -> None:
-    rows, ratios = [], []
-    for group in (8, 16):
-        got: dict[str, list[dict]] = {r: [] for r in ROUTINGS}
-        for seed in range(1, runs + 1):
-            for routing in ROUTINGS:  # paired: the same seeds for every routing
-                servers = [Server(free_port(), *FLEET_ARGS, seed=100 * seed + i) for i in range(replicas)]
+async def _hand_set(urls: list[str], payloads: list[dict], group: int, how: str, slots: int) -> int:
+    """A hand-set client over the replicas: ``round_robin``: ``slots`` in flight, request i to replica i mod R;
+    ``group``: ``slots // R`` in flight per replica (its batch), group g (tasks g*group ...) to replica g mod R.
+    The prompt is the one qworker sends (the default template).  Returns the failed count."""
+    import asyncio
+
+    import aiohttp
+
+    from qworker.judge.prompt import DEFAULT_TEMPLATE, render
+
+    per = max(1, slots // len(urls))
+    sems = [asyncio.Semaphore(slots)] * len(urls) if how == "round_robin" else [asyncio.Semaphore(per) for _ in urls]
+    failed = 0
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=slots)) as session:
+        async def one(i: int, body: dict) -> None:
+            nonlocal failed
+            r = i % len(urls) if how == "round_robin" else (i // group) % len(urls)
+            for attempt in range(4):
                 try:
-                    eps = [{"metrics_url": f"http://127.0.0.1:{s.port}/metrics"} for s in servers]
-                    out = run(servers, grpo_payloads(n, group, f"g{group}s{seed}"), eps, {"routing": routing})
+                    async with sems[r], session.post(urls[r], json=body, timeout=aiohttp.ClientTimeout(total=120)) as resp:
+                        await resp.read()
+                        if resp.status == 200:
+                            return
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    pass
+                await asyncio.sleep(0.1 * 2**attempt)
+            failed += 1
+
+        await asyncio.gather(*(one(i, {"model": "judge", "max_tokens": 16, "messages": [
+            {"role": "user", "content": render(DEFAULT_TEMPLATE, pl, "")}]}) for i, pl in enumerate(payloads)))
+    return failed
+
+
+def run_hand_set(servers: list[Server], payloads: list[dict], group: int, how: str, slots: int = 64) -> dict:
+    import asyncio
+
+    t0 = time.monotonic()
+    failed = asyncio.run(_hand_set([s.url for s in servers], payloads, group, how, slots))
+    return {"elapsed_s": time.monotonic() - t0, "completed": len(payloads) - failed, "failed": failed,
+            "stats": [s.stats() for s in servers], "p50_latency_s": float("nan")}
+
+
+def fleet(n: int, runs: int, replicas: int = 8, groups: tuple[int, ...] = (8, 16), only: tuple[str, ...] = ()) -> None:
+    """``only``: these rows of ``SYSTEMS`` (default: all)."""
+    systems = [(name, how) for name, how in SYSTEMS if not only or name in only]
+    rows, ratios = [], []
+    for group in groups:
+        got: dict[str, list[dict]] = {name: [] for name, _ in systems}
+        for seed in range(1, runs + 1):
+            for name, (client, routing, metrics) in systems:  # paired: the same seeds for every system
+                servers = [Server(free_port(), *FLEET_ARGS, seed=100 * seed + i) for i in range(replicas)]
+                payloads = grpo_payloads(n, group, f"g{group}s{seed}")
+                try:
+                    if client == "aiohttp":
+                        out = run_hand_set(servers, payloads, group, routing)
+                    else:
+                        eps = [{"metrics_url": f"http://127.0.0.1:{s.port}/metrics"} if metrics else {} for s in servers]
+                        out = run(servers, payloads, eps, {"routing": routing})
                 finally:
                     for s in servers:
                         s.stop()
                 st = out["stats"]
-                served = sum(s["served"] for s in st)
+                served = max(1, sum(s["served"] for s in st))
                 r = {"rate": out["completed"] / out["elapsed_s"], "failed": out["failed"], "p50": out["p50_latency_s"],
                      "hit": sum(s["hit_tokens"] for s in st) / max(1, sum(s["prompt_tokens"] for s in st)),
-                     "judge_s": sum((s["mean_queued_s"] + s["mean_service_s"]) * s["served"] for s in st) / max(1, served)}
-                got[routing].append(r)
-                print(f"  FLEET groups of {group}, seed {seed}, {routing}: {r['rate']:.0f} req/s, hit rate {r['hit']:.1%}, "
-                      f"at the judge {r['judge_s']:.3f} s/request, p50 latency {r['p50']:.2f} s, failed {r['failed']}", flush=True)
-        for routing in ROUTINGS:
-            med = lambda k, rr=got[routing]: statistics.median(g[k] for g in rr)  # noqa: E731
-            rows.append([f"FLEET g{group}: {routing}", len(got[routing]), f"{med('rate'):.0f}", f"{med('hit'):.1%}",
-                         f"{med('judge_s'):.3f}", f"{med('p50'):.2f}", max(g["failed"] for g in got[routing])])
-        for other in ("capacity", "round_robin"):
-            paired = [a["rate"] / b["rate"] for a, b in zip(got["prefix"], got[other], strict=True)]
-            ratios.append([f"FLEET g{group}: prefix / {other}", f"{statistics.median(paired):.2f}x",
-                           ", ".join(f"{x:.2f}" for x in paired)])
-    print(f"\nFLEET: {replicas} queueing replicas (batch 8, decode lognormal 0.3 s, prefix cache, 0.2 ms prefill per missed token), "
-          f"{n} tasks, GRPO groups, 3,000-token judge prompt + 300-token response; medians of {runs} with paired seeds")
-    print(table(["run", "runs", "req/s", "prefix hit rate", "at the judge s/req", "p50 latency s", "failed"], rows))
-    print(table(["routing", "throughput ratio (median)", "per seed"], ratios))
+                     "queued_s": sum(s["mean_queued_s"] * s["served"] for s in st) / served,
+                     "judge_s": sum((s["mean_queued_s"] + s["mean_service_s"]) * s["served"] for s in st) / served}
+                got[name].append(r)
+                print(f"  FLEET groups of {group}, seed {seed}, {name}: {r['rate']:.0f} req/s, hit rate {r['hit']:.1%}, "
+                      f"at the replica {r['judge_s']:.3f} s/request ({r['queued_s']:.3f} queued), failed {r['failed']}", flush=True)
+        for name, _ in systems:
+            med = lambda k, rr=got[name]: statistics.median(g[k] for g in rr)  # noqa: E731
+            rows.append([f"FLEET g{group}: {name}", len(got[name]), f"{med('rate'):.0f}", f"{med('hit'):.1%}",
+                         f"{med('queued_s'):.3f}", f"{med('judge_s'):.3f}", max(g["failed"] for g in got[name])])
+        for name, _ in systems[1:] if systems and systems[0][0] == "prefix" else []:
+            paired = [a["rate"] / b["rate"] for a, b in zip(got["prefix"], got[name], strict=True)]
+            lat = [a["judge_s"] / b["judge_s"] for a, b in zip(got["prefix"], got[name], strict=True)]
+            ratios.append([f"FLEET g{group}: prefix / {name}", f"{statistics.median(paired):.2f}x",
+                           ", ".join(f"{x:.2f}" for x in paired), f"{statistics.median(lat):.2f}x"])
+    print(f"\nFLEET: {replicas} queueing replicas (batch 8, decode lognormal mean 0.3 s, prefix cache, 0.2 ms prefill per missed "
+          f"prompt token: a 3,000-token prompt missed costs 0.6 s, twice the mean decode), {n} tasks at once, GRPO groups, "
+          f"3,000-token judge prompt + 300-token response; qworker without a capacity hint (metrics URL only where named), "
+          f"the aiohttp clients given the batch (8 per replica, 64 in all); at the replica: queued + served, mean; "
+          f"medians of {runs} with paired seeds")
+    print(table(["run", "runs", "req/s", "prefix hit rate", "queued s/req", "at the replica s/req", "failed"], rows))
+    if ratios:
+        print(table(["prefix routing (no metrics URL) against", "throughput (median)", "per seed", "at the replica (median)"], ratios))

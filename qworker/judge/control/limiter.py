@@ -37,6 +37,9 @@ OUTAGE      an answer to a request sent a round trip or   RECOVERING    back to 
             more after the refusals began
 OUTAGE      an answer to one sent less than that after    HOLDING       (it was not an outage)
 not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
+not OUTAGE  latency rising in proportion to the level     STEADY        the batch x ``queue_target``; the latency
+            past a batch under the starting limit                       base is learnt afresh
+            (``batch.BatchKnee``; no fresh metrics)
 any         ``reset`` (an endpoint back from down)        RECOVERING    from ``initial`` to the limit it had
 ==========  ============================================  ============  ==========================================
 
@@ -55,6 +58,7 @@ import enum
 import math
 from typing import Optional
 
+from .batch import BatchKnee
 from .estimators import LOAD_FRESH_S, CapacityMemory, Latency, LimitConfig, QueueReading, RefusalKind, Refusals, ServerLoad, Throughput
 
 __all__ = ["AdaptiveLimit", "LOAD_FRESH_S", "LimitConfig", "Mode"]
@@ -86,6 +90,7 @@ class AdaptiveLimit:
         self.load = ServerLoad(cfg)
         self.memory = CapacityMemory(cfg)
         self.throughput = Throughput()
+        self.batch = BatchKnee(below=self.limit)  # a queueing server's batch under the starting limit, without metrics
         self.answers_scale = 1.0  # the endpoint's load / this client's: its answers are that share (``peers``)
         self.queue_cuts = 0
         self.regains = 0
@@ -201,6 +206,16 @@ class AdaptiveLimit:
         self._cut(self.memory.knee, now, Mode.STEADY)
         self.latency.restart()  # judge the cut on answers sent after it
 
+    def _on_batch(self, batch: Optional[float], now: float) -> None:
+        """Latency rose in proportion to the level past ``batch`` (``BatchKnee``): a queue there.  The limit goes to
+        the batch plus a tenth, and the latency base, learnt in that queue, is learnt afresh at it (meanwhile the
+        fit, on the answers it keeps, holds the limit there)."""
+        if (batch is None or batch * self.config.queue_target >= self.limit or self.mode is Mode.OUTAGE
+                or now - self._last_cut < self._round_trip()):
+            return
+        self._on_queue(QueueReading(True, batch * self.config.queue_target), now)
+        self.latency.relearn()
+
     # signals -----------------------------------------------------------------
     def on_server_load(self, running: float, waiting: float, in_flight: float, now: float) -> None:
         """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients)."""
@@ -242,6 +257,8 @@ class AdaptiveLimit:
             reading = self.latency.on_answer(rtt, float(level if level is not None else in_flight), tokens)
             if reading is not None and not self.load.fresh(now):  # the knee, plus a queue of a tenth of it
                 self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now)
+            if not self.load.fresh(now):
+                self._on_batch(self.batch.on_answer(rtt, float(level if level is not None else in_flight)), now)
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
@@ -360,5 +377,6 @@ class AdaptiveLimit:
         self._last_cut = -math.inf
         self.memory.forget()
         self.latency.relearn()
+        self.batch.clear()
         self.mode = Mode.PROBING
         self._recover_to(old, Mode.PROBING, regaining=False)

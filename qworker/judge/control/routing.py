@@ -29,7 +29,9 @@ room again: nothing is pinned to the tier it went to last.
   spilled group also lands together.  ``weight`` does not apply.  When the fleet is
   saturated, the replica that frees a slot takes the first waiting task (of the
   first ``LOOKAHEAD``) whose prefix prefers it, rather than the head of the queue:
-  otherwise whichever replica frees first would scatter every group.
+  otherwise whichever replica frees first would scatter every group.  With none, it
+  takes the first task of a prefix not yet begun (nothing of it sent), and that
+  prefix's other tasks follow it there: a group moves whole rather than being split.
 """
 
 from __future__ import annotations
@@ -87,8 +89,9 @@ class Router:
         ring = sorted((_h64(f"{e.url}#{e.index}#{k}".encode()), e.index) for e in endpoints for k in range(VNODES))
         self._ring_keys = [k for k, _ in ring]
         self._ring_eps = [i for _, i in ring]
-        self._affinity: dict[bytes, tuple[int, ...]] = {}  # task key -> its prefix's ring order (kept while the task waits or runs)
-        self._orders: dict[int, tuple[int, ...]] = {}  # prefix hash -> ring order
+        self._affinity: dict[bytes, int] = {}  # task key -> its prefix's hash (kept while the task waits or runs)
+        self._orders: dict[int, tuple[int, ...]] = {}  # prefix hash -> ring order (its home first, once it has moved)
+        self._started: set[int] = set()  # prefixes with a task sent (a group not yet begun may move whole)
         self.routed = 0
         self.affine = 0  # prefix routing: tasks that went to their prefix's first replica
 
@@ -130,8 +133,9 @@ class Router:
 
         A replica with room takes the first task among the first ``LOOKAHEAD`` whose
         prefix prefers it (its first replica on the ring that is up and within the load
-        bound); with none, the head of the queue spills to its next replica on the ring
-        that has room.  So a group stays on its replica while the fleet is saturated,
+        bound); with none, the first task of a prefix not yet begun moves that prefix, whole,
+        to a replica with room (within the bound); with none, the head of the queue spills to its
+        next replica on the ring that has room.  So a group stays on its replica while the fleet is saturated,
         when whichever replica frees a slot first would otherwise scatter it.  ``eligible``:
         whether a task may go now (not resolved, no Retry-After pending).
         """
@@ -145,6 +149,7 @@ class Router:
         load = sum(e.in_flight for e, _ in rooms)
         bound = max(math.ceil((1.0 + self.balance) * (load + 1) / len(rooms)), min(e.in_flight for e, _ in rooms) + BALANCE_ABS)
         within = {e.index for e, _ in rooms if e.index in usable and e.in_flight + 1 <= bound}
+        fresh: Optional[int] = None  # the first eligible task of a prefix with nothing sent yet
         for pos in range(min(LOOKAHEAD, len(queue))):
             p = queue[pos]
             if pos and not eligible(p):
@@ -154,7 +159,19 @@ class Router:
             if first is not None and first in free:
                 self.routed += 1
                 self.affine += first == next(i for i in order if i in usable or i in free)
+                self._started.add(self._hash(p))
                 return pos, self.endpoints[first]
+            if fresh is None and self._hash(p) not in self._started:
+                fresh = pos
+        if fresh is not None:  # a group not yet begun moves whole to a replica with room, rather than one being split
+            p = queue[fresh]
+            home = next(i for i in self._order(p) if i in free and i in within) if free & within else None
+            if home is not None:
+                self._move(p, home)
+                self._started.add(self._hash(p))
+                self.routed += 1
+                return fresh, self.endpoints[home]
+        self._started.add(self._hash(queue[0]))
         return 0, self._spill(rooms, queue[0])
 
     def _spill(self, rooms: list[tuple[Endpoint, float]], p: Pending) -> Endpoint:
@@ -163,30 +180,40 @@ class Router:
         self.routed += 1
         return self.endpoints[next(i for i in self._order(p) if i in free)]
 
-    def _order(self, p: Pending) -> tuple[int, ...]:
-        """The replicas in ``p``'s prefix's ring order (every endpoint, each once)."""
-        order = self._affinity.get(p.key)
-        if order is None:
+    def _hash(self, p: Pending) -> int:
+        """The hash of ``p``'s prefix (``affinity_text``)."""
+        h = self._affinity.get(p.key)
+        if h is None:
             try:
                 payload = msgpack.unpackb(p.payload, raw=False, strict_map_key=False)
             except (ValueError, TypeError, msgpack.UnpackException):
                 payload = None
-            h = _h64(affinity_text(p.params, payload).encode())
-            order = self._orders.get(h)
-            if order is None:
-                start = bisect.bisect_left(self._ring_keys, h)
-                seen: dict[int, None] = {}
-                n = len(self._ring_keys)
-                for k in range(n):
-                    seen.setdefault(self._ring_eps[(start + k) % n])
-                    if len(seen) == len(self.endpoints):
-                        break
-                order = tuple(seen)
-                if len(self._orders) > 65536:
-                    self._orders.clear()
-                self._orders[h] = order
-            self._affinity[p.key] = order
+            h = self._affinity[p.key] = _h64(affinity_text(p.params, payload).encode())
+        return h
+
+    def _order(self, p: Pending) -> tuple[int, ...]:
+        """The replicas in ``p``'s prefix's order (every endpoint, each once): its ring order, or its home first."""
+        h = self._hash(p)
+        order = self._orders.get(h)
+        if order is None:
+            start = bisect.bisect_left(self._ring_keys, h)
+            seen: dict[int, None] = {}
+            n = len(self._ring_keys)
+            for k in range(n):
+                seen.setdefault(self._ring_eps[(start + k) % n])
+                if len(seen) == len(self.endpoints):
+                    break
+            order = tuple(seen)
+            if len(self._orders) > 65536:
+                self._orders.clear()
+                self._started.clear()
+            self._orders[h] = order
         return order
+
+    def _move(self, p: Pending, home: int) -> None:
+        """``p``'s prefix, not yet begun, moves whole to ``home``: its other tasks follow it there."""
+        order = self._order(p)
+        self._orders[self._hash(p)] = (home, *(i for i in order if i != home))
 
     def done(self, p: Pending) -> None:
         """``p`` is answered, handed back or dropped: its ring order is not kept."""

@@ -15,7 +15,7 @@ from qworker.judge.control.gate import Gate
 from qworker.judge.control.routing import affinity_text
 from qworker.testing import MockJudge
 from qworker.testing.prefixcache import PrefixCache
-from tests.contract.judge.judgesim import Client, Server, Sim
+from tests.contract.judge.judgesim import TRANSIT_S, Client, Server, Sim
 
 FILL = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
 
@@ -39,6 +39,52 @@ def fleet(routing: str, group: int, n: int = 3000, replicas: int = 8, seed: int 
     hit = sum(s.prefix.stats["hit_tokens"] for s in servers) / sum(s.prefix.stats["prompt_tokens"] for s in servers)
     assert not c.failed and len(c.done_at) == n
     return n / end, hit, c, servers
+
+
+def replicas(batch: int, seed: int, n: int = 8) -> list[Server]:
+    """``n`` queueing replicas (batch ``batch``, decode lognormal mean 0.3 s) with prefix caches (0.2 ms prefill per missed token)."""
+    return [Server(mode="queue", capacity=batch, latency=0.3, sigma=0.6, seed=100 * seed + i,
+                   prefix=PrefixCache(blocks=20000, prefill_s_per_token=0.0002)) for i in range(n)]
+
+
+class HandSetClient:
+    """A hand-set client given each replica's batch: ``slots`` in flight per replica, no adaptation.  ``"round_robin"``:
+    task i to replica i mod R as a slot frees anywhere; ``"group"``: each whole group to one replica (group g to g mod R)."""
+
+    def __init__(self, sim: Sim, servers: list[Server], n: int, group: int, how: str, slots: int) -> None:
+        self.sim, self.servers, self.n, self.slots = sim, servers, n, slots
+        self.done_at: list[float] = []
+        self.busy = [0] * len(servers)
+        self.queues: list[list[Pending]] = [[] for _ in servers]
+        payload = grpo(group)
+        for i in range(n):
+            r = i % len(servers) if how == "round_robin" else (i // group) % len(servers)
+            self.queues[r].append(Pending(f"h{i}".encode(), "llm_judge", {}, msgpack.packb(payload(i)), None, None, 0.0))
+        for q in self.queues:
+            q.reverse()
+        for r in range(len(servers)):
+            self.pump(r, sim.t)
+
+    def pump(self, r: int, t: float) -> None:
+        while self.busy[r] < self.slots and self.queues[r]:
+            p = self.queues[r].pop()
+            self.busy[r] += 1
+            self.servers[r].arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, r=r: self.sim.at(
+                t_end + TRANSIT_S / 2, lambda tt: self.answer(r, tt)), p)
+
+    def answer(self, r: int, t: float) -> None:
+        self.busy[r] -= 1
+        self.done_at.append(t)
+        self.pump(r, t)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.done_at) >= self.n
+
+
+def at_the_replica_p50(servers: list[Server]) -> float:
+    """The median seconds a request spent at its replica (queued + served)."""
+    return statistics.median(w + s for srv in servers for (_, w), (_, s) in zip(srv.waits, srv.services, strict=True))
 
 
 def mean_judge_s(servers: list[Server]) -> float:
@@ -144,3 +190,29 @@ def test_the_mock_judge_serves_cached_prefixes_faster():
         assert stats["mean_service_s"] < 0.5
     finally:
         judge.stop()
+
+
+@pytest.mark.parametrize("group", [8, 16])
+def test_without_metrics_prefix_routing_finds_each_replicas_batch_and_keeps_its_queue_short(group):
+    """Replicas whose batch (8) is under the limit's starting point (32), no metrics URL: the limiter finds the
+    batch from latency alone, so the replicas hold no deep queue: the time at a replica is within 1.3x that of a
+    hand-set client given the batch (64 slots round-robin), and the throughput that of a hand-set client sending
+    each whole group to one replica (within 5%: the simulation's draws differ by routing)."""
+    n, batch = 3000, 8
+    for seed in (1, 2):
+        servers = replicas(batch, seed)
+        sim = Sim()
+        c = Client(sim, servers, n, payload=grpo(group), routing="prefix")
+        end = sim.run([c])
+        assert not c.failed and len(c.done_at) == n
+        rate, at_replica = n / end, at_the_replica_p50(servers)
+        limits = [e.limit.limit for e in c.gate.endpoints]
+        hand = {}
+        for how in ("round_robin", "group"):
+            hs = replicas(batch, seed)
+            sim = Sim()
+            h = HandSetClient(sim, hs, n, group, how, slots=batch)
+            hand[how] = (n / sim.run([h]), at_the_replica_p50(hs))  # type: ignore[list-item]
+        assert at_replica <= 1.3 * hand["round_robin"][1], (seed, at_replica, hand, limits)
+        assert rate >= 0.95 * hand["group"][0], (seed, rate, hand, limits)
+        assert max(limits) <= 2 * batch, limits  # (started at 32 each)
