@@ -114,7 +114,8 @@ class MemoryBoard:
 
 
 class DirBoard:
-    """Notes as small JSON files in ``root/<endpoint key>/<producer>.json`` (a directory only this user may use)."""
+    """Notes as small files in ``root/<endpoint key>/<producer>.json``, each its JSON after a checksum, rewritten in
+    place (a directory only this user may use)."""
 
     def __init__(self, root: str) -> None:
         self.root = root
