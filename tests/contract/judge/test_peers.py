@@ -19,6 +19,7 @@ import pytest
 from qworker import ConfigError
 from qworker.engine.task import Pending
 from qworker.judge.control.gate import Gate
+from qworker.judge.control.limiter import AdaptiveLimit
 from qworker.judge.control.peers import REMOVE_S, STALE_S, DirBoard, MemoryBoard, Note, endpoint_key
 from qworker.judge.control.registry import JudgeGates
 from tests.contract.judge import judgesim
@@ -176,6 +177,21 @@ def test_a_joining_producer_says_in_its_first_note_the_limit_it_adopted():
     there.queue.append(object())  # type: ignore[arg-type]
     there.tick(0.0)
     assert there.endpoints[0].share() == 31  # an even half of 63, not of the joiner's initial 32
+
+
+@pytest.mark.parametrize("scale, answers", [(1.0, 24), (2.0, 12)])
+def test_a_limit_shared_with_peers_climbs_back_per_answer_of_the_endpoint(scale, answers):
+    # Each producer hears only its share of the answers: a limit every producer judges against the whole load
+    # climbs back to the level it knows as fast as one producer's alone (whose climb is unchanged)
+    lim = AdaptiveLimit(initial=40.0)
+    lim.slow_start = False
+    lim.memory.refusal_level = 65.0
+    lim.answers_scale = scale
+    t, n = 0.0, 0
+    while lim.limit < 64.0:
+        t, n = t + 0.01, n + 1
+        lim.on_success(0.3, lim.limit, t)
+    assert n == answers
 
 
 def test_a_dir_board_rewrites_a_note_in_place_without_renaming_a_file_over_it(tmp_path):
