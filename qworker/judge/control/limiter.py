@@ -48,7 +48,10 @@ the capacity moves (a burst cut, a climb back, an outage's end, a reset), from
 the answers after the climb (none are kept while RECOVERING): a base measured at
 one capacity read at another would take the limiter's own load for queueing.
 While a metrics URL's reading is fresh it replaces the latency signal.  With peers (``peers``), ``adopt``
-takes what other producers learnt and ``answers_scale`` scales Little's law.
+takes what other producers learnt, and ``answers_scale`` (the endpoint's load over this producer's) scales
+Little's law and the climbs back (to the refusal level or knee, and RECOVERING): each answer stands for that
+many of the endpoint's, so a limit judged against every producer's load climbs back per round trip as one
+producer's alone does.  The probe above the refusal level stays per own answer.
 """
 
 from __future__ import annotations
@@ -283,7 +286,7 @@ class AdaptiveLimit:
             self._recover_to(self.memory.target(), Mode.STEADY, regaining=True)
         if self.mode is Mode.RECOVERING:
             if used:
-                self.limit = min(cfg.ceiling, self._target, self.limit + (2.0 if self._regaining else 1.0))
+                self.limit = min(cfg.ceiling, self._target, self.limit + (2.0 if self._regaining else 1.0) * self.answers_scale)
             if self.limit >= self._target:
                 if self._regaining:
                     self.memory.regained(self.limit)
@@ -300,11 +303,11 @@ class AdaptiveLimit:
                 return
             grown = self.limit + (cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2)
         elif self.limit < min(below, mem.knee):  # back to where the capacity was: one per success
-            grown = min(self.limit + (1.0 / self.limit if mem.overshot else 1.0), below, mem.knee)
+            grown = min(self.limit + self.answers_scale * (1.0 / self.limit if mem.overshot else 1.0), below, mem.knee)
         elif queueing:
             return
         elif self.limit < below:  # above the knee of a queueing server: one per round trip
-            grown = min(self.limit + 1.0 / self.limit, below)
+            grown = min(self.limit + self.answers_scale / self.limit, below)
             mem.raise_knee(grown)
         else:  # probe: the same per round trip for every client sharing the endpoint, doubling each round trip it holds
             grown = self.limit + self._reach(now) / max(1.0, self.limit)

@@ -19,6 +19,7 @@ import pytest
 from qworker import ConfigError
 from qworker.engine.task import Pending
 from qworker.judge.control.gate import Gate
+from qworker.judge.control.limiter import AdaptiveLimit
 from qworker.judge.control.peers import REMOVE_S, STALE_S, DirBoard, MemoryBoard, Note, endpoint_key
 from qworker.judge.control.registry import JudgeGates
 from tests.contract.judge import judgesim
@@ -78,6 +79,16 @@ def test_a_latecomer_gets_an_even_share_within_30_s(kind, seed):
     if kind == "queue":  # and the queue stays short: both judge it against the whole load
         waits = [w for t, w in server.waits if LATE + 10.0 < t <= LATE + 30.0]
         assert sum(waits) / len(waits) <= 0.25 * 0.3
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["refuse", "refuse-slowly", "queue"])
+def test_the_endpoint_stays_full_while_a_latecomer_takes_its_share(kind, seed):
+    # From 2 s to 10 s after the second producer starts, the two together are served most of what the server
+    # allows: the first drains to its share as the second fills, each judging its room by the other's fresh count
+    clients = staggered(servers(seed)[kind], [0.0, LATE], [60000, 60000], until=LATE + 10.0)
+    _, rate = shares(clients, LATE + 2.0, LATE + 10.0)
+    assert rate >= 0.8 * ALLOWED[kind], rate / ALLOWED[kind]
 
 
 def test_without_the_board_the_latecomer_starves():
@@ -147,6 +158,71 @@ def test_a_joining_producer_starts_from_its_peers_limit_and_capacity():
     g.tick(0.0)
     lim = g.endpoints[0].limit
     assert lim.limit == 63.5 and lim.high == 64.0
+
+
+def test_a_joining_producer_says_in_its_first_note_the_limit_it_adopted():
+    # (its initial limit, the lowest, would otherwise be everyone's until its next note)
+    board = MemoryBoard(clock=lambda: 0.0)
+    key = endpoint_key("http://judge")
+    board.publish(key, Note("there", 60, 63.5, True, 0.0, high=64.0))
+    g = gate_with(board)
+    g.queue.append(object())  # type: ignore[arg-type]
+    g.tick(0.0)
+    (mine,) = [n for n in board.read(key) if n.producer == g.peers.producer]
+    assert mine.limit == 63.5 and mine.wants
+    there = gate_with(board)
+    there.peers.producer = "there"
+    there.endpoints[0].limit.limit = 63.5
+    there.endpoints[0].in_flight = 60
+    there.queue.append(object())  # type: ignore[arg-type]
+    there.tick(0.0)
+    assert there.endpoints[0].share() == 31  # an even half of 63, not of the joiner's initial 32
+
+
+@pytest.mark.parametrize("scale, answers", [(1.0, 24), (2.0, 12)])
+def test_a_limit_shared_with_peers_climbs_back_per_answer_of_the_endpoint(scale, answers):
+    # Each producer hears only its share of the answers: a limit every producer judges against the whole load
+    # climbs back to the level it knows as fast as one producer's alone (whose climb is unchanged)
+    lim = AdaptiveLimit(initial=40.0)
+    lim.slow_start = False
+    lim.memory.refusal_level = 65.0
+    lim.answers_scale = scale
+    t, n = 0.0, 0
+    while lim.limit < 64.0:
+        t, n = t + 0.01, n + 1
+        lim.on_success(0.3, lim.limit, t)
+    assert n == answers
+
+
+def test_a_dir_board_rewrites_a_note_in_place_without_renaming_a_file_over_it(tmp_path):
+    # A file renamed over another is flushed to disk by ext4 (some 4 ms, on the dispatcher thread, every note)
+    board, other = DirBoard(str(tmp_path)), DirBoard(str(tmp_path))
+    key = endpoint_key("http://judge")
+    board.publish(key, Note("p", 40, 64.0, True, time.time()))
+    path = tmp_path / key / "p.json"
+    inode = path.stat().st_ino
+    board.publish(key, Note("p", 7, 64.0, True, time.time()))
+    assert path.stat().st_ino == inode and sorted(os.listdir(tmp_path / key)) == ["p.json"]
+    assert [n.in_flight for n in other.read(key)] == [7]
+    board.withdraw(key, "p")
+    assert not path.exists()
+
+
+def test_a_note_caught_half_rewritten_counts_as_its_producers_last_whole_note(tmp_path):
+    board, reader = DirBoard(str(tmp_path)), DirBoard(str(tmp_path))
+    key = endpoint_key("http://judge")
+    now = time.time()
+    board.publish(key, Note("p", 40, 64.0, True, now))
+    path = tmp_path / key / "p.json"
+    whole = path.read_bytes()
+    assert [n.in_flight for n in reader.read(key)] == [40]
+    board.publish(key, Note("p", 25, 61.0, True, now + 0.1))
+    new = path.read_bytes()
+    half = new.index(b'"limit"')
+    path.write_bytes(new[:half] + whole[half:])  # read in the middle of the rewrite: the new count, the old limit
+    assert [(n.in_flight, n.limit) for n in reader.read(key)] == [(40, 64.0)]
+    path.write_bytes(new)
+    assert [(n.in_flight, n.limit) for n in reader.read(key)] == [(25, 61.0)]
 
 
 def test_dir_board_notes_pass_between_gates_and_old_ones_are_removed(tmp_path):
