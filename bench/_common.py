@@ -145,3 +145,22 @@ class Server:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait()
+
+
+async def post_with_backoff(session, sem, url: str, body: dict, *, attempts: int = 4, timeout_s: float = 60) -> bool:
+    """The usual hand-set judge client's request: POST ``body`` to ``url`` holding ``sem``; a non-200 or a connection
+    error is retried after 0.1 s doubling (Retry-After unread), ``attempts`` tries in all.  True when one was a 200."""
+    import asyncio
+
+    import aiohttp
+
+    for attempt in range(attempts):
+        try:
+            async with sem, session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                await resp.read()
+                if resp.status == 200:
+                    return True
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            pass
+        await asyncio.sleep(0.1 * 2**attempt)
+    return False

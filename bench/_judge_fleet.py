@@ -17,7 +17,7 @@ import statistics
 import time
 from typing import Callable, Optional
 
-from _common import Server, free_port, table
+from _common import Server, free_port, post_with_backoff, table
 
 from qworker import Producer
 
@@ -109,16 +109,8 @@ async def _hand_set(urls: list[str], payloads: list[dict], group: int, how: str,
         async def one(i: int, body: dict) -> None:
             nonlocal failed
             r = i % len(urls) if how == "round_robin" else (i // group) % len(urls)
-            for attempt in range(4):
-                try:
-                    async with sems[r], session.post(urls[r], json=body, timeout=aiohttp.ClientTimeout(total=120)) as resp:
-                        await resp.read()
-                        if resp.status == 200:
-                            return
-                except (aiohttp.ClientError, asyncio.TimeoutError):
-                    pass
-                await asyncio.sleep(0.1 * 2**attempt)
-            failed += 1
+            if not await post_with_backoff(session, sems[r], urls[r], body, timeout_s=120):
+                failed += 1
 
         await asyncio.gather(*(one(i, {"model": "judge", "max_tokens": 16, "messages": [
             {"role": "user", "content": render(DEFAULT_TEMPLATE, pl, "")}]}) for i, pl in enumerate(payloads)))

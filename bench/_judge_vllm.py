@@ -40,7 +40,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from _common import free_port, table
+from _common import free_port, post_with_backoff, table
 
 from qworker import Producer
 from qworker.judge.prompt import DEFAULT_TEMPLATE, render
@@ -191,16 +191,8 @@ async def _semaphore(url: str, bodies: list[dict], k: int) -> int:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=k)) as session:
         async def one(body: dict) -> None:
             nonlocal failed
-            for attempt in range(4):
-                try:
-                    async with sem, session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=60)) as resp:
-                        await resp.read()
-                        if resp.status == 200:
-                            return
-                except (aiohttp.ClientError, asyncio.TimeoutError):
-                    pass
-                await asyncio.sleep(0.1 * 2**attempt)
-            failed += 1
+            if not await post_with_backoff(session, sem, url, body):
+                failed += 1
 
         await asyncio.gather(*(one(b) for b in bodies))
     return failed

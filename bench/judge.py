@@ -57,7 +57,7 @@ import _judge_changes  # noqa: E402
 import _judge_fair  # noqa: E402
 import _judge_fleet  # noqa: E402
 import _judge_vllm  # noqa: E402
-from _common import Server, run_together, table  # noqa: E402
+from _common import Server, post_with_backoff, run_together, table  # noqa: E402
 
 from qworker import Producer  # noqa: E402
 
@@ -101,16 +101,8 @@ async def _aiohttp(url: str, reqs: list[dict], concurrency: int, attempts: int) 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
         async def one(body: dict) -> None:
             nonlocal failed
-            for attempt in range(attempts):
-                try:
-                    async with sem, session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=60)) as resp:
-                        await resp.read()
-                        if resp.status == 200:
-                            return
-                except (aiohttp.ClientError, asyncio.TimeoutError):
-                    pass
-                await asyncio.sleep(0.1 * 2**attempt)  # the usual: exponential backoff, Retry-After unread
-            failed += 1
+            if not await post_with_backoff(session, sem, url, body, attempts=attempts):
+                failed += 1
 
         await asyncio.gather(*(one(b) for b in reqs))
     return {"failed": failed}
