@@ -10,13 +10,16 @@ from .._exceptions import ConfigError
 
 __all__ = ["check_endpoint"]
 
-SCHEMES = ("tcp://", "ipc://", "inproc://")  # the transports qworker's sockets bind and connect
+# libzmq's transports; qworker's own sockets use tcp, ipc and inproc, and the others are refused without CURVE
+# or ``insecure`` where they are bound (``security.check_bind``), not here
+SCHEMES = tuple(f"{name}://" for name in ("tcp", "ipc", "inproc", "pgm", "epgm", "tipc", "vmci", "udp", "ws", "wss", "norm"))
 MAX_PORT = 65535
 
 
 def check_endpoint(endpoint: object, *, what: str) -> str:
-    """``endpoint`` when it is ``tcp://HOST:PORT`` (PORT 0-65535, or ``*`` to bind any), ``ipc://PATH`` or
-    ``inproc://NAME``; else ``ConfigError`` naming ``what`` (the option it came from) and what to write."""
+    """``endpoint`` when it names one of libzmq's transports (``tcp://HOST:PORT`` with PORT 0-65535 or ``*`` to
+    bind any, ``ipc://PATH``, ``inproc://NAME``, ...); else ``ConfigError`` naming ``what`` (the option it came
+    from) and what to write."""
     if not isinstance(endpoint, str) or not endpoint.startswith(SCHEMES):
         shown = endpoint if isinstance(endpoint, str) else type(endpoint).__name__
         hint = f"tcp://{endpoint}" if isinstance(endpoint, str) and "://" not in endpoint and ":" in endpoint else "tcp://HOST:PORT"

@@ -9,7 +9,7 @@ from qworker.transport.endpoint import check_endpoint
 
 
 @pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:5557", "tcp://[::1]:0", "tcp://127.0.0.1:*", "tcp://*:5555",
-                                      "ipc:///tmp/q.sock", "inproc://results"])
+                                      "ipc:///tmp/q.sock", "inproc://results", "pgm://eth0;239.192.1.1:5555"])
 def test_well_formed_endpoints_pass_unchanged(endpoint):
     assert check_endpoint(endpoint, what="--connect") == endpoint
 
