@@ -8,13 +8,13 @@ import sys
 from typing import Optional
 
 from ..testing.mockjudge import DEFAULT_PORT, MockJudge
-from .args import Parser, bool_flag
+from .args import Parser, bool_flag, tcp_port
 
 __all__ = ["main"]
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = Parser(prog="qworker mock-judge", description="An OpenAI-compatible mock judge on 127.0.0.1.")
-    ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port on 127.0.0.1 (0: any free port); 18600 is "
+    ap.add_argument("--port", type=tcp_port, default=DEFAULT_PORT, help="TCP port on 127.0.0.1 (0: any free port); 18600 is "
                     "the one configs/demo-judge.yaml names, clear of the quick start's --http 8000")
     ap.add_argument("--capacity", type=int, default=64, help="requests served at once; more get 429 (or wait, with --queue)")
     bool_flag(ap, "queue", help="never refuse: queue beyond --capacity, served in order (vLLM-like)")
@@ -43,7 +43,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         ("--per-token", args.per_token, 0, None), ("--ttft", args.ttft, 0, None), ("--tokens-mean", args.tokens_mean, 1, None),
         ("--rpm", args.rpm, 1e-9, None), ("--tpm", args.tpm, 1e-9, None), ("--p-error", args.p_error, 0, 1),
         ("--p-reset", args.p_reset, 0, 1), ("--p-hang", args.p_hang, 0, 1), ("--prefix-blocks", args.prefix_blocks, 0, None),
-        ("--prefill-per-token", args.prefill_per_token, 0, None), ("--port", args.port, 0, 65535),
+        ("--prefill-per-token", args.prefill_per_token, 0, None),
     ):
         if value is not None and not (low <= value <= (high if high is not None else math.inf)):
             bound = f"between {low} and {high}" if high is not None else ("above 0" if 0 < low < 1 else f"at least {low}")

@@ -107,8 +107,9 @@ class Client:
     ) -> None:
         """``connect`` defaults to ``$QWORKER_CONNECT``, else ``tcp://127.0.0.1:5557``.  With CURVE, give this
         client's secret key file and the service's public key file (``qworker keys``)."""
-        self.endpoint = check_endpoint(connect or os.environ.get("QWORKER_CONNECT") or DEFAULT_SERVICE_ENDPOINT,
-                                       what="Client(connect=...)" if connect else "QWORKER_CONNECT" if os.environ.get("QWORKER_CONNECT") else "endpoint")
+        from_env = os.environ.get("QWORKER_CONNECT")
+        self.endpoint = check_endpoint(connect or from_env or DEFAULT_SERVICE_ENDPOINT,
+                                       what="Client(connect=...)" if connect else "QWORKER_CONNECT")
         self.connect_timeout_s = connect_timeout_s
         self.service_timeout_s = service_timeout_s
         self.fallback_score = fallback_score
