@@ -139,7 +139,14 @@ def main() -> None:
     a = ap.parse_args()
     if a.rollout == "vllm" and a.device != "cuda":
         ap.error("--rollout vllm needs --device cuda (bench/weight_sync.py measures vLLM on CPU)")
+    import importlib.util
+
     import torch
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no CUDA device here")
+    if a.rollout == "vllm" and importlib.util.find_spec("vllm") is None:
+        ap.error("--rollout vllm: vLLM is not installed here; use --rollout hf")
 
     torch.set_num_threads(a.threads)
     work = Path(tempfile.mkdtemp(prefix="qworker-bench-trainer-"))
