@@ -31,5 +31,5 @@ def test_hf_rollout_trains_and_the_sampler_sees_the_new_weights(tmp_path: Path) 
     r = _smoke(tmp_path, "--device", "cpu", "--rollout", "hf", "--steps", "2")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "gpu_smoke: 2 steps; weight sync route: in process (load_weights)" in r.stdout
-    assert r.stdout.count("step time") + r.stdout.count("reward wait") >= 2
+    assert r.stdout.count("reward wait") >= 2  # one timeline line per step
     assert "-> changed" in r.stdout
