@@ -53,7 +53,6 @@ def run(servers: list[Server], payloads: list[dict], eps_extra: list[dict], judg
     failed = [r for r in results if not r.ok]
     stats = [s.stats() for s in servers]
     return {"elapsed_s": elapsed, "completed": len(results) - len(failed), "failed": len(failed), "stats": stats,
-            "p50_latency_s": statistics.median(r.latency_s for r in results),
             "first_error": failed[0].error if failed else None}
 
 
@@ -123,7 +122,7 @@ def run_hand_set(servers: list[Server], payloads: list[dict], group: int, how: s
     t0 = time.monotonic()
     failed = asyncio.run(_hand_set([s.url for s in servers], payloads, group, how, slots))
     return {"elapsed_s": time.monotonic() - t0, "completed": len(payloads) - failed, "failed": failed,
-            "stats": [s.stats() for s in servers], "p50_latency_s": float("nan")}
+            "stats": [s.stats() for s in servers]}
 
 
 def fleet(n: int, runs: int, replicas: int = 8, groups: tuple[int, ...] = (8, 16), only: tuple[str, ...] = ()) -> None:
@@ -147,7 +146,7 @@ def fleet(n: int, runs: int, replicas: int = 8, groups: tuple[int, ...] = (8, 16
                         s.stop()
                 st = out["stats"]
                 served = max(1, sum(s["served"] for s in st))
-                r = {"rate": out["completed"] / out["elapsed_s"], "failed": out["failed"], "p50": out["p50_latency_s"],
+                r = {"rate": out["completed"] / out["elapsed_s"], "failed": out["failed"],
                      "hit": sum(s["hit_tokens"] for s in st) / max(1, sum(s["prompt_tokens"] for s in st)),
                      "queued_s": sum(s["mean_queued_s"] * s["served"] for s in st) / served,
                      "judge_s": sum((s["mean_queued_s"] + s["mean_service_s"]) * s["served"] for s in st) / served}

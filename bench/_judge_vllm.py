@@ -46,7 +46,7 @@ from qworker import Producer
 from qworker.judge.prompt import DEFAULT_TEMPLATE, render
 
 ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = Path(os.environ.get("QWORKER_VLLM_PYTHON", "/work/main/.venv/vllm/bin/python"))
+VLLM_PYTHON = Path(os.environ.get("QWORKER_VLLM_PYTHON", ROOT / ".venv" / "vllm" / "bin" / "python"))  # make test-vllm builds it
 SEMAPHORES = (8, 16, 32, 64)
 REPLY_TOKENS = 16
 START_TIMEOUT_S = 300.0
@@ -100,6 +100,13 @@ class VllmServer:
                  "--port", str(self.port), "--served-model-name", "judge", "--dtype", "float32", "--enforce-eager",
                  "--max-model-len", "512", "--max-num-seqs", str(max_num_seqs)],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            self._wait_ready()
+        except BaseException:  # Ctrl-C or SIGTERM during the start too: its own session gets no terminal signal
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
@@ -111,7 +118,6 @@ class VllmServer:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(f"the vLLM server did not answer within {START_TIMEOUT_S:.0f} s; its log:\n{self.tail()}")
             time.sleep(1.0)
 

