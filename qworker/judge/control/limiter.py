@@ -180,7 +180,7 @@ class AdaptiveLimit:
         stays slow: there it only tracks a capacity that holds, and each crossing costs a refusal."""
         cfg = self.config
         quiet = (now - max(self.refusals_.last, self._last_cut)) / self._round_trip() - 1.0
-        if quiet <= 0.0 or not self.memory.below(self.answers_scale * self.limit):
+        if quiet <= 0.0 or not self.memory.below(self.limit):  # both endpoint-wide: the limit already counts peers
             return cfg.probe
         return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
 
