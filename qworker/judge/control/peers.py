@@ -121,7 +121,6 @@ class DirBoard:
         self.root = root
         self._checked: set[str] = set()
         self._fds: dict[str, int] = {}  # per endpoint key: this producer's note, open for rewriting
-        self._sizes: dict[str, int] = {}  # per endpoint key: the bytes written over it each time
         self._last: dict[str, Note] = {}  # per note file: the last note read whole from it
 
     def clock(self) -> float:
@@ -146,13 +145,17 @@ class DirBoard:
         dispatcher thread at every note.  A reader that meets a note half rewritten sees
         the checksum fail and keeps that producer's last note (``read``)."""
         fd = self._fds.get(key)
+        if fd is not None and os.fstat(fd).st_nlink == 0:  # removed by a peer (aged out while this one was stopped)
+            os.close(fd)
+            fd = None
         if fd is None:
             path = os.path.join(self._dir(key), f"{note.producer}.json")
             fd = self._fds[key] = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
         body = json.dumps(asdict(note), separators=(",", ":")).encode()
         data = b"%08x %s" % (zlib.crc32(body), body)
-        size = self._sizes[key] = max(self._sizes.get(key, NOTE_BYTES), len(data))  # never shorter: no tail of an older note
-        os.pwrite(fd, data.ljust(size), 0)
+        if len(data) > NOTE_BYTES:
+            raise ValueError(f"a share note of {len(data)} bytes is over {NOTE_BYTES}")
+        os.pwrite(fd, data.ljust(NOTE_BYTES), 0)  # always the same size: no tail of an older note
 
     def read(self, key: str) -> list[Note]:
         folder = self._dir(key)
@@ -176,6 +179,7 @@ class DirBoard:
                 note = None  # foreign: aged by the file's time
             age = now - (note.at if note else _mtime(path))
             if age > REMOVE_S:
+                self._last.pop(path, None)
                 try:
                     os.unlink(path)
                 except OSError:

@@ -208,6 +208,16 @@ def test_a_dir_board_rewrites_a_note_in_place_without_renaming_a_file_over_it(tm
     assert not path.exists()
 
 
+def test_a_note_removed_by_a_peer_while_its_producer_was_stopped_is_written_again(tmp_path):
+    # a producer stopped past REMOVE_S has its note aged out by a peer; resumed, its next note must be seen
+    board, other = DirBoard(str(tmp_path)), DirBoard(str(tmp_path))
+    key = endpoint_key("http://judge")
+    board.publish(key, Note("p", 40, 64.0, True, time.time()))
+    (tmp_path / key / "p.json").unlink()
+    board.publish(key, Note("p", 12, 64.0, True, time.time()))
+    assert [n.in_flight for n in other.read(key)] == [12]
+
+
 def test_a_note_caught_half_rewritten_counts_as_its_producers_last_whole_note(tmp_path):
     board, reader = DirBoard(str(tmp_path)), DirBoard(str(tmp_path))
     key = endpoint_key("http://judge")
