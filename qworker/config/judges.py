@@ -32,7 +32,8 @@ from typing import Any, Mapping
 
 from .._exceptions import ConfigError
 from ..judge.control.checks import check
-from ..judge.settings import JudgeOptions
+from ..judge.control.gate import identity
+from ..judge.settings import GATE, JudgeOptions, JudgeSettings
 
 __all__ = ["JUDGE_PARAM", "check_section", "expand"]
 
@@ -64,7 +65,23 @@ def check_section(section: Any, where: str) -> dict[str, dict]:
         except (ValueError, TypeError, KeyError) as exc:  # ConfigError is a ValueError
             raise ConfigError(f"{at}: {exc}") from None
         out[name] = params
+    _one_gate_per_judge(out, where)
     return out
+
+
+def _one_gate_per_judge(judges: Mapping[str, dict], where: str) -> None:
+    """Two entries that call the same servers (model, endpoints, ceiling) share one gate, so they must agree on
+    its settings: a ``ConfigError`` at load naming both, not one at the first call of the second."""
+    first: dict[str, tuple[str, dict]] = {}
+    section = where.rsplit(": ", 1)[-1]  # "judges", without the file the message names once already
+    for name, params in judges.items():
+        mine = JudgeSettings.from_params(params).of_scope(GATE)
+        other, theirs = first.setdefault(identity(params), (name, mine))
+        differ = [f"{k} {mine[k]!r} ({section}.{other} has {theirs[k]!r})" for k in mine if mine[k] != theirs[k]]
+        if differ:
+            raise ConfigError(f"{where}.{name}: calls the same servers as {section}.{other}, which share one gate (one limit "
+                              f"per endpoint), with other settings: {'; '.join(differ)}; give both the same "
+                              f"{', '.join(JudgeSettings.names(GATE))}, or merge them into one judge")
 
 
 def expand(params: Mapping[str, Any], judges: Mapping[str, dict], where: str) -> dict:

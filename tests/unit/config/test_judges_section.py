@@ -67,6 +67,16 @@ def test_a_bad_judge_is_one_config_error_at_load_naming_the_file_the_judge_and_t
     assert str(info.value).startswith(f"{path}: judges")
 
 
+def test_two_judges_on_the_same_servers_with_other_gate_settings_are_refused_at_load_naming_both(tmp_path):
+    server = {"model": "m", "endpoints": [{"url": "http://127.0.0.1:9/v1/chat/completions"}]}
+    path = tmp_path / "judges.yaml"
+    path.write_text(yaml.safe_dump({"judges": {"a": {**server, "max_attempts": 2}, "b": {**server, "max_attempts": 5}}}))
+    with pytest.raises(ConfigError) as info:
+        load(str(path))
+    assert str(info.value).startswith(f"{path}: judges.b: calls the same servers as judges.a")
+    assert "max_attempts 5 (judges.a has 2)" in str(info.value)
+
+
 @pytest.mark.parametrize(("rewards", "where"), [
     ({"llm_judge": {"judge": "strikt"}}, "rewards.llm_judge"),
     ({"careful": {"reward": "llm_judge", "params": {"judge": "strikt"}}}, "rewards.careful"),
