@@ -311,6 +311,11 @@ class CapacityMemory:
         """The server sustained ``level`` requests at once over the last round trips (Little's law on its answers)."""
         self.high_sustained = max(self.high_sustained, min(self.config.ceiling, level))
 
+    def climb_refused(self, level: float) -> None:
+        """A climb back to a capacity seen before was refused at ``level``: a capacity known only from answers
+        (``high_sustained``) is no longer believed above it, so a capacity that is gone is not climbed to again."""
+        self.high_sustained = min(self.high_sustained, level)
+
     def below(self, limit: float) -> bool:
         """``limit`` is under a capacity seen, by more than the noise of how it was seen."""
         return limit < self.config.regain * self.high or limit < self.config.regain_sustained * self.high_sustained

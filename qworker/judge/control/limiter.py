@@ -333,10 +333,12 @@ class AdaptiveLimit:
         elif self.mode is not Mode.OUTAGE:  # (an outage's refusals only cap: they say nothing of the capacity)
             level = max(1.0, min(float(in_flight), self.limit))
             probing = self.mode is Mode.PROBING
-            if self.mode is Mode.RECOVERING and self._regaining and in_flight <= self._climb_from + 1.0:
-                # refused as the climb back began: the evidence that capacity came back was wrong (a climb refused
-                # higher up found some of it: not all came back, and the evidence was right)
-                self.memory.regain_refused()
+            if self.mode is Mode.RECOVERING and self._regaining:
+                self.memory.climb_refused(level)
+                if in_flight <= self._climb_from + 1.0:
+                    # refused as the climb back began: the evidence that capacity came back was wrong (a climb refused
+                    # higher up found some of it: not all came back, and the evidence was right)
+                    self.memory.regain_refused()
             self.memory.refused(float(in_flight), probing=probing)
             step = cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2
             if probing:  # the level of a round trip ago was the last one known to hold

@@ -50,3 +50,13 @@ def test_the_highest_capacity_seen_is_what_the_server_sustained_alone_in_steady_
     lim.memory.refusal_level = float("inf")  # nothing refused: the limit grows only as a probe would
     answer_at_the_limit(lim, 0.01, 3.0)
     assert 36 <= lim.memory.target() <= lim.limit
+
+
+def test_a_capacity_known_from_answers_is_not_climbed_to_again_once_a_climb_to_it_was_refused():
+    from qworker.judge.control.estimators import CapacityMemory, LimitConfig
+
+    memory = CapacityMemory(LimitConfig())
+    memory.held(60.0)  # the answers showed the server sustaining 60
+    assert memory.below(30.0)  # so a limit of 30 climbs back
+    memory.climb_refused(22.0)  # the climb was refused at 22: the capacity is gone, not returned
+    assert not memory.below(30.0) and not memory.below(20.0) and memory.target() <= 22.0
