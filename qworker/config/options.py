@@ -68,12 +68,19 @@ def _base_type(tp: Any) -> Any:
     return typing.get_origin(tp) or tp
 
 
+_FIELDS: dict[type, tuple[tuple[dataclasses.Field, Any], ...]] = {}  # each options class's fields, worked out once
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Options:
     @classmethod
-    def _fields(cls) -> list[tuple[dataclasses.Field, Any]]:
-        hints = typing.get_type_hints(cls)
-        return [(f, _base_type(hints[f.name])) for f in dataclasses.fields(cls)]
+    def _fields(cls) -> tuple[tuple[dataclasses.Field, Any], ...]:
+        """Each field with its base type (``_base_type``), in declaration order; computed once per class."""
+        fields = _FIELDS.get(cls)
+        if fields is None:
+            hints = typing.get_type_hints(cls)
+            fields = _FIELDS[cls] = tuple((f, _base_type(hints[f.name])) for f in dataclasses.fields(cls))
+        return fields
 
     @classmethod
     def yaml_keys(cls) -> list[str]:
@@ -180,10 +187,10 @@ def _parser_type(tp: Any) -> Any:
 
 
 def _coerce(value: Any, tp: Any, where: str, *, signed: bool, positive: bool = False) -> Any:
-    if tp is list:  # a list of mappings (a judge's endpoints); what each holds is the family's own check
-        if not isinstance(value, list) or not value or not all(isinstance(v, Mapping) for v in value):
+    if tp is list:  # a list of mappings (a judge's endpoints); that it has some, and what each holds, is the family's own check
+        if not isinstance(value, list):
             raise ConfigError(f"{where}: expected a non-empty list of mappings, got {type(value).__name__} {value!r}")
-        return [dict(v) for v in value]
+        return list(value)
     if tp is tuple:
         if isinstance(value, str):
             value = [value]

@@ -30,6 +30,7 @@ Units: seconds, requests.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -48,6 +49,7 @@ class _Family(_Options):
     """Options whose fields say where they apply (``scope``), whether they are scored, and their bounds."""
 
     @classmethod
+    @functools.cache
     def names(cls, *scopes: str, scored: Optional[bool] = None) -> tuple[str, ...]:
         """The keys (of ``scopes`` only, when given; scored or not, when ``scored`` is given), in declaration order."""
         return tuple(f.name for f, _ in cls._fields()
@@ -102,12 +104,6 @@ class JudgeOptions(JudgeSettings):
     endpoints: Optional[list[dict]] = _opt(
         None, "its servers, a list of {url, api_key_env, weight, priority, max_concurrency, rpm, tpm, metrics_url} "
         "(required); not part of the task hash", scope=CALL)
-
-    @classmethod
-    def own_names(cls) -> tuple[str, ...]:
-        """The keys of a judge that are not ``JudgeSettings``: its model and endpoints."""
-        settings = set(JudgeSettings.names())
-        return tuple(f.name for f, _ in cls._fields() if f.name not in settings)
 
 
 @dataclass(frozen=True, kw_only=True)
