@@ -34,14 +34,15 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from ..config.options import _opt, _Options
+from .._options import _opt, _Options
 from .client.ratelimit import MAX_DELAY_S
-from .control.routing import DEFAULT_BALANCE, ROUTINGS
 from .prompt import DEFAULT_TEMPLATE
 
-__all__ = ["CALL", "GATE", "JUDGE", "JudgeAsk", "JudgeOptions", "JudgeSettings", "param_names"]
+__all__ = ["CALL", "DEFAULT_BALANCE", "GATE", "JUDGE", "ROUTINGS", "JudgeAsk", "JudgeOptions", "JudgeSettings", "param_names"]
 
 CALL, JUDGE, GATE = "call", "judge", "gate"
+ROUTINGS = ("capacity", "round_robin", "prefix")  # how a gate routes within a priority tier (``control.routing``)
+DEFAULT_BALANCE = 0.25  # prefix routing: a replica may hold up to 1.25x the mean load (plus one) before tasks spill
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,7 @@ with an admission policy (``llm_judge``) may name a judge of the config's
 given at submission win over the alias's, which win over the defaults.  The
 params a task finally carries are part of its hash, so changing a config value
 never returns a stale cached score.  Composites are combined by the producer
-(``registry.composite``); their components cannot be composites.
+(``engine.composite``); their components cannot be composites.
 
 Every entry is checked when the catalog is built (the producer's start): the
 structure first, then each reward name and its params against what the
