@@ -11,13 +11,22 @@ writes are retried (see ``cache.disk``); ``health`` reports both for ``status()`
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence, TypedDict
 
-from ..engine.status import CacheHealth
 from .disk import DiskCache
 from .memory import Entry, MemoryCache
 
-__all__ = ["ResultCache"]
+__all__ = ["CacheHealth", "ResultCache"]
+
+
+class CacheHealth(TypedDict):
+    """The disk cache's fields of the producer's status (``engine.status.ProducerStatus``), from ``ResultCache.health``."""
+
+    cache_unwritten: int
+    cache_write_errors: int
+    cache_read_errors: int
+    cache_corrupt_rows: int
+    cache_rows_dropped: int
 
 
 class ResultCache:

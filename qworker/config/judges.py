@@ -38,7 +38,7 @@ from ..judge.settings import GATE, JudgeOptions, JudgeSettings
 __all__ = ["JUDGE_PARAM", "check_section", "expand"]
 
 JUDGE_PARAM = "judge"  # the param by which a reward names a judge of the ``judges:`` section
-REQUIRED = {"model": "the judge model's name", "endpoints": "a list of its servers, {url: ...} each"}
+_JUDGE_KEYS = frozenset(JudgeOptions.names())  # a judge's keys, which a reward naming it must not repeat
 
 
 def check_section(section: Any, where: str) -> dict[str, dict]:
@@ -57,10 +57,7 @@ def check_section(section: Any, where: str) -> dict[str, dict]:
         JudgeOptions.check_mapping(entry, at)  # keys and types
         # the values as written, as the inline spelling passes them (``ceiling: 512`` stays 512: a gate is found by them)
         params = {k: v for k, v in entry.items() if v is not None}
-        for key in JudgeOptions.own_names():
-            if key not in params:
-                raise ConfigError(f"{at}: needs {key!r} ({REQUIRED[key]})")
-        try:
+        try:  # a model, endpoints, numbers in bounds: what the gate checks of the inline spelling too
             check(params)
         except (ValueError, TypeError, KeyError) as exc:  # ConfigError is a ValueError
             raise ConfigError(f"{at}: {exc}") from None
@@ -91,7 +88,7 @@ def expand(params: Mapping[str, Any], judges: Mapping[str, dict], where: str) ->
     if judge is None:
         known = ", ".join(sorted(judges)) if judges else "none (the config has no judges: section)"
         raise ConfigError(f"{where}: {JUDGE_PARAM}: {name!r} names no judge of the config's judges: section; its judges: {known}")
-    twice = sorted(set(params) & set(JudgeOptions.names()))
+    twice = sorted(_JUDGE_KEYS.intersection(params))
     if twice:
         raise ConfigError(
             f"{where}: {', '.join(map(repr, twice))} {'is a setting' if len(twice) == 1 else 'are settings'} of judge "

@@ -25,10 +25,10 @@ from ..cache.results import ResultCache
 from ..config import file as _config
 from ..config.options import PoolOptions, ProducerOptions
 from ..host.process import PoolProcess
-from ..registry import composite as _composite
 from ..registry.catalog import Catalog, Composite
 from ..registry.registry import modules_to_forward
 from ..transport.sockets import new_ipc_endpoint
+from . import composite as _composite
 from . import discovery as _discovery
 from . import metrics as _metrics
 from .admission import AdmissionPolicy, Sources

@@ -14,7 +14,14 @@ and dropped.
 Attempts are charged to the task that caused a failure.  When a worker is lost,
 only the task its pool saw it running is charged a delivery (and if the pool
 killed it for its hard limit, only that task fails); the tasks queued behind it
-never ran and are redelivered free.  So that no loss can loop for ever, a task
+never ran and are redelivered free.  A worker given up for silent (neither it
+nor its pool heard from) holds tasks none of which is known to be running: all
+are redelivered free, and when its pool's report comes after all, naming the
+task that hung or crashed it, that task is charged then (or fails, for its hard
+limit), as it would have been had the report come first; a task named so is
+presumed the cause when a later worker holding it goes silent too.  So
+``max_attempts`` bounds how many workers a poison task takes down, whichever of
+the report and the silence comes first.  So that no loss can loop for ever, a task
 is failed after ``MAX_DELIVERIES_FACTOR * max_attempts`` deliveries however they
 ended.  A worker whose leases keep vanishing (it takes tasks and neither runs
 nor returns them: a broken or rogue peer) is quarantined: nothing more is sent
@@ -39,7 +46,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import Callable, Iterable, Optional
+from collections import OrderedDict
+from typing import Callable, Collection, Iterable, Optional
 
 import msgpack
 
@@ -51,7 +59,7 @@ from .fleet import Fleet, WorkerState
 from .lanes import FairQueue, Turns
 from .pending import PendingTable
 from .status import PoolRow
-from .task import DONE, Pending, Resolution
+from .task import DONE, LEASED, Pending, Resolution
 
 log = logging.getLogger("qworker")
 
@@ -63,6 +71,7 @@ MAX_BATCH = 512  # tasks per TASKS message
 REVOKE_EVERY_S = 0.05  # at most one REVOKE per worker per this interval
 MAX_DELIVERIES_FACTOR = 3  # deliveries of a task, charged or not, at most this times max_attempts
 QUARANTINE_AFTER = 2  # a worker is quarantined the second time its leases vanish
+REMEMBER_SILENT_LOSSES = 1024  # workers given up for silent whose pool's late report may still blame one of their tasks
 TASK_OVERHEAD = 64  # msgpack bytes of a task besides its payload, reward name and params (an upper bound)
 MESSAGE_OVERHEAD = 64  # bytes of a TASKS message besides its tasks
 
@@ -106,6 +115,10 @@ class Scheduler:
         self._import_errors_logged: set[str] = set()
         self._sizer = _TaskSizer()
         self._turns = Turns(every_s=REVOKE_EVERY_S)
+        # Workers lost with no task blamed (given up for silent, or gone with nothing known running): the tasks
+        # refunded, until their pool's report says which one the worker was running (the oldest forgotten first).
+        self._refunded: OrderedDict[str, frozenset[bytes]] = OrderedDict()
+        self._suspects: set[bytes] = set()  # pending tasks a pool named as running when their worker died
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
@@ -169,7 +182,7 @@ class Scheduler:
             w = fleet.workers.get(peer.decode(errors="replace"))
             if w is not None:
                 log.info("qworker: worker %s left (%s)", w.id, msg.reason)
-                self._lose(w, f"left ({msg.reason})")
+                self._lose(w, f"left ({msg.reason})", presume=False)
         else:
             self.drop(peer, f"{type(msg).__name__} is not a message a producer accepts")
 
@@ -202,7 +215,7 @@ class Scheduler:
             self.fleet.quarantine(w)
             log.warning("qworker: worker %s (pool %s, host %s) took %d tasks and neither ran nor returned them, %d times; "
                         "quarantined: nothing more is sent to it", w.id, w.pool, w.host, len(held), w.vanished)
-        self._requeue(w, held, reason, guilty=None)
+        self._requeue(w, held, reason, charged=())
 
     def _on_results(self, w: WorkerState, results: list[wire.TaskResult], now: float) -> None:
         if results:
@@ -267,6 +280,7 @@ class Scheduler:
     def _on_lost(self, lost: wire.Lost) -> None:
         w = self.fleet.workers.get(lost.worker)
         if w is None:
+            self._on_late_loss(lost)
             return
         reason = lost.reason
         if lost.task is not None and reason.kind is ErrorKind.TIMEOUT:
@@ -277,21 +291,60 @@ class Scheduler:
                 self.table.resolve([(p, None, None, wire.Fault(reason.kind, f"{reason.detail} (worker {w.id} was killed and respawned)"), w.id, 0.0)])
         self._lose(w, lost.why, guilty=lost.task)
 
-    # losing workers -----------------------------------------------------------
-    def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None) -> None:
-        """Forget a worker and redeliver what it held; ``guilty`` is the task it was running, if known."""
-        held = self.fleet.remove(w)
-        if held:
-            log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
-            self._requeue(w, held, reason, guilty)
+    def _on_late_loss(self, lost: wire.Lost) -> None:
+        """A pool's report of a worker already given up, whose tasks were all refunded: the task it names as
+        running is charged now (or fails, if its hard limit killed the worker), as if the report had come first.
+        A task charged so and still running elsewhere may finish that delivery (it was within its attempts)."""
+        refunded = self._refunded.pop(lost.worker, None)
+        key = lost.task
+        if refunded is None or key is None or key not in refunded:
+            return
+        p = self.table.get(key)
+        if p is None or p.state is DONE:
+            return
+        reason = lost.reason
+        if reason.kind is ErrorKind.TIMEOUT:
+            fault = wire.Fault(reason.kind, f"{reason.detail} (worker {lost.worker} was killed and respawned)")
+        else:
+            p.charge()
+            self._suspects.add(key)
+            running = p.state is LEASED  # redelivered meanwhile: its current delivery is counted already
+            if p.attempts < self.max_attempts or (running and p.attempts == self.max_attempts):
+                return
+            nth = p.attempts - 1 if running else p.attempts
+            fault = wire.Fault(ErrorKind.WORKER_LOST,
+                               f"attempt {nth} of {self.max_attempts} was on worker {lost.worker}, which was lost ({lost.why})")
+        log.warning("qworker: pool's late report: worker %s was lost running task %s (%s)", lost.worker, key.hex()[:16], lost.why)
+        self._forget(p)
+        self.table.resolve([(p, None, None, fault, lost.worker, 0.0)])
 
-    def _requeue(self, w: WorkerState, held: list[Pending], reason: str, guilty: Optional[bytes]) -> None:
-        """Redeliver tasks a lost worker held (LEASED: a resolved task holds no lease).  Only ``guilty`` keeps
-        the delivery charged."""
+    # losing workers -----------------------------------------------------------
+    def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None, presume: bool = True) -> None:
+        """Forget a worker and redeliver what it held; ``guilty`` is the task it was running, if known.  Unknown, and
+        with ``presume`` (it did not leave on its own), a task that took a worker down before is charged again."""
+        held = self.fleet.remove(w)
+        if not held:
+            return
+        log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
+        suspects = self._suspects
+        if guilty is not None:
+            suspects.add(guilty)
+            charged = {guilty}
+        else:  # no task known to be running: those that took a worker down before are presumed the cause again
+            charged = {p.key for p in held if p.key in suspects} if presume else set()
+            if len(charged) < len(held):  # the rest go free, until the pool's report (if late) names one of them
+                self._refunded[w.id] = frozenset(p.key for p in held if p.key not in charged)
+                while len(self._refunded) > REMEMBER_SILENT_LOSSES:
+                    self._refunded.popitem(last=False)
+        self._requeue(w, held, reason, charged)
+
+    def _requeue(self, w: WorkerState, held: list[Pending], reason: str, charged: Collection[bytes]) -> None:
+        """Redeliver tasks a lost worker held (LEASED: a resolved task holds no lease).  Only the tasks in
+        ``charged`` keep their delivery charged."""
         retry, failed = [], []
         cap = MAX_DELIVERIES_FACTOR * self.max_attempts
         for p in held:
-            if p.key != guilty:
+            if p.key not in charged:
                 p.refund()
             if p.attempts >= self.max_attempts or p.deliveries >= cap:
                 self._forget(p)
@@ -330,6 +383,8 @@ class Scheduler:
         """Lose workers heard from by neither themselves nor their pool for too long."""
         for w in self.fleet.silent_workers(now):
             self._lose(w, f"no heartbeat for {now - w.last_seen:.1f} s")
+        if self._suspects:  # only pending tasks stay suspects
+            self._suspects = {k for k in self._suspects if self.table.get(k) is not None}
         self.fleet.drop_silent_pools(now)
         for w in list(self.fleet.workers.values()):
             if w.leases and not w.quarantined and not self.fleet.supervised(w, now):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional, TypedDict
 
-__all__ = ["CacheHealth", "Status", "ServiceStatus", "ProducerStatus", "PoolRow", "WorkerRow", "JudgeStatus", "EndpointRow"]
+__all__ = ["Status", "ServiceStatus", "ProducerStatus", "PoolRow", "WorkerRow", "JudgeStatus", "EndpointRow"]
 
 
 class WorkerRow(TypedDict):
@@ -92,16 +92,6 @@ class ProducerStatus(TypedDict):
     # the disk cache tier (all 0 without one): rows handed to it and not yet committed, failed write
     # attempts (each retried), failed reads (answered as misses), damaged rows skipped, rows dropped
     # (over the bound of rows waiting for a failing disk, or refused by SQLite)
-    cache_unwritten: int
-    cache_write_errors: int
-    cache_read_errors: int
-    cache_corrupt_rows: int
-    cache_rows_dropped: int
-
-
-class CacheHealth(TypedDict):
-    """The disk cache's fields of ``ProducerStatus`` (``ResultCache.health``)."""
-
     cache_unwritten: int
     cache_write_errors: int
     cache_read_errors: int

@@ -37,7 +37,8 @@ writers of ``state``, ``holder``, ``attempts`` and ``deliveries``:
   reaches the front of ``FairQueue`` (``Scheduler.dispatch``), a policy when it
   reaches the front of its queue.
 * ``attempts <= deliveries``; both grow by one per ``lease``; ``refund`` and
-  ``undeliver`` adjust only the current lease's delivery.
+  ``undeliver`` adjust only the current lease's delivery; ``charge`` takes
+  back a refund.
 
 A transition from a state it does not start from raises ``IllegalTransition``:
 it is a bug in qworker, and failing loudly beats a task that is in two
@@ -172,6 +173,13 @@ class Pending(msgspec.Struct, eq=False, gc=False):
         if self.state is not LEASED:
             raise self._illegal("refund")
         self.attempts -= 1
+
+    def charge(self) -> None:
+        """Not DONE: a delivery ``refund`` made free turns out to have been this task's fault (its pool's report
+        came after its worker was given up): it is charged after all.  Only a refunded delivery can be."""
+        if self.state is DONE or self.attempts >= self.deliveries:
+            raise self._illegal("charge a refunded delivery of")
+        self.attempts += 1
 
     def finish(self) -> None:
         """Any state but DONE -> DONE, leaving its lease index.  Only ``PendingTable`` calls it (or

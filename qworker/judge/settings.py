@@ -1,5 +1,6 @@
-"""A judge's options, spelled once: ``JudgeOptions`` (an entry of the config's ``judges:`` section) and
-``JudgeSettings``, its settings that choose where and how its calls are made.
+"""A judge's options, spelled once: ``JudgeOptions`` (an entry of the config's ``judges:`` section),
+``JudgeSettings``, its settings that choose where and how its calls are made, and ``JudgeAsk``, what a
+judge reward asks and how it scores the reply (the reward's own params, beside ``judge: NAME``).
 
 A judge is written once, by name, in the config's ``judges:`` section (see
 ``configs/judge.yaml``; checked at start by ``config.judges``), and a reward
@@ -8,7 +9,9 @@ same keys inline among the reward's params, still works and means the same.
 Every place that reads a setting reads ``JudgeSettings``: its defaults, the gate's values (``from_params``), which keys are left
 out of a task's hash (all of these are: they do not change what is scored),
 which travel to the worker (scope ``call``), which a later config of the same
-judge must repeat (scope ``gate``), and their bounds (``checks``).
+judge must repeat (scope ``gate``), and their bounds (``checks``).  The keys a
+judge reward's params may hold (``param_names``) and those left out of a task's
+hash (``JudgeOptions.names(scored=False)``) are derived from these classes.
 
 Scopes (the field metadata ``scope``):
 
@@ -17,6 +20,9 @@ Scopes (the field metadata ``scope``):
 * ``gate``: one value per gate, which every config of that judge must give alike
   (``registry``); stays in the producer.
 
+``scored`` (field metadata, default false): the key is part of what is scored, so
+part of a task's hash (the model, and every ``JudgeAsk`` key).
+
 ``bounds`` = (low, high, integer, low excluded): a value outside is a
 ``ConfigError`` at start naming the key and value (``checks.check``).
 Units: seconds, requests.
@@ -24,21 +30,39 @@ Units: seconds, requests.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from ..config.options import _opt, _Options
+from .._options import _opt, _Options
 from .client.ratelimit import MAX_DELAY_S
-from .control.routing import DEFAULT_BALANCE, ROUTINGS
+from .prompt import DEFAULT_TEMPLATE
 
-__all__ = ["CALL", "GATE", "JUDGE", "SCORED", "JudgeOptions", "JudgeSettings"]
+__all__ = ["CALL", "DEFAULT_BALANCE", "GATE", "JUDGE", "ROUTINGS", "JudgeAsk", "JudgeOptions", "JudgeSettings", "param_names"]
 
 CALL, JUDGE, GATE = "call", "judge", "gate"
-SCORED = "scored"  # (``JudgeOptions.model``) part of what is scored: in the task hash, and sent with each task
+ROUTINGS = ("capacity", "round_robin", "prefix")  # how a gate routes within a priority tier (``control.routing``)
+DEFAULT_BALANCE = 0.25  # prefix routing: a replica may hold up to 1.25x the mean load (plus one) before tasks spill
 
 
 @dataclass(frozen=True, kw_only=True)
-class JudgeSettings(_Options):
+class _Family(_Options):
+    """Options whose fields say where they apply (``scope``), whether they are scored, and their bounds."""
+
+    @classmethod
+    @functools.cache
+    def names(cls, *scopes: str, scored: Optional[bool] = None) -> tuple[str, ...]:
+        """The keys (of ``scopes`` only, when given; scored or not, when ``scored`` is given), in declaration order."""
+        return tuple(f.name for f, _ in cls._fields()
+                     if (not scopes or f.metadata["scope"] in scopes) and (scored is None or f.metadata.get("scored", False) is scored))
+
+    @classmethod
+    def bounds(cls) -> dict[str, tuple[float, float, bool, bool]]:
+        return {f.name: f.metadata["bounds"] for f, _ in cls._fields() if f.metadata.get("bounds")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeSettings(_Family):
     timeout_s: float = _opt(60.0, "wall clock per request (connect + answer), seconds; the task's hard limit is this + 5",
                             scope=CALL, bounds=(0.0, MAX_DELAY_S, False, True))
     connections_per_host: int = _opt(128, "pooled connections per judge host in each worker", scope=CALL,
@@ -56,15 +80,6 @@ class JudgeSettings(_Options):
     prefix_balance: float = _opt(DEFAULT_BALANCE, "prefix routing: a replica takes up to 1 + this times the mean load",
                                  scope=GATE, bounds=(0.0, 100.0, False, True))
     coordinate: bool = _opt(True, "share each endpoint evenly with the other producers on this host", scope=GATE)
-
-    @classmethod
-    def names(cls, *scopes: str) -> tuple[str, ...]:
-        """The settings' keys (of ``scopes`` only, when given), in declaration order."""
-        return tuple(f.name for f, _ in cls._fields() if not scopes or f.metadata["scope"] in scopes)
-
-    @classmethod
-    def bounds(cls) -> dict[str, tuple[float, float, bool, bool]]:
-        return {f.name: f.metadata["bounds"] for f, _ in cls._fields() if f.metadata.get("bounds")}
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> JudgeSettings:
@@ -85,13 +100,31 @@ class JudgeOptions(JudgeSettings):
     (``judge: NAME``) gets these as its params, exactly as if they were written inline.
     """
 
-    model: Optional[str] = _opt(None, "the judge model's name, sent as \"model\"; part of the task hash (required)", scope=SCORED)
+    model: Optional[str] = _opt(None, "the judge model's name, sent as \"model\"; part of the task hash (required)", scope=CALL,
+                                scored=True)
     endpoints: Optional[list[dict]] = _opt(
         None, "its servers, a list of {url, api_key_env, weight, priority, max_concurrency, rpm, tpm, metrics_url} "
         "(required); not part of the task hash", scope=CALL)
 
-    @classmethod
-    def own_names(cls) -> tuple[str, ...]:
-        """The keys of a judge that are not ``JudgeSettings``: its model and endpoints."""
-        settings = set(JudgeSettings.names())
-        return tuple(f.name for f, _ in cls._fields() if f.name not in settings)
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeAsk(_Family):
+    """What a judge reward asks and how it scores the reply: the reward's own params (``rewards.llm_judge``'s
+    keywords and defaults), written beside ``judge: NAME``, never in a ``judges:`` entry.  All are sent with each
+    task and part of its hash."""
+
+    prompt_template: str = _opt(DEFAULT_TEMPLATE, "the user message, with {prompt} {response} {ground_truth} {rubric}",
+                                scope=CALL, scored=True)
+    system_prompt: Optional[str] = _opt(None, "a system message before it", scope=CALL, scored=True)
+    rubric: str = _opt("", "text for the template's {rubric}", scope=CALL, scored=True)
+    request: Optional[dict] = _opt(None, "more request body fields, passed through (temperature, max_tokens, ...)",
+                                   scope=CALL, scored=True)
+    score_pattern: Optional[str] = _opt(None, "a regex whose group 1 is the score (the last match wins)", scope=CALL, scored=True)
+    score_json_field: Optional[str] = _opt(None, "the reply is JSON: the dotted path of its score", scope=CALL, scored=True)
+    score_max: float = _opt(10.0, "the score is parsed / score_max, in [0, 1]", scope=CALL, scored=True,
+                            bounds=(0.0, 1e12, False, True))
+
+
+def param_names() -> frozenset[str]:
+    """Every key a judge reward's params may hold (besides ``judge: NAME``): a judge's and what the reward asks."""
+    return frozenset((*JudgeOptions.names(), *JudgeAsk.names()))

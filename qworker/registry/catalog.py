@@ -25,7 +25,7 @@ with an admission policy (``llm_judge``) may name a judge of the config's
 given at submission win over the alias's, which win over the defaults.  The
 params a task finally carries are part of its hash, so changing a config value
 never returns a stale cached score.  Composites are combined by the producer
-(``registry.composite``); their components cannot be composites.
+(``engine.composite``); their components cannot be composites.
 
 Every entry is checked when the catalog is built (the producer's start): the
 structure first, then each reward name and its params against what the
@@ -109,24 +109,25 @@ class Catalog:
             if not isinstance(name, str):
                 raise ConfigError(f"{self._where}: reward names must be strings, got {name!r}")
             self._entries[name] = _mapping(entry, f"{self._where}.{name}")
-        for name, entry in self._entries.items():  # check every entry now: a typo fails at start-up
-            if "components" in entry:
-                self._composite(name, entry)
-            else:
-                self._plain(name, {}, ())
+        # each entry resolved once, now (a typo fails at start-up): what ``resolve`` returns for it without params
+        self._resolved: dict[str, Union[Plain, Composite]] = {
+            name: self._composite(name, entry) if "components" in entry else self._plain(name, {}, ())
+            for name, entry in self._entries.items()
+        }
         for name, entry in self._entries.items():  # then names and params, against the rewards known here
             self._check(name, entry)
 
     def _check(self, name: str, entry: dict) -> None:
         where = f"{self._where}.{name}"
         book = self.book
-        if "components" in entry:
-            for i, c in enumerate(self._composite(name, entry).components):
+        resolved = self._resolved[name]
+        if isinstance(resolved, Composite):
+            for i, c in enumerate(resolved.components):
                 at = f"{where}.components[{i}]"
                 book.check_name(c.task.reward, f"{at}.reward")
                 book.check_params(c.task.reward, c.task.params, at, complete=True)  # no params come at submission
             return
-        plain = self._plain(name, {}, ())
+        plain = resolved
         if "reward" in entry:
             book.check_name(plain.reward, f"{where}.reward")
         elif book.spec(name) is None and not (":" in name or not book.complete):
@@ -153,12 +154,17 @@ class Catalog:
         return sorted(self._entries)
 
     def resolve(self, name: str, params: Optional[Mapping[str, Any]] = None) -> Union[Plain, Composite]:
-        entry = self._entries.get(name)
-        if entry is not None and "components" in entry:
+        """What ``name`` runs with ``params`` given at submission.  A config entry without params is the one
+        resolved at start (its params dict is shared: callers do not change it)."""
+        resolved = self._resolved.get(name)
+        if isinstance(resolved, Composite):
             if params:
                 raise RewardError(f"reward {name!r} is a composite: give params to its components in the config, not at submission")
-            return self._composite(name, entry)
-        plain = self._plain(name, dict(params or {}), (), asked=f"params for reward {name!r}")
+            return resolved
+        if resolved is not None and not params:
+            plain = resolved
+        else:
+            plain = self._plain(name, dict(params or {}), (), asked=f"params for reward {name!r}")
         self.book.check_runnable(plain.reward, name)
         # the params tasks will carry: unknown names were checked at start for the config's own
         self.book.check_params(plain.reward, plain.params, f"params for reward {name!r}", complete=True)

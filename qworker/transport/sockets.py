@@ -16,12 +16,13 @@ from typing import Optional
 
 import zmq
 
-from ..config.options import DEFAULT_MAX_MESSAGE_BYTES
 from . import security
 from .allowlist import GuardedRouter
 from .security import Curve
 
 log = logging.getLogger("qworker")
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the frame size cap (``max_message_bytes``'s default), bytes
 
 
 def runtime_dir() -> str:

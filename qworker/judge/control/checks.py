@@ -2,7 +2,7 @@
 
 * ``check(params)``: the ``llm_judge`` params at start: known keys (a typo must
   not fall back to a default), a model, endpoints, and every number in bounds
-  (``PARAM_BOUNDS``: the reward's and ``JudgeSettings``' own; ``ENDPOINT_BOUNDS``: finite, positive where 0 means
+  (``PARAM_BOUNDS``: ``JudgeAsk``'s and ``JudgeSettings``' own; ``ENDPOINT_BOUNDS``: finite, positive where 0 means
   nothing, durations up to a day, rates up to 1e9 a minute); else a
   ``ConfigError`` naming the key and its value.
 * ``screen(endpoint, outcome)``: the Retry-After and rate limits of one
@@ -20,7 +20,7 @@ from typing import Optional
 
 from ..._exceptions import ConfigError
 from ..client.ratelimit import MAX_DELAY_S, MAX_PER_MINUTE
-from ..settings import JudgeSettings
+from ..settings import JudgeAsk, JudgeSettings, param_names
 from .endpoint import Endpoint
 from .routing import ROUTINGS
 
@@ -28,10 +28,7 @@ log = logging.getLogger("qworker")
 
 __all__ = ["ENDPOINT_BOUNDS", "ENDPOINT_KEYS", "JUDGE_KEYS", "PARAM_BOUNDS", "check", "measured", "screen"]
 
-JUDGE_KEYS = frozenset({
-    "model", "endpoints", "prompt_template", "system_prompt", "rubric", "request", "score_pattern", "score_json_field",
-    "score_max", *JudgeSettings.names(),
-})
+JUDGE_KEYS = param_names()
 ENDPOINT_KEYS = frozenset({"url", "api_key_env", "weight", "max_concurrency", "rpm", "tpm", "metrics_url", "priority"})
 
 def check(params: dict) -> None:
@@ -65,7 +62,7 @@ def check(params: dict) -> None:
 
 
 # (low, high, integer, low excluded): a number outside is a ConfigError at start, naming the key and value
-PARAM_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {**JudgeSettings.bounds(), "score_max": (0.0, 1e12, False, True)}
+PARAM_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {**JudgeSettings.bounds(), **JudgeAsk.bounds()}
 ENDPOINT_BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
     "weight": (0.0, 1e6, False, True), "max_concurrency": (1, 1e6, True, False),
     "rpm": (0.0, MAX_PER_MINUTE, False, True), "tpm": (0.0, MAX_PER_MINUTE, False, True),

@@ -83,7 +83,7 @@ from ..._errors import ErrorKind
 from ...engine.admission import RESOLVE, Decision, Fault
 from ...engine.status import EndpointRow, JudgeStatus
 from ...engine.task import Pending
-from ..settings import GATE, JUDGE, JudgeSettings
+from ..settings import GATE, JUDGE, JudgeOptions, JudgeSettings
 from .call import NO_ROUTE, JudgeCall
 from .checks import check as _check
 from .checks import measured, screen
@@ -99,7 +99,7 @@ log = logging.getLogger("qworker")
 __all__ = ["AUTH_FAILED_ERROR", "Gate", "ROUTING_KEYS", "hash_params", "identity", "task_params"]
 
 # params that choose where and how a call is made, not what it scores: not part of the task hash
-ROUTING_KEYS = frozenset({"endpoints", *JudgeSettings.names()})
+ROUTING_KEYS = frozenset(JudgeOptions.names(scored=False))
 PRODUCER_KEYS = frozenset(JudgeSettings.names(JUDGE, GATE))  # read by the gate only: not sent to the workers
 REFUSAL_BACKOFF_S, REFUSAL_BACKOFF_MAX_S = 0.05, 2.0  # a task's second refusal and on: its retry waits this, doubling
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)

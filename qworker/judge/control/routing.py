@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import msgpack
 
 from ..prompt import DEFAULT_TEMPLATE, render
+from ..settings import DEFAULT_BALANCE, ROUTINGS
 from .call import NO_ROUTE
 
 AVOID_FACTOR = 1e-6  # a retried task's room on the endpoint that failed it: another with room goes first
@@ -55,11 +56,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ROUTINGS", "Router", "affinity_text"]
 
-ROUTINGS = ("capacity", "round_robin", "prefix")
 VNODES = 64  # points per replica on the hash ring
 BALANCE_ABS = 16  # prefix routing: nor is a replica over the bound while it holds at most this many more than the least loaded
 LOOKAHEAD = 256  # prefix routing: tasks looked at, from the head of the queue, for one that prefers a replica with room
-DEFAULT_BALANCE = 0.25  # prefix routing: a replica may hold up to 1.25x the mean load (plus one) before tasks spill
 
 
 def _h64(data: bytes) -> int:

@@ -116,3 +116,22 @@ def test_a_named_judge_and_the_same_judge_inline_share_one_gate():
                              "inline": {"reward": "llm_judge", "params": judge}}})
     gates = JudgeGates()
     assert gates.submission(c.resolve("named").params).policy is gates.submission(c.resolve("inline").params).policy
+
+
+def test_a_judge_a_reward_names_is_expanded_once_per_entry_at_load_and_not_again_per_submission(monkeypatch):
+    import qworker.registry.catalog as catalog_module
+
+    calls: list[str] = []
+    real = catalog_module.expand
+    monkeypatch.setattr(catalog_module, "expand", lambda params, judges, where: calls.append(where) or real(params, judges, where))
+    c = catalog({"judges": {"strict": JUDGE}, "rewards": {
+        "llm_judge": {"judge": "strict", **ASKS}, "careful": {"reward": "llm_judge", "params": {"rubric": "r"}},
+        "both": {"components": [{"reward": "careful"}, {"name": "quick", "reward": "llm_judge"}]}}})
+    assert sorted(calls) == ["config: rewards.both.components[0]", "config: rewards.both.components[1]",
+                             "config: rewards.careful", "config: rewards.llm_judge"]
+    calls.clear()
+    for _ in range(3):
+        assert c.resolve("llm_judge").params["model"] == "m" and c.resolve("careful").params["rubric"] == "r"
+        c.resolve("both")
+    assert calls == []  # a submission without params of its own takes the entry as resolved at load
+    assert c.resolve("llm_judge", {"rubric": "other"}).params["rubric"] == "other" and len(calls) == 1

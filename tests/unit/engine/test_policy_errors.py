@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Optional
 
 from qworker._errors import ErrorKind
+from qworker.cache.hashing import encode_payload
 from qworker.engine.admission import Decision
 from qworker.engine.task import Pending
+from qworker.host.worker import call_reward
 from qworker.transport import wire
 from qworker.transport.wire import Fault
 from tests.admission_policy import Slots
-from tests.unit.engine.test_admission import answer, make
+from tests.unit.engine.test_admission import make
 from tests.unit.engine.test_scheduler import ready
 
 
@@ -33,12 +36,20 @@ class Recording(Slots):
         return super().on_result(p, meta, error, now)
 
 
+def boom(payload: object, call: object = None) -> float:
+    raise ValueError("boom: at the second colon")
+
+
 def test_a_policy_is_handed_a_workers_failure_as_its_kind_and_detail_with_no_text_to_parse():
     policy = Recording(1)
     s, stub, futures = make(policy, 1)
     ready(s, "a", granted=10)
     s.dispatch(0.0)
-    answer(s, stub.tasks_to("a")[0], None, "reward_error: ValueError: boom: at the second colon")
+    task = stub.tasks_to("a")[0]
+    # the worker runs the reward and reports its failure as it does, and the message crosses the wire's codec
+    score, extra, error, outcome = call_reward(SimpleNamespace(fn=boom), encode_payload({"x": 1}), {}, task.meta)
+    kind, body = wire.encode(wire.Results(10, 1, [wire.TaskResult(task.key, score, extra, error, 0.001, outcome, None)]))
+    s.handle(b"a", wire.PRODUCER.decode(kind, body, max_bytes=1 << 20), 0.1)
     assert policy.errors == [wire.Fault(ErrorKind.REWARD_ERROR, "ValueError: boom: at the second colon")]
     result = futures[0].result(0)
     assert result.error == "reward_error: ValueError: boom: at the second colon" and result.error_kind is ErrorKind.REWARD_ERROR

@@ -4,9 +4,9 @@ import threading
 
 import pytest
 
+from qworker.engine.composite import combine, submit
 from qworker.engine.result import Result, ResultFuture
 from qworker.registry.catalog import Catalog
-from qworker.registry.composite import combine, submit
 
 COMPOSITE = Catalog({"c": {"components": [
     {"reward": "math", "weight": 1.0},

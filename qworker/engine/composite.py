@@ -21,8 +21,8 @@ from hashlib import blake2b
 from typing import Callable, Sequence
 
 from .._errors import ErrorKind
-from ..engine.result import Result, ResultFuture
-from .catalog import Composite
+from ..registry.catalog import Composite
+from .result import Result, ResultFuture
 
 __all__ = ["combine", "submit"]
 
