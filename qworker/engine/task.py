@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from ..cache.identity import TaskIdentity
 
 __all__ = ["AdmissionPolicy", "Decision", "DONE", "Fault", "IllegalTransition", "LEASED", "NEW", "Pending", "PolicyPending", "QUEUED",
-           "Resolution", "TaskState", "WAITING", "WorkerState", "RESOLVE", "finish_all"]
+           "Resolution", "TaskState", "WAITING", "WorkerState", "RESOLVE", "finish_all", "lease_all"]
 
 
 class TaskState(enum.Enum):
@@ -150,13 +150,7 @@ class Pending(msgspec.Struct, eq=False, gc=False):
 
     def lease(self, worker: WorkerState) -> None:
         """QUEUED -> LEASED to ``worker``: it is being sent there; one more delivery, charged."""
-        if self.state is not QUEUED:
-            raise self._illegal("lease")
-        self.state = LEASED
-        self.holder = worker
-        worker.leases[self.key] = self
-        self.attempts += 1
-        self.deliveries += 1
+        lease_all((self,), worker)
 
     def undeliver(self) -> None:
         """LEASED: its current delivery does not count (never sent, handed back unrun, or its endpoint call
@@ -195,6 +189,20 @@ def finish_all(tasks: Sequence[Pending]) -> None:
         elif p.state is DONE:
             raise p._illegal("resolve")
         p.state = DONE
+
+
+def lease_all(tasks: Sequence[Pending], worker: WorkerState) -> None:
+    """``Pending.lease(worker)`` for each of ``tasks`` (one call for a TASKS message: the dispatcher's hot path).
+    If one is not QUEUED (a bug), those before it are leased and it raises."""
+    leases = worker.leases
+    for p in tasks:
+        if p.state is not QUEUED:
+            raise p._illegal("lease")
+        p.state = LEASED
+        p.holder = worker
+        leases[p.key] = p
+        p.attempts += 1
+        p.deliveries += 1
 
 
 # How a task ended: (pending, score, extra, error, worker id, compute_s); error is a ``Fault`` (kind, detail) or
