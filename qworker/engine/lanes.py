@@ -32,7 +32,7 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Iterator
 
 from ..transport import wire
-from .task import Pending
+from .task import Pending, enqueue_all
 
 if TYPE_CHECKING:
     from .fleet import WorkerState
@@ -76,18 +76,22 @@ class FairQueue:
         self._len += 1
 
     def extend(self, tasks: list[Pending]) -> None:
-        """New tasks, each at the back of its lane (``append`` for a batch)."""
-        lanes = self._lanes
-        try:
+        """New tasks, each at the back of its lane (``append`` for a batch).  If one cannot be queued (a bug),
+        it raises and none is taken in (``enqueue_all``)."""
+        enqueue_all(tasks)
+        if not tasks:
+            return
+        lane = tasks[0].lane
+        q = self._lane(lane)
+        if all(p.lane == lane for p in tasks):  # (the usual batch: one submission's)
+            q.extend(tasks)
+        else:
+            lanes = self._lanes
             for p in tasks:
-                p.enqueue()
-                q = lanes.get(p.lane)
-                if q is None:
-                    q = self._lane(p.lane)
-                q.append(p)
-        except BaseException:  # a task that cannot be queued (a bug): those before it are in, and counted
-            self._len = len(self._front) + sum(len(q) for q in lanes.values())
-            raise
+                into = lanes.get(p.lane)
+                if into is None:
+                    into = self._lane(p.lane)
+                into.append(p)
         self._len += len(tasks)
 
     def _lane(self, lane: Hashable) -> deque[Pending]:
