@@ -19,13 +19,11 @@ import copy
 import threading
 import time
 from collections import OrderedDict
-from operator import itemgetter
 from typing import Optional, Sequence, Union
 
 import msgpack
 
 Entry = tuple[float, dict]  # (score, extra)
-_key_and_score, _extra_of = itemgetter(0, 1), itemgetter(2)  # of a ``put_many`` item
 
 _IMMUTABLE = (str, int, float, bool, type(None), bytes)
 
@@ -112,10 +110,7 @@ class MemoryCache:
         # its first pass: a full cache adds nothing to any collection (entries holding dicts stay tracked, and every
         # full collection scans them all).  A key given twice keeps its last entry.
         if self.ttl_s is None:
-            if any(map(_extra_of, items)):
-                owned = {item[0]: (item[1], _own(item[2]), 0.0) if item[2] else item[1] for item in items}
-            else:  # (every extra empty, the usual batch: built in C)
-                owned = dict(map(_key_and_score, items))
+            owned = {item[0]: (item[1], _own(item[2]), 0.0) if item[2] else item[1] for item in items}
         else:
             now = time.monotonic()
             owned = {item[0]: (item[1], _own(item[2]) if item[2] else None, now) for item in items}

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Optional, Sequen
 from .._errors import ErrorKind
 from .._exceptions import ProducerClosed
 from ..cache.results import ResultCache
-from .result import Result, ResultFuture, resolve_many
+from .result import Result, ResultFuture, fresh_result, resolve_many
 from .task import DONE, Pending, PolicyPending, Resolution, finish_all
 
 if TYPE_CHECKING:
@@ -228,15 +228,14 @@ class PendingTable:
         now = time.monotonic()
         fallback = self.fallback_score
         claimed: list[Pending] = []
-        pairs: list[tuple[ResultFuture, Result]] = []
+        results: list[Result] = []
         rows = []  # successes to cache, under the key of the code that computed each (``Pending.cache_as``)
         with self._lock:
             pending = self._pending
-            pop = pending.pop
             failed = 0
             for p, score, extra, error, worker, compute_s in done:
                 key = p.key
-                q = pop(key, None)  # (one dict operation for the usual case: the task is there)
+                q = pending.pop(key, None)  # (one dict operation for the usual case: the task is there)
                 if q is not p:
                     if q is not None:  # another task of this key (a resubmission after an earlier one resolved)
                         pending[key] = q
@@ -249,15 +248,15 @@ class PendingTable:
                     score = fallback
                 elif k := (key if p.cache_as is None else p.cache_as):  # b"": not cached
                     rows.append((k, score, extra, p.reward))  # the disk cache records each row's reward
-                pairs.append((p.future, Result(score=score, extra=extra, error=None if error is None else str(error),  # the edge: text
-                                               attempts=p.attempts, worker=worker, latency_s=now - p.submitted,
-                                               compute_s=compute_s, key=key.hex())))
+                # ``fresh_result`` is ``Result(...)`` without keyword parsing (the dispatcher's hot path)
+                results.append(fresh_result(score, extra, None if error is None else str(error), p.attempts, worker,  # the edge: text
+                                            now - p.submitted, compute_s, key.hex()))
             finish_all(claimed)
             counts = self._counts
             counts["resolved"] += len(claimed)
             counts["failed"] += failed
             self._cache(self.cache.put_many, rows)
-        resolve_many(pairs)
+        resolve_many(zip([p.future for p in claimed], results, strict=True))
 
     def resolve_cached(self, tasks: list[Pending], found: dict[bytes, tuple[float, dict]]) -> None:
         """Resolve tasks whose results a slower cache tier had (the memory tier learns them)."""
