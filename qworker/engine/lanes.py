@@ -9,7 +9,8 @@ judge gate admitted) go first, before any lane.
 
 With one lane it is a deque.  The deque calls the scheduler makes are the
 ones it has: ``append``, ``extendleft``, ``popleft``, ``[0]``, ``len``,
-iteration (front, then lanes in turn order).
+iteration (front, then lanes in turn order); and ``unpop``, which undoes
+the ``popleft`` just made.
 
 Turns at the queue are not enough: workers ask for credit ahead (up to
 ``max_hold`` tasks, from their past speed), so a lane that arrives while
@@ -31,7 +32,7 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Iterator
 
 from ..transport import wire
-from .task import Pending
+from .task import Pending, enqueue_all
 
 if TYPE_CHECKING:
     from .fleet import WorkerState
@@ -42,7 +43,7 @@ KEEP = 2  # tasks a worker keeps when asked to give back: the one it runs and th
 
 
 class FairQueue:
-    __slots__ = ("_front", "_lanes", "_turn", "_len", "_first", "mixed")
+    __slots__ = ("_front", "_lanes", "_turn", "_len", "_first", "mixed", "_from_front")
 
     def __init__(self) -> None:
         self._front: deque[Pending] = deque()  # put back: goes first
@@ -51,6 +52,7 @@ class FairQueue:
         self._len = 0
         self._first: Hashable = None
         self.mixed = False  # a second lane was ever seen: turns (and giving back) matter
+        self._from_front = False  # the last ``popleft`` took from the front (for ``unpop``)
 
     def waiting(self) -> set[Hashable]:
         """Lanes with tasks queued."""
@@ -74,18 +76,22 @@ class FairQueue:
         self._len += 1
 
     def extend(self, tasks: list[Pending]) -> None:
-        """New tasks, each at the back of its lane (``append`` for a batch)."""
-        lanes = self._lanes
-        try:
+        """New tasks, each at the back of its lane (``append`` for a batch).  If one cannot be queued (a bug),
+        it raises and none is taken in (``enqueue_all``)."""
+        enqueue_all(tasks)
+        if not tasks:
+            return
+        lane = tasks[0].lane
+        q = self._lane(lane)
+        if all(p.lane == lane for p in tasks):  # (the usual batch: one submission's)
+            q.extend(tasks)
+        else:
+            lanes = self._lanes
             for p in tasks:
-                p.enqueue()
-                q = lanes.get(p.lane)
-                if q is None:
-                    q = self._lane(p.lane)
-                q.append(p)
-        except BaseException:  # a task that cannot be queued (a bug): those before it are in, and counted
-            self._len = len(self._front) + sum(len(q) for q in lanes.values())
-            raise
+                into = lanes.get(p.lane)
+                if into is None:
+                    into = self._lane(p.lane)
+                into.append(p)
         self._len += len(tasks)
 
     def _lane(self, lane: Hashable) -> deque[Pending]:
@@ -127,7 +133,9 @@ class FairQueue:
         """The front's first task, else the next lane's first (that lane then waits its turn)."""
         if self._front:
             self._len -= 1
+            self._from_front = True
             return self._front.popleft()
+        self._from_front = False
         turn = self._turn
         if not turn:
             raise IndexError("pop from an empty queue")
@@ -141,6 +149,24 @@ class FairQueue:
         elif len(turn) > 1:
             turn.rotate(-1)
         return p
+
+
+    def unpop(self, p: Pending) -> None:
+        """Undo the ``popleft`` that just returned ``p`` (nothing else changed the queue since): it is first again,
+        and its lane's turn is as before.  For a caller that looks at a task only once it has taken it."""
+        self._len += 1
+        if self._from_front:
+            self._front.appendleft(p)
+            return
+        lane = p.lane
+        q = self._lanes.get(lane)
+        if q is None:  # it was its lane's last task: the lane had the turn, and left it
+            self._lanes[lane] = deque((p,))
+            self._turn.appendleft(lane)
+            return
+        q.appendleft(p)
+        if len(self._turn) > 1:  # its lane went to the back of the turns: back to the front
+            self._turn.rotate(1)
 
 
 def overserved(queue: FairQueue, workers: Iterable[WorkerState]) -> dict[WorkerState, int]:

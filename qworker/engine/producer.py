@@ -205,41 +205,40 @@ class Producer:
     ) -> list[ResultFuture]:
         """Hash and register one chunk.  Each key is looked up once per cache tier: the memory tier as the table
         registers it (``PendingTable.registering``), the persistent tier once for the chunk's new tasks."""
-        futures: list[Optional[ResultFuture]] = []
         entries: list[tuple[bytes, bytes]] = []  # (key, payload bytes)
-        at: list[int] = []  # index of each entry
+        refused: list[tuple[int, ResultFuture]] = []  # (index in the chunk, its failed future) of each payload refused
         limit = self.options.max_payload_bytes
         # False: recompute (``--no-cache-read``, ``score --overwrite``; or no worker has reported the reward's version yet,
         # so no key is known that its results are cached under); results are still cached
         cache_read = self.options.cache_read and identity.confirmed
         new_hash = prefix_state(identity.prefix).copy  # ``key_with_prefix``, the prefix hashed once per chunk
         packer = new_packer()
-        rejected = 0
         for payload in payloads:
             try:
                 payload_bytes = encode_payload(payload, packer)
             except Exception as exc:
-                rejected += 1
-                futures.append(self._done(error=ErrorKind.BAD_PAYLOAD.error(f"cannot encode payload ({type(exc).__name__}: {exc})")))
+                refused.append((len(entries) + len(refused), self._done(
+                    error=ErrorKind.BAD_PAYLOAD.error(f"cannot encode payload ({type(exc).__name__}: {exc})"))))
                 continue
             if len(payload_bytes) > limit:
-                rejected += 1
-                futures.append(self._done(error=ErrorKind.BAD_PAYLOAD.error(f"{len(payload_bytes)} bytes is over the {limit}-byte limit")))
+                refused.append((len(entries) + len(refused), self._done(
+                    error=ErrorKind.BAD_PAYLOAD.error(f"{len(payload_bytes)} bytes is over the {limit}-byte limit"))))
                 continue
-            at.append(len(futures))
-            futures.append(None)
             h = new_hash()
             h.update(payload_bytes)
             entries.append((h.digest(), payload_bytes))
         table = self._table
         with table.registering(entries, reward=reward, params=params, timeout_s=timeout_s, policy=policy, now=time.monotonic(),
-                               hand_on=self._dispatcher.submit, lane=lane, cache_read=identity.confirmed, rejected=rejected,
+                               hand_on=self._dispatcher.submit, lane=lane, cache_read=identity.confirmed, rejected=len(refused),
                                identity=identity) as reg:
-            if rejected:
-                for i, fut in zip(at, reg.futures, strict=True):
-                    futures[i] = fut
-            else:  # every payload registered: the table's futures are the answer, in order
-                futures = reg.futures  # type: ignore[assignment]
+            futures = reg.futures  # one per entry, in order; the refused payloads' futures go between them
+            if refused:
+                registered = iter(reg.futures)
+                futures = []
+                for i, fut in refused:
+                    futures.extend(itertools.islice(registered, i - len(futures)))
+                    futures.append(fut)
+                futures.extend(registered)
             new = reg.new
             if new and cache_read:
                 found = self.cache.get_persistent(p.key for p in new)
@@ -247,7 +246,7 @@ class Producer:
                     table.resolve_cached([p for p in new if p.key in found], found)
                     new = [p for p in new if p.key not in found]
             reg.hand_on(new)
-        return futures  # type: ignore[return-value]  # every None was replaced
+        return futures
 
     def _done(self, *, score: Optional[float] = None, extra: Optional[dict] = None, error: Optional[str] = None,
               cached: bool = False, key: str = "") -> ResultFuture:

@@ -59,7 +59,7 @@ from .fleet import Fleet, WorkerState
 from .lanes import FairQueue, Turns
 from .pending import PendingTable
 from .status import PoolRow
-from .task import DONE, LEASED, Pending, Resolution
+from .task import DONE, LEASED, Pending, Resolution, lease_all
 
 log = logging.getLogger("qworker")
 
@@ -450,43 +450,43 @@ class Scheduler:
         left = len(queue)  # tasks in the queue: counted here rather than asking it for each task
         share = math.ceil(left / len(ready))
         sizer = self._sizer
+        popleft = queue.popleft
         for w in ready:
-            batch: list[wire.Task] = []
+            leased: list[Pending] = []  # what this message carries, in order
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
             room = self.max_message_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
-            while left and len(batch) < limit:
-                p = queue[0]
+            while left and len(leased) < limit:
+                p = popleft()
+                left -= 1
                 if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
-                    queue.popleft()
-                    left -= 1
                     self._forget(p)
                     continue
                 if p.params is sizer.params and p.reward is sizer.reward:  # (``task_bytes``, inline: once per task)
                     size = len(p.payload) + sizer.fixed
                 else:
                     size = sizer.task_bytes(p)
-                if batch and size > room:
+                if leased and size > room:  # it goes in the next message: first in the queue again
+                    queue.unpop(p)
+                    left += 1
                     break
-                queue.popleft()
-                left -= 1
                 if size + MESSAGE_OVERHEAD > self.max_message_bytes:  # no worker could receive it
                     self._fail_oversized(p, size)
                     continue
                 room -= size
-                p.lease(w)
-                # ``p.as_task(meta)``, inline: once per task
-                batch.append(Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts,
-                                  None if p.policy is None else p.policy.meta(p)))
-            if not batch:
+                leased.append(p)
+            if not leased:
                 continue
+            lease_all(leased, w)
+            # ``p.as_task(meta)``, inline: once per task
+            batch = [Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts, None if p.policy is None else p.policy.meta(p))
+                     for p in leased]
             if was_idle:  # its clock of progress starts now
                 w.last_progress = now
             if self.send(w.id.encode(), wire.Tasks(batch)):
                 w.sent += len(batch)
                 w.last_sent_at = now
             else:
-                leased = [w.leases[t.key] for t in batch]
                 for p in leased:
                     p.undeliver()  # never sent: neither charged nor counted
                 self.stats["redelivered"] += len(leased)

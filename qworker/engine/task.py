@@ -24,8 +24,9 @@ A task's lifetime (``TaskState``), every legal move::
 * LEASED: sent to a worker and not answered.
 * DONE: resolved; its future is set.  Final.
 
-**Invariants**, kept by the transition methods below, which are the only
-writers of ``state``, ``holder``, ``attempts`` and ``deliveries``:
+**Invariants**, kept by the transition methods below (and their batch forms
+``enqueue_all``, ``lease_all``, ``finish_all``), which are the only writers of
+``state``, ``holder``, ``attempts`` and ``deliveries``:
 
 * ``p.state is LEASED`` ⇔ ``p.holder is not None`` ⇔ ``p.holder.leases[p.key] is p``:
   ``WorkerState.leases`` and ``holder`` are one lease index, and a task
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
     from ..cache.identity import TaskIdentity
 
 __all__ = ["AdmissionPolicy", "Decision", "DONE", "Fault", "IllegalTransition", "LEASED", "NEW", "Pending", "PolicyPending", "QUEUED",
-           "Resolution", "TaskState", "WAITING", "WorkerState", "RESOLVE", "finish_all"]
+           "Resolution", "TaskState", "WAITING", "WorkerState", "RESOLVE", "enqueue_all", "finish_all", "lease_all"]
 
 
 class TaskState(enum.Enum):
@@ -131,13 +132,7 @@ class Pending(msgspec.Struct, eq=False, gc=False):
     # transitions (the only writers of state, holder, attempts and deliveries) ---------------------------
     def enqueue(self) -> None:
         """NEW, WAITING or LEASED -> QUEUED (ending its lease).  ``FairQueue`` calls it as it takes the task in."""
-        state = self.state
-        if state is not NEW and state is not WAITING:
-            if state is not LEASED:
-                raise self._illegal("queue")
-            del self.holder.leases[self.key]  # type: ignore[union-attr]  # LEASED: it has a holder
-            self.holder = None
-        self.state = QUEUED
+        enqueue_all((self,))
 
     def wait(self) -> None:
         """NEW or LEASED -> WAITING (ending its lease): its admission policy holds it until it admits it."""
@@ -151,13 +146,7 @@ class Pending(msgspec.Struct, eq=False, gc=False):
 
     def lease(self, worker: WorkerState) -> None:
         """QUEUED -> LEASED to ``worker``: it is being sent there; one more delivery, charged."""
-        if self.state is not QUEUED:
-            raise self._illegal("lease")
-        self.state = LEASED
-        self.holder = worker
-        worker.leases[self.key] = self
-        self.attempts += 1
-        self.deliveries += 1
+        lease_all((self,), worker)
 
     def undeliver(self) -> None:
         """LEASED: its current delivery does not count (never sent, handed back unrun, or its endpoint call
@@ -203,6 +192,35 @@ def finish_all(tasks: Sequence[Pending]) -> None:
         elif p.state is DONE:
             raise p._illegal("resolve")
         p.state = DONE
+
+
+def enqueue_all(tasks: Sequence[Pending]) -> None:
+    """``Pending.enqueue`` for each of ``tasks`` (``FairQueue.extend``'s batch).  If one cannot be queued (a bug:
+    QUEUED or DONE already), it raises before any of them moves."""
+    for p in tasks:
+        state = p.state
+        if state is not NEW and state is not WAITING and state is not LEASED:
+            raise p._illegal("queue")
+    for p in tasks:
+        holder = p.holder
+        if holder is not None:  # LEASED
+            del holder.leases[p.key]
+            p.holder = None
+        p.state = QUEUED
+
+
+def lease_all(tasks: Sequence[Pending], worker: WorkerState) -> None:
+    """``Pending.lease(worker)`` for each of ``tasks`` (one call for a TASKS message: the dispatcher's hot path).
+    If one is not QUEUED (a bug), those before it are leased and it raises."""
+    leases = worker.leases
+    for p in tasks:
+        if p.state is not QUEUED:
+            raise p._illegal("lease")
+        p.state = LEASED
+        p.holder = worker
+        leases[p.key] = p
+        p.attempts += 1
+        p.deliveries += 1
 
 
 # How a task ended: (pending, score, extra, error, worker id, compute_s); error is a ``Fault`` (kind, detail) or

@@ -51,6 +51,7 @@ FLUSH_RESULTS = 256  # results per RESULTS message, at most
 RESULT_OVERHEAD = 64  # bytes of msgpack around a result's key, score, error text and time (an upper bound)
 MESSAGE_OVERHEAD = 64  # bytes of a RESULTS message besides its results (credit totals, array headers)
 FLUSH_AFTER_S = 0.005  # a finished result waits at most this long for company
+DRAIN_EVERY_S = 0.002  # while running tasks, the socket is read at least this often (REVOKE, new tasks)
 
 
 def _error(kind: ErrorKind, detail: str) -> wire.Fault:
@@ -194,6 +195,7 @@ class Worker:
         self.results_bytes = 0  # result_bytes() of self.results
         self.batch_bytes = options.max_message_bytes // 2  # a RESULTS message's results, at most (unless one alone)
         self.first_unflushed = 0.0
+        self.last_sent = 0.0  # when results or a heartbeat were last sent (monotonic s)
         self._slot_busy = False  # the slot still shows the last task run (see ``_run``)
         self._io_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._io_running: dict[bytes, tuple[float, float]] = {}  # key -> (started, deadline)
@@ -281,13 +283,10 @@ class Worker:
         self._send(wire.Giveback(self.granted, self.received, keys))
 
     # running ----------------------------------------------------------------
-    def _finish(self, result: wire.TaskResult) -> None:
-        if result.extra is None and result.error is None and result.meta is None:  # a bare score: result_bytes's first case
-            ran = result.ran
-            size = RESULT_OVERHEAD + (len(ran.encode()) if ran else 0)
-            if size + MESSAGE_OVERHEAD > self.options.max_message_bytes:
-                result, size = fit_frame(result, self.options.max_message_bytes)
-        else:
+    def _finish(self, result: wire.TaskResult, size: int = 0) -> None:
+        """Add ``result`` to the results to send (flushing those batched first if it would not fit their message).
+        ``size``: its ``result_bytes`` when the caller knows it (a bare score), else 0."""
+        if not size or size + MESSAGE_OVERHEAD > self.options.max_message_bytes:
             result, size = fit_frame(result, self.options.max_message_bytes)
         if self.results and self.results_bytes + size > self.batch_bytes:
             self._flush()  # what is batched goes now; this one starts the next message
@@ -297,32 +296,65 @@ class Worker:
         self.results.append(result)
         self.finished += 1
 
-    def _run(self, task: wire.Task) -> None:
-        key, name, params, payload_bytes, timeout_s, meta = task.key, task.reward, task.params, task.payload, task.timeout_s, task.meta
-        try:
-            spec = resolve(name)
-        except RewardError as exc:
-            detail = str(exc)
-            if self.import_errors:
-                detail += "; " + "; ".join(self.import_errors)
-            self._finish(wire.TaskResult(key, None, None, _error(ErrorKind.UNKNOWN_REWARD, detail), 0.0, None, None))
-            return
-        ran = reward_version(spec.fn, spec.version)  # the results say which code computed them
-        limit = timeout_s or spec.timeout_s or self.options.task_timeout_s
-        if spec.kind == "io":
-            self._idle()  # the slot is the main thread's: it must not go on showing the last CPU task
-            self._start_io(key, spec, payload_bytes, params, meta, limit, ran)
-            return
-        t0 = time.monotonic()
-        if self.slot is not None:
-            # Left showing this task when it returns: the loop marks the slot idle (``_idle``) before it does
-            # anything but start the next task, whose ``begin`` overwrites it (one write per task, not two).
-            self.slot.begin(key, t0, t0 + limit)
-            self._slot_busy = True
-        score, extra, error, outcome = call_reward(spec, payload_bytes, params, meta)
-        dt = time.monotonic() - t0
-        self.service_s = dt if self.service_s == 0.0 else 0.8 * self.service_s + 0.2 * dt
-        self._finish(wire.TaskResult(key, score, extra, error, dt, outcome, ran))
+    def _run_tasks(self, until: float) -> None:
+        """Run tasks from the front of the inbox, in order, until it is empty or ``until`` (monotonic s) has
+        passed, so that the loop looks at its socket every ``DRAIN_EVERY_S`` at most; flush results as they are
+        due (``FLUSH_RESULTS`` of them, the oldest ``FLUSH_AFTER_S`` old, or the inbox empty).
+
+        Each task: its reward is resolved (an unknown one fails it as ``unknown_reward``); an io reward starts on
+        the thread pool; a CPU reward runs here, with the busy slot showing it (left showing it when it returns:
+        the loop marks the slot idle, ``_idle``, before it does anything but start the next task, whose write
+        overwrites it: one write per task, not two).  A run of tasks of one reward resolves it once."""
+        inbox, monotonic, slot, finish = self.inbox, time.monotonic, self.slot, self._finish
+        default_limit = self.options.task_timeout_s
+        name: Optional[str] = None  # the reward of the previous task, and what it resolved to
+        spec: Any = None
+        ran: Optional[str] = None
+        spec_limit = 0.0
+        bare = 0  # result_bytes of a bare score computed by it
+        unknown: Optional[wire.Fault] = None  # why it could not be resolved
+        while inbox:
+            task = inbox.popleft()
+            key = task.key
+            if task.reward != name:
+                name = task.reward
+                try:
+                    spec = resolve(name)
+                except RewardError as exc:
+                    spec = None
+                    detail = str(exc)
+                    if self.import_errors:
+                        detail += "; " + "; ".join(self.import_errors)
+                    unknown = _error(ErrorKind.UNKNOWN_REWARD, detail)
+                else:
+                    ran = reward_version(spec.fn, spec.version)  # the results say which code computed them
+                    spec_limit = spec.timeout_s or default_limit
+                    bare = RESULT_OVERHEAD + (len(ran.encode()) if ran else 0)
+            if spec is None:
+                finish(wire.TaskResult(key, None, None, unknown, 0.0, None, None))
+                t1 = monotonic()
+            elif spec.kind == "io":
+                self._idle()  # the slot is the main thread's: it must not go on showing the last CPU task
+                self._start_io(key, spec, task.payload, task.params, task.meta, task.timeout_s or spec_limit, ran)
+                t1 = monotonic()
+            else:
+                t0 = monotonic()
+                if slot is not None:
+                    slot.begin(key, t0, t0 + (task.timeout_s or spec_limit))
+                    self._slot_busy = True
+                score, extra, error, outcome = call_reward(spec, task.payload, task.params, task.meta)
+                t1 = monotonic()
+                dt = t1 - t0
+                service_s = self.service_s
+                self.service_s = dt if service_s == 0.0 else 0.8 * service_s + 0.2 * dt
+                finish(wire.TaskResult(key, score, extra, error, dt, outcome, ran),
+                       bare if extra is None and error is None and outcome is None else 0)
+            results = self.results
+            if results and (len(results) >= FLUSH_RESULTS or not inbox or t1 - self.first_unflushed > FLUSH_AFTER_S):
+                self._flush()
+                self.last_sent = t1
+            if t1 >= until or self.stopping:
+                return
 
     def _start_io(self, key: bytes, spec: Any, payload_bytes: bytes, params: dict, meta: Optional[dict], limit: float,
                   ran: Optional[str]) -> None:
@@ -390,14 +422,14 @@ class Worker:
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
         self._ready()
-        last_sent = last_drain = time.monotonic()
+        self.last_sent = last_drain = time.monotonic()
         while not self.stopping:
             if not self.inbox:
                 self._idle()
                 self._collect_io()
                 if self.results:
                     self._flush()
-                    last_sent = time.monotonic()
+                    self.last_sent = time.monotonic()
                 wait_s = self.options.heartbeat_s
                 io_deadline = self._next_io_deadline()
                 if io_deadline is not None:
@@ -405,9 +437,9 @@ class Worker:
                 events = dict(poller.poll(int(wait_s * 1000) + 1))
                 if not events:
                     now = time.monotonic()
-                    if now - last_sent >= self.options.heartbeat_s:
+                    if now - self.last_sent >= self.options.heartbeat_s:
                         self._ready()  # heartbeat; lets a restarted producer learn our credit
-                        last_sent = now
+                        self.last_sent = now
                     if self.options.parent_pid is not None and os.getppid() != self.options.parent_pid:
                         log.error("%s: pool process %d is gone; exiting", self.options.worker_id, self.options.parent_pid)
                         return 1
@@ -416,19 +448,14 @@ class Worker:
                 last_drain = time.monotonic()
                 continue
             now = time.monotonic()
-            if now - last_drain > 0.002:
+            if now - last_drain > DRAIN_EVERY_S:
                 self._drain_socket()
                 if self._io_running or self._io_done:
                     self._collect_io()
                 last_drain = now
                 if not self.inbox:  # a REVOKE took what was left
                     continue
-            self._run(self.inbox.popleft())
-            if len(self.results) >= FLUSH_RESULTS or not self.inbox or (
-                self.results and time.monotonic() - self.first_unflushed > FLUSH_AFTER_S
-            ):
-                self._flush()
-                last_sent = time.monotonic()
+            self._run_tasks(last_drain + DRAIN_EVERY_S)
         return self._drain_and_leave()
 
     def _drain_and_leave(self) -> int:
