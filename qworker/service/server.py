@@ -4,10 +4,11 @@
 ``Client`` to it.  The service has no thread of its own: its handlers run on
 the producer's dispatcher thread, on the dispatcher's ``Reactor``, after the
 dispatcher's own steps.  Each turn it receives (when its socket is readable),
-submits each request to the producer and answers it at once with
-``Accepted``; the request's tasks are dispatched on the next turn, which comes
-at once, with no hand-over between threads (and no contention for the GIL
-between two threads of the service).  Future callbacks run on the dispatcher
+submits each request to the producer; the request's tasks are dispatched on
+the next turn, which comes at once, with no hand-over between threads (and no
+contention for the GIL between two threads of the service), and its
+``Accepted`` leaves at the end of that turn, after the tasks (it is not on the
+path of their results), before any result of the request.  Future callbacks run on the dispatcher
 thread too, where results arrive, and only append to the service's outbox.
 
 Results leave in batches: at the end of each turn the service sends a
@@ -86,6 +87,8 @@ class RewardService:
         self._waiting: dict[bytes, list[cw.ResolvedRow]] = {}  # per client: results resolved and not yet sent
         self._since: dict[bytes, float] = {}  # per client: when its oldest waiting result was resolved (monotonic s)
         self._in_flight: dict[bytes, int] = {}  # per client: results taken and not yet resolved
+        self._taken_now: list[tuple[bytes, int]] = []  # (client, request) taken this turn: answered at the next one's end
+        self._to_answer: list[tuple[bytes, int]] = []  # (client, request) taken in the last turn: answered at this one's end
         self._dispatcher = producer._dispatcher
         self._reactor: Reactor = self._dispatcher._reactor  # the service's handlers run on the dispatcher thread
         self._steps: list[Step] = []
@@ -214,7 +217,7 @@ class RewardService:
             return
         self.ledger.taken(peer, msg.request, len(futures))
         self._in_flight[peer] = self._in_flight.get(peer, 0) + len(futures)
-        self._send(peer, cw.Accepted(msg.request, self.instance, None, ""))
+        self._taken_now.append((peer, msg.request))
         # two GC-tracked objects per task (a partial, a callback list), none of them cyclic garbage: collections
         # triggered here would rescan every task in flight (as ``Producer.submit_batch`` notes), so they wait
         paused = gc.isenabled()
@@ -237,6 +240,15 @@ class RewardService:
     def _flush(self, now: float, everything: bool = False) -> None:
         """Send each client's resolved results that should not wait longer (see the module's docstring), or all of
         them (``everything``)."""
+        for peer, request in self._to_answer:  # a request's Accepted goes before its results
+            self._send(peer, cw.Accepted(request, self.instance, None, ""))
+        self._to_answer, self._taken_now = self._taken_now, []
+        if everything:
+            for peer, request in self._to_answer:
+                self._send(peer, cw.Accepted(request, self.instance, None, ""))
+            self._to_answer = []
+        elif self._to_answer:
+            self._reactor.wake()  # the next turn dispatches their tasks, then answers them
         outbox, waiting = self._outbox, self._waiting
         if outbox:
             in_flight, since = self._in_flight, self._since
@@ -250,7 +262,8 @@ class RewardService:
                 in_flight[peer] = in_flight.get(peer, 0) - 1
         if not waiting:
             return
-        for peer in [p for p, rows in waiting.items() if everything or self._due(p, rows, now)]:
+        unanswered = {peer for peer, _ in self._to_answer}  # their results wait for their Accepted
+        for peer in [p for p, rows in waiting.items() if everything or (p not in unanswered and self._due(p, rows, now))]:
             rows = waiting.pop(peer)
             del self._since[peer]
             if self._in_flight.get(peer) == 0:
