@@ -14,10 +14,10 @@ thread too, where results arrive, and only append to the service's outbox.
 Results leave in batches: at the end of each turn the service sends a
 client the results resolved for it when nothing else it asked for is still
 in flight (a lone task's result leaves at once), when ``FLUSH_EVERY`` of them
-are waiting, or when the oldest has waited ``RESULTS_WAIT_S``; otherwise they
-wait for company (a reactor deadline ends the wait), so a client of many
-small tasks gets a few large ``Resolved`` messages rather than one per worker
-message.  Every ``HOUSEKEEPING_EVERY_S`` it resends what is unacknowledged and
+are waiting, or, for every client, when the oldest result waiting has waited
+``RESULTS_WAIT_S`` (one reactor deadline, however many clients wait);
+otherwise they wait for company, so a client of many small tasks gets a few
+large ``Resolved`` messages rather than one per worker message.  Every ``HOUSEKEEPING_EVERY_S`` it resends what is unacknowledged and
 evicts what is too old or too much.
 
 A request is refused with a clear reason, never held silently: a bad reward
@@ -85,7 +85,7 @@ class RewardService:
         self.ledger = Ledger(instance=self.instance, max_bytes=ledger_max_bytes, max_age_s=ledger_max_age_s)
         self._outbox: deque[tuple[bytes, int, int, Result]] = deque()  # from future callbacks
         self._waiting: dict[bytes, list[cw.ResolvedRow]] = {}  # per client: results resolved and not yet sent
-        self._since: dict[bytes, float] = {}  # per client: when its oldest waiting result was resolved (monotonic s)
+        self._oldest: Optional[float] = None  # when the oldest result waiting (any client's) was resolved (monotonic s)
         self._in_flight: dict[bytes, int] = {}  # per client: results taken and not yet resolved
         self._taken_now: list[tuple[bytes, int]] = []  # (client, request) taken this turn: answered at the next one's end
         self._to_answer: list[tuple[bytes, int]] = []  # (client, request) taken in the last turn: answered at this one's end
@@ -251,36 +251,40 @@ class RewardService:
             self._reactor.wake()  # the next turn dispatches their tasks, then answers them
         outbox, waiting = self._outbox, self._waiting
         if outbox:
-            in_flight, since = self._in_flight, self._since
+            in_flight = self._in_flight
+            if self._oldest is None:
+                self._oldest = now
             while outbox:
                 peer, request, index, r = outbox.popleft()
                 rows = waiting.get(peer)
                 if rows is None:
                     rows = waiting[peer] = []
-                    since[peer] = now
                 rows.append(cw.ResolvedRow(request, index, r))
                 in_flight[peer] = in_flight.get(peer, 0) - 1
         if not waiting:
             return
         unanswered = {peer for peer, _ in self._to_answer}  # their results wait for their Accepted
-        for peer in [p for p, rows in waiting.items() if everything or (p not in unanswered and self._due(p, rows, now))]:
+        waited = everything or (self._oldest is not None and now - self._oldest >= RESULTS_WAIT_S)
+        for peer in [p for p, rows in waiting.items() if everything or (p not in unanswered and (waited or self._due(p, rows)))]:
             rows = waiting.pop(peer)
-            del self._since[peer]
             if self._in_flight.get(peer) == 0:
                 del self._in_flight[peer]  # counted again from its next request
             for frames in self.ledger.add(peer, rows, now):
                 self._send_frames(peer, frames)
+        if not waiting:
+            self._oldest = None
+        elif waited:
+            self._oldest = now  # what still waits (a client not yet answered) waits one more window at most
 
-    def _due(self, peer: bytes, rows: list[cw.ResolvedRow], now: float) -> bool:
-        """Whether ``peer``'s waiting results leave now: nothing else of it in flight, a full message, or waited enough."""
-        return (self._in_flight.get(peer, 0) <= 0 or len(rows) >= FLUSH_EVERY
-                or now - self._since[peer] >= RESULTS_WAIT_S)
+    def _due(self, peer: bytes, rows: list[cw.ResolvedRow]) -> bool:
+        """Whether ``peer``'s waiting results leave before the window ends: nothing else of it in flight, or a full message."""
+        return self._in_flight.get(peer, 0) <= 0 or len(rows) >= FLUSH_EVERY
 
     def _next_flush(self, now: float) -> Optional[float]:
-        """The reactor's deadline: seconds until the oldest waiting result is due (None: none waits)."""
-        if not self._since or not self._attached:
+        """The reactor's deadline: seconds until the waiting results are due (None: none waits)."""
+        if self._oldest is None or not self._attached:
             return None
-        return max(0.0, min(self._since.values()) + RESULTS_WAIT_S - now)
+        return max(0.0, self._oldest + RESULTS_WAIT_S - now)
 
     def _send(self, peer: bytes, msg: cw.ClientMessage) -> None:
         self._send_frames(peer, cw.encode(msg))
