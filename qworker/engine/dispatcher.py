@@ -84,7 +84,10 @@ class Dispatcher(threading.Thread):
         self._wake()
 
     def call(self, fn: Callable[[], _T], timeout: float = 10.0) -> _T:
-        """Run ``fn`` on the dispatcher thread and return its result."""
+        """Run ``fn`` on the dispatcher thread and return its result (at once when called on that thread: a reward
+        service's handlers run there)."""
+        if threading.current_thread() is self:
+            return fn()
         done = threading.Event()
         box: list[Any] = []
 

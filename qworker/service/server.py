@@ -1,14 +1,24 @@
 """``RewardService``: one producer (its pools, cache and judge gates) behind a socket for ``Client``\\s.
 
 ``qworker serve`` runs one; every process of a distributed trainer connects a
-``Client`` to it.  One thread (the *front*) owns the client socket: it takes
-requests, submits them to the producer (it is the producer's caller thread),
-answers each at once with ``Accepted``, and sends results back in batches as
-their futures resolve.  Future callbacks run on the producer's dispatcher
-thread and only append to the front's outbox and wake it.  The front's loop is
-a ``Reactor``: each turn it receives (when the socket is readable), sends the
-results resolved since the last turn, and every ``HOUSEKEEPING_EVERY_S``
-resends what is unacknowledged and evicts what is too old or too much.
+``Client`` to it.  The service has no thread of its own: its handlers run on
+the producer's dispatcher thread, on the dispatcher's ``Reactor``, after the
+dispatcher's own steps.  Each turn it receives (when its socket is readable),
+submits each request to the producer; the request's tasks are dispatched on
+the next turn, which comes at once, with no hand-over between threads (and no
+contention for the GIL between two threads of the service), and its
+``Accepted`` leaves at the end of that turn, after the tasks (it is not on the
+path of their results), before any result of the request.  Future callbacks run on the dispatcher
+thread too, where results arrive, and only append to the service's outbox.
+
+Results leave in batches: at the end of each turn the service sends a
+client the results resolved for it when nothing else it asked for is still
+in flight (a lone task's result leaves at once), when ``FLUSH_EVERY`` of them
+are waiting, or, for every client, when the oldest result waiting has waited
+``RESULTS_WAIT_S`` (one reactor deadline, however many clients wait);
+otherwise they wait for company, so a client of many small tasks gets a few
+large ``Resolved`` messages rather than one per worker message.  Every ``HOUSEKEEPING_EVERY_S`` it resends what is unacknowledged and
+evicts what is too old or too much.
 
 A request is refused with a clear reason, never held silently: a bad reward
 name or params (the producer's own checks), or no worker connected after
@@ -19,16 +29,21 @@ the ``Ledger`` and resent until the client acknowledges it (bounded in bytes
 and age; see ``_ledger``).  ``stop`` tells every client it is stopping
 (``Closing``), so their waiting futures fail at once as ``service_lost``
 instead of after their ``service_timeout_s``.
+
+Everything the service holds (its socket, the ledger, its counts) is used on
+the dispatcher thread only, from ``start`` to ``stop``; the outbox may also be
+appended to by a thread that closes the producer (it cancels what is pending).
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import secrets
 import threading
 import time
-from collections import defaultdict, deque
+from collections import deque
 from typing import Any, Optional
 
 import zmq
@@ -38,10 +53,10 @@ from ..engine.producer import Producer
 from ..engine.result import Result
 from ..engine.status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
-from ..transport.reactor import Reactor
+from ..transport.reactor import Reactor, Step
 from ..transport.sockets import bind_server, bound_endpoint, close_server, readable
 from ..transport.wire import StatusReply, StatusRequest, WireError
-from .ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, Ledger
+from .ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, FLUSH_EVERY, Ledger
 
 log = logging.getLogger("qworker")
 
@@ -49,6 +64,8 @@ __all__ = ["RewardService"]
 
 HOUSEKEEPING_EVERY_S = 0.25  # resends and evictions, at most this often
 CLOSING_LINGER_MS = 2000  # how long a stopping service gives its last messages to leave
+RECEIVE_PER_TURN = 64  # client messages read per turn (the workers' results are read on the same thread)
+RESULTS_WAIT_S = 0.005  # the longest a resolved result waits for company while its client has others in flight
 
 
 class RewardService:
@@ -67,42 +84,66 @@ class RewardService:
         self.endpoint = bound_endpoint(self._sock)
         self.ledger = Ledger(instance=self.instance, max_bytes=ledger_max_bytes, max_age_s=ledger_max_age_s)
         self._outbox: deque[tuple[bytes, int, int, Result]] = deque()  # from future callbacks
-        self._reactor = Reactor(name="service", max_wait_s=HOUSEKEEPING_EVERY_S)
-        self._reactor.on_readable(self._sock, self._receive, name="receiving from clients")
-        self._reactor.each_turn(lambda now: self._flush(), name="sending results")
-        self._reactor.every(HOUSEKEEPING_EVERY_S, self._housekeeping, name="resending and evicting")
-        self._wake = self._reactor.wake
+        self._waiting: dict[bytes, list[cw.ResolvedRow]] = {}  # per client: results resolved and not yet sent
+        self._oldest: Optional[float] = None  # when the oldest result waiting (any client's) was resolved (monotonic s)
+        self._in_flight: dict[bytes, int] = {}  # per client: results taken and not yet resolved
+        self._taken_now: list[tuple[bytes, int]] = []  # (client, request) taken this turn: answered at the next one's end
+        self._to_answer: list[tuple[bytes, int]] = []  # (client, request) taken in the last turn: answered at this one's end
+        self._dispatcher = producer._dispatcher
+        self._reactor: Reactor = self._dispatcher._reactor  # the service's handlers run on the dispatcher thread
+        self._steps: list[Step] = []
+        self._attached = False
+        self._stopped = False
         self._why = ""
         self.clients: set[bytes] = set()
         self.requests = 0
         self.dropped_frames = 0
-        self._thread = threading.Thread(target=self._run, name="qworker-service", daemon=True)
 
     def start(self) -> RewardService:
-        self._thread.start()
+        """Start serving: the service's handlers join the dispatcher's reactor."""
+        self._dispatcher.call(self._attach)
         return self
 
     def stop(self, why: str = "it was stopped") -> None:
         """Stop serving: send the results resolved so far, tell every client (``Closing``: what they wait on fails
-        at once as ``service_lost``), close the socket."""
+        at once as ``service_lost``), close the socket.  The producer goes on."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._why = why
-        self._reactor.stop()
-        self._thread.join(10.0 + CLOSING_LINGER_MS / 1000)
-        self._reactor.close()
-
-    # the front thread -----------------------------------------------------------
-    def _run(self) -> None:
         linger = 0
         try:
-            self._reactor.run()
-            try:
-                self._flush()
-                self._say_closing()
-                linger = CLOSING_LINGER_MS
-            except Exception:
-                log.exception("qworker service: could not tell clients it is stopping")
-        finally:
-            close_server(self._ctx, self._sock, linger_ms=linger)
+            if self._dispatcher.is_alive():
+                linger = self._dispatcher.call(self._detach, timeout=10.0)
+            else:  # the producer closed first: nothing else uses the socket now
+                linger = self._detach()
+        except TimeoutError:  # the dispatcher thread is stuck: it may still use the socket, which is left open
+            log.error("qworker service: the dispatcher thread did not answer within 10 s; the client socket is left open")
+            return
+        except Exception:
+            log.exception("qworker service: could not tell clients it is stopping")
+        close_server(self._ctx, self._sock, linger_ms=linger)  # waits up to ``linger``, off the dispatcher thread
+
+    # the dispatcher thread ----------------------------------------------------------
+    def _attach(self) -> None:
+        r = self._reactor
+        self._steps = [
+            r.on_readable(self._sock, self._receive, name="receiving from clients"),
+            r.each_turn(self._flush, name="sending results to clients"),
+            r.every(HOUSEKEEPING_EVERY_S, self._housekeeping, name="resending and evicting"),
+        ]
+        r.deadline(self._next_flush)
+        self._attached = True
+
+    def _detach(self) -> int:
+        """Leave the reactor, send every result resolved, say ``Closing``; returns the linger (ms) its socket needs."""
+        self._attached = False
+        for step in self._steps:
+            self._reactor.cancel(step)
+        self._steps = []
+        self._flush(time.monotonic(), everything=True)
+        self._say_closing()
+        return CLOSING_LINGER_MS
 
     def _housekeeping(self, now: float) -> None:
         for peer, frames in self.ledger.due(now):
@@ -118,7 +159,7 @@ class RewardService:
 
     def _receive(self) -> None:
         sock = self._sock
-        for _ in range(1000):
+        for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once
             if not readable(sock):
                 return
             frames = sock.recv_multipart(copy=True)
@@ -175,28 +216,75 @@ class RewardService:
             self._send(peer, cw.Accepted(msg.request, self.instance, text, type(exc).__name__))
             return
         self.ledger.taken(peer, msg.request, len(futures))
-        self._send(peer, cw.Accepted(msg.request, self.instance, None, ""))
-        for i, fut in enumerate(futures):
-            fut.add_done_callback(functools.partial(self._on_done, peer, msg.request, i))
+        self._in_flight[peer] = self._in_flight.get(peer, 0) + len(futures)
+        self._taken_now.append((peer, msg.request))
+        # two GC-tracked objects per task (a partial, a callback list), none of them cyclic garbage: collections
+        # triggered here would rescan every task in flight (as ``Producer.submit_batch`` notes), so they wait
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            for i, fut in enumerate(futures):
+                fut.add_done_callback(functools.partial(self._on_done, peer, msg.request, i))
+        finally:
+            if paused:
+                gc.enable()
 
     def _on_done(self, peer: bytes, request: int, index: int, fut: Any) -> None:
-        """A future resolved (on the producer's dispatcher thread): hand its result to the front thread."""
+        """A future resolved (on the dispatcher thread, or on a thread closing the producer): queue its result."""
         # ``engine.result`` rather than ``result()``: a done callback runs once the future is finished, and a ResultFuture
         # never holds an exception; result() takes the future's lock again (4 us of the dispatcher's time per task)
         self._outbox.append((peer, request, index, fut._result))
-        self._wake()
+        if threading.get_ident() != self._dispatcher.ident:
+            self._reactor.wake()  # sent at the end of the turn this causes
 
-    def _flush(self) -> None:
-        if not self._outbox:
+    def _flush(self, now: float, everything: bool = False) -> None:
+        """Send each client's resolved results that should not wait longer (see the module's docstring), or all of
+        them (``everything``)."""
+        for peer, request in self._to_answer:  # a request's Accepted goes before its results
+            self._send(peer, cw.Accepted(request, self.instance, None, ""))
+        self._to_answer, self._taken_now = self._taken_now, []
+        if everything:
+            for peer, request in self._to_answer:
+                self._send(peer, cw.Accepted(request, self.instance, None, ""))
+            self._to_answer = []
+        elif self._to_answer:
+            self._reactor.wake()  # the next turn dispatches their tasks, then answers them
+        outbox, waiting = self._outbox, self._waiting
+        if outbox:
+            in_flight = self._in_flight
+            if self._oldest is None:
+                self._oldest = now
+            while outbox:
+                peer, request, index, r = outbox.popleft()
+                rows = waiting.get(peer)
+                if rows is None:
+                    rows = waiting[peer] = []
+                rows.append(cw.ResolvedRow(request, index, r))
+                in_flight[peer] = in_flight.get(peer, 0) - 1
+        if not waiting:
             return
-        by_peer: dict[bytes, list] = defaultdict(list)
-        while self._outbox:
-            peer, request, index, r = self._outbox.popleft()
-            by_peer[peer].append(cw.ResolvedRow(request, index, r))
-        now = time.monotonic()
-        for peer, rows in by_peer.items():
+        unanswered = {peer for peer, _ in self._to_answer}  # their results wait for their Accepted
+        waited = everything or (self._oldest is not None and now - self._oldest >= RESULTS_WAIT_S)
+        for peer in [p for p, rows in waiting.items() if everything or (p not in unanswered and (waited or self._due(p, rows)))]:
+            rows = waiting.pop(peer)
+            if self._in_flight.get(peer) == 0:
+                del self._in_flight[peer]  # counted again from its next request
             for frames in self.ledger.add(peer, rows, now):
                 self._send_frames(peer, frames)
+        if not waiting:
+            self._oldest = None
+        elif waited:
+            self._oldest = now  # what still waits (a client not yet answered) waits one more window at most
+
+    def _due(self, peer: bytes, rows: list[cw.ResolvedRow]) -> bool:
+        """Whether ``peer``'s waiting results leave before the window ends: nothing else of it in flight, or a full message."""
+        return self._in_flight.get(peer, 0) <= 0 or len(rows) >= FLUSH_EVERY
+
+    def _next_flush(self, now: float) -> Optional[float]:
+        """The reactor's deadline: seconds until the waiting results are due (None: none waits)."""
+        if self._oldest is None or not self._attached:
+            return None
+        return max(0.0, self._oldest + RESULTS_WAIT_S - now)
 
     def _send(self, peer: bytes, msg: cw.ClientMessage) -> None:
         self._send_frames(peer, cw.encode(msg))

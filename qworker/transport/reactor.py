@@ -12,7 +12,9 @@ Contract:
   and ``stop()`` are the only methods safe to call from other threads: state
   handed over from them (a deque appended to, a flag) is picked up by a handler
   on the turn the wake causes.  Register handlers before ``run()`` or from a
-  handler.
+  handler; ``cancel`` one the same way (it does not run again, its socket is
+  no longer polled).  Several owners may share one reactor (a reward service
+  runs its handlers on its producer's dispatcher thread).
 * **A turn.**  The loop waits (``zmq.Poller``) for a registered socket to be
   readable, a ``wake()``, or the nearest deadline: the next ``every`` callback
   that is due and the smallest value any ``deadline`` function returns, capped
@@ -49,7 +51,7 @@ from .sockets import WakePipe
 
 log = logging.getLogger("qworker")
 
-__all__ = ["Reactor"]
+__all__ = ["Reactor", "Step"]
 
 DEFAULT_MAX_WAIT_S = 1.0
 
@@ -62,6 +64,10 @@ class _Step:
     every_s: float = 0.0  # a periodic callback: runs once this long has passed since it last ran
     due: float = 0.0  # when a periodic callback runs next (monotonic s)
     seen: dict[str, int] = field(default_factory=dict)  # kind of error -> times it was raised
+    cancelled: bool = False
+
+
+Step = _Step  # what the registering methods return, for ``cancel``
 
 
 class Reactor:
@@ -82,20 +88,31 @@ class Reactor:
         self._stopping = False
 
     # registering (the reactor thread, or before run) ------------------------------
-    def on_readable(self, sock: zmq.Socket, handler: Callable[[], None], *, name: str) -> None:
+    def on_readable(self, sock: zmq.Socket, handler: Callable[[], None], *, name: str) -> Step:
         """Run ``handler()`` on each turn that ``sock`` is readable; ``name`` (what it does) is logged if it raises."""
         self._poller.register(sock, zmq.POLLIN)
-        self._steps.append(_Step(name, lambda now: handler(), sock=sock))
+        return self._add(_Step(name, lambda now: handler(), sock=sock))
 
-    def every(self, interval_s: float, fn: Callable[[float], None], *, name: str, first_in_s: float = 0.0) -> None:
+    def every(self, interval_s: float, fn: Callable[[float], None], *, name: str, first_in_s: float = 0.0) -> Step:
         """Run ``fn(now)`` every ``interval_s`` seconds (at the first turn past each due time); the first run is
         ``first_in_s`` after registering."""
-        self._steps.append(_Step(name, fn, every_s=interval_s,
-                                 due=time.monotonic() + first_in_s))
+        return self._add(_Step(name, fn, every_s=interval_s,
+                               due=time.monotonic() + first_in_s))
 
-    def each_turn(self, fn: Callable[[float], None], *, name: str) -> None:
+    def each_turn(self, fn: Callable[[float], None], *, name: str) -> Step:
         """Run ``fn(now)`` on every turn."""
-        self._steps.append(_Step(name, fn))
+        return self._add(_Step(name, fn))
+
+    def cancel(self, step: Step) -> None:
+        """Stop running ``step`` (a turn in progress skips it too); its socket is no longer polled."""
+        step.cancelled = True
+        self._steps = [s for s in self._steps if s is not step]  # a new list: a turn in progress iterates the old one
+        if step.sock is not None:
+            self._poller.unregister(step.sock)
+
+    def _add(self, step: _Step) -> Step:
+        self._steps = [*self._steps, step]  # a new list: a turn in progress iterates the old one
+        return step
 
     def deadline(self, fn: Callable[[float], Optional[float]]) -> None:
         """Before each wait, ``fn(now)`` says in how many seconds a turn is needed (None: no need)."""
@@ -127,8 +144,8 @@ class Reactor:
         """Take turns until ``stop()``; see the module's contract."""
         poll = self._poller.poll
         pipe_fd = self._pipe.fd
-        steps = self._steps
         while not self._stopping:
+            steps = self._steps  # registering or cancelling makes a new list, for the next turn
             now = time.monotonic()
             wait = self.max_wait_s
             for step in steps:
@@ -149,6 +166,8 @@ class Reactor:
             self.turns += 1
             now = time.monotonic()
             for step in steps:
+                if step.cancelled:
+                    continue
                 if step.sock is not None:
                     if step.sock not in ready:
                         continue

@@ -140,3 +140,43 @@ def test_many_wakes_before_a_turn_write_one_byte():
         r.wake()
     assert os.read(r._pipe.fd, 4096) == b"x"
     r.close()
+
+
+def test_a_cancelled_handler_runs_no_more_and_its_socket_is_no_longer_polled(pair):
+    a, b = pair
+    r = Reactor(name="test", max_wait_s=60.0)
+    calls: deque[object] = deque()
+    cancelled_in_turn = threading.Event()
+    later_turns = threading.Event()
+    steps: list = []
+
+    def receive() -> None:
+        while a.poll(0):
+            calls.append(a.recv())
+        for step in steps:  # cancelled from a handler, as an owner sharing the reactor does
+            r.cancel(step)
+        cancelled_in_turn.set()
+
+    def each(now: float) -> None:
+        calls.append("turn")
+
+    def after(now: float) -> None:
+        if cancelled_in_turn.is_set():
+            later_turns.set()
+
+    steps.append(r.on_readable(a, receive, name="receiving"))
+    steps.append(r.each_turn(each, name="each turn"))
+    r.each_turn(after, name="after")
+    th = start(r)
+    b.send(b"one")
+    assert cancelled_in_turn.wait(10), "the handler of a readable socket did not run"
+    r.wake()
+    assert later_turns.wait(10), "the reactor took no turn after the cancel"
+    b.send(b"two")  # readable again, but no longer polled: it must not wake the loop or run the handler
+    later_turns.clear()
+    r.wake()
+    assert later_turns.wait(10)
+    assert list(calls) == [b"one"], calls  # the each-turn handler, cancelled in the same turn, never ran either
+    r.stop()
+    th.join(10)
+    r.close()
