@@ -42,9 +42,8 @@ class LimitConfig:
     backoff: float = 0.9  # a timeout: the limit goes to this share of what was in flight
     backoff_again: float = 0.5  # a refusal after a reaction that did not suffice: at most halve
     burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
-    probe: float = 0.15  # requests per round trip above the refusal level at the highest capacity seen
-    probe_regain: float = 0.3  # the same below the highest capacity seen, at first: it doubles each round trip without a refusal
-    probe_max: float = 2.0  # ... up to this many requests per round trip
+    probe: float = 0.15  # requests per round trip above the refusal level, at first (``probe_max``)
+    probe_max: float = 2.0  # below the highest capacity seen, the probe doubles each round trip without a refusal, up to this
     fair_share: float = 0.02  # a fresh refusal puts the refusal level this fraction under what was in flight
     slow_start_step: float = 0.5  # per success while probing: x1.5 per round trip (x1.25 beyond twice ``initial``)
     queue_cut: float = 1.3  # recent / base latency above this: the server queues

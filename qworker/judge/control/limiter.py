@@ -170,21 +170,21 @@ class AdaptiveLimit:
 
     def _reach(self, now: float) -> float:
         """How far above the refusal level the probe goes per round trip now: ``probe``; below the highest
-        capacity seen (``regain`` x ``high``), ``probe_regain`` doubling for each round trip since the last refusal
-        (after the round trip that refusal holds), up to ``probe_max``.
+        capacity seen (``regain`` x ``high``), doubling for each round trip since the last refusal (after the
+        round trip that refusal holds), up to ``probe_max``.
 
         A refusal level under a capacity seen before measures a capacity that moved and may move back (a
         tenant that leaves, a replica that returns): each round trip the server holds it without a refusal,
         the search above it widens (an exponential search, as slow start's), so a return is found within a
         few round trips; a refusal starts it again.  Each search that finds the capacity unchanged costs a
-        refusal: ``probe_regain`` and ``probe_max`` trade how often that happens against how soon a return is
-        found.  At the highest capacity seen, the probe stays slow: there it only tracks a capacity that holds,
-        and each crossing costs a refusal."""
+        refusal: ``probe`` and ``probe_max`` trade how often that happens (at a capacity that moved for good:
+        every few round trips) against how soon a return is found.  At the highest capacity seen, the probe
+        stays slow: there it only tracks a capacity that holds, and each crossing costs a refusal."""
         cfg = self.config
         quiet = (now - max(self.refusals_.last, self._last_cut)) / self._round_trip() - 1.0
         if quiet <= 0.0 or not self.memory.below(self.limit):  # both endpoint-wide: the limit already counts peers
             return cfg.probe
-        return min(cfg.probe_max, cfg.probe_regain * 2.0 ** min(quiet, 16.0))
+        return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
 
     def _in_use(self, in_flight: float) -> bool:
         """Growth is earned only by a limit that is in use."""
