@@ -43,7 +43,7 @@ class LimitConfig:
     backoff_again: float = 0.5  # a refusal after a reaction that did not suffice: at most halve
     burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
     probe: float = 0.15  # requests per round trip above the refusal level, at first (``probe_max``)
-    probe_max: float = 1.0  # the probe doubles each round trip without a refusal, up to this many requests per round trip
+    probe_max: float = 2.0  # below the highest capacity seen, the probe doubles each round trip without a refusal, up to this
     fair_share: float = 0.02  # a fresh refusal puts the refusal level this fraction under what was in flight
     slow_start_step: float = 0.5  # per success while probing: x1.5 per round trip (x1.25 beyond twice ``initial``)
     queue_cut: float = 1.3  # recent / base latency above this: the server queues
@@ -270,12 +270,15 @@ class CapacityMemory:
     or producers together holding it).
     ``refused_level``: in flight at the last fresh refusal (told to peers).
 
-    Expiry: a refusal level or knee says what the server allowed then.  Once the
-    limit has been in use at or above the refusal level (echoes lower it; the
-    in-flight count at a refusal, ``refused_level``, is not used: it may count
-    requests still draining) for ``wait`` round trips with no refusal,
-    ``stale`` says so, and the limiter climbs back to ``high``; a climb
-    that is refused doubles ``wait`` (up to ``regain_rtts_max``).
+    Expiry: a refusal level or knee says what the server allowed then.  The
+    evidence that it moved up is the server answering a request sent with more
+    at it than the last fresh refusal found there (``outgrew``): more than
+    ``refused_level``, and more than one above ``refusal_level``.  Holding the
+    refusal level itself is no evidence: it sits under the capacity that
+    refused (a share under it, or lower still where echoes put it).  Once that
+    evidence is ``wait`` round trips old with the limit in use and no refusal,
+    ``stale`` says so, and the limiter climbs back to ``high``; a climb that is
+    refused as it begins doubles ``wait`` (up to ``regain_rtts_max``).
     """
 
     def __init__(self, config: LimitConfig) -> None:
@@ -285,14 +288,16 @@ class CapacityMemory:
         self.high = 0.0
         self.high_sustained = 0.0  # the highest concurrency the answers showed the server sustaining (``held``)
         self.refused_level = math.inf
+        self.refused_at = -math.inf  # when the last fresh refusal came
         self.wait = config.regain_rtts
-        self.quiet_since = math.inf  # since when the limit is in use with no refusal nor queueing
+        self.quiet_since = math.inf  # the evidence that the capacity moved up, dated ``wait`` round trips back (``outgrown``)
         self.overshot = False  # a reaction to refusals did not suffice: climb back to the refusal level one per round trip
 
-    def refused(self, level: float, *, probing: bool) -> None:
-        """A fresh refusal at ``level`` in flight."""
+    def refused(self, level: float, *, probing: bool, now: float = -math.inf) -> None:
+        """A fresh refusal at ``level`` in flight, at ``now``."""
         self.refusal_level = level if probing else level * (1.0 - self.config.fair_share)
         self.refused_level = level
+        self.refused_at = now
         self.quiet_since = math.inf
 
     def echoed(self, echo_level: float) -> None:
@@ -329,25 +334,32 @@ class CapacityMemory:
         if self.knee < math.inf:
             self.knee = max(self.knee, level)
 
-    def in_use(self, now: float, used: bool) -> None:
+    def in_use(self, used: bool) -> None:
+        """Whether the limit is in use: the evidence gathered (``outgrown``) lapses while it is not."""
         if not used:
             self.quiet_since = math.inf
-        elif self.quiet_since == math.inf:
-            self.quiet_since = now
+
+    def outgrew(self, level: float, sent_at: float) -> bool:
+        """Whether an answer to a request sent at ``sent_at`` with ``level`` at the server shows it holding more than
+        where it last refused: sent after that refusal (one sent before says nothing of it), above the in-flight
+        count at it, and more than one above the refusal level."""
+        return sent_at > self.refused_at and level > self.refused_level and level > self.refusal_level + 1.0
 
     def outgrown(self, now: float, rtt: float) -> None:
-        """The server held more than one above the refusal level: evidence worth ``regain_rtts`` round trips in use
-        without a refusal (``stale`` then says so at once, unless a refused climb back asked for more)."""
+        """The server held more than where it last refused (``outgrew``): evidence worth ``regain_rtts`` round trips
+        in use without a refusal (``stale`` then says so at once, unless a refused climb back asked for more)."""
         self.quiet_since = min(self.quiet_since, now - self.config.regain_rtts * rtt)
 
     def stale(self, now: float, rtt: float, limit: float) -> bool:
-        """In use for ``wait`` round trips with no refusal, below the highest capacity seen: it came back."""
+        """Evidence (``outgrown``) ``wait`` round trips old, in use with no refusal since, below the highest capacity
+        seen: it came back."""
         return self.below(limit) and now - self.quiet_since >= self.wait * rtt
 
     def regained(self, level: float) -> None:
         """All of it came back, up to ``level``: the next climb wants the usual evidence; the old levels are gone
         (growth above ``level`` is a probe, as above a refusal)."""
         self.wait = self.config.regain_rtts
+        self.quiet_since = math.inf
         self.refusal_level = level + 1.0
         self.knee = math.inf
         self.overshot = False

@@ -23,10 +23,10 @@ STEADY      an answer, in use                             STEADY        +1 to th
 STEADY      a lone refusal                                HOLDING       capped at what was in flight, less one
 STEADY      a burst (a reaction that did not suffice)     HOLDING       what recent answers sustained, >= half
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
-STEADY      in use at or above the refusal level for      RECOVERING    climbs +2 per answer (x3 per round trip)
-            ``wait`` round trips, no refusal, or the                    to the highest capacity seen
-            server holding two above it; below
-            ``regain`` x the highest capacity seen
+STEADY      the server answered more at once than where   RECOVERING    climbs +2 per answer (x3 per round trip)
+            it last refused (``outgrew``), then in use                  to the highest capacity seen
+            for ``wait`` round trips with no refusal;
+            below ``regain`` x the highest capacity seen
 HOLDING     a round trip with no refusal                  STEADY        (no growth meanwhile; echoes only cap)
 RECOVERING  reached its target                            STEADY        (PROBING after ``reset``)
 RECOVERING  a fresh refusal                               HOLDING       as STEADY; refused as it began, the next
@@ -176,7 +176,9 @@ class AdaptiveLimit:
         A refusal level under a capacity seen before measures a capacity that moved and may move back (a
         tenant that leaves, a replica that returns): each round trip the server holds it without a refusal,
         the search above it widens (an exponential search, as slow start's), so a return is found within a
-        few round trips; a refusal starts it again from ``probe``.  At the highest capacity seen, the probe
+        few round trips; a refusal starts it again.  Each search that finds the capacity unchanged costs a
+        refusal: ``probe`` and ``probe_max`` trade how often that happens (at a capacity that moved for good:
+        every few round trips) against how soon a return is found.  At the highest capacity seen, the probe
         stays slow: there it only tracks a capacity that holds, and each crossing costs a refusal."""
         cfg = self.config
         quiet = (now - max(self.refusals_.last, self._last_cut)) / self._round_trip() - 1.0
@@ -241,6 +243,7 @@ class AdaptiveLimit:
         ``tokens``: its ``usage.completion_tokens`` when the reply said.
         """
         cfg = self.config
+        sent_level = float(level if level is not None else in_flight)
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
         self.throughput.on_answer(now, rtt, self.rtt)
         trip = self._round_trip()
@@ -257,27 +260,25 @@ class AdaptiveLimit:
         if self.mode is Mode.OUTAGE:  # an answer to a request sent before the outage: the refusals go on
             return
         if self.mode is not Mode.RECOVERING:  # (the base is learnt where the climb ends, not on the way)
-            reading = self.latency.on_answer(rtt, float(level if level is not None else in_flight), tokens)
+            reading = self.latency.on_answer(rtt, sent_level, tokens)
             if reading is not None and not self.load.fresh(now):  # the knee, plus a queue of a tenth of it
                 self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now)
             if not self.load.fresh(now):
-                self._on_batch(self.batch.on_answer(rtt, float(level if level is not None else in_flight)), now)
+                self._on_batch(self.batch.on_answer(rtt, sent_level), now)
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
-        sent_level = float(level if level is not None else in_flight)
         if self.mode is Mode.STEADY and self.answers_scale == 1.0 and now - self._last_cut >= max(1.0, 4 * trip):
             # What the server sustained (Little's law on the answers of the last round trips, no more than this
             # limit allowed), once those answers are all from after slow start and the last cut: a burst
             # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
             # peers, the endpoint's capacity is what they note together (``adopt``)
             self.memory.held(min(self.sustained(now), self.limit))
-        if self.mode is Mode.STEADY and sent_level > self.memory.refusal_level + 1.0:
-            # The server held more than one above where it last refused (this request was sent with that many at it):
+        if self.mode is Mode.STEADY and self.memory.outgrew(sent_level, now - rtt):
+            # The server held more than where it last refused (this request was sent with that many at it):
             # the capacity that refused is no longer there; what was seen above it is evidence enough to climb to
             self.memory.outgrown(now, trip)
-        # Evidence that capacity came back: in use at or above the level refusals put it at, with no refusal
-        self.memory.in_use(now, used and self.mode is Mode.STEADY and self.limit >= self.memory.refusal_level)
+        self.memory.in_use(used and self.mode is Mode.STEADY)  # (evidence lapses while the limit is not in use)
         if self.mode is Mode.STEADY and self.memory.stale(now, trip, self.limit):
             # In use for round trips with no refusal, below a capacity seen before: it came back (a tenant
             # left, a replica returned).  Climb back x2 per round trip to it, on a base learnt afresh.
@@ -339,7 +340,7 @@ class AdaptiveLimit:
                     # refused as the climb back began: the evidence that capacity came back was wrong (a climb refused
                     # higher up found some of it: not all came back, and the evidence was right)
                     self.memory.regain_refused()
-            self.memory.refused(float(in_flight), probing=probing)
+            self.memory.refused(float(in_flight), probing=probing, now=now)
             step = cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2
             if probing:  # the level of a round trip ago was the last one known to hold
                 self._cut(level / (1.0 + step), now, Mode.HOLDING)

@@ -111,12 +111,15 @@ def moving_run(scenario: str, seed: int, retry_after: str) -> tuple:
 def test_capacity_that_returns_within_10_s_phases_is_found_within_2_s_with_few_refusals(scenario, seed, retry_after):
     # The whole of each phase counts, the seconds spent finding the new capacity included.  Capacity that
     # returns (a step back up, a tenant leaving) can only be found by probing above where it was refused,
-    # and each probe that finds it still there is a refusal: found within 2 s, the phase after it is served
-    # at >= 80% (the seconds before it at the old capacity), every other phase at >= 90%.
+    # and each probe that finds it still there is a refusal: found within 1.5 s, the phase after it is served
+    # at >= 85% (the seconds before it at the old capacity), every other phase at >= 90%.  A step down is
+    # re-adapted to within 3 s (the tenant takes its half over seconds, as its retries find free slots).
     c, ph = moving_run(scenario, seed, retry_after)
     assert not c.failed
-    assert ph[0]["share"] >= 0.9 and ph[1]["share"] >= 0.9 and ph[2]["share"] >= 0.8, ph
-    assert ph[2]["adapt"] is not None and ph[2]["adapt"] <= 2.0, ph
+    assert ph[0]["share"] >= 0.9 and ph[1]["share"] >= 0.9 and ph[2]["share"] >= 0.85, ph
+    assert ph[2]["adapt"] is not None and ph[2]["adapt"] <= 1.5, ph
+    if scenario == "step":
+        assert ph[1]["adapt"] is not None and ph[1]["adapt"] <= 3.0, ph
     assert refused_share(c, 3 * PHASE_S) <= 0.02, ph
 
 

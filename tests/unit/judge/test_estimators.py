@@ -81,18 +81,21 @@ def test_server_load_cuts_to_what_keeps_the_queue_at_a_tenth_of_what_runs():
     assert load.fresh(2.0) and not load.fresh(10.0)
 
 
-def test_remembered_capacity_expires_after_round_trips_in_use_without_a_refusal():
+def test_remembered_capacity_expires_once_the_server_holds_more_than_where_it_last_refused():
     mem = CapacityMemory(CFG)
     mem.saw(64)
-    mem.refused(41, probing=False)  # in flight at a refusal while far more than the new capacity still drained
-    assert not mem.stale(1.0, 0.3, 32)
-    mem.in_use(1.0, True)
-    assert not mem.stale(1.3, 0.3, 32)
-    assert mem.stale(1.0 + CFG.regain_rtts * 0.3, 0.3, 32)  # whatever the refused level
-    mem.regain_refused()
-    mem.refused(40, probing=False)
-    mem.in_use(3.0, True)
-    assert not mem.stale(3.0 + CFG.regain_rtts * 0.3, 0.3, 32) and mem.stale(3.0 + 2 * CFG.regain_rtts * 0.3, 0.3, 32)
+    mem.refused(33, probing=False, now=1.0)  # refused with 33 at the server: the capacity is 32
+    assert not mem.outgrew(33, 1.5)  # held where it refused (or under it, where the refusal level sits): no evidence
+    assert not mem.outgrew(40, 0.9)  # sent before the refusal (a drain's answers): says nothing of it
+    assert mem.outgrew(34, 1.5)
+    mem.outgrown(1.6, 0.3)  # worth the usual round trips in use without a refusal
+    assert mem.stale(1.6, 0.3, 34)
+    mem.in_use(False)  # evidence lapses while the limit is not in use
+    assert not mem.stale(1.6, 0.3, 34)
+    mem.regain_refused()  # a climb refused as it began: the next wants twice the round trips
+    mem.refused(33, probing=False, now=2.0)
+    mem.outgrown(3.0, 0.3)
+    assert not mem.stale(3.0, 0.3, 34) and mem.stale(3.0 + CFG.regain_rtts * 0.3, 0.3, 34)
 
 
 def test_throughput_is_littles_law_on_recent_answers():

@@ -31,11 +31,11 @@ def steady(limit: float, *, high: float, refused_at: float) -> AdaptiveLimit:
 
 def test_below_a_capacity_seen_before_the_probe_widens_until_the_capacity_that_came_back_is_found():
     # Refused at 17 with 64 seen before; the capacity is back (nothing refused any more): the probe above
-    # the refusal level doubles each round trip, the server is seen holding two above it, and the limit
-    # climbs back to 64, all within 2 s (a probe of 0.15 a round trip would take 2 s to reach 17 alone).
+    # the refusal level doubles each round trip, the server is seen holding more than where it refused, and
+    # the limit climbs back to 64, all within 2 s (a probe of 0.15 a round trip would take 2 s to reach 17 alone).
     lim = steady(16, high=64, refused_at=17)
-    t = answer_at_the_limit(lim, 0.01, 1.2)
-    assert lim.limit < 19  # a round trip held, then 0.15, 0.3, 0.6 a round trip: no jump
+    t = answer_at_the_limit(lim, 0.01, 0.6)
+    assert lim.limit < 17  # a round trip held, then 0.15, 0.3 a round trip: no jump
     answer_at_the_limit(lim, t, 2.0)
     assert lim.limit >= 60 and lim.regains == 1
     # At the highest capacity seen, the probe does not widen: there each crossing is a refusal
