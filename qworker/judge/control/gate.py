@@ -297,6 +297,7 @@ class Gate:
         p, best = picked
         level = best.total_at_server() + 1  # at the server once it gets there, itself included
         best.take(now, self._tokens(p))
+        best.limit.batch.on_send(level, now)
         call = self._call(p)
         call.seq, call.level = best.sent, level
         call.route, call.routed_at = best.index, now

@@ -15,7 +15,7 @@ def feed(knee: BatchKnee, latency, levels: range, rounds: int = 4, seed: int = 1
     out = []
     for _ in range(rounds):
         for level in levels:
-            out.append(knee.on_answer(latency(level) * math.exp(0.6 * rng.gauss(0, 1) - 0.18), float(level)))
+            out.append(knee.on_answer(latency(level) * math.exp(0.6 * rng.gauss(0, 1) - 0.18), float(level), now=10.0 * len(out)))
     return out
 
 
