@@ -25,8 +25,10 @@ room again: nothing is pinned to the tier it went to last.
   one) or within ``BALANCE_ABS`` of the least loaded replica (as SGLang's
   router, which balances only past both a relative and an absolute imbalance: a
   near-idle fleet must not scatter a group of 16); past it, or with no room, the task walks on along the ring to the next
-  replica that qualifies (bounded-load consistent hashing, Mirrokni et al.), so a
-  spilled group also lands together.  ``weight`` does not apply.  When the fleet is
+  replica that qualifies (bounded-load consistent hashing, Mirrokni et al.).  The
+  bound chooses where a group begins: its other tasks follow the replica it began at
+  (while that replica is up), waiting for room there rather than being split by the
+  bound, so a spilled group also lands together.  ``weight`` does not apply.  When the fleet is
   saturated, the replica that frees a slot takes the first waiting task (of the
   first ``LOOKAHEAD``) whose prefix prefers it, rather than the head of the queue:
   otherwise whichever replica frees first would scatter every group.  With none, it
