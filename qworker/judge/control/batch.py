@@ -67,15 +67,16 @@ class BurstOrder:
     median (a few answers from past C, come back early, make it high rather than low).
 
     A burst opens at a request sent at ``IDLE`` or under and takes every request
-    sent until its first answer; an answer belongs to it when sent before that
-    (``now - latency``).  A refusal ends it: refused requests are not queued
+    sent until its first answer; an answer belongs to it when sent (by the gate's clock)
+    no later than its last request.  A refusal ends it: refused requests are not queued
     ones.  Units: seconds, requests.
     """
 
     def __init__(self, below: float) -> None:
         self.below = below
         self.open = False  # sending the burst (no answer yet)
-        self.closed_at = -math.inf  # its first answer: requests sent after it are not in it
+        self.closed_at = -math.inf  # its last request, sent before its first answer came
+        self._last_send = -math.inf
         self._back: list[float] = []  # levels answered, sorted
         self._out: list[float] = []  # levels still outstanding, sorted
         self._u = 0.0  # pairs (answered, outstanding) with the answered one sent at the lower level (ties half)
@@ -89,16 +90,18 @@ class BurstOrder:
     def on_send(self, level: float, now: float) -> None:
         if self.open:  # (nothing answered yet: no pairs)
             bisect.insort(self._out, level)
+            self._last_send = now
         elif level <= IDLE:
             self.end()
-            self.open = True
+            self.open, self._last_send = True, now
             self._out.append(level)
 
-    def on_answer(self, latency: float, level: float, now: float) -> Optional[float]:
-        """The batch (requests) when the burst's answers so far show a FIFO queue past one under ``below``, else None."""
-        if self.open:
-            self.open, self.closed_at = False, now
-        if not self._out or now - latency >= self.closed_at:
+    def on_answer(self, level: float, sent_at: float) -> Optional[float]:
+        """An answer to a request sent at ``sent_at`` at ``level``: the batch (requests) when the burst's answers so far
+        show a FIFO queue past one under ``below``, else None."""
+        if self.open:  # its first answer: what is sent from now on is not in it
+            self.open, self.closed_at = False, self._last_send
+        if not self._out or sent_at > self.closed_at:
             return None
         at = bisect.bisect_left(self._out, level)
         if at == len(self._out) or self._out[at] != level:
@@ -162,10 +165,11 @@ class BatchKnee:
         if b[0] <= 0.0:
             del self._bands[band]
 
-    def on_answer(self, latency: float, level: float, now: float) -> Optional[float]:
-        """Keep one answer (while listening); the batch (requests) if the burst out shows one under ``below``
-        (``BurstOrder``), or, every ``EVERY`` answers, the answers' latencies do."""
-        batch = self.burst.on_answer(latency, level, now)
+    def on_answer(self, latency: float, level: float, sent_at: float) -> Optional[float]:
+        """Keep one answer (to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds) while listening; the
+        batch (requests) if the burst out shows one under ``below`` (``BurstOrder``), or, every ``EVERY`` answers, the
+        answers' latencies do."""
+        batch = self.burst.on_answer(level, sent_at)
         if batch is not None:
             return batch
         idle = level <= IDLE

@@ -237,12 +237,14 @@ class AdaptiveLimit:
             self.limit = min(cfg.ceiling, self.limit + step, below)
             self.memory.raise_knee(self.limit)
 
-    def on_success(self, rtt: float, in_flight: float, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None) -> None:
+    def on_success(self, rtt: float, in_flight: float, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None,
+                   sent_at: Optional[float] = None) -> None:
         """A request answered normally after ``rtt`` seconds.
 
         ``in_flight``: requests outstanding now, this one included; ``level``:
         requests outstanding when it was sent (default ``in_flight``);
-        ``tokens``: its ``usage.completion_tokens`` when the reply said.
+        ``tokens``: its ``usage.completion_tokens`` when the reply said; ``sent_at``: when the gate sent it (default
+        ``now - rtt``).
         """
         cfg = self.config
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
@@ -265,7 +267,7 @@ class AdaptiveLimit:
             if reading is not None and not self.load.fresh(now):  # the knee, plus a queue of a tenth of it
                 self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now)
             if not self.load.fresh(now):
-                self._on_batch(self.batch.on_answer(rtt, float(level if level is not None else in_flight), now), now)
+                self._on_batch(self.batch.on_answer(rtt, float(level if level is not None else in_flight), now - rtt if sent_at is None else sent_at), now)
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY

@@ -15,7 +15,7 @@ def feed(knee: BatchKnee, latency, levels: range, rounds: int = 4, seed: int = 1
     out = []
     for _ in range(rounds):
         for level in levels:
-            out.append(knee.on_answer(latency(level) * math.exp(0.6 * rng.gauss(0, 1) - 0.18), float(level), now=10.0 * len(out)))
+            out.append(knee.on_answer(latency(level) * math.exp(0.6 * rng.gauss(0, 1) - 0.18), float(level), sent_at=10.0 * len(out)))
     return out
 
 
@@ -62,7 +62,7 @@ def test_a_burst_answered_in_the_order_of_its_levels_shows_the_batch_before_the_
         found, answered = None, []
         for t, level in fifo_burst(8, 32, seed):
             answered.append(level)
-            found = knee.on_answer(t, float(level), t)
+            found = knee.on_answer(t, float(level), 0.0)
             if found is not None:
                 break
         assert found is not None and 6 <= found <= 20, (seed, found, answered)
@@ -74,7 +74,7 @@ def test_a_burst_answered_in_an_order_unrelated_to_its_levels_gives_nothing():
         knee = BatchKnee(below=64)
         for level in range(1, 49):
             knee.on_send(float(level), 0.0)
-        assert not any(knee.on_answer(t, float(level), t) for t, level in fifo_burst(64, 48, seed)), seed
+        assert not any(knee.on_answer(t, float(level), 0.0) for t, level in fifo_burst(64, 48, seed)), seed
 
 
 def test_a_refusal_ends_the_burst_refused_requests_being_no_queue():
@@ -82,7 +82,7 @@ def test_a_refusal_ends_the_burst_refused_requests_being_no_queue():
     for level in range(1, 33):
         knee.on_send(float(level), 0.0)
     knee.refused()
-    assert not any(knee.on_answer(t, float(level), t) for t, level in fifo_burst(8, 32, 1)[:24])
+    assert not any(knee.on_answer(t, float(level), 0.0) for t, level in fifo_burst(8, 32, 1)[:24])
 
 
 def test_the_fit_stops_listening_once_no_answer_sent_to_an_idle_server_is_in_its_window_and_listens_again_at_one():
@@ -91,5 +91,5 @@ def test_the_fit_stops_listening_once_no_answer_sent_to_an_idle_server_is_in_its
     assert knee.listening
     feed(knee, lambda lv: 0.5, range(20, 40), rounds=26)  # 520 answers, none sent at level 2 or under
     assert not knee.listening and not knee._answers  # nothing kept, each answer a comparison
-    knee.on_answer(0.5, 1.0, now=1e6)
+    knee.on_answer(0.5, 1.0, sent_at=1e6)
     assert knee.listening and len(knee._answers) == 1
