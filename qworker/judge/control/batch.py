@@ -5,7 +5,20 @@ A server that serves C requests at once and queues the rest (vLLM's and SGLang's
 ``S x max(1, L / C)`` seconds, S being its service time: flat up to its batch, then
 rising in proportion to what is in flight (Little's law; a FIFO queue's first burst
 follows the same line).  ``BatchKnee`` fits that line to the answers, by the level
-each was sent at, and says where the batch ends when the fit is clear.
+each was sent at, and says where the batch ends when the fit is clear.  The fit waits
+for the answers from past the batch, which come a service time or more after the
+rest; sooner, ``BurstOrder`` reads the order in which a burst sent from idle is
+answered: a FIFO queue answers it in the order of its levels, a server serving the
+whole burst at once in no order.  ``BatchKnee`` reports either's batch.
+
+It listens from the start (and after ``clear``: an endpoint back from down), and
+again from an answer to a request sent to a (nearly) idle server (sent at ``IDLE``
+or under): only a burst from idle spreads its levels from 1 up, and the fit is
+anchored on such answers.  Once ``WINDOW`` answers have gone by with none sent at
+``IDLE`` or under, no fit can be made: it forgets what it kept and stops listening
+until the next such answer (an answer sent above ``IDLE`` meanwhile costs a
+comparison).  While it listens, each fit that finds the batch reports it again,
+so the limiter keeps the limit at it on the answers of that burst and after.
 
 Its meaning: **latency rising in proportion to the requests in flight past a level
 is a queue past that level.**  Only answers sent at levels at least ``SPREAD`` apart
@@ -21,14 +34,15 @@ Units: seconds, requests.  Only the dispatcher thread calls it.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from typing import Optional
 
-__all__ = ["BatchKnee"]
+__all__ = ["BatchKnee", "BurstOrder"]
 
 BAND = math.log(1.1)  # answers are grouped per 10%-wide band of the level they were sent at
-WINDOW = 512  # the latest answers the fit reads (a batch that moved is seen once the old answers are gone)
+WINDOW = 512  # the latest answers the fit reads; with none of them sent at ``IDLE`` or under, it stops listening
 MIN_ANSWERS = 32  # answers before a fit is tried
 EVERY = 8  # answers between fits
 SPREAD = 2.0  # the highest level read / the lowest: below this the levels say nothing of a knee
@@ -39,19 +53,105 @@ SIDE = 6  # answers at least, both at or under the knee and at ``RISE`` x it or 
 SURE = 4.0  # the rise from under the knee to past it, at least this many standard errors (lognormal noise makes flukes)
 
 
+class BurstOrder:
+    """A burst sent at once from idle (levels 1 to N): whether its answers come back in the order of their levels.
+
+    A server serving all N at once answers them in an order that has nothing to do
+    with the level each was sent at; one that serves C and queues the rest in FIFO
+    order answers levels 1 to C first, the rest a service time or more later.  So
+    while the burst is out, the levels answered against those still out say whether
+    the server queues long before the latencies of the levels past C are known
+    (``BatchKnee``'s fit waits for them): a rank test (Mann-Whitney) on answered
+    against outstanding levels, ``SURE`` standard errors or more.  The burst's
+    answered levels then lie about evenly over 1 to C, so C is taken as twice their
+    median (a few answers from past C, come back early, make it high rather than low).
+
+    A burst opens at a request sent at ``IDLE`` or under and takes every request
+    sent until its first answer; an answer belongs to it when sent (by the gate's clock)
+    no later than its last request.  A refusal ends it: refused requests are not queued
+    ones.  Units: seconds, requests.
+    """
+
+    def __init__(self, below: float) -> None:
+        self.below = below
+        self.open = False  # sending the burst (no answer yet)
+        self.closed_at = -math.inf  # its last request, sent before its first answer came
+        self._last_send = -math.inf
+        self._back: list[float] = []  # levels answered, sorted
+        self._out: list[float] = []  # levels still outstanding, sorted
+        self._u = 0.0  # pairs (answered, outstanding) with the answered one sent at the lower level (ties half)
+
+    def end(self) -> None:
+        self.open, self.closed_at = False, -math.inf
+        self._back.clear()
+        self._out.clear()
+        self._u = 0.0
+
+    def on_send(self, level: float, now: float) -> None:
+        if self.open:  # (nothing answered yet: no pairs)
+            bisect.insort(self._out, level)
+            self._last_send = now
+        elif level <= IDLE:
+            self.end()
+            self.open, self._last_send = True, now
+            self._out.append(level)
+
+    def on_answer(self, level: float, sent_at: float) -> Optional[float]:
+        """An answer to a request sent at ``sent_at`` at ``level``: the batch (requests) when the burst's answers so far
+        show a FIFO queue past one under ``below``, else None."""
+        if self.open:  # its first answer: what is sent from now on is not in it
+            self.open, self.closed_at = False, self._last_send
+        if not self._out or sent_at > self.closed_at:
+            return None
+        at = bisect.bisect_left(self._out, level)
+        if at == len(self._out) or self._out[at] != level:
+            return None  # (not one of the burst's levels: sent after it)
+        del self._out[at]
+        back, out = self._back, self._out
+        # it moves from outstanding to answered: its pairs as the outstanding one go, its pairs as the answered one come
+        self._u -= bisect.bisect_left(back, level) + 0.5 * (bisect.bisect_right(back, level) - bisect.bisect_left(back, level))
+        self._u += len(out) - bisect.bisect_right(out, level) + 0.5 * (bisect.bisect_right(out, level) - bisect.bisect_left(out, level))
+        bisect.insort(back, level)
+        m, n = len(back), len(out)
+        if m < SIDE or n < SIDE:
+            return None
+        z = (self._u - m * n / 2.0) / math.sqrt(m * n * (m + n + 1) / 12.0)
+        if z < SURE:
+            return None
+        median = back[m // 2] if m % 2 else 0.5 * (back[m // 2 - 1] + back[m // 2])
+        batch = 2.0 * median
+        self.end()
+        return batch if batch < self.below else None
+
+
 class BatchKnee:
     """Fed by answers (latency, level sent at); ``on_answer`` returns the batch when the line is clear, else None."""
 
     def __init__(self, below: float) -> None:
         """``below``: only a batch under this many requests is reported (the limit the endpoint started at)."""
         self.below = below
-        self.found = 0  # fits that reported a batch
+        self.listening = True  # from the start or an answer sent at ``IDLE`` or under, until none such is left in the window
+        self._idle = 0  # answers in the window sent at ``IDLE`` or under
         self._answers: deque[tuple[int, float, float]] = deque()  # (band, level, log latency), the latest ``WINDOW``
         self._bands: dict[int, list[float]] = {}  # band -> [answers, sum of levels, sum of log latencies, of their squares]
         self._count = 0
+        self.burst = BurstOrder(below)  # the order a burst from idle comes back in: a queue seen before its latencies are
 
-    def clear(self) -> None:
-        """Forget the answers (an endpoint back from down)."""
+    def on_send(self, level: float, now: float) -> None:
+        """A request sent at ``level`` (requests at the server with it) at ``now``."""
+        self.burst.on_send(level, now)
+
+    def refused(self) -> None:
+        """A refusal: the burst out is not read (refused requests are not queued ones)."""
+        self.burst.end()
+
+    def clear(self, *, listen: bool = True) -> None:
+        """Forget the answers (an endpoint back from down); ``listen``: whether to keep listening (False: no answer
+        sent to an idle server is left in the window)."""
+        self.listening = listen
+        if listen:
+            self.burst.end()
+        self._idle = 0
         self._answers.clear()
         self._bands.clear()
         self._count = 0
@@ -65,22 +165,32 @@ class BatchKnee:
         if b[0] <= 0.0:
             del self._bands[band]
 
-    def on_answer(self, latency: float, level: float) -> Optional[float]:
-        """Keep one answer; every ``EVERY`` answers, the batch (requests) if the answers show one under ``below``."""
-        if latency <= 0.0 or level < 1.0:
+    def on_answer(self, latency: float, level: float, sent_at: float) -> Optional[float]:
+        """Keep one answer (to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds) while listening; the
+        batch (requests) if the burst out shows one under ``below`` (``BurstOrder``), or, every ``EVERY`` answers, the
+        answers' latencies do."""
+        batch = self.burst.on_answer(level, sent_at)
+        if batch is not None:
+            return batch
+        idle = level <= IDLE
+        if not self.listening and not idle or latency <= 0.0 or level < 1.0:
             return None
+        self.listening = True
         band, x = int(math.log(level) / BAND), math.log(latency)
         self._answers.append((band, level, x))
         self._add(band, level, x, 1.0)
+        self._idle += idle
         if len(self._answers) > WINDOW:
-            self._add(*self._answers.popleft(), -1.0)
+            band, level, x = self._answers.popleft()
+            self._add(band, level, x, -1.0)
+            self._idle -= level <= IDLE
+            if not self._idle:  # no answer sent to an idle server left: no fit can be made
+                self.clear(listen=False)
+                return None
         self._count += 1
         if self._count < MIN_ANSWERS or self._count % EVERY:
             return None
-        batch = self.fit()
-        if batch is not None:
-            self.found += 1
-        return batch
+        return self.fit()
 
     def fit(self) -> Optional[float]:
         """The batch C of the line ``log latency = log S + log max(1, level / C)`` fitted to the bands' means (C one of

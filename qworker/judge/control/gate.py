@@ -297,6 +297,7 @@ class Gate:
         p, best = picked
         level = best.total_at_server() + 1  # at the server once it gets there, itself included
         best.take(now, self._tokens(p))
+        best.limit.batch.on_send(level, now)
         call = self._call(p)
         call.seq, call.level = best.sent, level
         call.route, call.routed_at = best.index, now
@@ -435,7 +436,8 @@ class Gate:
         if verdict.came_back:
             e.limit.reset()
         if kind is Kind.SERVED:
-            e.limit.on_success(answer.latency, in_flight, now, level=level or in_flight, tokens=outcome.get("completion_tokens"))
+            e.limit.on_success(answer.latency, in_flight, now, level=level or in_flight, tokens=outcome.get("completion_tokens"),
+                               sent_at=call.routed_at)
         elif verdict.cuts_limit:
             e.limit.on_drop(in_flight, now, sent_at=call.routed_at, timeout=True)
         if verdict.park_until is not None:

@@ -37,9 +37,10 @@ OUTAGE      an answer to a request sent a round trip or   RECOVERING    back to 
             more after the refusals began
 OUTAGE      an answer to one sent less than that after    HOLDING       (it was not an outage)
 not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
-not OUTAGE  latency rising in proportion to the level     STEADY        the batch x ``queue_target``; the latency
-            past a batch under the starting limit                       base is learnt afresh
-            (``batch.BatchKnee``; no fresh metrics)
+not OUTAGE  a burst from idle answered in the order of    STEADY        the batch x ``queue_target`` (one more at
+            its levels, or latency rising in proportion                 least); the latency base is learnt afresh
+            to the level, past a batch under the starting
+            limit (``batch.BatchKnee``; no fresh metrics)
 any         ``reset`` (an endpoint back from down)        RECOVERING    from ``initial`` to the limit it had
 ==========  ============================================  ============  ==========================================
 
@@ -213,12 +214,15 @@ class AdaptiveLimit:
 
     def _on_batch(self, batch: Optional[float], now: float) -> None:
         """Latency rose in proportion to the level past ``batch`` (``BatchKnee``): a queue there.  The limit goes to
-        the batch plus a tenth, and the latency base, learnt in that queue, is learnt afresh at it (meanwhile the
-        fit, on the answers it keeps, holds the limit there)."""
-        if (batch is None or batch * self.config.queue_target >= self.limit or self.mode is Mode.OUTAGE
-                or now - self._last_cut < self._round_trip()):
+        the batch plus a tenth, one request at least (a slot the server frees is refilled from its queue, not after a
+        round trip through the client), and the latency base, learnt in that queue, is learnt afresh at it (meanwhile
+        the fit, on the answers it keeps, holds the limit there)."""
+        if batch is None:
             return
-        self._on_queue(QueueReading(True, batch * self.config.queue_target), now)
+        target = batch + max(1.0, (self.config.queue_target - 1.0) * batch)
+        if target >= self.limit or self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
+            return
+        self._on_queue(QueueReading(True, target), now)
         self.latency.relearn()
 
     # signals -----------------------------------------------------------------
@@ -235,12 +239,14 @@ class AdaptiveLimit:
             self.limit = min(cfg.ceiling, self.limit + step, below)
             self.memory.raise_knee(self.limit)
 
-    def on_success(self, rtt: float, in_flight: float, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None) -> None:
+    def on_success(self, rtt: float, in_flight: float, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None,
+                   sent_at: Optional[float] = None) -> None:
         """A request answered normally after ``rtt`` seconds.
 
         ``in_flight``: requests outstanding now, this one included; ``level``:
         requests outstanding when it was sent (default ``in_flight``);
-        ``tokens``: its ``usage.completion_tokens`` when the reply said.
+        ``tokens``: its ``usage.completion_tokens`` when the reply said; ``sent_at``: when the gate sent it (default
+        ``now - rtt``).
         """
         cfg = self.config
         sent_level = float(level if level is not None else in_flight)
@@ -264,7 +270,7 @@ class AdaptiveLimit:
             if reading is not None and not self.load.fresh(now):  # the knee, plus a queue of a tenth of it
                 self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now)
             if not self.load.fresh(now):
-                self._on_batch(self.batch.on_answer(rtt, sent_level), now)
+                self._on_batch(self.batch.on_answer(rtt, sent_level, now - rtt if sent_at is None else sent_at), now)
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
@@ -325,6 +331,7 @@ class AdaptiveLimit:
                 self._then if recovering else self.mode)
         trip = self._round_trip()
         r = self.refusals_.on_refusal(in_flight, now, sent_at, trip, timeout=timeout)
+        self.batch.refused()
         if r.kind is RefusalKind.STALE:
             return
         if self.refusals_.run == 1:  # the first of a run: what held before it, should it be an outage

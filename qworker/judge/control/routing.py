@@ -25,8 +25,10 @@ room again: nothing is pinned to the tier it went to last.
   one) or within ``BALANCE_ABS`` of the least loaded replica (as SGLang's
   router, which balances only past both a relative and an absolute imbalance: a
   near-idle fleet must not scatter a group of 16); past it, or with no room, the task walks on along the ring to the next
-  replica that qualifies (bounded-load consistent hashing, Mirrokni et al.), so a
-  spilled group also lands together.  ``weight`` does not apply.  When the fleet is
+  replica that qualifies (bounded-load consistent hashing, Mirrokni et al.).  The
+  bound chooses where a group begins: its other tasks follow the replica it began at
+  (while that replica is up), waiting for room there rather than being split by the
+  bound, so a spilled group also lands together.  ``weight`` does not apply.  When the fleet is
   saturated, the replica that frees a slot takes the first waiting task (of the
   first ``LOOKAHEAD``) whose prefix prefers it, rather than the head of the queue:
   otherwise whichever replica frees first would scatter every group.  With none, it
@@ -154,11 +156,18 @@ class Router:
             if pos and not eligible(p):
                 continue
             order = self._order(p)
-            first = next((i for i in order if i in within), None)
+            begun = self._hash(p) in self._started
+            if begun:  # it follows the replica it began at (where the bound let it begin), not split by the bound
+                first = next((i for i in order if i in usable), None)
+            else:
+                first = next((i for i in order if i in within), None)
             if first is not None and first in free:
                 self.routed += 1
                 self.affine += first == next(i for i in order if i in usable or i in free)
-                self._started.add(self._hash(p))
+                if not begun:
+                    if first != order[0]:
+                        self._move(p, first)
+                    self._started.add(self._hash(p))
                 return pos, self.endpoints[first]
             if fresh is None and self._hash(p) not in self._started:
                 fresh = pos
@@ -170,8 +179,12 @@ class Router:
                 self._started.add(self._hash(p))
                 self.routed += 1
                 return fresh, self.endpoints[home]
-        self._started.add(self._hash(queue[0]))
-        return 0, self._spill(rooms, queue[0])
+        head = queue[0]
+        to = self._spill(rooms, head)
+        if self._hash(head) not in self._started:  # a group not yet begun begins there: the rest of it follows
+            self._move(head, to.index)
+            self._started.add(self._hash(head))
+        return 0, to
 
     def _spill(self, rooms: list[tuple[Endpoint, float]], p: Pending) -> Endpoint:
         """The first replica with room along ``p``'s ring order (a spilled group lands together)."""
