@@ -50,6 +50,7 @@ IDLE = 2.0  # the lowest level read, at most: the line is anchored on answers fr
 RISE = 1.5  # the top level over the knee found, at least: a shallower queue is the ``Latency`` gradient's to see
 FIT = 0.6  # the line's squared error, at most this share of a flat latency's: the rise is the line, not noise
 SIDE = 6  # answers at least, both at or under the knee and at ``RISE`` x it or more
+AT_ONCE = 0.25  # a burst is sent at once when its sends span at most this share of the time to its first answer
 SURE = 4.0  # the rise from under the knee to past it, at least this many standard errors (lognormal noise makes flukes)
 
 
@@ -68,15 +69,18 @@ class BurstOrder:
 
     A burst opens at a request sent at ``IDLE`` or under and takes every request
     sent until its first answer; an answer belongs to it when sent (by the gate's clock)
-    no later than its last request.  A refusal ends it: refused requests are not queued
-    ones.  Units: seconds, requests.
+    no later than its last request.  It is read only if it was sent at once: its sends
+    span at most ``AT_ONCE`` of the time from its first send to its first answer.
+    Requests sent one after another (rewards streamed as rollouts finish) come back in
+    the order they were sent, queue or not, so their order says nothing.  A refusal
+    ends it: refused requests are not queued ones.  Units: seconds, requests.
     """
 
     def __init__(self, below: float) -> None:
         self.below = below
         self.open = False  # sending the burst (no answer yet)
         self.closed_at = -math.inf  # its last request, sent before its first answer came
-        self._last_send = -math.inf
+        self._first_send = self._last_send = -math.inf
         self._back: list[float] = []  # levels answered, sorted
         self._out: list[float] = []  # levels still outstanding, sorted
         self._u = 0.0  # pairs (answered, outstanding) with the answered one sent at the lower level (ties half)
@@ -93,14 +97,17 @@ class BurstOrder:
             self._last_send = now
         elif level <= IDLE:
             self.end()
-            self.open, self._last_send = True, now
+            self.open, self._first_send, self._last_send = True, now, now
             self._out.append(level)
 
-    def on_answer(self, level: float, sent_at: float) -> Optional[float]:
-        """An answer to a request sent at ``sent_at`` at ``level``: the batch (requests) when the burst's answers so far
-        show a FIFO queue past one under ``below``, else None."""
+    def on_answer(self, level: float, sent_at: float, latency: float) -> Optional[float]:
+        """An answer to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds: the batch (requests) when
+        the burst's answers so far show a FIFO queue past one under ``below``, else None."""
         if self.open:  # its first answer: what is sent from now on is not in it
             self.open, self.closed_at = False, self._last_send
+            if self._last_send - self._first_send > AT_ONCE * (sent_at + latency - self._first_send):
+                self.end()  # sent one after another: answered in the order sent, whatever the server does
+                return None
         if not self._out or sent_at > self.closed_at:
             return None
         at = bisect.bisect_left(self._out, level)
@@ -169,7 +176,7 @@ class BatchKnee:
         """Keep one answer (to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds) while listening; the
         batch (requests) if the burst out shows one under ``below`` (``BurstOrder``), or, every ``EVERY`` answers, the
         answers' latencies do."""
-        batch = self.burst.on_answer(level, sent_at)
+        batch = self.burst.on_answer(level, sent_at, latency)
         if batch is not None:
             return batch
         idle = level <= IDLE

@@ -77,6 +77,24 @@ def test_a_burst_answered_in_an_order_unrelated_to_its_levels_gives_nothing():
         assert not any(knee.on_answer(t, float(level), 0.0) for t, level in fifo_burst(64, 48, seed)), seed
 
 
+def test_requests_sent_one_after_another_to_a_server_that_serves_them_all_at_once_show_no_batch():
+    # rewards streamed as rollouts finish: a request every 10 ms from idle, each answered after its own lognormal
+    # service (mean 0.3 s) with nothing queued; the earlier sent (at a lower level) come back earlier
+    for seed in range(1, 21):
+        rng = random.Random(seed)
+        knee = BatchKnee(below=64)
+        sends = [(0.01 * i, float(i + 1)) for i in range(48)]
+        answers = sorted((t + 0.3 * math.exp(0.3 * rng.gauss(0, 1) - 0.045), t, level) for t, level in sends)
+        events = sorted([(t, 0, level, t) for t, level in sends] + [(a, 1, level, t) for a, t, level in answers])
+        found = []
+        for now, kind, level, sent_at in events:
+            if kind == 0:
+                knee.on_send(level, now)
+            else:
+                found.append(knee.burst.on_answer(level, sent_at, now - sent_at))
+        assert not any(found), (seed, [b for b in found if b])
+
+
 def test_a_refusal_ends_the_burst_refused_requests_being_no_queue():
     knee = BatchKnee(below=32)
     for level in range(1, 33):
