@@ -15,7 +15,8 @@ Results leave in batches: at the end of each turn the service sends a
 client the results resolved for it when nothing else it asked for is still
 in flight (a lone task's result leaves at once), when ``FLUSH_EVERY`` of them
 are waiting, or, for every client, when the oldest result waiting has waited
-``RESULTS_WAIT_S`` (one reactor deadline, however many clients wait);
+``RESULTS_WAIT_S`` (one reactor deadline, however many clients wait); only the
+results of a request whose ``Accepted`` has not yet gone wait for it;
 otherwise they wait for company, so a client of many small tasks gets a few
 large ``Resolved`` messages rather than one per worker message.  Every ``HOUSEKEEPING_EVERY_S`` it resends what is unacknowledged and
 evicts what is too old or too much.
@@ -233,6 +234,8 @@ class RewardService:
         """A future resolved (on the dispatcher thread, or on a thread closing the producer): queue its result."""
         # ``engine.result`` rather than ``result()``: a done callback runs once the future is finished, and a ResultFuture
         # never holds an exception; result() takes the future's lock again (4 us of the dispatcher's time per task)
+        if not self._attached:  # left the reactor (``_detach`` sent every result then): nothing would send it, and the
+            return              # reactor's wake pipe may be closed already
         self._outbox.append((peer, request, index, fut._result))
         if threading.get_ident() != self._dispatcher.ident:
             self._reactor.wake()  # sent at the end of the turn this causes
@@ -263,10 +266,17 @@ class RewardService:
                 in_flight[peer] = in_flight.get(peer, 0) - 1
         if not waiting:
             return
-        unanswered = {peer for peer, _ in self._to_answer}  # their results wait for their Accepted
+        unanswered = set(self._to_answer)  # (client, request): those requests' results wait for their Accepted
         waited = everything or (self._oldest is not None and now - self._oldest >= RESULTS_WAIT_S)
-        for peer in [p for p, rows in waiting.items() if everything or (p not in unanswered and (waited or self._due(p, rows)))]:
+        for peer in [p for p, rows in waiting.items() if everything or waited or self._due(p, rows)]:
             rows = waiting.pop(peer)
+            if unanswered:  # only the rows of a request not yet answered wait (a client submitting on keeps the rest moving)
+                held = [row for row in rows if (peer, row.request) in unanswered]
+                if held:
+                    waiting[peer] = held
+                    rows = [row for row in rows if (peer, row.request) not in unanswered]
+                    if not rows:
+                        continue
             if self._in_flight.get(peer) == 0:
                 del self._in_flight[peer]  # counted again from its next request
             for frames in self.ledger.add(peer, rows, now):
