@@ -196,7 +196,7 @@ class Worker:
         self.batch_bytes = options.max_message_bytes // 2  # a RESULTS message's results, at most (unless one alone)
         self.first_unflushed = 0.0
         self.last_sent = 0.0  # when results or a heartbeat were last sent (monotonic s)
-        self._slot_busy = False  # the slot still shows the last task run (see ``_run``)
+        self._slot_busy = False  # the slot still shows the last task run (see ``_run_tasks``)
         self._io_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._io_running: dict[bytes, tuple[float, float]] = {}  # key -> (started, deadline)
         self._io_done: deque[wire.TaskResult] = deque()

@@ -31,8 +31,8 @@ Contract:
 
 Counts for ``status()``: ``sent``, ``resent``, ``acked``, ``evicted``
 (messages), ``dropped_rows`` (results for requests not held), ``repeats``
-(repeated submissions answered).  Used by the service's front thread only: no
-locking.
+(repeated submissions answered).  Used on the producer's dispatcher thread only
+(the service's handlers run there): no locking.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``Reactor``: the one poll loop of a thread that owns ZeroMQ sockets.
 
-The producer's dispatcher, a ``Client``'s I/O thread and a reward service's
-front thread each own their sockets and run this loop: wait until a socket is
+The producer's dispatcher (and a reward service's handlers on it) and a
+``Client``'s I/O thread each own their sockets and run this loop: wait until a socket is
 readable, another thread calls ``wake()``, or a deadline passes; then run the
 registered handlers; repeat until ``stop()``.
 
