@@ -104,6 +104,17 @@ def mean_judge_s(servers: list[Server]) -> float:
     return sum(s.stats["queued_s"] + s.stats["service_s"] for s in servers) / sum(s.stats["served"] for s in servers)
 
 
+def prefix_without_metrics(batch: int, seed: int, n: int, group: int) -> tuple[float, list[Server], Client]:
+    """``n`` GRPO tasks routed by prefix, no metrics URL, to 8 replicas of ``batch``: (tasks/s, the replicas, the client);
+    every task done and none failed."""
+    servers = replicas(batch, seed)
+    sim = Sim()
+    c = Client(sim, servers, n, payload=grpo(group), routing="prefix")
+    end = sim.run([c])
+    assert not c.failed and len(c.done_at) == n
+    return n / end, servers, c
+
+
 def test_the_prefix_cache_hits_leading_blocks_and_evicts_the_least_recent():
     c = PrefixCache(blocks=8, prefill_s_per_token=0.001, block_chars=64)
     a, b = "A" * 256 + "x" * 64, "A" * 256 + "y" * 64  # 4 shared blocks, 1 own
@@ -212,12 +223,8 @@ def test_without_metrics_prefix_routing_finds_each_replicas_batch_and_keeps_its_
     each whole group to one replica (within 5%: the simulation's draws differ by routing)."""
     n, batch = 3000, 8
     for seed in (1, 2):
-        servers = replicas(batch, seed)
-        sim = Sim()
-        c = Client(sim, servers, n, payload=grpo(group), routing="prefix")
-        end = sim.run([c])
-        assert not c.failed and len(c.done_at) == n
-        rate, at_replica = n / end, at_the_replica_p50(servers)
+        rate, servers, c = prefix_without_metrics(batch, seed, n, group)
+        at_replica = at_the_replica_p50(servers)
         limits = [e.limit.limit for e in c.gate.endpoints]
         hand = {}
         for how in ("round_robin", "group"):
@@ -253,12 +260,8 @@ def test_without_metrics_a_fleets_replicas_hold_no_deep_queue_from_the_first_bur
     whole group to one replica (the first burst still queues: the batch is known a service time after it)."""
     n, batch = 1000, 8
     for seed in (1, 2, 3):
-        servers = replicas(batch, seed)
-        sim = Sim()
-        c = Client(sim, servers, n, payload=grpo(group), routing="prefix")
-        end = sim.run([c])
-        assert not c.failed and len(c.done_at) == n
-        rate, at_replica = n / end, mean_judge_s(servers)
+        rate, servers, c = prefix_without_metrics(batch, seed, n, group)
+        at_replica = mean_judge_s(servers)
         rr = replicas(batch, seed)
         sim = Sim()
         sim.run([HandSetClient(sim, rr, n, group, "round_robin", slots=batch, shared=True)])  # type: ignore[list-item]
