@@ -160,8 +160,12 @@ class Catalog:
         if isinstance(resolved, Composite):
             if params:
                 raise RewardError(f"reward {name!r} is a composite: give params to its components in the config, not at submission")
+            if any(JUDGE_PARAM in c.task.params and self._admits(c.task.reward) for c in resolved.components):
+                resolved = self._resolved[name] = self._composite(name, self._entries[name])  # its policy registered since
             return resolved
         if resolved is not None and not params:
+            if JUDGE_PARAM in resolved.params and self._admits(resolved.reward):  # its policy registered since
+                resolved = self._resolved[name] = self._plain(name, {}, ())
             plain = resolved
         else:
             plain = self._plain(name, dict(params or {}), (), asked=f"params for reward {name!r}")
@@ -174,9 +178,16 @@ class Catalog:
         """What ``name`` runs with ``params`` over its aliases' and defaults', a named judge's keys in place of its name;
         ``asked``: how an error names params given at submission."""
         plain = self._merge(name, params, seen)
-        if JUDGE_PARAM in plain.params and (spec := self.book.spec(plain.reward)) is not None and spec.admission is not None:
+        if JUDGE_PARAM in plain.params and self._admits(plain.reward):
             return Plain(plain.reward, expand(plain.params, self._judges, asked or f"{self._where}.{name}"))
         return plain
+
+    def _admits(self, reward: str) -> bool:
+        """Whether ``reward`` is known here with an admission policy (whose params a ``judge: NAME`` expands into).
+        A reward registered after the catalog was built counts from then on: an entry resolved at start that kept
+        its ``judge: NAME`` is resolved again."""
+        spec = self.book.spec(reward)
+        return spec is not None and spec.admission is not None
 
     def _merge(self, name: str, params: dict, seen: tuple[str, ...]) -> Plain:
         if name in seen:

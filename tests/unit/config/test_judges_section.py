@@ -135,3 +135,23 @@ def test_a_judge_a_reward_names_is_expanded_once_per_entry_at_load_and_not_again
         c.resolve("both")
     assert calls == []  # a submission without params of its own takes the entry as resolved at load
     assert c.resolve("llm_judge", {"rubric": "other"}).params["rubric"] == "other" and len(calls) == 1
+
+
+def test_a_reward_registered_after_the_catalog_was_built_still_gets_its_named_judges_settings(monkeypatch):
+    from qworker.registry import registry
+
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))  # the registration is this test's alone
+    loaded = load({"judges": {"strict": JUDGE}, "rewards": {
+        "late_judge": {"judge": "strict", **ASKS}, "mixed": {"components": [{"reward": "late_judge"}]}}})
+    c = Catalog(loaded["rewards"], loaded["where"], judges=loaded["judges"], remote=True)  # a remote pool may have it
+    assert c.resolve("late_judge").params["judge"] == "strict"  # unknown here yet: passed on as written
+
+    @registry.reward("late_judge", kind="io", admission="qworker.judge.control.registry:JudgeGates")
+    def late_judge(response, **params):  # pragma: no cover - never called
+        return 0.0
+
+    expanded = c.resolve("late_judge").params
+    assert "judge" not in expanded and expanded["model"] == "m" and expanded["endpoints"] == EP
+    assert c.resolve("late_judge").params is c.resolve("late_judge").params  # resolved again once, not per submission
+    component = c.resolve("mixed").components[0].task  # type: ignore[union-attr]
+    assert "judge" not in component.params and component.params["rubric"] == "be strict"
