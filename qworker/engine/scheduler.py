@@ -19,9 +19,18 @@ nor its pool heard from) holds tasks none of which is known to be running: all
 are redelivered free, and when its pool's report comes after all, naming the
 task that hung or crashed it, that task is charged then (or fails, for its hard
 limit), as it would have been had the report come first; a task named so is
-presumed the cause when a later worker holding it goes silent too.  So
+presumed the cause when a later worker holding it goes silent too.  A task
+that such a late report charges while another worker is running it (it was
+redelivered meanwhile) is not failed under that worker: the delivery was made
+within its attempts as they then stood, so it finishes and its outcome decides
+(a result resolves the task; that worker's loss charges it again and fails it
+once it has used ``max_attempts``).  If the late charge has used up its attempts,
+it is never delivered again: handed back unrun, it fails as the report would
+have failed it had the report come first.  A hard-limit kill is a verdict on the
+task, not a charge: a late one fails the task at once, wherever it runs.  So
 ``max_attempts`` bounds how many workers a poison task takes down, whichever of
-the report and the silence comes first.  So that no loss can loop for ever, a task
+the report and the silence comes first, plus the one that may be running it when
+a late report comes.  So that no loss can loop for ever, a task
 is failed after ``MAX_DELIVERIES_FACTOR * max_attempts`` deliveries however they
 ended.  A worker whose leases keep vanishing (it takes tasks and neither runs
 nor returns them: a broken or rogue peer) is quarantined: nothing more is sent
@@ -48,8 +57,6 @@ import logging
 import math
 from collections import OrderedDict
 from typing import Callable, Collection, Iterable, Optional
-
-import msgpack
 
 from .._errors import ErrorKind
 from ..cache.identity import RunVersions
@@ -88,9 +95,11 @@ class _TaskSizer:
         self.fixed = 0  # the bytes of such a task besides its payload
 
     def task_bytes(self, p: Pending) -> int:
+        """``p``'s size bound; raises (TypeError, OverflowError, ...) if its reward name and params cannot be encoded
+        (and then remembers nothing of them: the next task of the same params raises too)."""
         if p.params is not self.params or p.reward is not self.reward:
-            self.params, self.reward = p.params, p.reward
-            self.fixed = TASK_OVERHEAD + len(msgpack.packb([p.reward, p.params], use_bin_type=True))
+            fixed = TASK_OVERHEAD + len(wire.encode_body([p.reward, p.params]))  # as the message will encode them
+            self.params, self.reward, self.fixed = p.params, p.reward, fixed
         return len(p.payload) + self.fixed
 
 Send = Callable[[bytes, wire.Message], bool]
@@ -119,6 +128,9 @@ class Scheduler:
         # refunded, until their pool's report says which one the worker was running (the oldest forgotten first).
         self._refunded: OrderedDict[str, frozenset[bytes]] = OrderedDict()
         self._suspects: set[bytes] = set()  # pending tasks a pool named as running when their worker died
+        # Running tasks whose attempts a late report used up: their current delivery finishes, and they are never
+        # delivered again (each fails with its fault if it comes back to the queue).
+        self._spent: dict[bytes, wire.Fault] = {}
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
@@ -294,7 +306,8 @@ class Scheduler:
     def _on_late_loss(self, lost: wire.Lost) -> None:
         """A pool's report of a worker already given up, whose tasks were all refunded: the task it names as
         running is charged now (or fails, if its hard limit killed the worker), as if the report had come first.
-        A task charged so and still running elsewhere may finish that delivery (it was within its attempts)."""
+        A task charged so that another worker is running meanwhile is not failed under it: that delivery finishes
+        (its result resolves the task), and if the charge used up its attempts it is never delivered again."""
         refunded = self._refunded.pop(lost.worker, None)
         key = lost.task
         if refunded is None or key is None or key not in refunded:
@@ -309,14 +322,25 @@ class Scheduler:
             p.charge()
             self._suspects.add(key)
             running = p.state is LEASED  # redelivered meanwhile: its current delivery is counted already
-            if p.attempts < self.max_attempts or (running and p.attempts == self.max_attempts):
+            used = p.attempts - 1 if running else p.attempts  # charged deliveries that have ended
+            if used < self.max_attempts:
                 return
-            nth = p.attempts - 1 if running else p.attempts
             fault = wire.Fault(ErrorKind.WORKER_LOST,
-                               f"attempt {nth} of {self.max_attempts} was on worker {lost.worker}, which was lost ({lost.why})")
+                               f"attempt {used} of {self.max_attempts} was on worker {lost.worker}, which was lost ({lost.why})")
+            if running:
+                log.warning("qworker: pool's late report: worker %s was lost running task %s (%s); its attempts are used up: "
+                            "its delivery to worker %s finishes, and it is not delivered again", lost.worker, key.hex()[:16],
+                            lost.why, p.holder.id if p.holder is not None else "?")
+                self._spent[key] = fault
+                return
         log.warning("qworker: pool's late report: worker %s was lost running task %s (%s)", lost.worker, key.hex()[:16], lost.why)
         self._forget(p)
         self.table.resolve([(p, None, None, fault, lost.worker, 0.0)])
+
+    def _fail_spent(self, p: Pending) -> None:
+        """``p`` came back unrun after a late report used up its attempts: it fails as that report would have."""
+        self._forget(p)
+        self.table.resolve([(p, None, None, self._spent.pop(p.key), "", 0.0)])
 
     # losing workers -----------------------------------------------------------
     def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None, presume: bool = True) -> None:
@@ -346,7 +370,9 @@ class Scheduler:
         for p in held:
             if p.key not in charged:
                 p.refund()
-            if p.attempts >= self.max_attempts or p.deliveries >= cap:
+            if p.key in self._spent:  # a late report used up its attempts while it ran here
+                self._fail_spent(p)
+            elif p.attempts >= self.max_attempts or p.deliveries >= cap:
                 self._forget(p)
                 if p.attempts >= self.max_attempts:
                     detail = f"attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})"
@@ -385,6 +411,8 @@ class Scheduler:
             self._lose(w, f"no heartbeat for {now - w.last_seen:.1f} s")
         if self._suspects:  # only pending tasks stay suspects
             self._suspects = {k for k in self._suspects if self.table.get(k) is not None}
+        if self._spent:
+            self._spent = {k: f for k, f in self._spent.items() if self.table.get(k) is not None}
         self.fleet.drop_silent_pools(now)
         for w in list(self.fleet.workers.values()):
             if w.leases and not w.quarantined and not self.fleet.supervised(w, now):
@@ -451,6 +479,7 @@ class Scheduler:
         share = math.ceil(left / len(ready))
         sizer = self._sizer
         popleft = queue.popleft
+        spent = self._spent
         for w in ready:
             leased: list[Pending] = []  # what this message carries, in order
             limit = min(w.credit, share, MAX_BATCH)
@@ -462,10 +491,17 @@ class Scheduler:
                 if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
                     self._forget(p)
                     continue
+                if spent and p.key in spent:  # a late report used up its attempts: never delivered again
+                    self._fail_spent(p)
+                    continue
                 if p.params is sizer.params and p.reward is sizer.reward:  # (``task_bytes``, inline: once per task)
                     size = len(p.payload) + sizer.fixed
                 else:
-                    size = sizer.task_bytes(p)
+                    try:
+                        size = sizer.task_bytes(p)
+                    except Exception as exc:  # taken from the queue: it fails here, or it would be in no queue at all
+                        self._fail_unsendable(p, exc)
+                        continue
                 if leased and size > room:  # it goes in the next message: first in the queue again
                     queue.unpop(p)
                     left += 1
@@ -478,12 +514,22 @@ class Scheduler:
             if not leased:
                 continue
             lease_all(leased, w)
-            # ``p.as_task(meta)``, inline: once per task
-            batch = [Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts, None if p.policy is None else p.policy.meta(p))
-                     for p in leased]
+            try:
+                # ``p.as_task(meta)``, inline: once per task
+                batch = [Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts, None if p.policy is None else p.policy.meta(p))
+                         for p in leased]
+                sent = self.send(w.id.encode(), wire.Tasks(batch))
+            except Exception as exc:  # nothing was sent (a policy's meta, or encoding the message, raised)
+                for p in leased:
+                    p.undeliver()
+                self._sort_unsendable(leased, exc)
+                left = len(queue)  # with the tasks put back
+                if not left:
+                    return
+                continue
             if was_idle:  # its clock of progress starts now
                 w.last_progress = now
-            if self.send(w.id.encode(), wire.Tasks(batch)):
+            if sent:
                 w.sent += len(batch)
                 w.last_sent_at = now
             else:
@@ -497,6 +543,33 @@ class Scheduler:
                 return
         if queue.mixed:  # lanes wait while workers hold other lanes' tasks beyond their share: ask for those back
             self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
+
+    def _fail_unsendable(self, p: Pending, exc: Exception) -> None:
+        """``p`` cannot be put on the wire (its params, or what its policy attaches, cannot be encoded): it fails."""
+        self._forget(p)
+        self.table.resolve([(p, None, None, wire.Fault(ErrorKind.BAD_PAYLOAD,
+            f"the task cannot be sent: its reward name, params or admission metadata cannot be encoded ({type(exc).__name__}: {exc})"),
+            "", 0.0)])
+
+    def _sort_unsendable(self, tasks: list[Pending], exc: Exception) -> None:
+        """A TASKS message of ``tasks`` (LEASED, their deliveries undone) could not be built or sent: ``exc``.  Each task
+        that cannot be encoded on its own fails; the others go back to the front of the queue, in order.  If every one
+        encodes on its own, the fault is the message's, and they all fail with ``exc`` (so that none loops for ever)."""
+        bad: list[tuple[Pending, Exception]] = []
+        good: list[Pending] = []
+        for p in tasks:
+            try:
+                wire.encode_body(p.as_task(None if p.policy is None else p.policy.meta(p)))
+            except Exception as own:
+                bad.append((p, own))
+            else:
+                good.append(p)
+        if not bad:
+            log.error("qworker: a TASKS message of %d tasks could not be sent (%s: %s); they fail", len(tasks), type(exc).__name__, exc)
+            bad, good = [(p, exc) for p in tasks], []
+        self._back_to_queue(good)
+        for p, cause in bad:
+            self._fail_unsendable(p, cause)
 
     def _fail_oversized(self, p: Pending, size: int) -> None:
         self._forget(p)

@@ -88,3 +88,47 @@ def test_a_poison_task_takes_down_at_most_max_attempts_workers_when_every_pool_r
     assert taken_down == max_attempts
     assert not innocent.done() and table.get((1).to_bytes(16, "big")).attempts <= 1  # lost beside it every time, charged nothing
 
+
+
+def _redelivered_then_reported_late(max_attempts: int):
+    """The poison task's worker w0 goes silent and is given up; the task is redelivered to w1, which is running it when
+    w0's pool reports, late, that w0 crashed running it."""
+    s, stub, table = make(max_attempts=max_attempts)
+    [poison] = submit(s, table, 1)
+    ready(s, "w0", granted=1, now=0.0)
+    s.dispatch(0.0)
+    s.housekeeping(HB + 0.5)
+    ready(s, "w1", granted=1, now=HB + 0.5)
+    s.dispatch(HB + 0.5)
+    assert [t.key for t in stub.tasks_to("w1")] == [POISON]
+    pool_reports_lost(s, "w0", CRASH, POISON, now=HB + 1.0)
+    assert not poison.done() and POISON in s.fleet.workers["w1"].leases  # w1's delivery goes on
+    return s, stub, table, poison
+
+
+def test_a_late_report_that_uses_up_a_tasks_attempts_lets_the_worker_running_it_finish_and_its_result_resolves_it():
+    s, stub, table, poison = _redelivered_then_reported_late(max_attempts=1)
+    s.handle(b"w1", wire.Results(1, 1, [wire.TaskResult(POISON, 0.5, None, None, 0.001, None, None)]), HB + 1.5)
+    r = poison.result(timeout=0)
+    assert r.ok and r.score == 0.5 and r.worker == "w1"
+    assert s.stats["duplicate_results"] == 0 and len(table) == 0
+
+
+def test_a_task_whose_attempts_a_late_report_used_up_is_not_delivered_again_when_it_is_handed_back_unrun():
+    s, stub, table, poison = _redelivered_then_reported_late(max_attempts=1)
+    s.handle(b"w1", wire.Giveback(1, 1, [POISON]), HB + 1.5)  # w1 hands it back unrun (draining)
+    ready(s, "w2", granted=1, now=HB + 1.5)
+    s.dispatch(HB + 1.5)
+    assert stub.tasks_to("w2") == []  # not delivered a third time
+    r = poison.result(timeout=0)
+    assert r.error_kind == "worker_lost" and "attempt 1 of 1 was on worker w0" in r.error, r.error
+    assert len(table) == 0
+
+
+def test_a_task_whose_attempts_a_late_report_used_up_fails_when_the_worker_running_it_is_lost_too():
+    s, stub, table, poison = _redelivered_then_reported_late(max_attempts=1)
+    s.housekeeping(2 * HB + 1.0)  # w1 goes silent as well
+    assert "w1" not in s.fleet.workers
+    r = poison.result(timeout=0)
+    assert r.error_kind == "worker_lost" and "attempt 1 of 1 was on worker w0" in r.error, r.error
+    assert len(table) == 0 and len(s.queue) == 0
