@@ -16,10 +16,22 @@ order; medians over rounds):
   qworker+metrics   the same reading the server's ``/metrics`` (its running and waiting counts)
   sem(K)            an aiohttp client holding K requests in flight, K = 8, 16, 32, 64
 
-Printed per run: tasks/s (tasks scored / wall time from submission), and the
+Cores: by default the server (its HTTP front end, engine core and OpenMP threads)
+runs on the first half of the cores this process may use and every client system
+(the benchmark's own process, a producer's pool and workers) on the rest, the same
+for every system: the yardstick is a judge whose compute the clients do not share,
+as a GPU server's.  On shared cores a client's CPU is taken from the server's
+compute (measured on 2 cores: about 22 ms of server CPU per task, qworker's client
+2.5 ms per task against aiohttp's 0.65), and that, not the control, would be
+compared.  ``--vllm-shared-cpus`` runs everything on every core.  Other tenants of
+the machine are not pinned: the idle shares show what was left.
+
+Printed per run: tasks/s (tasks scored / wall time from submission), the
 server's mean running and waiting counts (``/metrics`` read every 0.25 s by the
-benchmark); then per system the median and qworker's ratio to the best
-semaphore's median in the same run.
+benchmark), qworker's limit and in-flight count, CPU ms per task of the client
+(its process tree) and of the server (its process tree), and the share of time
+the server's cores and the clients' were idle; then per system the medians and
+qworker's ratio to the best semaphore's median in the same run.
 """
 
 from __future__ import annotations
