@@ -454,7 +454,7 @@ class Gate:
         status, failure = int(outcome.get("status") or 0), outcome.get("failure") or ""
         latency = float(outcome.get("latency_s") or 0.0)
         if status == 200 and latency > 0.0:  # a served call: the gate's seconds on it, and the server's
-            e.transit.on_answer(now - call.routed_at, latency)
+            e.transit.on_answer(now - call.routed_at, latency, now)
         after, ratelimit = screen(e, outcome)
         e.learn(ratelimit, now, call.routed_at, seq, tokens)
         return Answer(status, failure, now, call.routed_at, latency, after, ratelimit, clip(error) if error else "")

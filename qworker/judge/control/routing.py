@@ -26,9 +26,12 @@ room again: nothing is pinned to the tier it went to last.
   router, which balances only past both a relative and an absolute imbalance: a
   near-idle fleet must not scatter a group of 16); past it, or with no room, the task walks on along the ring to the next
   replica that qualifies (bounded-load consistent hashing, Mirrokni et al.).  The
-  bound chooses where a group begins: its other tasks follow the replica it began at
-  (while that replica is up), waiting for room there rather than being split by the
-  bound, so a spilled group also lands together.  ``weight`` does not apply.  When the fleet is
+  bound chooses where a group begins: while a task of it is in flight (the group is
+  begun), its other tasks follow the replica it began at (while that replica is up),
+  waiting for room there rather than being split by the bound, so a spilled group also
+  lands together.  Once none is in flight the group is over: the same prefix sent
+  again (the next epoch's group of the same prompt) is placed by the bound afresh,
+  from its ring order.  ``weight`` does not apply.  When the fleet is
   saturated, the replica that frees a slot takes the first waiting task (of the
   first ``LOOKAHEAD``) whose prefix prefers it, rather than the head of the queue:
   otherwise whichever replica frees first would scatter every group.  With none, it
@@ -91,8 +94,10 @@ class Router:
         self._ring_keys = [k for k, _ in ring]
         self._ring_eps = [i for _, i in ring]
         self._affinity: dict[bytes, int] = {}  # task key -> its prefix's hash (kept while the task waits or runs)
-        self._orders: dict[int, tuple[int, ...]] = {}  # prefix hash -> ring order (its home first, once it has moved)
-        self._started: set[int] = set()  # prefixes with a task sent (a group not yet begun may move whole)
+        self._rings: dict[int, tuple[int, ...]] = {}  # prefix hash -> its ring order (a cache: a function of the hash)
+        self._homes: dict[int, int] = {}  # begun prefix -> the replica it began at, where not its ring's first (moved)
+        self._begun: dict[int, int] = {}  # prefix hash -> its tasks in flight (sent, not yet answered), while any
+        self._sent: dict[bytes, int] = {}  # key of a task in flight -> its prefix's hash
         self.routed = 0
         self.affine = 0  # prefix routing: tasks that went to their prefix's first replica
 
@@ -156,7 +161,7 @@ class Router:
             if pos and not eligible(p):
                 continue
             order = self._order(p)
-            begun = self._hash(p) in self._started
+            begun = self._hash(p) in self._begun
             if begun:  # it follows the replica it began at (where the bound let it begin), not split by the bound
                 first = next((i for i in order if i in usable), None)
             else:
@@ -164,26 +169,20 @@ class Router:
             if first is not None and first in free:
                 self.routed += 1
                 self.affine += first == next(i for i in order if i in usable or i in free)
-                if not begun:
-                    if first != order[0]:
-                        self._move(p, first)
-                    self._started.add(self._hash(p))
+                self._send(p, first)
                 return pos, self.endpoints[first]
-            if fresh is None and self._hash(p) not in self._started:
+            if fresh is None and not begun:
                 fresh = pos
         if fresh is not None:  # a group not yet begun moves whole to a replica with room, rather than one being split
             p = queue[fresh]
             home = next(i for i in self._order(p) if i in free and i in within) if free & within else None
             if home is not None:
-                self._move(p, home)
-                self._started.add(self._hash(p))
+                self._send(p, home)
                 self.routed += 1
                 return fresh, self.endpoints[home]
         head = queue[0]
         to = self._spill(rooms, head)
-        if self._hash(head) not in self._started:  # a group not yet begun begins there: the rest of it follows
-            self._move(head, to.index)
-            self._started.add(self._hash(head))
+        self._send(head, to.index)  # a group not yet begun begins there: the rest of it follows
         return 0, to
 
     def _spill(self, rooms: list[tuple[Endpoint, float]], p: Pending) -> Endpoint:
@@ -204,9 +203,10 @@ class Router:
         return h
 
     def _order(self, p: Pending) -> tuple[int, ...]:
-        """The replicas in ``p``'s prefix's order (every endpoint, each once): its ring order, or its home first."""
+        """The replicas in ``p``'s prefix's order (every endpoint, each once): its ring order, or, while its group is
+        begun at another replica, that one first."""
         h = self._hash(p)
-        order = self._orders.get(h)
+        order = self._rings.get(h)
         if order is None:
             start = bisect.bisect_left(self._ring_keys, h)
             seen: dict[int, None] = {}
@@ -216,17 +216,30 @@ class Router:
                 if len(seen) == len(self.endpoints):
                     break
             order = tuple(seen)
-            if len(self._orders) > 65536:
-                self._orders.clear()
-                self._started.clear()
-            self._orders[h] = order
-        return order
+            if len(self._rings) > 65536:
+                self._rings.clear()
+            self._rings[h] = order
+        home = self._homes.get(h)
+        return order if home is None else (home, *(i for i in order if i != home))
 
-    def _move(self, p: Pending, home: int) -> None:
-        """``p``'s prefix, not yet begun, moves whole to ``home``: its other tasks follow it there."""
-        order = self._order(p)
-        self._orders[self._hash(p)] = (home, *(i for i in order if i != home))
+    def _send(self, p: Pending, to: int) -> None:
+        """``p`` goes to replica ``to``: its prefix is begun (at ``to``, if it was not) while ``p`` is in flight."""
+        h = self._hash(p)
+        if h not in self._begun and to != self._order(p)[0]:
+            self._homes[h] = to  # moved: the rest of its group follows it there
+        self._begun[h] = self._begun.get(h, 0) + 1
+        self._sent[p.key] = h
 
     def done(self, p: Pending) -> None:
-        """``p`` is answered, handed back or dropped: its ring order is not kept."""
+        """``p`` is answered, handed back or dropped: its prefix is not kept for it; the last of its group's tasks in
+        flight ends the group (its prefix is placed afresh when sent again)."""
         self._affinity.pop(p.key, None)
+        h = self._sent.pop(p.key, None)
+        if h is None:
+            return
+        left = self._begun[h] - 1
+        if left:
+            self._begun[h] = left
+        else:
+            del self._begun[h]
+            self._homes.pop(h, None)

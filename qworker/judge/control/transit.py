@@ -15,7 +15,11 @@ whole (admission -> result).  ``Transit`` keeps, over recent answers,
 
     ``share`` = sum of server seconds / sum of gate seconds
 
-(each sum an exponentially weighted moving sum by answer, weight ``ALPHA``):
+(each sum an exponentially weighted moving sum by answer, weight ``ALPHA``, over
+the calls sent after the endpoint's first answer came back: the first round trip
+carries the start, worker threads and connections being made and a whole burst
+dispatched at once, not the steady path; learnt from, it would read a start-up
+stall as transit and let the gate hold several times its limit at the server):
 the fraction of the call-seconds in flight at the gate that the server saw.  By
 Little's law on the two stretches of the same calls, the mean number at the
 server is ``share`` x the mean number in flight at the gate, so the gate reads
@@ -31,6 +35,8 @@ a fraction in [``MIN_SHARE``, 1].  Only the dispatcher thread calls it.
 
 from __future__ import annotations
 
+from typing import Optional
+
 __all__ = ["ALPHA", "Transit"]
 
 ALPHA = 1.0 / 256  # weight of the newest answer in the moving sums: about the last 256 answers count (a stall of the
@@ -41,19 +47,26 @@ MIN_SHARE = 0.01  # a floor on ``share``: the gate holds at most 100x its limit 
 class Transit:
     """The share of a call's time in flight that its server saw (``share``), fed one answer at a time."""
 
-    __slots__ = ("_gate_s", "_server_s", "_weight", "answers")
+    __slots__ = ("_first_at", "_gate_s", "_server_s", "_weight", "answers")
 
     def __init__(self) -> None:
         self._server_s = 0.0  # moving sum of the server's seconds per call
         self._gate_s = 0.0  # moving sum of the gate's seconds per call (admission -> result)
         self._weight = 0.0  # moving sum of ones: the sums over it are means
+        self._first_at: Optional[float] = None  # when the first answer came (the gate's clock)
         self.answers = 0
 
-    def on_answer(self, gate_s: float, server_s: float) -> None:
+    def on_answer(self, gate_s: float, server_s: float, now: Optional[float] = None) -> None:
         """A call held ``gate_s`` seconds by the gate, ``server_s`` of them at the server (as its worker measured:
-        request sent -> response read; clipped to ``[0, gate_s]``).  A call with no gate time says nothing."""
+        request sent -> response read; clipped to ``[0, gate_s]``), answered at ``now`` (the gate's clock).  A call
+        with no gate time says nothing; nor, given ``now``, does one sent (``now - gate_s``) before the first answer came."""
         if not gate_s > 0.0:
             return
+        if now is not None:
+            if self._first_at is None:
+                self._first_at = now
+            if now - gate_s < self._first_at:
+                return
         server_s = min(gate_s, max(0.0, server_s))
         self._server_s += ALPHA * (server_s - self._server_s)
         self._gate_s += ALPHA * (gate_s - self._gate_s)

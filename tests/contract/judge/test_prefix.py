@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import statistics
 import urllib.request
 from collections import Counter, defaultdict
@@ -270,3 +271,38 @@ def test_without_metrics_a_fleets_replicas_hold_no_deep_queue_from_the_first_bur
         whole_rate = n / sim.run([HandSetClient(sim, whole, n, group, "group", slots=batch)])  # type: ignore[list-item]
         assert at_replica <= 1.3 * mean_judge_s(rr), (seed, at_replica, mean_judge_s(rr))
         assert rate >= 0.92 * whole_rate, (seed, rate, whole_rate)
+
+
+SERVED = {"status": 200, "failure": "", "latency_s": 0.3, "retry_after_s": None, "completion_tokens": 12, "ratelimit": None}
+
+
+def test_prompts_sent_again_after_their_groups_are_answered_are_placed_by_the_load_bound_afresh():
+    """Two groups that the first burst put on one replica (8 replicas, 16 groups of 16, 32 each), all answered; then
+    the same two prompts again (a second epoch, new responses) with the fleet idle: the load bound places them afresh,
+    on two replicas (a replica holding one group's 16 is over the bound while the others hold nothing), each whole,
+    rather than both following the replica they went to before."""
+    g = Gate({"model": "m", "endpoints": [{"url": f"http://r{i}", "max_concurrency": 32} for i in range(8)],
+              "routing": "prefix", "initial_concurrency": 32})
+
+    def burst(groups: list[int], tag: str) -> dict[int, set[int]]:
+        tasks = [Pending(f"{tag}-{k}-{j}".encode(), "llm_judge", {}, msgpack.packb({**grpo(16)(16 * k + j), "response": f"{tag} {j}"}),
+                         None, None, 0.0) for k in groups for j in range(16)]
+        g.queue.extend(tasks)
+        sent, failed = g.admit(0.0, 10**6)
+        assert not failed and len(sent) == len(tasks)
+        routes: dict[int, set[int]] = defaultdict(set)
+        for p in tasks:
+            routes[int(msgpack.unpackb(p.payload)["prompt"].split(":")[0].split()[1])].add(g.route(p))
+        random.Random(tag).shuffle(sent)  # answered in no order (a server serving all of them at once)
+        for p in sent:
+            assert not g.settle(p, SERVED, None, 0.5)
+        return routes
+
+    first = burst(list(range(16)), "first")
+    assert all(len(r) == 1 for r in first.values()), first
+    by_replica: dict[int, list[int]] = defaultdict(list)
+    for k, r in first.items():
+        by_replica[next(iter(r))].append(k)
+    pair = next(ks for ks in by_replica.values() if len(ks) == 2)
+    again = burst(pair, "again")
+    assert all(len(r) == 1 for r in again.values()) and again[pair[0]] != again[pair[1]], (first, again)
