@@ -106,7 +106,7 @@ def schedule_args(scenario: str, phase_s: float) -> list[str]:
 
 def sample_limit(p: Producer, server: JudgeProcess, horizon: float, rows: list) -> None:
     """Every 0.1 s until the schedule's horizon: (server seconds, limit, in flight, at the server, mode, refusal level,
-    highest capacity seen, latency base, 429s), read from the producer's gate without locking (a trace, not a measure)."""
+    highest capacity seen, latency base, 429s, cooling, transit share), read from the producer's gate without locking (a trace, not a measure)."""
     offset: Optional[float] = None
     give_up = time.monotonic() + 120.0  # the schedule starts at the first request: none in 2 minutes is a broken run
     while True:
@@ -127,7 +127,7 @@ def sample_limit(p: Producer, server: JudgeProcess, horizon: float, rows: list) 
                 lim = e.limit
                 rows.append((round(t, 2), round(lim.limit, 1), e.in_flight, e.at_server(), lim.mode.value,
                              round(min(lim.memory.refusal_level, 9999), 1), round(lim.memory.high, 1), round(lim.base() or 0.0, 4),
-                             e.health.counts["status_429"], e.cool_reason if e.cool_until > 0 else ""))
+                             e.health.counts["status_429"], e.cool_reason if e.cool_until > 0 else "", round(e.transit.share, 3)))
         time.sleep(0.1)
 
 

@@ -23,6 +23,7 @@ class JudgeCall:
     routed_at: float = 0.0  # when the gate let it go to that endpoint
     seq: int = 0  # that endpoint's send number when it went (``Endpoint.sent``)
     level: int = 0  # every producer's requests at its server once this one gets there, itself included (``Endpoint.total_at_server``)
+    surely: int = 0  # the same, counting only the requests surely at the server (``Endpoint.surely_at_server``)
     tries: int = 0  # endpoint calls retried after errors
     throttled: int = 0  # endpoint calls refused with 429/503 (a budget of their own)
     failed_on: int = NO_ROUTE  # the endpoint whose error it is retried after: its next call prefers another

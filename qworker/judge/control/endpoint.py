@@ -136,6 +136,14 @@ class Endpoint:
         outside = n * (1.0 - self.transit.share)
         return n - max(0, math.floor(outside - math.sqrt(outside) + 1e-9))
 
+    def surely_at_server(self) -> int:
+        """This producer's requests at the server now beyond reasonable doubt: ``in_flight`` less x + sqrt(x) outside
+        it (``at_server``'s expectation plus one Poisson deviation), to the nearest whole request.  What evidence that
+        the server held a level is judged on: a level the gate counts may include answers already on their way back."""
+        n = self.in_flight
+        outside = n * (1.0 - self.transit.share)
+        return max(0, n - math.floor(outside + math.sqrt(outside) + 0.5))
+
     def total_at_server(self) -> int:
         """Requests at the server now from every producer that shares it (``peers``; theirs as their notes say):
         what its limit is judged against."""

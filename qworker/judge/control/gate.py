@@ -296,10 +296,11 @@ class Gate:
             return None
         p, best = picked
         level = best.total_at_server() + 1  # at the server once it gets there, itself included
+        surely = best.total_at_server() - best.at_server() + best.surely_at_server() + 1
         best.take(now, self._tokens(p))
         best.limit.batch.on_send(level, now)
         call = self._call(p)
-        call.seq, call.level = best.sent, level
+        call.seq, call.level, call.surely = best.sent, level, surely
         call.route, call.routed_at = best.index, now
         return p
 
@@ -404,7 +405,7 @@ class Gate:
             e = self.endpoints[call.route]
             e.in_flight = max(0, e.in_flight - 1)
             e.health.released()
-        call.route, call.seq, call.level = NO_ROUTE, 0, 0
+        call.route, call.seq, call.level, call.surely = NO_ROUTE, 0, 0, 0
 
     # answers ----------------------------------------------------------------
     def settle(self, p: Pending, outcome: Optional[dict], error: Optional[str], now: float) -> bool:
@@ -416,8 +417,8 @@ class Gate:
         task resolves)."""
         call = self._call(p)
         e = self.endpoints[call.route] if 0 <= call.route < len(self.endpoints) else None
-        seq, level = call.seq, call.level
-        call.route, call.seq, call.level = NO_ROUTE, 0, 0
+        seq, level, surely = call.seq, call.level, call.surely
+        call.route, call.seq, call.level, call.surely = NO_ROUTE, 0, 0, 0
         self.router.done(p)
         if e is None:
             return False
@@ -437,7 +438,7 @@ class Gate:
             e.limit.reset()
         if kind is Kind.SERVED:
             e.limit.on_success(answer.latency, in_flight, now, level=level or in_flight, tokens=outcome.get("completion_tokens"),
-                               sent_at=call.routed_at)
+                               sent_at=call.routed_at, surely=surely or level or in_flight)
         elif verdict.cuts_limit:
             e.limit.on_drop(in_flight, now, sent_at=call.routed_at, timeout=True)
         if verdict.park_until is not None:

@@ -242,13 +242,14 @@ class AdaptiveLimit:
             self.memory.raise_knee(self.limit)
 
     def on_success(self, rtt: float, in_flight: float, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None,
-                   sent_at: Optional[float] = None) -> None:
+                   sent_at: Optional[float] = None, surely: Optional[float] = None) -> None:
         """A request answered normally after ``rtt`` seconds.
 
         ``in_flight``: requests outstanding now, this one included; ``level``:
-        requests outstanding when it was sent (default ``in_flight``);
-        ``tokens``: its ``usage.completion_tokens`` when the reply said; ``sent_at``: when the gate sent it (default
-        ``now - rtt``).
+        requests outstanding when it was sent (default ``in_flight``); ``surely``: of those, the ones surely at
+        the server when it got there (default ``level``: the evidence that the server held more than where it
+        refused is judged on these, not on a count that may include answers on their way back); ``tokens``: its
+        ``usage.completion_tokens`` when the reply said; ``sent_at``: when the gate sent it (default ``now - rtt``).
         """
         cfg = self.config
         sent_level = float(level if level is not None else in_flight)
@@ -282,7 +283,7 @@ class AdaptiveLimit:
             # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
             # peers, the endpoint's capacity is what they note together (``adopt``)
             self.memory.held(min(self.sustained(now), self.limit))
-        if self.mode is Mode.STEADY and self.memory.outgrew(sent_level, now - rtt):
+        if self.mode is Mode.STEADY and self.memory.outgrew(sent_level if surely is None else float(surely), now - rtt):
             # The server held more than where it last refused (this request was sent with that many at it):
             # the capacity that refused is no longer there; what was seen above it is evidence enough to climb to
             self.memory.outgrown(now, trip)

@@ -159,3 +159,19 @@ def test_an_outage_of_every_endpoint_at_once_fails_nothing_and_recovers(how):
     before = sum(1 for t in c.done_at if 5.0 <= t < 10.0) / 5.0
     after = sum(1 for t in c.done_at if 20.0 <= t < 25.0) / 5.0
     assert after >= 0.9 * before
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_capacity_that_dropped_for_good_is_not_climbed_back_to_on_answers_still_on_their_way_back(seed):
+    # 30 ms (+-90%) of dispatch and return around each call: the gate's count of what was at the server when a
+    # request got there includes answers already on their way back, so a request sent one over the refusal level
+    # is often served at a cap that has not moved.  Evidence that the capacity came back is judged on the requests
+    # surely at the server: none here, so no climb back to 64 (each one refused within a round trip, a burst of
+    # refusals), and the capacity seen before is still remembered for when it does come back.
+    server = harsh(seed, retry_after="s", capacity_steps=[(10.0, 16)])
+    sim = Sim()
+    c = Client(sim, server, 30000, transit=(0.03, 0.03), transit_jitter=0.9)
+    sim.run([c], until=40.0)
+    lim = c.gate.endpoints[0].limit
+    assert lim.regains == 0
+    assert lim.memory.target() >= 0.9 * 64
