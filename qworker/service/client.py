@@ -27,9 +27,15 @@ Contract:
   resolution: the first result wins, and ``close`` resolves what is left as
   ``cancelled`` and refuses later submissions.  ``close`` never waits on a
   registration in progress on another thread, however large.
-* One I/O thread owns the socket (its loop is a ``Reactor``); the caller's
-  threads hand it requests through a queue and ``Reactor.wake``, and sleep on
-  events and futures.
+* One I/O thread receives (its loop is a ``Reactor``) and keeps the
+  protocol's timers; a caller's thread sends its own submission on the socket
+  (every use of the socket holds ``_io``, a lock, so no thread waits on
+  another to send) and hands the request's bookkeeping to the I/O thread
+  through a queue; then it sleeps on events and futures.  The I/O thread
+  polls the socket's file descriptor (``zmq.FD``) rather than the socket, so
+  it never uses the socket without the lock; because that descriptor only
+  signals changes, whoever uses the socket checks afterwards whether a message
+  waits and wakes the I/O thread if so.
 """
 
 from __future__ import annotations
@@ -128,12 +134,15 @@ class Client:
         curve = CurveClient(curve_secret_key, curve_server_key) if curve_secret_key and curve_server_key else None
         self._sock = make_socket(self._ctx, zmq.DEALER, connect=self.endpoint, identity=f"client-{secrets.token_hex(6)}".encode(),
                                  curve=curve, reconnect_max_ms=RECONNECT_MAX_MS)
+        self._io = threading.Lock()  # held for every use of the socket, by any thread
+        self._fd = int(self._sock.getsockopt(zmq.FD))  # readable when the socket's state changed
         self._redialer = Redialer(self._sock, self.endpoint)
         self.redials = 0  # connections dropped and dialled again after LINK_SILENT_S of silence
         self._next_ping = 0.0
         self._reactor = Reactor(name="client", max_wait_s=PING_EVERY_S / 2)
-        self._reactor.each_turn(lambda now: self._send_outbox(), name="sending requests")
-        self._reactor.on_readable(self._sock, self._receive, name="receiving from the service")
+        self._reactor.each_turn(lambda now: self._take_outbox(), name="taking requests")
+        self._reactor.on_readable(self._fd, lambda: None, name="socket changed")  # ends the wait; _receive checks
+        self._reactor.each_turn(lambda now: self._receive(), name="receiving from the service")
         self._reactor.each_turn(self._keep_in_touch, name="pinging the service")
         self._wake = self._reactor.wake
         self._thread = threading.Thread(target=self._run, name="qworker-client", daemon=True)
@@ -154,9 +163,11 @@ class Client:
             return []
         params = dict(params) if params else None
         batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
-        req = _Request(next(self._numbers), reward, params, payloads, timeout_s, batch, list(range(len(payloads))), time.monotonic())
-        self._outbox.append(req)  # to the I/O thread
-        self._wake()
+        now = time.monotonic()
+        req = _Request(next(self._numbers), reward, params, payloads, timeout_s, batch, list(range(len(payloads))), now,
+                       resend_at=now + RESUBMIT_AFTER_S)
+        self._outbox.append(req)  # to the I/O thread, before the service can answer it
+        self._send(cw.Submit(req.number, reward, params, payloads, timeout_s))  # lost or not: resent until taken
         if self._closed:  # close() may have passed over the outbox before this request reached it
             req.taken.set()
         if not req.taken.wait(self.connect_timeout_s):
@@ -216,7 +227,8 @@ class Client:
         try:
             self._reactor.run()
         finally:
-            self._sock.close(linger=0)
+            with self._io:
+                self._sock.close(linger=0)
             self._ctx.term()
 
     def _keep_in_touch(self, now: float) -> None:
@@ -229,10 +241,18 @@ class Client:
             self._check_silence(now)
 
     def _send(self, msg: cw.ClientMessage) -> None:
-        try:
-            self._sock.send_multipart(cw.encode(msg), flags=zmq.NOBLOCK)
-        except zmq.Again:
-            pass  # not connected yet: a ping or resubmission will follow
+        """Send ``msg`` now, from any thread (a message that cannot leave is dropped: the protocol sends again)."""
+        frames = cw.encode(msg)
+        with self._io:
+            if self._sock.closed:
+                return  # closing: what waits on this message is resolved by close()
+            try:
+                self._sock.send_multipart(frames, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # not connected yet: a ping or resubmission will follow
+            waiting = int(self._sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN
+        if waiting:  # the send may have taken the descriptor's signal for a message that arrived meanwhile
+            self._wake()
 
     def _submit(self, req: _Request) -> None:
         self._requests[req.number] = req
@@ -247,13 +267,13 @@ class Client:
                 self.resubmitted += 1
                 self._submit(req)
 
-    def _send_outbox(self) -> None:
+    def _take_outbox(self) -> None:
         while self._outbox:
             item = self._outbox.popleft()
-            if isinstance(item, _Request):
+            if isinstance(item, _Request):  # its caller sent it
                 if not self._requests:
                     self._heard = time.monotonic()  # silence is measured from when something is pending
-                self._submit(item)
+                self._requests[item.number] = item
             elif item[0] == "forget":
                 self._requests.pop(item[1], None)
             else:
@@ -262,11 +282,20 @@ class Client:
 
     def _receive(self) -> None:
         sock = self._sock
+        received: list[list[bytes]] = []
+        with self._io:
+            for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once
+                if self._closed or not readable(sock):
+                    break  # close() waits for this thread: it stops between messages, not after a flood of them
+                received.append(sock.recv_multipart(copy=True))
+            else:
+                if readable(sock):
+                    self._wake()
+        if not received:
+            return
+        self._take_outbox()  # the requests whose answers may be among these
         acks: list[int] = []
-        for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once
-            if self._closed or not readable(sock):
-                break  # close() waits for this thread: it stops between messages, not after a flood of them
-            frames = sock.recv_multipart(copy=True)
+        for frames in received:
             try:
                 if len(frames) != 2:
                     raise WireError(f"expected 2 frames, got {len(frames)}")
@@ -372,7 +401,9 @@ class Client:
         damaged, a peer gone without a close); drop it and dial again.  What was queued on it is sent again by
         the protocol (submissions until taken, results until acknowledged)."""
         if now - self._heard >= LINK_SILENT_S and now - self._redialer.last >= LINK_SILENT_S:
-            self._redialer.no_peer()
+            with self._io:
+                self._redialer.no_peer()
+            self._wake()  # the socket's state changed under the lock: look at it again
             self.redials += 1
             log.warning("qworker client: no answer from %s for %.0f s; dialled again", self.endpoint, now - self._heard)
 

@@ -33,9 +33,12 @@ Contract:
   line at the 10th, 100th, 1000th... occurrence), and the turn goes on with the
   next handler.  A ``BaseException`` that is not an ``Exception``
   (``KeyboardInterrupt``, ``SystemExit``) ends ``run()``.
-* **Stopping.**  ``stop()`` makes ``run()`` return after the current turn.  The
-  reactor closes no socket (their owner does, after ``run()``); ``close()``
-  releases the wake pipe once the reactor thread has finished.
+* **Stopping.**  ``stop()`` makes ``run()`` return after the current turn;
+  before it returns, each function given to ``at_exit`` runs on the reactor
+  thread (an owner sharing the reactor sends its last messages and closes its
+  socket), whatever ended the loop.  The reactor closes no socket (their owner
+  does, after ``run()``); ``close()`` releases the wake pipe once the reactor
+  thread has finished.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import zmq
 
@@ -60,7 +63,7 @@ DEFAULT_MAX_WAIT_S = 1.0
 class _Step:
     name: str
     run: Callable[[float], None]
-    sock: Optional[zmq.Socket] = None  # a socket handler: runs when this socket is readable
+    sock: Union[zmq.Socket, int, None] = None  # a socket (or file descriptor) handler: runs when it is readable
     every_s: float = 0.0  # a periodic callback: runs once this long has passed since it last ran
     due: float = 0.0  # when a periodic callback runs next (monotonic s)
     seen: dict[str, int] = field(default_factory=dict)  # kind of error -> times it was raised
@@ -80,6 +83,7 @@ class Reactor:
         self.turns = 0
         self._steps: list[_Step] = []
         self._deadlines: list[Callable[[float], Optional[float]]] = []
+        self._at_exit: list[Callable[[], None]] = []
         self._deadline_seen: dict[str, int] = {}
         self._poller = zmq.Poller()
         self._pipe = WakePipe()
@@ -88,8 +92,9 @@ class Reactor:
         self._stopping = False
 
     # registering (the reactor thread, or before run) ------------------------------
-    def on_readable(self, sock: zmq.Socket, handler: Callable[[], None], *, name: str) -> Step:
-        """Run ``handler()`` on each turn that ``sock`` is readable; ``name`` (what it does) is logged if it raises."""
+    def on_readable(self, sock: Union[zmq.Socket, int], handler: Callable[[], None], *, name: str) -> Step:
+        """Run ``handler()`` on each turn that ``sock`` (a ZeroMQ socket or a file descriptor) is readable; ``name``
+        (what it does) is logged if it raises."""
         self._poller.register(sock, zmq.POLLIN)
         return self._add(_Step(name, lambda now: handler(), sock=sock))
 
@@ -113,6 +118,10 @@ class Reactor:
     def _add(self, step: _Step) -> Step:
         self._steps = [*self._steps, step]  # a new list: a turn in progress iterates the old one
         return step
+
+    def at_exit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the reactor thread when ``run()`` ends (after its last turn; an exception is logged)."""
+        self._at_exit.append(fn)
 
     def deadline(self, fn: Callable[[float], Optional[float]]) -> None:
         """Before each wait, ``fn(now)`` says in how many seconds a turn is needed (None: no need)."""
@@ -141,7 +150,17 @@ class Reactor:
 
     # the reactor thread -----------------------------------------------------------------
     def run(self) -> None:
-        """Take turns until ``stop()``; see the module's contract."""
+        """Take turns until ``stop()``, then run the ``at_exit`` functions; see the module's contract."""
+        try:
+            self._turns()
+        finally:
+            for fn in self._at_exit:
+                try:
+                    fn()
+                except Exception as exc:
+                    self._failed("at exit", exc, {})
+
+    def _turns(self) -> None:
         poll = self._poller.poll
         pipe_fd = self._pipe.fd
         while not self._stopping:
