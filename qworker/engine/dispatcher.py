@@ -117,6 +117,13 @@ class Dispatcher(threading.Thread):
         self._reactor.close()
 
     # dispatcher thread --------------------------------------------------------
+    def dispatch_submitted(self) -> None:
+        """From a handler on the dispatcher thread: take the tasks submitted so far and dispatch them now, not at
+        the next turn (a reward service does after taking requests: their tasks leave in the turn they arrived)."""
+        now = time.monotonic()
+        self._take_inbox(now)
+        self._dispatch(now)
+
     def _status(self) -> Status:
         now = time.monotonic()
         s, counts = self.scheduler, self.table.counts

@@ -87,18 +87,28 @@ class _TaskSizer:
     """Upper bounds on tasks' sizes in a TASKS message.  The params of a batch of tasks are one shared
     dict (one ``submit_batch``), so their packed size is computed once per run of the same dict."""
 
-    __slots__ = ("params", "reward", "fixed")
+    __slots__ = ("params", "reward", "fixed", "_known")
 
     def __init__(self) -> None:
         self.params: Optional[dict] = None  # the params and reward name of the last task sized
         self.reward = ""
         self.fixed = 0  # the bytes of such a task besides its payload
+        # id(params) -> (params, reward, fixed) of recent submissions: lanes taking turns (a reward service's
+        # clients) alternate between a few submissions' dicts, task by task
+        self._known: dict[int, tuple[dict, str, int]] = {}
 
     def task_bytes(self, p: Pending) -> int:
         """``p``'s size bound; raises (TypeError, OverflowError, ...) if its reward name and params cannot be encoded
         (and then remembers nothing of them: the next task of the same params raises too)."""
         if p.params is not self.params or p.reward is not self.reward:
-            fixed = TASK_OVERHEAD + len(wire.encode_body([p.reward, p.params]))  # as the message will encode them
+            known = self._known.get(id(p.params))
+            if known is not None and known[0] is p.params and known[1] is p.reward:
+                fixed = known[2]
+            else:
+                fixed = TASK_OVERHEAD + len(wire.encode_body([p.reward, p.params]))  # as the message will encode them
+                if len(self._known) >= 256:
+                    self._known.clear()
+                self._known[id(p.params)] = (p.params, p.reward, fixed)
             self.params, self.reward, self.fixed = p.params, p.reward, fixed
         return len(p.payload) + self.fixed
 

@@ -4,19 +4,18 @@
 ``Client`` to it.  The service has no thread of its own: its handlers run on
 the producer's dispatcher thread, on the dispatcher's ``Reactor``, after the
 dispatcher's own steps.  Each turn it receives (when its socket is readable),
-submits each request to the producer; the request's tasks are dispatched on
-the next turn, which comes at once, with no hand-over between threads (and no
-contention for the GIL between two threads of the service), and its
-``Accepted`` leaves at the end of that turn, after the tasks (it is not on the
-path of their results), before any result of the request.  Future callbacks run on the dispatcher
+submits each request to the producer and has the dispatcher send their tasks at
+once, in the same turn, with no hand-over between threads (and no contention
+for the GIL between two threads of the service); each request's ``Accepted``
+leaves at the end of that turn, after its tasks (it is not on the path of their
+results), before any result of it.  Future callbacks run on the dispatcher
 thread too, where results arrive, and only append to the service's outbox.
 
 Results leave in batches: at the end of each turn the service sends a
 client the results resolved for it when nothing else it asked for is still
 in flight (a lone task's result leaves at once), when ``FLUSH_EVERY`` of them
 are waiting, or, for every client, when the oldest result waiting has waited
-``RESULTS_WAIT_S`` (one reactor deadline, however many clients wait); only the
-results of a request whose ``Accepted`` has not yet gone wait for it;
+``RESULTS_WAIT_S`` (one reactor deadline, however many clients wait);
 otherwise they wait for company, so a client of many small tasks gets a few
 large ``Resolved`` messages rather than one per worker message.  Every ``HOUSEKEEPING_EVERY_S`` it resends what is unacknowledged and
 evicts what is too old or too much.
@@ -29,11 +28,16 @@ Results reach a client even across a broken link: each ``Resolved`` is kept in
 the ``Ledger`` and resent until the client acknowledges it (bounded in bytes
 and age; see ``_ledger``).  ``stop`` tells every client it is stopping
 (``Closing``), so their waiting futures fail at once as ``service_lost``
-instead of after their ``service_timeout_s``.
+instead of after their ``service_timeout_s``; so does the end of the
+dispatcher's reactor (its producer closed, with or without ``stop``), which
+then closes the service's socket.  ``stop`` never waits on a dispatcher that
+has ended, whenever it ended.
 
 Everything the service holds (its socket, the ledger, its counts) is used on
-the dispatcher thread only, from ``start`` to ``stop``; the outbox may also be
-appended to by a thread that closes the producer (it cancels what is pending).
+the dispatcher thread only, from ``start`` until it leaves the reactor (at
+``stop`` or when the reactor ends); then ``stop``'s thread closes the socket
+unless the dispatcher thread did.  The outbox may also be appended to by a
+thread that closes the producer (it cancels what is pending).
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ HOUSEKEEPING_EVERY_S = 0.25  # resends and evictions, at most this often
 CLOSING_LINGER_MS = 2000  # how long a stopping service gives its last messages to leave
 RECEIVE_PER_TURN = 64  # client messages read per turn (the workers' results are read on the same thread)
 RESULTS_WAIT_S = 0.005  # the longest a resolved result waits for company while its client has others in flight
+STOP_WAIT_S = 10.0  # how long ``stop`` waits for the dispatcher thread to send the last messages
 
 
 class RewardService:
@@ -88,13 +93,15 @@ class RewardService:
         self._waiting: dict[bytes, list[cw.ResolvedRow]] = {}  # per client: results resolved and not yet sent
         self._oldest: Optional[float] = None  # when the oldest result waiting (any client's) was resolved (monotonic s)
         self._in_flight: dict[bytes, int] = {}  # per client: results taken and not yet resolved
-        self._taken_now: list[tuple[bytes, int]] = []  # (client, request) taken this turn: answered at the next one's end
-        self._to_answer: list[tuple[bytes, int]] = []  # (client, request) taken in the last turn: answered at this one's end
+        self._to_answer: list[tuple[bytes, int]] = []  # (client, request) taken this turn: answered at its end
         self._dispatcher = producer._dispatcher
         self._reactor: Reactor = self._dispatcher._reactor  # the service's handlers run on the dispatcher thread
         self._steps: list[Step] = []
-        self._attached = False
-        self._stopped = False
+        self._attached = False  # its handlers are on the reactor
+        self._stopped = False  # stop() was called
+        self._left = threading.Event()  # it left the reactor: the last messages are sent, its socket unused there
+        self._sock_lock = threading.Lock()  # closing the socket: by stop()'s thread or the dispatcher's, once
+        self._sock_closed = False
         self._why = ""
         self.clients: set[bytes] = set()
         self.requests = 0
@@ -107,23 +114,31 @@ class RewardService:
 
     def stop(self, why: str = "it was stopped") -> None:
         """Stop serving: send the results resolved so far, tell every client (``Closing``: what they wait on fails
-        at once as ``service_lost``), close the socket.  The producer goes on."""
+        at once as ``service_lost``), close the socket.  The producer goes on.  Returns once that is done, or as
+        soon as the dispatcher thread has ended (it did the same on its way out); a dispatcher thread that does
+        not answer within ``STOP_WAIT_S`` may still use the socket, which is then left open (logged)."""
         if self._stopped:
             return
         self._stopped = True
         self._why = why
-        linger = 0
-        try:
-            if self._dispatcher.is_alive():
-                linger = self._dispatcher.call(self._detach, timeout=10.0)
-            else:  # the producer closed first: nothing else uses the socket now
-                linger = self._detach()
-        except TimeoutError:  # the dispatcher thread is stuck: it may still use the socket, which is left open
-            log.error("qworker service: the dispatcher thread did not answer within 10 s; the client socket is left open")
-            return
-        except Exception:
-            log.exception("qworker service: could not tell clients it is stopping")
-        close_server(self._ctx, self._sock, linger_ms=linger)  # waits up to ``linger``, off the dispatcher thread
+        if self._attached and self._dispatcher.is_alive():
+            self._reactor.wake()  # the next turn leaves the reactor (``_flush`` sees ``_stopped``)
+            # set by that turn, or by the reactor's end however it ends (``_reactor_ended``): never a wait on a
+            # dispatcher thread that has stopped taking turns
+            if not self._left.wait(STOP_WAIT_S):
+                log.error("qworker service: the dispatcher thread did not answer within %.0f s; the client socket is left "
+                          "open", STOP_WAIT_S)
+                return
+        elif not self._left.is_set():  # never attached (the dispatcher thread left the reactor on its way out otherwise)
+            self._leave()
+        self._close_socket()  # waits up to CLOSING_LINGER_MS for the last messages, off the dispatcher thread
+
+    def _close_socket(self) -> None:
+        with self._sock_lock:
+            if self._sock_closed:
+                return
+            self._sock_closed = True
+        close_server(self._ctx, self._sock, linger_ms=CLOSING_LINGER_MS)
 
     # the dispatcher thread ----------------------------------------------------------
     def _attach(self) -> None:
@@ -134,17 +149,32 @@ class RewardService:
             r.every(HOUSEKEEPING_EVERY_S, self._housekeeping, name="resending and evicting"),
         ]
         r.deadline(self._next_flush)
+        r.at_exit(self._reactor_ended)
         self._attached = True
 
-    def _detach(self) -> int:
-        """Leave the reactor, send every result resolved, say ``Closing``; returns the linger (ms) its socket needs."""
+    def _reactor_ended(self) -> None:
+        """The dispatcher's reactor ended (its producer is closing, with or without ``stop``): say ``Closing``
+        to every client and close the socket, here, on its last use."""
+        if not self._why:
+            self._why = "its producer closed"
+        self._leave()
+        self._close_socket()
+
+    def _leave(self) -> None:
+        """Leave the reactor, send every result resolved, say ``Closing`` (once)."""
+        if self._left.is_set():
+            return
         self._attached = False
-        for step in self._steps:
-            self._reactor.cancel(step)
-        self._steps = []
-        self._flush(time.monotonic(), everything=True)
-        self._say_closing()
-        return CLOSING_LINGER_MS
+        try:
+            for step in self._steps:
+                self._reactor.cancel(step)
+            self._steps = []
+            self._flush(time.monotonic(), everything=True)
+            self._say_closing()
+        except Exception:
+            log.exception("qworker service: could not tell clients it is stopping")
+        finally:
+            self._left.set()
 
     def _housekeeping(self, now: float) -> None:
         for peer, frames in self.ledger.due(now):
@@ -159,6 +189,14 @@ class RewardService:
             log.info("qworker service: told %d clients it is stopping", len(peers))
 
     def _receive(self) -> None:
+        taken = len(self._to_answer)
+        try:
+            self._receive_some()
+        finally:
+            if len(self._to_answer) > taken:
+                self._dispatcher.dispatch_submitted()  # their tasks leave now, before their Accepted (this turn's end)
+
+    def _receive_some(self) -> None:
         sock = self._sock
         for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once
             if not readable(sock):
@@ -218,7 +256,7 @@ class RewardService:
             return
         self.ledger.taken(peer, msg.request, len(futures))
         self._in_flight[peer] = self._in_flight.get(peer, 0) + len(futures)
-        self._taken_now.append((peer, msg.request))
+        self._to_answer.append((peer, msg.request))
         # two GC-tracked objects per task (a partial, a callback list), none of them cyclic garbage: collections
         # triggered here would rescan every task in flight (as ``Producer.submit_batch`` notes), so they wait
         paused = gc.isenabled()
@@ -241,17 +279,15 @@ class RewardService:
             self._reactor.wake()  # sent at the end of the turn this causes
 
     def _flush(self, now: float, everything: bool = False) -> None:
-        """Send each client's resolved results that should not wait longer (see the module's docstring), or all of
-        them (``everything``)."""
-        for peer, request in self._to_answer:  # a request's Accepted goes before its results
-            self._send(peer, cw.Accepted(request, self.instance, None, ""))
-        self._to_answer, self._taken_now = self._taken_now, []
-        if everything:
-            for peer, request in self._to_answer:
+        """Answer the requests taken this turn, then send each client's resolved results that should not wait
+        longer (see the module's docstring), or all of them (``everything``)."""
+        if self._stopped and not everything:
+            self._leave()
+            return
+        if self._to_answer:
+            for peer, request in self._to_answer:  # a request's Accepted goes before its results
                 self._send(peer, cw.Accepted(request, self.instance, None, ""))
             self._to_answer = []
-        elif self._to_answer:
-            self._reactor.wake()  # the next turn dispatches their tasks, then answers them
         outbox, waiting = self._outbox, self._waiting
         if outbox:
             in_flight = self._in_flight
@@ -266,25 +302,15 @@ class RewardService:
                 in_flight[peer] = in_flight.get(peer, 0) - 1
         if not waiting:
             return
-        unanswered = set(self._to_answer)  # (client, request): those requests' results wait for their Accepted
         waited = everything or (self._oldest is not None and now - self._oldest >= RESULTS_WAIT_S)
         for peer in [p for p, rows in waiting.items() if everything or waited or self._due(p, rows)]:
             rows = waiting.pop(peer)
-            if unanswered:  # only the rows of a request not yet answered wait (a client submitting on keeps the rest moving)
-                held = [row for row in rows if (peer, row.request) in unanswered]
-                if held:
-                    waiting[peer] = held
-                    rows = [row for row in rows if (peer, row.request) not in unanswered]
-                    if not rows:
-                        continue
             if self._in_flight.get(peer) == 0:
                 del self._in_flight[peer]  # counted again from its next request
             for frames in self.ledger.add(peer, rows, now):
                 self._send_frames(peer, frames)
         if not waiting:
             self._oldest = None
-        elif waited:
-            self._oldest = now  # what still waits (a client not yet answered) waits one more window at most
 
     def _due(self, peer: bytes, rows: list[cw.ResolvedRow]) -> bool:
         """Whether ``peer``'s waiting results leave before the window ends: nothing else of it in flight, or a full message."""

@@ -33,9 +33,12 @@ Contract:
   line at the 10th, 100th, 1000th... occurrence), and the turn goes on with the
   next handler.  A ``BaseException`` that is not an ``Exception``
   (``KeyboardInterrupt``, ``SystemExit``) ends ``run()``.
-* **Stopping.**  ``stop()`` makes ``run()`` return after the current turn.  The
-  reactor closes no socket (their owner does, after ``run()``); ``close()``
-  releases the wake pipe once the reactor thread has finished.
+* **Stopping.**  ``stop()`` makes ``run()`` return after the current turn;
+  before it returns, each function given to ``at_exit`` runs on the reactor
+  thread (an owner sharing the reactor sends its last messages and closes its
+  socket), whatever ended the loop.  The reactor closes no socket (their owner
+  does, after ``run()``); ``close()`` releases the wake pipe once the reactor
+  thread has finished.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class Reactor:
         self.turns = 0
         self._steps: list[_Step] = []
         self._deadlines: list[Callable[[float], Optional[float]]] = []
+        self._at_exit: list[Callable[[], None]] = []
         self._deadline_seen: dict[str, int] = {}
         self._poller = zmq.Poller()
         self._pipe = WakePipe()
@@ -114,6 +118,10 @@ class Reactor:
         self._steps = [*self._steps, step]  # a new list: a turn in progress iterates the old one
         return step
 
+    def at_exit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the reactor thread when ``run()`` ends (after its last turn; an exception is logged)."""
+        self._at_exit.append(fn)
+
     def deadline(self, fn: Callable[[float], Optional[float]]) -> None:
         """Before each wait, ``fn(now)`` says in how many seconds a turn is needed (None: no need)."""
         self._deadlines.append(fn)
@@ -141,7 +149,17 @@ class Reactor:
 
     # the reactor thread -----------------------------------------------------------------
     def run(self) -> None:
-        """Take turns until ``stop()``; see the module's contract."""
+        """Take turns until ``stop()``, then run the ``at_exit`` functions; see the module's contract."""
+        try:
+            self._turns()
+        finally:
+            for fn in self._at_exit:
+                try:
+                    fn()
+                except Exception as exc:
+                    self._failed("at exit", exc, {})
+
+    def _turns(self) -> None:
         poll = self._poller.poll
         pipe_fd = self._pipe.fd
         while not self._stopping:
