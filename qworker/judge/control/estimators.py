@@ -12,8 +12,7 @@ thread calls them.
   whether the server queues (recent latency over a baseline) and where its knee
   is.  The baseline is re-learnt whenever the capacity moves (``relearn``).
 * ``ServerLoad``: a metrics URL's running and waiting counts.  Says whether the
-  server's queue is over what keeps its batch full (``standing_queue`` x what
-  it runs), and where the knee is.
+  server's queue is over a tenth of what it runs, and where the knee is.
 * ``CapacityMemory``: where refusals and queueing put the capacity, and the
   highest capacity seen.  Its levels expire: a refusal level the limit has been
   in use at for round trips without a refusal no longer caps growth.
@@ -49,8 +48,6 @@ class LimitConfig:
     slow_start_step: float = 0.5  # per success while probing: x1.5 per round trip (x1.25 beyond twice ``initial``)
     queue_cut: float = 1.3  # recent / base latency above this: the server queues
     queue_target: float = 1.1  # a queueing cut goes to the knee estimate times this
-    standing_queue: float = 0.1  # a metrics URL: the server's queue wanted, in batches, when it fills its batch from it at once
-    standing_queue_max: float = 1.0  # ... and at most, in batches, when it leaves slots free while requests wait (``ServerLoad``)
     window: int = 128  # answers in the recent latency window
     base_samples: int = 128  # answers at the lowest levels that make the latency baseline
     stale_base: float = 0.8  # recent / base below this: the base was measured under someone else's load; rebuilt
@@ -243,58 +240,24 @@ class Latency:
 
 
 class ServerLoad:
-    """Fed by a metrics URL's ``running`` and ``waiting`` counts (every client's); says whether the server queues
-    more than keeps its batch full.
-
-    A batch server (vLLM) runs up to its batch (``batch``: the most it was seen
-    running; a second reading in a row at a new most, requests waiting, is a batch
-    still filling, not a full one) and queues the rest.  A queue is wanted as long as it keeps the batch
-    full: a slot that frees is refilled at once only from the server's own queue
-    (a request from the client comes a round trip through it later); only a queue
-    beyond that is queueing, latency that buys no throughput.  How deep a queue
-    keeps the batch full is the server's: one that starts a waiting request the
-    moment a slot frees needs a token queue (``standing_queue`` batches: the
-    mock servers, the simulation); a reading with slots free while requests wait
-    says this one fills its batch from its queue at its own pace (a scheduler
-    step, a prefill budget, an HTTP front end ahead of the counted queue), and the
-    queue wanted grows x1.5 per such reading, up to ``standing_queue_max``
-    batches; a reading with the batch full brings it back x0.95 towards
-    ``standing_queue``.  While slots are free, only a queue over
-    ``standing_queue_max`` batches is queueing.
-    """
+    """Fed by a metrics URL's ``running`` and ``waiting`` counts (every client's); says whether the server queues."""
 
     def __init__(self, config: LimitConfig) -> None:
         self.config = config
         self.at = -math.inf
         self.queueing = False  # what the last reading said
-        self.batch = 0.0  # the most requests seen running at once
-        self.rising = False  # the last reading raised ``batch`` while requests waited
-        self.wanted = config.standing_queue  # the queue that keeps the batch full, in batches
 
     def fresh(self, now: float) -> bool:
         """Whether a reading is recent enough to steer instead of the latency signal."""
         return now - self.at <= LOAD_FRESH_S
 
     def reading(self, running: float, waiting: float, in_flight: float, now: float) -> QueueReading:
-        """A queue over what keeps the batch full: queueing, the knee being what keeps it at that
-        (``in_flight``: ours; the cut takes our share of the excess off).  Starved and not queueing: the
-        knee is where our share of the queue it needs would be (above ``in_flight``: room to grow)."""
-        cfg = self.config
+        """A queue over a tenth of what runs: queueing, the knee being what keeps it so (``in_flight``: ours)."""
         self.at = now
-        rising = running > self.batch + 0.5 and waiting > 0  # a new most, requests waiting
-        # slots free while requests wait, or a batch still filling (a new most twice running, requests waiting)
-        starved = waiting > 0 and (running < self.batch - 0.5 or (rising and self.rising))
-        full = not starved and running >= self.batch - 0.5
-        self.batch = max(self.batch, running)
-        self.rising = rising
-        if starved:
-            self.wanted = min(cfg.standing_queue_max, self.wanted * 1.5)
-        elif full:
-            self.wanted = max(cfg.standing_queue, self.wanted * 0.95)
-        allowed = (cfg.standing_queue_max if starved else self.wanted) * max(1.0, self.batch)
+        allowed = (self.config.queue_target - 1.0) * max(1.0, running)
         self.queueing = waiting > allowed and running > 0
-        if self.queueing or starved:  # starved, not queueing: the knee is above ``in_flight``, where the queue it needs is
-            return QueueReading(self.queueing, in_flight * (running + allowed) / (running + waiting))
+        if self.queueing:
+            return QueueReading(True, in_flight * (running + allowed) / (running + waiting))
         return QueueReading(False)
 
 

@@ -236,8 +236,6 @@ class AdaptiveLimit:
         below = self.memory.refusal_level - 1.0
         if self._in_use(in_flight) and self.limit < below and self.mode in (Mode.PROBING, Mode.STEADY):
             step = self.limit * cfg.slow_start_step if self.mode is Mode.PROBING else 1.0
-            if reading.knee < math.inf:  # slots free while requests wait: to the queue it needs, x1.5 at most
-                step = max(step, min(reading.knee - self.limit, self.limit * cfg.slow_start_step))
             self.limit = min(cfg.ceiling, self.limit + step, below)
             self.memory.raise_knee(self.limit)
 

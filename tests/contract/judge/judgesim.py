@@ -27,10 +27,7 @@ Harder than the real thing (off by default, so the older tests keep their server
 * ``quota_per_min``: a per-minute quota in fixed windows (at multiples of 60 s):
   past it, 429 with Retry-After to the window's end;
 * ``outages`` = [(start, end), ...]: more outages; give several servers the same
-  list for correlated ones;
-* ``step_s``, ``admit_per_step``: a scheduler that fills its batch at its own pace, as vLLM's does: a
-  request waits for the next step (every ``step_s``), and at most ``admit_per_step`` waiting requests
-  start per step (a prefill budget); its metrics then show slots free while requests wait.
+  list for correlated ones.
 """
 
 from __future__ import annotations
@@ -74,9 +71,6 @@ class Server:
     quota_window: int = -1
     quota_used: int = 0
     prefix: Optional[PrefixCache] = None  # a replica's prefix cache: the prompt's prefill (what missed) is added to the service
-    step_s: float = 0.0
-    admit_per_step: int = 0
-    tick_at: float = -1.0  # paced: when the next admission step is scheduled (-1: none)
     seed: int = 1
     busy: int = 0
     waiting: list = field(default_factory=list)
@@ -143,27 +137,10 @@ class Server:
             self.bucket -= 1.0
         rl = self.ratelimit()
         text = prompt_of(p) if self.prefix is not None and p is not None else ""
-        if self.busy < capacity and not self.admit_per_step:
+        if self.busy < capacity:
             self._start(sim, t, t, reply, rl, text)
         else:
             self.waiting.append((t, reply, rl, text))
-            self._next_step(sim, t)
-
-    def _next_step(self, sim: Sim, t: float) -> None:
-        """Paced: schedule the next admission step after ``t`` (once)."""
-        if self.admit_per_step and self.waiting and self.tick_at < 0:
-            self.tick_at = (math.floor(t / self.step_s) + 1) * self.step_s
-            sim.at(self.tick_at, lambda tt: self._admit(sim, tt))
-
-    def _admit(self, sim: Sim, t: float) -> None:
-        self.tick_at = -1.0
-        for _ in range(self.admit_per_step):
-            if not self.waiting or self.busy >= self.capacity_at(t):
-                break
-            a, r, rl, text = self.waiting.pop(0)
-            self._start(sim, a, t, r, rl, text)
-        if self.busy < self.capacity_at(t):
-            self._next_step(sim, t)
 
     def _outage_reply(self) -> dict:
         kind = self.outage_reply
@@ -197,9 +174,7 @@ class Server:
             status = 503 if error else 200
             reply(t_end, {"status": status, "failure": "", "latency_s": t_end - arrived + TRANSIT_S, "retry_after_s": None,
                           "completion_tokens": tokens or 12, "ratelimit": rl})
-            if self.admit_per_step:
-                self._next_step(sim, t_end)
-            elif self.waiting and self.busy < self.capacity_at(t_end):
+            if self.waiting and self.busy < self.capacity_at(t_end):
                 a, r, rl2, text2 = self.waiting.pop(0)
                 self._start(sim, a, t_end, r, rl2, text2)
 

@@ -75,7 +75,6 @@ def test_a_latency_base_is_relearnt_when_the_capacity_moves():
 
 def test_server_load_cuts_to_what_keeps_the_queue_at_a_tenth_of_what_runs():
     load = ServerLoad(CFG)
-    load.reading(running=64, waiting=0, in_flight=64, now=0.5)  # the batch, seen
     q = load.reading(running=64, waiting=32, in_flight=96, now=1.0)
     assert q.queueing and 70 <= q.knee <= 72  # 96 x (64 + 6.4) / 96
     assert not load.reading(running=64, waiting=4, in_flight=68, now=1.5).queueing
