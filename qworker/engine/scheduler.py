@@ -136,11 +136,13 @@ class Scheduler:
         self._turns = Turns(every_s=REVOKE_EVERY_S)
         # Workers lost with no task blamed (given up for silent, or gone with nothing known running): the tasks
         # refunded, until their pool's report says which one the worker was running (the oldest forgotten first).
-        self._refunded: OrderedDict[str, frozenset[bytes]] = OrderedDict()
-        self._suspects: set[bytes] = set()  # pending tasks a pool named as running when their worker died
+        # Each index below holds the task itself beside its key, and acts only on that task: a task resolved and
+        # submitted again under the same key is a new task, which none of them concerns.
+        self._refunded: OrderedDict[str, dict[bytes, Pending]] = OrderedDict()
+        self._suspects: dict[bytes, Pending] = {}  # pending tasks a pool named as running when their worker died
         # Running tasks whose attempts a late report used up: their current delivery finishes, and they are never
         # delivered again (each fails with its fault if it comes back to the queue).
-        self._spent: dict[bytes, wire.Fault] = {}
+        self._spent: dict[bytes, tuple[Pending, wire.Fault]] = {}
 
     # input --------------------------------------------------------------------
     def add(self, tasks: Iterable[Pending]) -> None:
@@ -323,14 +325,14 @@ class Scheduler:
         if refunded is None or key is None or key not in refunded:
             return
         p = self.table.get(key)
-        if p is None or p.state is DONE:
+        if p is None or p is not refunded[key] or p.state is DONE:  # resolved since (a task submitted again is new)
             return
         reason = lost.reason
         if reason.kind is ErrorKind.TIMEOUT:
             fault = wire.Fault(reason.kind, f"{reason.detail} (worker {lost.worker} was killed and respawned)")
         else:
             p.charge()
-            self._suspects.add(key)
+            self._suspects[key] = p
             running = p.state is LEASED  # redelivered meanwhile: its current delivery is counted already
             used = p.attempts - 1 if running else p.attempts  # charged deliveries that have ended
             if used < self.max_attempts:
@@ -341,7 +343,7 @@ class Scheduler:
                 log.warning("qworker: pool's late report: worker %s was lost running task %s (%s); its attempts are used up: "
                             "its delivery to worker %s finishes, and it is not delivered again", lost.worker, key.hex()[:16],
                             lost.why, p.holder.id if p.holder is not None else "?")
-                self._spent[key] = fault
+                self._spent[key] = (p, fault)
                 return
         log.warning("qworker: pool's late report: worker %s was lost running task %s (%s)", lost.worker, key.hex()[:16], lost.why)
         self._forget(p)
@@ -350,7 +352,11 @@ class Scheduler:
     def _fail_spent(self, p: Pending) -> None:
         """``p`` came back unrun after a late report used up its attempts: it fails as that report would have."""
         self._forget(p)
-        self.table.resolve([(p, None, None, self._spent.pop(p.key), "", 0.0)])
+        self.table.resolve([(p, None, None, self._spent.pop(p.key)[1], "", 0.0)])
+
+    def _is_spent(self, p: Pending) -> bool:
+        entry = self._spent.get(p.key)
+        return entry is not None and entry[0] is p
 
     # losing workers -----------------------------------------------------------
     def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None, presume: bool = True) -> None:
@@ -362,12 +368,14 @@ class Scheduler:
         log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
         suspects = self._suspects
         if guilty is not None:
-            suspects.add(guilty)
+            culprit = next((p for p in held if p.key == guilty), None)
+            if culprit is not None:
+                suspects[guilty] = culprit
             charged = {guilty}
         else:  # no task known to be running: those that took a worker down before are presumed the cause again
-            charged = {p.key for p in held if p.key in suspects} if presume else set()
+            charged = {p.key for p in held if suspects.get(p.key) is p} if presume else set()
             if len(charged) < len(held):  # the rest go free, until the pool's report (if late) names one of them
-                self._refunded[w.id] = frozenset(p.key for p in held if p.key not in charged)
+                self._refunded[w.id] = {p.key: p for p in held if p.key not in charged}
                 while len(self._refunded) > REMEMBER_SILENT_LOSSES:
                     self._refunded.popitem(last=False)
         self._requeue(w, held, reason, charged)
@@ -380,7 +388,7 @@ class Scheduler:
         for p in held:
             if p.key not in charged:
                 p.refund()
-            if p.key in self._spent:  # a late report used up its attempts while it ran here
+            if self._is_spent(p):  # a late report used up its attempts while it ran here
                 self._fail_spent(p)
             elif p.attempts >= self.max_attempts or p.deliveries >= cap:
                 self._forget(p)
@@ -420,9 +428,9 @@ class Scheduler:
         for w in self.fleet.silent_workers(now):
             self._lose(w, f"no heartbeat for {now - w.last_seen:.1f} s")
         if self._suspects:  # only pending tasks stay suspects
-            self._suspects = {k for k in self._suspects if self.table.get(k) is not None}
+            self._suspects = {k: p for k, p in self._suspects.items() if self.table.get(k) is p}
         if self._spent:
-            self._spent = {k: f for k, f in self._spent.items() if self.table.get(k) is not None}
+            self._spent = {k: e for k, e in self._spent.items() if self.table.get(k) is e[0]}
         self.fleet.drop_silent_pools(now)
         for w in list(self.fleet.workers.values()):
             if w.leases and not w.quarantined and not self.fleet.supervised(w, now):
@@ -501,7 +509,7 @@ class Scheduler:
                 if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
                     self._forget(p)
                     continue
-                if spent and p.key in spent:  # a late report used up its attempts: never delivered again
+                if spent and self._is_spent(p):  # a late report used up its attempts: never delivered again
                     self._fail_spent(p)
                     continue
                 if p.params is sizer.params and p.reward is sizer.reward:  # (``task_bytes``, inline: once per task)

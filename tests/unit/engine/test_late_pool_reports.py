@@ -132,3 +132,51 @@ def test_a_task_whose_attempts_a_late_report_used_up_fails_when_the_worker_runni
     r = poison.result(timeout=0)
     assert r.error_kind == "worker_lost" and "attempt 1 of 1 was on worker w0" in r.error, r.error
     assert len(table) == 0 and len(s.queue) == 0
+
+
+def _fail_on(s: Scheduler, wid: str, key: bytes, now: float) -> None:
+    w = s.fleet.workers[wid]
+    s.handle(wid.encode(), wire.Results(w.granted, 1, [wire.TaskResult(key, None, None, wire.Fault(ErrorKind.REWARD_ERROR, "boom"), 0.1, None, None)]), now)
+
+
+def test_a_task_submitted_again_after_a_late_report_used_up_the_attempts_of_its_earlier_one_is_delivered_afresh():
+    s, stub, table = make(max_attempts=2)
+    (first,) = submit(s, table, 1)
+    t = 0.0
+    for wid in ("w0", "w1"):  # two workers given up for silent while holding it: both refunded
+        ready(s, wid, granted=1, now=t)
+        s.dispatch(t)
+        t += HB + 0.5
+        s.housekeeping(t)
+    ready(s, "w2", granted=1, now=t)
+    s.dispatch(t)
+    pool_reports_lost(s, "w0", CRASH, POISON, now=t)
+    pool_reports_lost(s, "w1", CRASH, POISON, now=t)  # its attempts used up while w2 runs it: that delivery finishes
+    _fail_on(s, "w2", POISON, now=t)
+    assert first.result(timeout=0).error == "reward_error: boom"
+    (again,) = submit(s, table, 1)  # an error is not cached: the same payload submitted again is a new task
+    ready(s, "w2", granted=2, now=t)
+    s.dispatch(t)
+    assert not again.done() and [x.key for x in stub.tasks_to("w2")] == [POISON, POISON]
+
+
+def test_a_late_report_naming_a_task_resolved_and_submitted_again_since_leaves_the_new_task_alone():
+    s, stub, table = make(max_attempts=3)
+    (first,) = submit(s, table, 1)
+    t = 0.0
+    ready(s, "w0", granted=1, now=t)
+    s.dispatch(t)
+    t += HB + 0.5
+    s.housekeeping(t)  # w0 given up: its task refunded, until its pool's report
+    ready(s, "w1", granted=1, now=t)
+    s.dispatch(t)
+    _fail_on(s, "w1", POISON, now=t)
+    (again,) = submit(s, table, 1)
+    ready(s, "w1", granted=2, now=t)
+    s.dispatch(t)
+    report = wire.PoolReport("pool", "h", 1, "running", [], [
+        wire.Lost("w0", CRASH, POISON),  # about the first task: the new one is not charged for it
+        wire.Lost("w1", wire.Fault(ErrorKind.TIMEOUT, "reward ran past its 2 s hard limit"), POISON)])  # read too
+    s.handle(b"pool:pool", report, t)
+    assert "w1" not in s.fleet.workers
+    assert again.result(timeout=0).error.startswith("timeout: reward ran past its 2 s hard limit")
