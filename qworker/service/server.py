@@ -98,6 +98,7 @@ class RewardService:
         self._reactor: Reactor = self._dispatcher._reactor  # the service's handlers run on the dispatcher thread
         self._steps: list[Step] = []
         self._attached = False  # its handlers are on the reactor
+        self._joined = False  # it joined the reactor once: from then on only the dispatcher thread leaves it
         self._stopped = False  # stop() was called
         self._left = threading.Event()  # it left the reactor: the last messages are sent, its socket unused there
         self._sock_lock = threading.Lock()  # closing the socket: by stop()'s thread or the dispatcher's, once
@@ -119,18 +120,18 @@ class RewardService:
         not answer within ``STOP_WAIT_S`` may still use the socket, which is then left open (logged)."""
         if self._stopped:
             return
-        self._stopped = True
         self._why = why
-        if self._attached and self._dispatcher.is_alive():
+        self._stopped = True  # after its reason: a turn that sees it says Closing with that reason
+        if not self._joined or threading.current_thread() is self._dispatcher:
+            self._leave()  # never joined the reactor, or called from one of its handlers: this thread may
+        else:
             self._reactor.wake()  # the next turn leaves the reactor (``_flush`` sees ``_stopped``)
-            # set by that turn, or by the reactor's end however it ends (``_reactor_ended``): never a wait on a
-            # dispatcher thread that has stopped taking turns
+            # set by that turn, or by the reactor's end however it ends (``_reactor_ended``, which a thread that
+            # has died ran on its way out): only the dispatcher thread leaves a reactor the service joined
             if not self._left.wait(STOP_WAIT_S):
                 log.error("qworker service: the dispatcher thread did not answer within %.0f s; the client socket is left "
                           "open", STOP_WAIT_S)
                 return
-        elif not self._left.is_set():  # never attached (the dispatcher thread left the reactor on its way out otherwise)
-            self._leave()
         self._close_socket()  # waits up to CLOSING_LINGER_MS for the last messages, off the dispatcher thread
 
     def _close_socket(self) -> None:
@@ -150,7 +151,7 @@ class RewardService:
         ]
         r.deadline(self._next_flush)
         r.at_exit(self._reactor_ended)
-        self._attached = True
+        self._attached = self._joined = True
 
     def _reactor_ended(self) -> None:
         """The dispatcher's reactor ended (its producer is closing, with or without ``stop``): say ``Closing``

@@ -75,6 +75,33 @@ def test_stop_racing_a_producer_close_returns_without_waiting_on_the_ended_dispa
     assert closed, "the service's socket was left open"
 
 
+def test_stop_while_the_reactor_ends_leaves_it_on_one_thread_only(monkeypatch):
+    """``stop()`` called while the dispatcher thread is itself leaving the reactor (its producer closing) waits for
+    that thread instead of leaving it too: the last messages go out on one thread, and the socket is closed after."""
+    p = Producer(local_workers=0)
+    service = RewardService(p, listen="tcp://127.0.0.1:0").start()
+    saying: list[str] = []
+    inside, go_on = threading.Event(), threading.Event()
+    real_say = service._say_closing
+
+    def slow_say() -> None:  # many clients to tell: the dispatcher thread is inside its leaving for a while
+        saying.append(threading.current_thread().name)
+        inside.set()
+        go_on.wait(0.5)
+        real_say()
+
+    monkeypatch.setattr(service, "_say_closing", slow_say)
+    try:
+        p._dispatcher._reactor.stop()  # as the producer's close does: the reactor's end leaves it (at_exit)
+        assert inside.wait(60), "the reactor's end did not leave the service"
+        service.stop()
+        assert saying == ["qworker-dispatcher"], f"Closing was said on {saying}"
+        assert port_is_free(port_of(service.endpoint)), "stop() returned before the socket was closed"
+    finally:
+        go_on.set()
+        p.close()
+
+
 def test_a_client_submitting_on_gets_the_results_of_its_earlier_requests_meanwhile():
     """A client with a steady stream of requests being taken still gets the results of those already taken:
     the first request's result reaches it before the last request is even answered."""
