@@ -310,9 +310,8 @@ class Scheduler:
         if lost.task is not None and reason.kind is ErrorKind.TIMEOUT:
             p = w.leases.get(lost.task)
             if p is not None:
-                self._forget(p)
                 w.failed += 1
-                self.table.resolve([(p, None, None, wire.Fault(reason.kind, f"{reason.detail} (worker {w.id} was killed and respawned)"), w.id, 0.0)])
+                self._fail(p, wire.Fault(reason.kind, f"{reason.detail} (worker {w.id} was killed and respawned)"), w.id)
         self._lose(w, lost.why, guilty=lost.task)
 
     def _on_late_loss(self, lost: wire.Lost) -> None:
@@ -322,10 +321,10 @@ class Scheduler:
         (its result resolves the task), and if the charge used up its attempts it is never delivered again."""
         refunded = self._refunded.pop(lost.worker, None)
         key = lost.task
-        if refunded is None or key is None or key not in refunded:
+        if refunded is None or key is None:
             return
         p = self.table.get(key)
-        if p is None or p is not refunded[key] or p.state is DONE:  # resolved since (a task submitted again is new)
+        if p is None or p is not refunded.get(key) or p.state is DONE:  # not refunded, or resolved since (a task submitted again is new)
             return
         reason = lost.reason
         if reason.kind is ErrorKind.TIMEOUT:
@@ -346,29 +345,34 @@ class Scheduler:
                 self._spent[key] = (p, fault)
                 return
         log.warning("qworker: pool's late report: worker %s was lost running task %s (%s)", lost.worker, key.hex()[:16], lost.why)
-        self._forget(p)
-        self.table.resolve([(p, None, None, fault, lost.worker, 0.0)])
+        self._fail(p, fault, lost.worker)
 
-    def _fail_spent(self, p: Pending) -> None:
-        """``p`` came back unrun after a late report used up its attempts: it fails as that report would have."""
-        self._forget(p)
-        self.table.resolve([(p, None, None, self._spent.pop(p.key)[1], "", 0.0)])
-
-    def _is_spent(self, p: Pending) -> bool:
+    def _fail_if_spent(self, p: Pending) -> bool:
+        """If a late report used up ``p``'s attempts while it ran (and ``p`` is back unrun), fail it as that report
+        would have, and say so."""
         entry = self._spent.get(p.key)
-        return entry is not None and entry[0] is p
+        if entry is None or entry[0] is not p:
+            return False
+        del self._spent[p.key]
+        self._fail(p, entry[1])
+        return True
+
+    def _fail(self, p: Pending, fault: wire.Fault, worker: str = "") -> None:
+        """``p`` ends with ``fault`` (on ``worker``, if one ran it): out of every index, its future resolved."""
+        self._forget(p)
+        self.table.resolve([(p, None, None, fault, worker, 0.0)])
 
     # losing workers -----------------------------------------------------------
     def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None, presume: bool = True) -> None:
         """Forget a worker and redeliver what it held; ``guilty`` is the task it was running, if known.  Unknown, and
         with ``presume`` (it did not leave on its own), a task that took a worker down before is charged again."""
+        culprit = w.leases.get(guilty) if guilty is not None else None  # (``remove`` empties the leases)
         held = self.fleet.remove(w)
         if not held:
             return
         log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
         suspects = self._suspects
         if guilty is not None:
-            culprit = next((p for p in held if p.key == guilty), None)
             if culprit is not None:
                 suspects[guilty] = culprit
             charged = {guilty}
@@ -388,8 +392,8 @@ class Scheduler:
         for p in held:
             if p.key not in charged:
                 p.refund()
-            if self._is_spent(p):  # a late report used up its attempts while it ran here
-                self._fail_spent(p)
+            if self._fail_if_spent(p):  # a late report used up its attempts while it ran here
+                pass
             elif p.attempts >= self.max_attempts or p.deliveries >= cap:
                 self._forget(p)
                 if p.attempts >= self.max_attempts:
@@ -509,8 +513,7 @@ class Scheduler:
                 if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
                     self._forget(p)
                     continue
-                if spent and self._is_spent(p):  # a late report used up its attempts: never delivered again
-                    self._fail_spent(p)
+                if spent and self._fail_if_spent(p):  # a late report used up its attempts: never delivered again
                     continue
                 if p.params is sizer.params and p.reward is sizer.reward:  # (``task_bytes``, inline: once per task)
                     size = len(p.payload) + sizer.fixed
@@ -564,10 +567,8 @@ class Scheduler:
 
     def _fail_unsendable(self, p: Pending, exc: Exception) -> None:
         """``p`` cannot be put on the wire (its params, or what its policy attaches, cannot be encoded): it fails."""
-        self._forget(p)
-        self.table.resolve([(p, None, None, wire.Fault(ErrorKind.BAD_PAYLOAD,
-            f"the task cannot be sent: its reward name, params or admission metadata cannot be encoded ({type(exc).__name__}: {exc})"),
-            "", 0.0)])
+        self._fail(p, wire.Fault(ErrorKind.BAD_PAYLOAD,
+            f"the task cannot be sent: its reward name, params or admission metadata cannot be encoded ({type(exc).__name__}: {exc})"))
 
     def _sort_unsendable(self, tasks: list[Pending], exc: Exception) -> None:
         """A TASKS message of ``tasks`` (LEASED, their deliveries undone) could not be built or sent: ``exc``.  Each task
@@ -590,10 +591,9 @@ class Scheduler:
             self._fail_unsendable(p, cause)
 
     def _fail_oversized(self, p: Pending, size: int) -> None:
-        self._forget(p)
-        self.table.resolve([(p, None, None, wire.Fault(ErrorKind.BAD_PAYLOAD,
+        self._fail(p, wire.Fault(ErrorKind.BAD_PAYLOAD,
             f"the task is {size} bytes encoded (payload, reward name and params), over the {self.max_message_bytes}-byte "
-            "message limit (max_message_bytes); keep max_payload_bytes and params well under it"), "", 0.0)])
+            "message limit (max_message_bytes); keep max_payload_bytes and params well under it"))
 
     # status ---------------------------------------------------------------------
     def in_flight(self) -> int:

@@ -273,7 +273,7 @@ class RewardService:
         """A future resolved (on the dispatcher thread, or on a thread closing the producer): queue its result."""
         # ``engine.result`` rather than ``result()``: a done callback runs once the future is finished, and a ResultFuture
         # never holds an exception; result() takes the future's lock again (4 us of the dispatcher's time per task)
-        if not self._attached:  # left the reactor (``_detach`` sent every result then): nothing would send it, and the
+        if not self._attached:  # left the reactor (``_leave`` sent every result then): nothing would send it, and the
             return              # reactor's wake pipe may be closed already
         self._outbox.append((peer, request, index, fut._result))
         if threading.get_ident() != self._dispatcher.ident:
