@@ -87,10 +87,10 @@ def cpu_seconds(root: int, *, besides: int = 0) -> dict[int, float]:
     out: dict[int, float] = {}
     with contextlib.suppress(psutil.Error):
         top = psutil.Process(root)
-        skip: set[int] = set()
+        skip: set[int] = {besides} if besides else set()  # the server itself, even if its children cannot be listed
         with contextlib.suppress(psutil.Error):
             if besides:
-                skip = {besides, *(c.pid for c in psutil.Process(besides).children(recursive=True))}
+                skip |= {c.pid for c in psutil.Process(besides).children(recursive=True)}
         for proc in [top, *top.children(recursive=True)]:
             if proc.pid in skip:
                 continue
@@ -300,12 +300,13 @@ def build_model(where: Path) -> Path:
     return out
 
 
-def idle_text(idle: list[float], server_cpus: Optional[set[int]]) -> str:
-    """The share of time idle (``idle``: per core) of the server's cores and of the clients', or of every core."""
-    if server_cpus is None:
+def idle_text(idle: list[float], server_cpus: Optional[set[int]], client_cpus: Optional[set[int]]) -> str:
+    """The share of time idle (``idle``: per core, by CPU id) of the server's cores and of the clients' (not of
+    cores this bench may not use), or of every core."""
+    if server_cpus is None or client_cpus is None:
         return f"cores {statistics.fmean(idle):.0%}"
     theirs = [x for i, x in enumerate(idle) if i in server_cpus]
-    others = [x for i, x in enumerate(idle) if i not in server_cpus]
+    others = [x for i, x in enumerate(idle) if i in client_cpus]
     return f"server's cores {statistics.fmean(theirs):.0%}, clients' {statistics.fmean(others):.0%}"
 
 
@@ -391,7 +392,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                             full = statistics.fmean(x[0] >= seqs for x in out["load"]) if out["load"] else float("nan")
                             mine = [x for x in out["load"] if len(x) == 4]
                             cpu = {k: 1000 * out[k] / max(1, out["done"]) for k in ("client_cpu_s", "server_cpu_s")}
-                            idle = idle_text(out["idle"], server_cpus)
+                            idle = idle_text(out["idle"], server_cpus, client_cpus)
                             rows[system].append({"rate": rate, "running": running, "waiting": waiting, "failed": n - out["done"],
                                                  "limit": statistics.fmean(x[2] for x in mine) if mine else None,
                                                  "client_ms": cpu["client_cpu_s"], "server_ms": cpu["server_cpu_s"], "idle": out["idle"]})
@@ -415,7 +416,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                               f"{statistics.median(limits[s]):.1f}" if limits[s] else "",
                               f"{statistics.median(x['client_ms'] for x in rows[s]):.2f}",
                               f"{statistics.median(x['server_ms'] for x in rows[s]):.2f}",
-                              idle_text([statistics.median(x["idle"][i] for x in rows[s]) for i in range(len(rows[s][0]["idle"]))], server_cpus),
+                              idle_text([statistics.median(x["idle"][i] for x in rows[s]) for i in range(len(rows[s][0]["idle"]))], server_cpus, client_cpus),
                               max(x["failed"] for x in rows[s])] for s in systems if rows[s]]))
                 print(flush=True)
 
