@@ -135,11 +135,12 @@ class RewardService:
         self._close_socket()  # waits up to CLOSING_LINGER_MS for the last messages, off the dispatcher thread
 
     def _close_socket(self) -> None:
+        """Close the socket once; a second caller returns when the first has closed it (up to its linger)."""
         with self._sock_lock:
             if self._sock_closed:
                 return
             self._sock_closed = True
-        close_server(self._ctx, self._sock, linger_ms=CLOSING_LINGER_MS)
+            close_server(self._ctx, self._sock, linger_ms=CLOSING_LINGER_MS)
 
     # the dispatcher thread ----------------------------------------------------------
     def _attach(self) -> None:
