@@ -169,7 +169,7 @@ class PendingTable:
                     identity: Optional[TaskIdentity], make: Callable[..., Pending], read: bool, futures: list[ResultFuture], new: list[Pending],
                     hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]], rejected: int) -> None:
         """``_add``'s registration, chunk by chunk, into ``futures``, ``new`` and ``hits``."""
-        cache_get = self.cache.get
+        cache_get, cache_holds = self.cache.get, self.cache.holds
         pending = self._pending
         counts = self._counts
         for start in range(0, max(len(entries), 1), _REGISTER_CHUNK):
@@ -187,7 +187,7 @@ class PendingTable:
                     if p is None:
                         # The one memory-tier lookup of this key; ``resolve`` caches under this lock, so a task
                         # that resolved a moment ago is found here, not paid for again.
-                        hit = cache_get(key) if read else None
+                        hit = cache_get(key) if read and cache_holds(key) else None
                         if hit is not None:
                             fut = ResultFuture()
                             hits.append((fut, key, hit))
