@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Optional, Sequen
 from .._errors import ErrorKind
 from .._exceptions import ProducerClosed
 from ..cache.results import ResultCache
-from .result import Result, ResultFuture, fresh_result, resolve_many
+from .result import Result, ResultFuture, resolve_many
 from .task import DONE, Pending, PolicyPending, Resolution, finish_all
 
 if TYPE_CHECKING:
@@ -248,9 +248,9 @@ class PendingTable:
                     score = fallback
                 elif k := (key if p.cache_as is None else p.cache_as):  # b"": not cached
                     rows.append((k, score, extra, p.reward))  # the disk cache records each row's reward
-                # ``fresh_result`` is ``Result(...)`` without keyword parsing (the dispatcher's hot path)
-                results.append(fresh_result(score, extra, None if error is None else str(error), p.attempts, worker,  # the edge: text
-                                            now - p.submitted, compute_s, key.hex()))
+                results.append(Result(score=score, extra=extra, error=None if error is None else str(error),  # the edge: text
+                                      attempts=p.attempts, worker=worker, latency_s=now - p.submitted, compute_s=compute_s,
+                                      key=key.hex()))
             finish_all(claimed)
             counts = self._counts
             counts["resolved"] += len(claimed)
