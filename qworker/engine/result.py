@@ -85,15 +85,13 @@ class ResultFuture(concurrent.futures.Future):
     """
 
     _exception: Optional[BaseException] = None  # never set: Future's own methods (``__repr__``) read it
-    # A new future's state is these class attributes; an instance shadows one only as it changes.  One is made per
-    # task, so making one runs no Python code: no Future.__init__ (its Condition over an RLock is what this
-    # avoids), nor an __init__ of its own.
-    _state: str = _PENDING
-    _result: Optional[Result] = None
-    _cond: Optional[threading.Condition] = None  # made by the first thread that waits
-    _callbacks: Optional[list[Callable[[concurrent.futures.Future], object]]] = None
-    _waiter_list: Optional[list] = None  # concurrent.futures.wait's waiters, under the Condition
-    __init__ = object.__init__
+
+    def __init__(self) -> None:  # noqa: D107 - no Future.__init__: its Condition is what this avoids
+        self._state = _PENDING
+        self._result: Optional[Result] = None
+        self._cond: Optional[threading.Condition] = None  # made by the first thread that waits
+        self._callbacks: Optional[list[Callable[[concurrent.futures.Future], object]]] = None
+        self._waiter_list: Optional[list] = None  # concurrent.futures.wait's waiters, under the Condition
 
     # the parts of Future's internals that concurrent.futures.wait and as_completed touch
     @property
