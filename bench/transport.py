@@ -32,6 +32,7 @@ with CURVE (encrypted and authenticated), and two pools sharing the W workers.
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing as mp
 import os
 import shutil
@@ -221,6 +222,47 @@ def round_trip_ms(p: Producer, n: int = 2000) -> list[float]:
     return times
 
 
+class CpuSplit:
+    """Where a producer's CPU goes during one ``run_qworker``: the caller's thread submitting and gathering, the
+    dispatcher's thread (Linux: its ``/proc`` stat; absent elsewhere), and the garbage collector's share of the two."""
+
+    def __init__(self, p: Producer) -> None:
+        self.tid = getattr(p._dispatcher, "native_id", None)
+        self.gc_s = 0.0
+        self._gc_t0 = 0.0
+        self.us: dict[str, float] = {}
+
+    def _thread_s(self) -> float:
+        try:
+            with open(f"/proc/self/task/{self.tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        except (OSError, ValueError, IndexError):
+            return float("nan")
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+        else:
+            self.gc_s += time.perf_counter() - self._gc_t0
+
+    def __enter__(self) -> CpuSplit:
+
+        gc.callbacks.append(self._on_gc)
+        self.c0, self.d0 = time.thread_time(), self._thread_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+
+        self.caller_s, self.dispatcher_s = time.thread_time() - self.c0, self._thread_s() - self.d0
+        gc.callbacks.remove(self._on_gc)
+
+    def per_task_us(self, n: int) -> dict[str, float]:
+        return {"caller thread (hash, register, gather)": self.caller_s / n * 1e6,
+                "dispatcher thread (queue, send, results)": self.dispatcher_s / n * 1e6,
+                "of the two, garbage collection (wall)": self.gc_s / n * 1e6}
+
+
 def gather_cpu_share(p: Producer, payloads: list) -> tuple[float, float]:
     """(caller-thread CPU seconds in gather, wall seconds in gather)."""
     futures = p.submit_batch("spin", payloads)
@@ -302,15 +344,22 @@ def main() -> None:
         print(f"  {system:<14} {workload:<9} {rate:>10,.0f} tasks/s   runs: {', '.join(f'{r:,.0f}' for r in runs)}", flush=True)
 
     producer_us: dict[str, float] = {}  # producer process CPU per task, median over runs
+    split: dict[str, list[float]] = {}  # the no-op runs' producer CPU per task, by where it went (median over runs)
     with Producer(local_workers=w) as p:
         for name, (reward, payloads, repeats) in workloads.items():
             # fresh payloads per repeat, so no run is answered from the cache
             batches = iter([[dict(x, rep=r) for x in payloads] for r in range(repeats)])
             cpu_runs: list[float] = []
 
-            def one_run(reward: str = reward, batches=batches, cpu_runs: list[float] = cpu_runs) -> None:
+            def one_run(reward: str = reward, batches=batches, cpu_runs: list[float] = cpu_runs, name: str = name) -> None:
                 c0 = time.process_time()  # the producer's process: the caller's and the dispatcher's threads
-                run_qworker(p, reward, next(batches))
+                if name != "no-op":
+                    run_qworker(p, reward, next(batches))
+                else:
+                    with CpuSplit(p) as cpu:
+                        run_qworker(p, reward, next(batches))
+                    for part, us in cpu.per_task_us(n).items():
+                        split.setdefault(part, []).append(us)
                 cpu_runs.append((time.process_time() - c0) / n * 1e6)
 
             rate, runs = median_rate(n, one_run, repeats)
@@ -367,6 +416,7 @@ def main() -> None:
         ["single-task round trip p99", f"{statistics.quantiles(rtt, n=100)[98]:.3f} ms"],
         *([] if "cpu" in args.skip else [["caller thread CPU in gather", f"{100 * cpu_s / wall_s:.2f}% ({cpu_s * 1000:.1f} ms CPU over {wall_s:.2f} s)"]]),
         *[[f"producer process CPU per {k} task", f"{us:.1f} us"] for k, us in producer_us.items()],
+        *[[f"  no-op: {part}", f"{statistics.median(us):.1f} us"] for part, us in split.items()],
         ["producer memory per pending task", f"{per_task:,.0f} bytes (payload itself: {payload_size} bytes msgpack)"],
         ["duplicate results dropped", str(status["duplicate_results"])],
     ]))

@@ -35,6 +35,7 @@ class ResultCache:
         self.disk = DiskCache(path, max_entries=max_entries, ttl_s=ttl_s) if path else None
         # The memory tier only: this runs once per submitted task, so it is the tier's own method (no second call).
         self.get: Callable[[bytes], Optional[Entry]] = self.memory.get
+        self.holds: Callable[[bytes], bool] = self.memory.holds  # False: ``get`` misses (a C call, see ``MemoryCache.holds``)
 
     def __len__(self) -> int:
         return len(self.memory)

@@ -9,8 +9,10 @@ judge gate admitted) go first, before any lane.
 
 With one lane it is a deque.  The deque calls the scheduler makes are the
 ones it has: ``append``, ``extendleft``, ``popleft``, ``[0]``, ``len``,
-iteration (front, then lanes in turn order); and ``unpop``, which undoes
-the ``popleft`` just made.
+iteration (front, then lanes in turn order); ``unpop``, which undoes
+the ``popleft`` just made; ``take(n)``, a TASKS message's worth of
+``popleft`` in one call, and ``untake``, which puts back at the very front
+the tail of what ``take`` returned that did not fit the message.
 
 Turns at the queue are not enough: workers ask for credit ahead (up to
 ``max_hold`` tasks, from their past speed), so a lane that arrives while
@@ -150,6 +152,28 @@ class FairQueue:
             turn.rotate(-1)
         return p
 
+    def take(self, n: int) -> list[Pending]:
+        """Up to ``n`` tasks, in the order as many ``popleft`` calls would give them (one call for a TASKS message;
+        with one lane and nothing at the front, in C but for one Python step per task)."""
+        if not self._front and len(self._turn) == 1:
+            lane = self._turn[0]
+            q = self._lanes[lane]
+            k = min(n, len(q))
+            pop = q.popleft
+            taken = [pop() for _ in range(k)]
+            self._len -= k
+            if not q:
+                self._turn.popleft()
+                del self._lanes[lane]
+            return taken
+        popleft = self.popleft
+        return [popleft() for _ in range(min(n, self._len))]
+
+    def untake(self, tasks: list[Pending]) -> None:
+        """Tasks ``take`` just returned (still QUEUED), not sent after all: first again, in their order, at the very
+        front (with one lane, exactly where they were; with several, the lanes' turns have moved on past them)."""
+        self._front.extendleft(reversed(tasks))
+        self._len += len(tasks)
 
     def unpop(self, p: Pending) -> None:
         """Undo the ``popleft`` that just returned ``p`` (nothing else changed the queue since): it is first again,

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Optional, Sequen
 from .._errors import ErrorKind
 from .._exceptions import ProducerClosed
 from ..cache.results import ResultCache
-from .result import Result, ResultFuture, fresh_result, resolve_many
+from .result import Result, ResultFuture, resolve_many
 from .task import DONE, Pending, PolicyPending, Resolution, finish_all
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ class PendingTable:
                     identity: Optional[TaskIdentity], make: Callable[..., Pending], read: bool, futures: list[ResultFuture], new: list[Pending],
                     hits: list[tuple[ResultFuture, bytes, tuple[float, dict]]], rejected: int) -> None:
         """``_add``'s registration, chunk by chunk, into ``futures``, ``new`` and ``hits``."""
-        cache_get = self.cache.get
+        cache_get, cache_holds = self.cache.get, self.cache.holds
         pending = self._pending
         counts = self._counts
         for start in range(0, max(len(entries), 1), _REGISTER_CHUNK):
@@ -187,7 +187,7 @@ class PendingTable:
                     if p is None:
                         # The one memory-tier lookup of this key; ``resolve`` caches under this lock, so a task
                         # that resolved a moment ago is found here, not paid for again.
-                        hit = cache_get(key) if read else None
+                        hit = cache_get(key) if read and cache_holds(key) else None
                         if hit is not None:
                             fut = ResultFuture()
                             hits.append((fut, key, hit))
@@ -248,9 +248,9 @@ class PendingTable:
                     score = fallback
                 elif k := (key if p.cache_as is None else p.cache_as):  # b"": not cached
                     rows.append((k, score, extra, p.reward))  # the disk cache records each row's reward
-                # ``fresh_result`` is ``Result(...)`` without keyword parsing (the dispatcher's hot path)
-                results.append(fresh_result(score, extra, None if error is None else str(error), p.attempts, worker,  # the edge: text
-                                            now - p.submitted, compute_s, key.hex()))
+                results.append(Result(score=score, extra=extra, error=None if error is None else str(error),  # the edge: text
+                                      attempts=p.attempts, worker=worker, latency_s=now - p.submitted, compute_s=compute_s,
+                                      key=key.hex()))
             finish_all(claimed)
             counts = self._counts
             counts["resolved"] += len(claimed)

@@ -19,7 +19,7 @@ from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, Union
 
 from .._errors import ErrorKind
 from .._exceptions import PoolStartError, ProducerClosed, QworkerError
-from ..cache.hashing import encode_payload, new_packer, params_fingerprint, prefix_state
+from ..cache.hashing import encode_payloads, new_packer, params_fingerprint, prefix_state
 from ..cache.identity import RunVersions, TaskIdentity
 from ..cache.results import ResultCache
 from ..config import file as _config
@@ -213,10 +213,9 @@ class Producer:
         cache_read = self.options.cache_read and identity.confirmed
         new_hash = prefix_state(identity.prefix).copy  # ``key_with_prefix``, the prefix hashed once per chunk
         packer = new_packer()
-        for payload in payloads:
-            try:
-                payload_bytes = encode_payload(payload, packer)
-            except Exception as exc:
+        for payload_bytes in encode_payloads(payloads, packer):
+            if isinstance(payload_bytes, Exception):  # what encoding it raised
+                exc = payload_bytes
                 refused.append((len(entries) + len(refused), self._done(
                     error=ErrorKind.BAD_PAYLOAD.error(f"cannot encode payload ({type(exc).__name__}: {exc})"))))
                 continue

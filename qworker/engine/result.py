@@ -58,13 +58,6 @@ class Result(msgspec.Struct, kw_only=True, gc=False):
         }
 
 
-def fresh_result(score: float, extra: dict, error: Optional[str], attempts: int, worker: str, latency_s: float,
-                 compute_s: float, key: str) -> Result:
-    """``Result(score=score, ..., key=key)`` with ``cached`` False."""
-    return Result(score=score, extra=extra, error=error, attempts=attempts, worker=worker, latency_s=latency_s,
-                  compute_s=compute_s, key=key)
-
-
 _base = concurrent.futures._base
 _PENDING, _RUNNING, _FINISHED = _base.PENDING, _base.RUNNING, _base.FINISHED
 _log = logging.getLogger("qworker")

@@ -500,38 +500,47 @@ class Scheduler:
         left = len(queue)  # tasks in the queue: counted here rather than asking it for each task
         share = math.ceil(left / len(ready))
         sizer = self._sizer
-        popleft = queue.popleft
+        take = queue.take
         spent = self._spent
+        max_bytes = self.max_message_bytes
         for w in ready:
             leased: list[Pending] = []  # what this message carries, in order
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
-            room = self.max_message_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
-            while left and len(leased) < limit:
-                p = popleft()
-                left -= 1
-                if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
-                    self._forget(p)
-                    continue
-                if spent and self._fail_if_spent(p):  # a late report used up its attempts: never delivered again
-                    continue
-                if p.params is sizer.params and p.reward is sizer.reward:  # (``task_bytes``, inline: once per task)
-                    size = len(p.payload) + sizer.fixed
-                else:
-                    try:
-                        size = sizer.task_bytes(p)
-                    except Exception as exc:  # taken from the queue: it fails here, or it would be in no queue at all
-                        self._fail_unsendable(p, exc)
-                        continue
-                if leased and size > room:  # it goes in the next message: first in the queue again
-                    queue.unpop(p)
-                    left += 1
+            room = max_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
+            full = False
+            while left and not full and len(leased) < limit:
+                taken = take(limit - len(leased))  # (one call, not one per task; what is not sent goes back first)
+                if not taken:
                     break
-                if size + MESSAGE_OVERHEAD > self.max_message_bytes:  # no worker could receive it
-                    self._fail_oversized(p, size)
-                    continue
-                room -= size
-                leased.append(p)
+                left -= len(taken)
+                params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
+                for p in taken:
+                    if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
+                        self._forget(p)
+                        continue
+                    if spent and self._fail_if_spent(p):  # a late report used up its attempts: never delivered again
+                        continue
+                    if p.params is params and p.reward is reward:  # (``task_bytes``, inline: once per task)
+                        size = len(p.payload) + fixed
+                    else:
+                        try:
+                            size = sizer.task_bytes(p)
+                        except Exception as exc:  # taken from the queue: it fails here, or it would be in no queue at all
+                            self._fail_unsendable(p, exc)
+                            continue
+                        params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
+                    if leased and size > room:  # it and those after it go in the next message: first in the queue again
+                        rest = taken[taken.index(p):]
+                        queue.untake(rest)
+                        left += len(rest)
+                        full = True
+                        break
+                    if size + MESSAGE_OVERHEAD > max_bytes:  # no worker could receive it
+                        self._fail_oversized(p, size)
+                        continue
+                    room -= size
+                    leased.append(p)
             if not leased:
                 continue
             lease_all(leased, w)

@@ -176,15 +176,16 @@ def test_batches_stay_under_the_frame_limit():
 
 def test_each_submitted_key_is_looked_up_once_per_cache_tier(producer, monkeypatch):
     producer.map("spin", [{"ms": 0, "warm": True}])  # the workers report the reward's version: its keys can be read
-    memory, persistent = [], []
+    memory, read, persistent = [], [], []  # the memory tier asked whether it holds a key; an entry it holds read
     cache = producer.cache
-    get, get_persistent = cache.get, cache.get_persistent
-    monkeypatch.setattr(cache, "get", lambda key: memory.append(key) or get(key))
+    holds, get, get_persistent = cache.holds, cache.get, cache.get_persistent
+    monkeypatch.setattr(cache, "holds", lambda key: memory.append(key) or holds(key))
+    monkeypatch.setattr(cache, "get", lambda key: read.append(key) or get(key))
     monkeypatch.setattr(cache, "get_persistent", lambda keys: get_persistent(persistent.append(list(keys)) or persistent[-1]))
     payloads = [{"ms": 0, "once": i} for i in range(1500)]  # two chunks of the submit path
     results = producer.map("spin", payloads)
     assert all(r.ok and not r.cached for r in results)
-    assert len(memory) == len(set(memory)) == 1500  # the memory tier: once per key
+    assert len(memory) == len(set(memory)) == 1500 and not read  # the memory tier: once per key (a miss reads nothing)
     assert [len(keys) for keys in persistent] == [1024, 476]  # the persistent tier: once per chunk, for the misses
     again = producer.map("spin", payloads[:10])
-    assert all(r.cached for r in again) and len(memory) == 1510
+    assert all(r.cached for r in again) and len(memory) == 1510 and read == memory[1500:]

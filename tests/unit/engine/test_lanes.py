@@ -115,3 +115,26 @@ def test_a_single_lane_never_asks_for_tasks_back():
     stub.take()
     s.dispatch(1.0)
     assert not any(isinstance(m, wire.Revoke) for _, m in stub.take())
+
+
+def test_tasks_taken_for_a_message_come_in_popleft_order_and_an_unsent_tail_is_first_again():
+    def fill(lanes: dict) -> FairQueue:
+        q = FairQueue()
+        for lane, keys in lanes.items():
+            for i in keys:
+                q.append(task(lane, i))
+        return q
+
+    def keys(tasks) -> list[int]:
+        return [int.from_bytes(p.key, "big") for p in tasks]
+
+    for lanes in ({0: range(6)}, {"a": [1, 2, 3], "b": [4, 5], "c": [6]}):
+        whole = fill(lanes)
+        order = keys([whole.popleft() for _ in range(6)])
+        q = fill(lanes)
+        taken = q.take(4)
+        assert keys(taken) == order[:4] and len(q) == 2
+        q.untake(taken[2:])  # the last two did not fit the message
+        assert len(q) == 4 and all(p.state is QUEUED for p in taken)
+        rest = q.take(10)
+        assert keys(rest) == order[2:] and not q and len(q) == 0
