@@ -171,6 +171,8 @@ class RewardService:
             for step in self._steps:
                 self._reactor.cancel(step)
             self._steps = []
+            self._reactor.forget(self._next_flush)  # nothing of the reactor refers to a service that left it
+            self._reactor.forget(self._reactor_ended)
             self._flush(time.monotonic(), everything=True)
             self._say_closing()
         except Exception:
