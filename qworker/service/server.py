@@ -252,8 +252,9 @@ class RewardService:
             self._send(peer, cw.Accepted(msg.request, self.instance, why, "ServiceUnavailable"))
             return
         try:
+            # the payloads as the client encoded them (``client_wire``): hashed and sent on, never decoded here
             futures = self.producer.submit_batch(msg.reward, msg.payloads, params=msg.params, timeout_s=msg.timeout_s,
-                                                 lane=peer)  # each client's tasks take turns with the others'
+                                                 lane=peer, encoded=True)  # each client's tasks take turns with the others'
         except Exception as exc:  # ConfigError, RewardError (the client raises the same), or a bad request: answered, never silent
             text = str(exc) if isinstance(exc, QworkerError) else f"bad request ({type(exc).__name__}: {exc})"
             self._send(peer, cw.Accepted(msg.request, self.instance, text, type(exc).__name__))
