@@ -49,7 +49,7 @@ import zmq
 
 from .._errors import ErrorKind
 from .._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
-from ..cache.hashing import encode_payload, new_packer
+from ..cache.hashing import encode_payload, encode_payloads, new_packer
 from ..engine.futures import Batch, FutureTable
 from ..engine.result import Result, ResultFuture, gather
 from ..transport import client_wire as cw
@@ -77,6 +77,9 @@ RECEIVE_PER_TURN = 16  # messages read per turn of the I/O thread (a Resolved ca
 def _encode(payloads: list[Any]) -> tuple[list[msgspec.Raw], list[int], list[tuple[int, str]]]:
     """Each payload's canonical encoding (``encode_payload``, as a producer hashes it), the index of each in
     ``payloads``, and ``(index, error)`` for each that cannot be encoded."""
+    together = encode_payloads(payloads)
+    if together is not None:
+        return together, list(range(len(payloads))), []
     packer = new_packer()
     encoded: list[msgspec.Raw] = []
     indexes: list[int] = []
