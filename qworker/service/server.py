@@ -100,6 +100,7 @@ class RewardService:
         self._in_flight: dict[bytes, int] = {}  # per client: results taken and not yet resolved
         self._to_answer: list[tuple[bytes, int]] = []  # (client, request) taken this turn: answered at its end
         self._dispatcher = producer._dispatcher
+        self._dispatcher_ident = self._dispatcher.ident  # the thread the service's handlers run on (started with its producer)
         self._reactor: Reactor = self._dispatcher._reactor  # the service's handlers run on the dispatcher thread
         self._steps: list[Step] = []
         self._attached = False  # its handlers are on the reactor
@@ -296,7 +297,7 @@ class RewardService:
         if not self._attached:  # left the reactor (``_leave`` sent every result then): nothing would send it, and the
             return              # reactor's wake pipe may be closed already
         self._outbox.append(fut)
-        if threading.get_ident() != self._dispatcher.ident:
+        if threading.get_ident() != self._dispatcher_ident:
             self._reactor.wake()  # sent at the end of the turn this causes
 
     def _flush(self, now: float, everything: bool = False) -> None:
