@@ -23,6 +23,11 @@ Contract:
   stops says so, and what waits on it fails at once as ``service_lost``.  A
   service silent for ``service_timeout_s`` while tasks are pending fails them
   with ``service_lost``: no future hangs.
+* Each payload is encoded once, here, exactly as a ``Producer`` encodes it
+  (``cache.hashing.encode_payload``): the service hashes and forwards those
+  bytes without decoding them, so a task's key is the one a producer computes.
+  A payload that cannot be encoded resolves as ``bad_payload``, the rest of its
+  request is scored.
 * Every future is owned by the client's ``FutureTable``, from registration to
   resolution: the first result wins, and ``close`` resolves what is left as
   ``cancelled`` and refuses later submissions.  ``close`` never waits on a
