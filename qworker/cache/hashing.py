@@ -108,6 +108,20 @@ def encode_payloads(payloads: Iterable[Any], packer: msgpack.Packer) -> list[Uni
     return out
 
 
+_split = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode  # an encoded array -> its elements' encodings
+
+
+def encode_payload_array(payloads: list[Any]) -> Optional[list[msgspec.Raw]]:
+    """``encode_payload`` of each payload (as ``msgspec.Raw`` slices of one buffer), made in one pass, or None
+    when one of them needs the per-payload path (call ``encode_payload`` on each, to learn which fails)."""
+    if not _plain(payloads):
+        return None
+    try:
+        return _split(_sorted_encoder.encode(payloads))  # an array's encoding is its elements' encodings, in a row
+    except Exception:  # an int past 64 bits, a lone surrogate...
+        return None
+
+
 def new_packer() -> msgpack.Packer:
     return msgpack.Packer(**_packer_options)
 

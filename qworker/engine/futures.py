@@ -40,7 +40,7 @@ from typing import Iterable, Optional
 
 from .._errors import ErrorKind
 from .._exceptions import ProducerClosed
-from .result import Result, ResultFuture
+from .result import Result, ResultFuture, resolve_first
 
 __all__ = ["Batch", "FutureTable", "CHECK_EVERY"]
 
@@ -97,13 +97,7 @@ class FutureTable:
     def resolve(self, batch: Batch, results: Iterable[tuple[int, Result]]) -> int:
         """Set each ``(index, result)`` unless that future resolved before; returns how many this call set."""
         futures = batch.futures
-        fresh = 0
-        for index, result in results:
-            try:
-                futures[index].set_result(result)
-            except concurrent.futures.InvalidStateError:
-                continue  # resolved before: the first result won
-            fresh += 1
+        fresh = resolve_first([(futures[index], result) for index, result in results])  # one hold of the futures' lock
         if fresh:
             with self._lock:
                 batch.left -= fresh

@@ -17,6 +17,8 @@ import os
 import time
 from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, Union
 
+import msgspec
+
 from .._errors import ErrorKind
 from .._exceptions import PoolStartError, ProducerClosed, QworkerError
 from ..cache.hashing import encode_payloads, new_packer, params_fingerprint, prefix_state
@@ -42,6 +44,7 @@ log = logging.getLogger("qworker")
 __all__ = ["Producer"]
 
 _CHUNK = 1024  # tasks hashed before the dispatcher is woken
+_decode_payload = msgspec.msgpack.Decoder().decode  # an encoded payload, as a worker decodes it
 
 
 _local_pool_numbers = itertools.count(1)  # local pool ids stay distinct within a process
@@ -143,7 +146,7 @@ class Producer:
 
     def submit_batch(
         self, reward: str, payloads: Iterable[Any], *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None,
-        lane: Hashable = 0,
+        lane: Hashable = 0, encoded: bool = False,
     ) -> list[ResultFuture]:
         """Submit one task per payload and return their futures at once, in order.
 
@@ -153,18 +156,22 @@ class Producer:
         hash.  ``timeout_s`` overrides the hard limit for these tasks.  Tasks of
         different ``lane``\\s are dispatched round-robin (a reward service gives
         each client a lane of its own); a task shared by two lanes keeps the first's.
+        ``encoded``: each payload is already its encoding by ``cache.hashing.encode_payload`` (bytes, or a buffer
+        such as ``msgspec.Raw``), hashed and sent as it is (a reward service passes its clients' on).
         """
         if self._closed:
             raise ProducerClosed("submit_batch() on a closed Producer")
         target = self.catalog.resolve(reward, params)
         if isinstance(target, Composite):
+            if encoded:  # each component hashes the payload afresh
+                payloads = [_decode_payload(p) for p in payloads]
             return _composite.submit(
                 lambda name, batch, p: self._submit_plain(name, batch, p, timeout_s, lane), target, list(payloads), self.fallback_score
             )
-        return self._submit_plain(target.reward, payloads, target.params, timeout_s, lane)
+        return self._submit_plain(target.reward, payloads, target.params, timeout_s, lane, encoded)
 
     def _submit_plain(self, reward: str, payloads: Iterable[Any], params: dict, timeout_s: Optional[float],
-                      lane: Hashable = 0) -> list[ResultFuture]:
+                      lane: Hashable = 0, encoded: bool = False) -> list[ResultFuture]:
         spec = self.catalog.book.spec(reward)
         policy: Optional[AdmissionPolicy] = None
         hashed = params
@@ -190,10 +197,10 @@ class Producer:
             for payload in payloads:
                 chunk.append(payload)
                 if len(chunk) == _CHUNK:
-                    futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, policy, lane))
+                    futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, policy, lane, encoded))
                     chunk = []
             if chunk:
-                futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, policy, lane))
+                futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, policy, lane, encoded))
         finally:
             if paused:
                 gc.enable()
@@ -201,7 +208,7 @@ class Producer:
 
     def _submit_chunk(
         self, reward: str, params: dict, identity: TaskIdentity, payloads: list[Any], timeout_s: Optional[float],
-        policy: Optional[AdmissionPolicy] = None, lane: Hashable = 0,
+        policy: Optional[AdmissionPolicy] = None, lane: Hashable = 0, encoded: bool = False,
     ) -> list[ResultFuture]:
         """Hash and register one chunk.  Each key is looked up once per cache tier: the memory tier as the table
         registers it (``PendingTable.registering``), the persistent tier once for the chunk's new tasks."""
@@ -213,7 +220,8 @@ class Producer:
         cache_read = self.options.cache_read and identity.confirmed
         new_hash = prefix_state(identity.prefix).copy  # ``key_with_prefix``, the prefix hashed once per chunk
         packer = new_packer()
-        for payload_bytes in encode_payloads(payloads, packer):
+        encodings = (bytes(p) for p in payloads) if encoded else encode_payloads(payloads, packer)
+        for payload_bytes in encodings:
             if isinstance(payload_bytes, Exception):  # what encoding it raised
                 exc = payload_bytes
                 refused.append((len(entries) + len(refused), self._done(

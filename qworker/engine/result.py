@@ -228,6 +228,47 @@ def resolve_many(pairs: Iterable[tuple[ResultFuture, Result]]) -> None:
         raise concurrent.futures.InvalidStateError(f"{again!r} is resolved already")
 
 
+def resolve_first(pairs: Iterable[tuple[ResultFuture, Result]]) -> int:
+    """``resolve_many`` where the first result of a future wins: one already resolved is left as it is (no
+    error).  Returns how many this call resolved."""
+    woken: list[tuple[ResultFuture, Optional[threading.Condition], Optional[list]]] = []
+    fresh = 0
+    with _state_lock:
+        for fut, result in pairs:
+            if fut._state is _FINISHED:
+                continue
+            fut._result = result
+            fut._state = _FINISHED
+            fresh += 1
+            if fut._cond is not None or fut._callbacks is not None:
+                woken.append((fut, fut._cond, fut._callbacks))
+                fut._callbacks = None
+    for fut, cond, callbacks in woken:
+        _wake(fut, cond, callbacks)
+    return fresh
+
+
+def add_done_callbacks(futures: Iterable[ResultFuture], fn: Callable[[concurrent.futures.Future], object]) -> None:
+    """``fut.add_done_callback(fn)`` for each future, under one hold of the state lock (a reward service
+    follows every task of a request); ``fn`` runs at once, on this thread, for each that is done already."""
+    done: list[ResultFuture] = []
+    with _state_lock:
+        for fut in futures:
+            if fut._state is _FINISHED:
+                done.append(fut)
+                continue
+            callbacks = fut._callbacks
+            if callbacks is None:
+                fut._callbacks = [fn]
+            else:
+                callbacks.append(fn)
+    for fut in done:
+        try:
+            fn(fut)
+        except Exception:
+            _log.exception("exception calling callback for %r", fut)
+
+
 def _wake(fut: ResultFuture, cond: Optional[threading.Condition], callbacks: Optional[list]) -> None:
     """After ``fut`` finished: wake the threads sleeping on it, then run its callbacks (outside every lock)."""
     if cond is not None:

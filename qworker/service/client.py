@@ -23,6 +23,11 @@ Contract:
   stops says so, and what waits on it fails at once as ``service_lost``.  A
   service silent for ``service_timeout_s`` while tasks are pending fails them
   with ``service_lost``: no future hangs.
+* Each payload is encoded once, here, exactly as a ``Producer`` encodes it
+  (``cache.hashing.encode_payload``): the service hashes and forwards those
+  bytes without decoding them, so a task's key is the one a producer computes.
+  A payload that cannot be encoded resolves as ``bad_payload``, the rest of its
+  request is scored.
 * Every future is owned by the client's ``FutureTable``, from registration to
   resolution: the first result wins, and ``close`` resolves what is left as
   ``cancelled`` and refuses later submissions.  ``close`` never waits on a
@@ -44,10 +49,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, cast
 
+import msgspec
 import zmq
 
 from .._errors import ErrorKind
 from .._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
+from ..cache.hashing import encode_payload, encode_payload_array, new_packer
 from ..engine.futures import Batch, FutureTable
 from ..engine.result import Result, ResultFuture, gather
 from ..transport import client_wire as cw
@@ -72,12 +79,32 @@ _MAX_BYTES = 256 * 1024 * 1024
 RECEIVE_PER_TURN = 16  # messages read per turn of the I/O thread (a Resolved carries up to 512 results)
 
 
+def _encode(payloads: list[Any]) -> tuple[list[msgspec.Raw], list[int], list[tuple[int, str]]]:
+    """Each payload's canonical encoding (``encode_payload``, as a producer hashes it), the index of each in
+    ``payloads``, and ``(index, error)`` for each that cannot be encoded."""
+    together = encode_payload_array(payloads)
+    if together is not None:
+        return together, list(range(len(payloads))), []
+    packer = new_packer()
+    encoded: list[msgspec.Raw] = []
+    indexes: list[int] = []
+    refused: list[tuple[int, str]] = []
+    for i, payload in enumerate(payloads):
+        try:
+            encoded.append(msgspec.Raw(encode_payload(payload, packer)))
+        except Exception as exc:
+            refused.append((i, ErrorKind.BAD_PAYLOAD.error(f"cannot encode payload ({type(exc).__name__}: {exc})")))
+            continue
+        indexes.append(i)
+    return encoded, indexes, refused
+
+
 @dataclass(eq=False)
 class _Request:
     number: int
     reward: str
     params: Optional[dict]
-    payloads: list
+    payloads: list[msgspec.Raw]  # encoded (``client_wire``)
     timeout_s: Optional[float]
     batch: Batch  # the futures of the submission it is part of (the table owns them)
     indexes: list[int]  # the batch index of each payload, in order
@@ -153,8 +180,13 @@ class Client:
         if not payloads:
             return []
         params = dict(params) if params else None
+        encoded, indexes, refused = _encode(payloads)
         batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
-        req = _Request(next(self._numbers), reward, params, payloads, timeout_s, batch, list(range(len(payloads))), time.monotonic())
+        if refused:  # as a Producer does: those tasks fail, the others are scored
+            self._table.resolve(batch, ((i, Result(score=self.fallback_score, error=error)) for i, error in refused))
+            if not encoded:
+                return self._table.hand_out(batch)
+        req = _Request(next(self._numbers), reward, params, encoded, timeout_s, batch, indexes, time.monotonic())
         self._outbox.append(req)  # to the I/O thread
         self._wake()
         if self._closed:  # close() may have passed over the outbox before this request reached it

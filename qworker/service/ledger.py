@@ -134,16 +134,23 @@ class Ledger:
     def add(self, peer: bytes, rows: list[cw.ResolvedRow], now: float) -> list[list[bytes]]:
         """Encode ``rows`` for ``peer`` as Resolved messages, keep them, return their frames."""
         c = self._client(peer)
-        kept = [row for row in rows if row.request in c.owed]
-        self.counts["dropped_rows"] += len(rows) - len(kept)
-        rows = kept
+        owed = c.owed
+        per: dict[int, int] = {}  # request -> rows of it (one pass; usually all of them are owed, and one message)
+        for row in rows:
+            per[row.request] = per.get(row.request, 0) + 1
+        if not all(request in owed for request in per):
+            kept = [row for row in rows if row.request in owed]
+            self.counts["dropped_rows"] += len(rows) - len(kept)
+            rows = kept
+            per = {request: n for request, n in per.items() if request in owed}
         out = []
         for i in range(0, len(rows), FLUSH_EVERY):
             chunk = rows[i : i + FLUSH_EVERY]
             c.seq += 1
-            per: dict[int, int] = {}
-            for row in chunk:
-                per[row.request] = per.get(row.request, 0) + 1
+            if len(chunk) < len(rows):  # one of several messages: its own counts
+                per = {}
+                for row in chunk:
+                    per[row.request] = per.get(row.request, 0) + 1
             frames = cw.encode(cw.Resolved(self.instance, c.seq, chunk))
             m = _Message(peer, c.seq, frames, per, now, now, self.resend_after_s)
             c.unacked[c.seq] = m

@@ -42,20 +42,19 @@ thread that closes the producer (it cancels what is pending).
 
 from __future__ import annotations
 
-import functools
 import gc
 import logging
 import secrets
 import threading
 import time
 from collections import deque
-from typing import Any, Optional
+from typing import Any, Optional, Union, cast
 
 import zmq
 
 from .._exceptions import QworkerError
 from ..engine.producer import Producer
-from ..engine.result import Result
+from ..engine.result import Result, ResultFuture, add_done_callbacks
 from ..engine.status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
 from ..transport.reactor import Reactor, Step
@@ -66,6 +65,8 @@ from .ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, FLUSH_EVERY, Ledger
 log = logging.getLogger("qworker")
 
 __all__ = ["RewardService"]
+
+_Owner = tuple[bytes, int, int]  # (client, request, index in the request): one asker of a future
 
 HOUSEKEEPING_EVERY_S = 0.25  # resends and evictions, at most this often
 CLOSING_LINGER_MS = 2000  # how long a stopping service gives its last messages to leave
@@ -89,12 +90,17 @@ class RewardService:
         self._sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a client that reconnects takes its identity back from a dead connection
         self.endpoint = bound_endpoint(self._sock)
         self.ledger = Ledger(instance=self.instance, max_bytes=ledger_max_bytes, max_age_s=ledger_max_age_s)
-        self._outbox: deque[tuple[bytes, int, int, Result]] = deque()  # from future callbacks
+        self._outbox: deque[ResultFuture] = deque()  # futures resolved (appended by their callback, on any thread)
+        # who asked for each future not yet resolved and sent on: (client, request, index), or a list of those when
+        # several did (the same task twice in a request, or in two clients' requests while in flight); the
+        # dispatcher thread's only
+        self._owners: dict[ResultFuture, Union[_Owner, list[_Owner]]] = {}
         self._waiting: dict[bytes, list[cw.ResolvedRow]] = {}  # per client: results resolved and not yet sent
         self._oldest: Optional[float] = None  # when the oldest result waiting (any client's) was resolved (monotonic s)
         self._in_flight: dict[bytes, int] = {}  # per client: results taken and not yet resolved
         self._to_answer: list[tuple[bytes, int]] = []  # (client, request) taken this turn: answered at its end
         self._dispatcher = producer._dispatcher
+        self._dispatcher_ident = self._dispatcher.ident  # the thread the service's handlers run on (started with its producer)
         self._reactor: Reactor = self._dispatcher._reactor  # the service's handlers run on the dispatcher thread
         self._steps: list[Step] = []
         self._attached = False  # its handlers are on the reactor
@@ -171,7 +177,10 @@ class RewardService:
             for step in self._steps:
                 self._reactor.cancel(step)
             self._steps = []
+            self._reactor.forget(self._next_flush)  # nothing of the reactor refers to a service that left it
+            self._reactor.forget(self._reactor_ended)
             self._flush(time.monotonic(), everything=True)
+            self._owners.clear()  # what is still pending is never sent (its clients are told Closing)
             self._say_closing()
         except Exception:
             log.exception("qworker service: could not tell clients it is stopping")
@@ -250,8 +259,9 @@ class RewardService:
             self._send(peer, cw.Accepted(msg.request, self.instance, why, "ServiceUnavailable"))
             return
         try:
+            # the payloads as the client encoded them (``client_wire``): hashed and sent on, never decoded here
             futures = self.producer.submit_batch(msg.reward, msg.payloads, params=msg.params, timeout_s=msg.timeout_s,
-                                                 lane=peer)  # each client's tasks take turns with the others'
+                                                 lane=peer, encoded=True)  # each client's tasks take turns with the others'
         except Exception as exc:  # ConfigError, RewardError (the client raises the same), or a bad request: answered, never silent
             text = str(exc) if isinstance(exc, QworkerError) else f"bad request ({type(exc).__name__}: {exc})"
             self._send(peer, cw.Accepted(msg.request, self.instance, text, type(exc).__name__))
@@ -259,25 +269,35 @@ class RewardService:
         self.ledger.taken(peer, msg.request, len(futures))
         self._in_flight[peer] = self._in_flight.get(peer, 0) + len(futures)
         self._to_answer.append((peer, msg.request))
-        # two GC-tracked objects per task (a partial, a callback list), none of them cyclic garbage: collections
-        # triggered here would rescan every task in flight (as ``Producer.submit_batch`` notes), so they wait
+        # One callback for every future (``_on_done``, registered for a whole request under one hold of the futures'
+        # lock) and one table entry per task saying whose it is: no per-task closure.  GC-tracked objects, none of
+        # them cyclic garbage: collections triggered here would rescan every task in flight (as
+        # ``Producer.submit_batch`` notes), so they wait.
         paused = gc.isenabled()
         gc.disable()
         try:
+            owners, request = self._owners, msg.request
+            followed = []
             for i, fut in enumerate(futures):
-                fut.add_done_callback(functools.partial(self._on_done, peer, msg.request, i))
+                held = owners.get(fut)
+                if held is None:
+                    owners[fut] = (peer, request, i)
+                    followed.append(fut)
+                elif isinstance(held, list):
+                    held.append((peer, request, i))
+                else:
+                    owners[fut] = [held, (peer, request, i)]
+            add_done_callbacks(followed, self._on_done)  # at once for those resolved already (cache hits)
         finally:
             if paused:
                 gc.enable()
 
-    def _on_done(self, peer: bytes, request: int, index: int, fut: Any) -> None:
-        """A future resolved (on the dispatcher thread, or on a thread closing the producer): queue its result."""
-        # ``engine.result`` rather than ``result()``: a done callback runs once the future is finished, and a ResultFuture
-        # never holds an exception; result() takes the future's lock again (4 us of the dispatcher's time per task)
+    def _on_done(self, fut: Any) -> None:
+        """A future resolved (on the dispatcher thread, or on a thread closing the producer): queue it."""
         if not self._attached:  # left the reactor (``_leave`` sent every result then): nothing would send it, and the
             return              # reactor's wake pipe may be closed already
-        self._outbox.append((peer, request, index, fut._result))
-        if threading.get_ident() != self._dispatcher.ident:
+        self._outbox.append(fut)
+        if threading.get_ident() != self._dispatcher_ident:
             self._reactor.wake()  # sent at the end of the turn this causes
 
     def _flush(self, now: float, everything: bool = False) -> None:
@@ -292,16 +312,30 @@ class RewardService:
             self._to_answer = []
         outbox, waiting = self._outbox, self._waiting
         if outbox:
-            in_flight = self._in_flight
+            in_flight, owners, row = self._in_flight, self._owners, cw.ResolvedRow
             if self._oldest is None:
                 self._oldest = now
             while outbox:
-                peer, request, index, r = outbox.popleft()
-                rows = waiting.get(peer)
-                if rows is None:
-                    rows = waiting[peer] = []
-                rows.append(cw.ResolvedRow(request, index, r))
-                in_flight[peer] = in_flight.get(peer, 0) - 1
+                fut = outbox.popleft()
+                owner = owners.pop(fut, None)
+                if owner is None:
+                    continue  # not followed by this service (left and cleared)
+                # ``_result`` rather than ``result()``: the future is finished, and ``result()`` takes its lock again
+                r = cast(Result, fut._result)
+                if isinstance(owner, tuple):  # the usual case: one asker
+                    peer, request, index = owner
+                    rows = waiting.get(peer)
+                    if rows is None:
+                        rows = waiting[peer] = []
+                    rows.append(row(request, index, r))
+                    in_flight[peer] = in_flight.get(peer, 0) - 1
+                    continue
+                for peer, request, index in owner:
+                    rows = waiting.get(peer)
+                    if rows is None:
+                        rows = waiting[peer] = []
+                    rows.append(row(request, index, r))
+                    in_flight[peer] = in_flight.get(peer, 0) - 1
         if not waiting:
             return
         waited = everything or (self._oldest is not None and now - self._oldest >= RESULTS_WAIT_S)

@@ -18,13 +18,20 @@ resubmits.  A client resends a ``Submit`` until it is ``Accepted``; the service
 answers a repeated one without taking it twice.  ``Closing`` tells clients the
 service is stopping, so their waiting futures fail at once.
 
-Payloads travel as msgpack values, results as maps of ``Result``'s fields,
-decoded into ``Result`` itself.
+Payloads travel as msgpack values: each is the canonical encoding of the
+caller's payload (``cache.hashing.encode_payload``, made by the client) placed in
+the message as it is, and the service takes each back out undecoded
+(``msgspec.Raw``, a slice of the message) and hands it to its producer as those
+bytes: a payload is encoded once, at the client, and never decoded by the
+service.  Results travel as maps of ``Result``'s fields, decoded into
+``Result`` itself.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Optional, Union
+
+import msgspec
 
 from ..engine.result import Result
 from .wire import Count, Decoder, Message, StatusReply, StatusRequest, _Body, encode
@@ -46,7 +53,7 @@ class Submit(Message):
     request: Count
     reward: str
     params: Optional[dict]
-    payloads: list
+    payloads: list[msgspec.Raw]  # each a whole msgpack value: the payload's canonical encoding
     timeout_s: Optional[float]
 
 

@@ -36,7 +36,7 @@ Contract:
 * **Stopping.**  ``stop()`` makes ``run()`` return after the current turn;
   before it returns, each function given to ``at_exit`` runs on the reactor
   thread (an owner sharing the reactor sends its last messages and closes its
-  socket), whatever ended the loop.  The reactor closes no socket (their owner
+  socket), whatever ended the loop, unless ``forget`` removed it first.  The reactor closes no socket (their owner
   does, after ``run()``); ``close()`` releases the wake pipe once the reactor
   thread has finished.
 """
@@ -120,11 +120,18 @@ class Reactor:
 
     def at_exit(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the reactor thread when ``run()`` ends (after its last turn; an exception is logged)."""
-        self._at_exit.append(fn)
+        self._at_exit = [*self._at_exit, fn]  # a new list: ``run`` may be iterating the old one
 
     def deadline(self, fn: Callable[[float], Optional[float]]) -> None:
         """Before each wait, ``fn(now)`` says in how many seconds a turn is needed (None: no need)."""
-        self._deadlines.append(fn)
+        self._deadlines = [*self._deadlines, fn]  # a new list: a turn in progress iterates the old one
+
+    def forget(self, fn: Callable[..., object]) -> None:
+        """Remove ``fn`` (given to ``at_exit`` or ``deadline``) from both: it is not called again, and the
+        reactor no longer refers to it (an owner leaving a shared reactor).  An ``at_exit`` pass in progress
+        still runs the functions it had started with."""
+        self._at_exit = [f for f in self._at_exit if f != fn]
+        self._deadlines = [f for f in self._deadlines if f != fn]
 
     # any thread ---------------------------------------------------------------------
     def wake(self) -> None:

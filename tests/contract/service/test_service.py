@@ -77,6 +77,17 @@ def test_client_errors_are_raised_at_submission(service):
     assert r.error_kind == "reward_error"
 
 
+def test_a_payload_the_client_cannot_encode_fails_as_bad_payload_and_the_rest_of_its_request_is_scored(service):
+    """As at a ``Producer``: a payload with no msgpack encoding resolves as ``bad_payload``, at once and naming
+    the problem; the other payloads of the same request are scored (a request of only such payloads sends nothing)."""
+    with Client(service, connect_timeout_s=5) as c:
+        results = c.map("noop", [{"i": 1}, object(), {"i": 2}], timeout=60)
+        [alone] = c.map("noop", [object()], timeout=60)
+    assert results[0].ok and results[2].ok, results
+    assert results[1].error_kind == "bad_payload" and "cannot encode payload" in results[1].error, results[1]
+    assert alone.error_kind == "bad_payload", alone
+
+
 def test_many_threads_and_asyncio_share_one_client(service):
     with Client(service) as c:
         out: dict[int, list] = {}

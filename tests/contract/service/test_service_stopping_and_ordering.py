@@ -3,9 +3,11 @@ when its producer closes, and in what order a client's answers leave."""
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
+import weakref
 
 import zmq
 
@@ -143,3 +145,19 @@ def test_a_client_submitting_on_gets_the_results_of_its_earlier_requests_meanwhi
             service.stop()
     assert "accepted last" in order, "the service did not answer every request"
     assert "first resolved" in order and order.index("first resolved") < order.index("accepted last"), order
+
+
+def test_a_stopped_service_is_no_longer_referenced_by_its_producers_reactor():
+    """Services started and stopped on one producer (a test suite, a server that restarts its front) do not pile
+    up: once stopped, nothing of the producer's dispatcher holds the service (its handlers, its deadline, its
+    exit hook), and the reactor asks no stopped service for a deadline."""
+    with Producer(local_workers=0) as p:
+        service = RewardService(p, listen="tcp://127.0.0.1:0", no_workers_grace_s=600).start()
+        with Client(service.endpoint) as c:
+            assert c.status()["service"]["instance"] == service.instance  # it served a request before it stopped
+        service.stop()
+        gone = weakref.ref(service)
+        del service
+        p._dispatcher.call(lambda: None)  # a turn of the reactor after the stop
+        gc.collect()
+        assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]

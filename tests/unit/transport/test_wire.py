@@ -1,8 +1,10 @@
 import msgpack
+import msgspec
 import pytest
 
 from qworker import Result, WireError
 from qworker._errors import ErrorKind
+from qworker.cache.hashing import encode_payload
 from qworker.transport import client_wire as cw
 from qworker.transport import wire
 
@@ -39,7 +41,7 @@ def test_every_message_roundtrips(msg):
 @pytest.mark.parametrize(
     "msg, decoder",
     [
-        (cw.Submit(1, "noop", None, [{"a": 1}, "x"], 2.0), cw.SERVICE),
+        (cw.Submit(1, "noop", None, [msgspec.Raw(encode_payload({"a": 1})), msgspec.Raw(encode_payload("x"))], 2.0), cw.SERVICE),
         (cw.Ack([1, 2]), cw.SERVICE),
         (cw.Ping([3]), cw.SERVICE),
         (wire.StatusRequest(), cw.SERVICE),

@@ -1,0 +1,28 @@
+"""``encode_payload_array``: a whole request's payloads encoded in one pass, each exactly as ``encode_payload`` encodes it."""
+
+import collections
+
+import pytest
+
+from qworker.cache.hashing import encode_payload, encode_payload_array
+
+
+@pytest.mark.parametrize("payloads", [
+    [{"b": 1, "a": [1, 2, {"z": 1, "y": None}]}, "x", 3.5, [1, (2, 3)], b"q", {}, True, -7],
+    [{"response": "#### 3", "ground_truth": "3"}] * 3,
+    [],
+])
+def test_each_payload_is_encoded_as_encode_payload_encodes_it_alone(payloads):
+    together = encode_payload_array(payloads)
+    assert together is not None
+    assert [bytes(raw) for raw in together] == [encode_payload(p) for p in payloads]
+
+
+@pytest.mark.parametrize("payloads", [
+    [{"a": 1}, {1: "int key"}],  # not a plain payload: the reference path decides its bytes
+    [collections.OrderedDict(b=1, a=2)],
+    [{"a": 2**70}],  # past 64 bits
+    [{"a": 1}, object()],  # cannot be encoded at all
+])
+def test_a_batch_with_a_payload_the_one_pass_cannot_encode_exactly_is_left_to_the_per_payload_path(payloads):
+    assert encode_payload_array(payloads) is None
