@@ -92,15 +92,15 @@ def encode_payloads(payloads: Iterable[Any], packer: msgpack.Packer) -> list[Uni
     append, encode, scalars = out.append, _sorted_encoder.encode, _SCALARS
     for payload in payloads:
         if type(payload) is dict:
-            for k, v in payload.items():
-                if type(k) is not str or (type(v) not in scalars and not _plain(v)):
-                    break
-            else:  # plain (``_plain`` inline)
-                try:
+            try:
+                for k, v in payload.items():
+                    if type(k) is not str or (type(v) not in scalars and not _plain(v)):
+                        break
+                else:  # plain (``_plain`` inline)
                     append(encode(payload))
                     continue
-                except Exception:  # an int past 64 bits...: the reference path names the problem
-                    pass
+            except Exception:  # a cycle, an int past 64 bits...: the reference path names the problem
+                pass
         try:
             append(encode_payload(payload, packer))
         except Exception as exc:
@@ -114,11 +114,11 @@ _split = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode  # an encoded array -
 def encode_payload_array(payloads: list[Any]) -> Optional[list[msgspec.Raw]]:
     """``encode_payload`` of each payload (as ``msgspec.Raw`` slices of one buffer), made in one pass, or None
     when one of them needs the per-payload path (call ``encode_payload`` on each, to learn which fails)."""
-    if not _plain(payloads):
-        return None
     try:
+        if not _plain(payloads):
+            return None
         return _split(_sorted_encoder.encode(payloads))  # an array's encoding is its elements' encodings, in a row
-    except Exception:  # an int past 64 bits, a lone surrogate...
+    except Exception:  # a cycle, an int past 64 bits, a lone surrogate...
         return None
 
 

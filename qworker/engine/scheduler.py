@@ -515,32 +515,37 @@ class Scheduler:
                     break
                 left -= len(taken)
                 params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
-                for p in taken:
-                    if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
-                        self._forget(p)
-                        continue
-                    if spent and self._fail_if_spent(p):  # a late report used up its attempts: never delivered again
-                        continue
-                    if p.params is params and p.reward is reward:  # (``task_bytes``, inline: once per task)
-                        size = len(p.payload) + fixed
-                    else:
-                        try:
-                            size = sizer.task_bytes(p)
-                        except Exception as exc:  # taken from the queue: it fails here, or it would be in no queue at all
-                            self._fail_unsendable(p, exc)
+                i = 0
+                try:
+                    for i, p in enumerate(taken):
+                        if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
+                            self._forget(p)
                             continue
-                        params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
-                    if leased and size > room:  # it and those after it go in the next message: first in the queue again
-                        rest = taken[taken.index(p):]
-                        queue.untake(rest)
-                        left += len(rest)
-                        full = True
-                        break
-                    if size + MESSAGE_OVERHEAD > max_bytes:  # no worker could receive it
-                        self._fail_oversized(p, size)
-                        continue
-                    room -= size
-                    leased.append(p)
+                        if spent and self._fail_if_spent(p):  # a late report used up its attempts: never delivered again
+                            continue
+                        if p.params is params and p.reward is reward:  # (``task_bytes``, inline: once per task)
+                            size = len(p.payload) + fixed
+                        else:
+                            try:
+                                size = sizer.task_bytes(p)
+                            except Exception as exc:  # taken from the queue: it fails here, or it would be in no queue at all
+                                self._fail_unsendable(p, exc)
+                                continue
+                            params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
+                        if leased and size > room:  # it and those after it go in the next message: first in the queue again
+                            rest = taken[i:]
+                            queue.untake(rest)
+                            left += len(rest)
+                            full = True
+                            break
+                        if size + MESSAGE_OVERHEAD > max_bytes:  # no worker could receive it
+                            self._fail_oversized(p, size)
+                            continue
+                        room -= size
+                        leased.append(p)
+                except BaseException:  # (a policy's hook): what was taken and not yet leased is queued again, not lost
+                    queue.untake([q for q in (*leased, *taken[i:]) if q.state is not DONE])
+                    raise
             if not leased:
                 continue
             lease_all(leased, w)

@@ -26,3 +26,9 @@ def test_each_payload_is_encoded_as_encode_payload_encodes_it_alone(payloads):
 ])
 def test_a_batch_with_a_payload_the_one_pass_cannot_encode_exactly_is_left_to_the_per_payload_path(payloads):
     assert encode_payload_array(payloads) is None
+
+
+def test_a_cyclic_payload_sends_the_array_to_the_per_payload_path():
+    cyclic: dict = {}
+    cyclic["self"] = [cyclic]
+    assert encode_payload_array([{"ok": 1}, cyclic]) is None

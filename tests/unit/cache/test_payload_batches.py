@@ -66,3 +66,11 @@ def test_a_payload_that_cannot_be_encoded_leaves_its_neighbours_encoded(bad: dic
     a, refused, b = encode_payloads([{"i": 1}, bad, {"i": 2}], new_packer())
     assert a == encode_payload({"i": 1}) and b == encode_payload({"i": 2})
     assert isinstance(refused, Exception)
+
+
+def test_a_cyclic_payload_is_refused_alone_and_its_neighbours_are_encoded():
+    cyclic: dict = {}
+    cyclic["self"] = [cyclic]
+    out = encode_payloads([{"ok": 1}, cyclic, {"ok": 2}], new_packer())
+    assert out[0] == encode_payload({"ok": 1}) and out[2] == encode_payload({"ok": 2})
+    assert isinstance(out[1], RecursionError)

@@ -389,3 +389,21 @@ def test_a_task_resolved_while_leased_is_in_no_lease_index():
     assert not w.leases and all(p.resolved and p.holder is None for p in held)
     assert s.in_flight() == 0  # status no longer counts them in flight
 
+
+
+def test_a_hook_that_raises_while_a_message_is_assembled_leaves_the_taken_tasks_queued(monkeypatch):
+    s, stub, table = make()
+    futs = submit(s, table, 10)
+    table.resolve([(s.queue[0], 1.0, {}, None, "late", 0.0)])  # resolved while queued: dropped at dispatch, through _forget
+
+    def forget_that_raises(p):  # as an admission policy's forget() hook might
+        raise RuntimeError("the hook broke")
+
+    monkeypatch.setattr(s, "_forget", forget_that_raises)
+    ready(s, "a", granted=10)
+    with pytest.raises(RuntimeError):
+        s.dispatch(0.0)
+    assert len(s.queue) == 9 and not stub.tasks_to("a")  # none of what the message had taken is in no queue
+    monkeypatch.undo()
+    s.dispatch(0.1)
+    assert len(stub.tasks_to("a")) == 9 and sum(not f.done() for f in futs) == 9
