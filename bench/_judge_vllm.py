@@ -59,6 +59,8 @@ from qworker import Producer
 from qworker.judge.prompt import DEFAULT_TEMPLATE, render
 
 ROOT = Path(__file__).resolve().parents[1]
+TRACE = os.environ.get("QWORKER_VLLM_TRACE", "")  # a folder: each run's samples go there as JSON
+ONLY = [x for x in os.environ.get("QWORKER_VLLM_SYSTEMS", "").split(",") if x]  # run only these systems (names as printed)
 VLLM_PYTHON = Path(os.environ.get("QWORKER_VLLM_PYTHON", ROOT / ".venv" / "vllm" / "bin" / "python"))  # make test-vllm builds it
 SEMAPHORES = (8, 16, 32, 64)
 REPLY_TOKENS = 16
@@ -213,9 +215,10 @@ class VllmServer:
 @contextlib.contextmanager
 def sampled(server: VllmServer | Remote, producer: Producer | None = None, every_s: float = 0.25) -> Iterator[list[tuple[float, ...]]]:
     """The server's (running, waiting) every ``every_s`` while the block runs; with ``producer``, also its
-    judge endpoint's limit and in-flight count."""
+    judge endpoint's limit, in-flight count and latency gradient; the seconds since the block began last."""
     samples: list[tuple[float, ...]] = []
     stop = threading.Event()
+    t0 = time.monotonic()
 
     def watch() -> None:
         while not stop.wait(every_s):
@@ -223,8 +226,8 @@ def sampled(server: VllmServer | Remote, producer: Producer | None = None, every
                 load = server.load()
                 if producer is not None:
                     ep = producer.status()["judges"][0]["endpoints"][0]
-                    load = (*load, float(ep["limit"]), float(ep["in_flight"]))
-                samples.append(load)
+                    load = (*load, float(ep["limit"]), float(ep["in_flight"]), float(ep["latency_gradient"]))
+                samples.append((*load, time.monotonic() - t0))
 
     t = threading.Thread(target=watch, daemon=True)
     t.start()
@@ -355,6 +358,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
     ours = [f"qworker [{here}]", f"qworker+metrics [{here}]"] if before else ["qworker", "qworker+metrics"]
     theirs = [f"qworker [{Path(before).name}]", f"qworker+metrics [{Path(before).name}]"] if before else []
     systems = [*theirs, *ours, *(f"sem({k})" for k in SEMAPHORES)]
+    systems = [s for s in systems if not ONLY or s in ONLY]
     # a SIGTERM (a timeout around the benchmark) unwinds through the ``finally`` that stops the server's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     server_cpus, client_cpus = split_cpus(shared_cpus)
@@ -390,7 +394,10 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                             running = statistics.fmean(x[0] for x in out["load"]) if out["load"] else float("nan")
                             waiting = statistics.fmean(x[1] for x in out["load"]) if out["load"] else float("nan")
                             full = statistics.fmean(x[0] >= seqs for x in out["load"]) if out["load"] else float("nan")
-                            mine = [x for x in out["load"] if len(x) == 4]
+                            mine = [x for x in out["load"] if len(x) == 6]
+                            if TRACE:  # every sample of the run, for a look at the limit over time
+                                with open(Path(TRACE) / f"vllm{seqs}-r{r + 1}-{re.sub(r'[^a-z0-9+]+', '_', system)}.json", "w") as f:
+                                    json.dump(out["load"], f)
                             cpu = {k: 1000 * out[k] / max(1, out["done"]) for k in ("client_cpu_s", "server_cpu_s")}
                             idle = idle_text(out["idle"], server_cpus, client_cpus)
                             rows[system].append({"rate": rate, "running": running, "waiting": waiting, "failed": n - out["done"],
