@@ -273,7 +273,7 @@ class Peers:
                 lim.answers_scale = min(1.0 + len(peers), e.total_at_server() / max(1, e.at_server())) if peers else 1.0
                 if peers:
                     lim.adopt(max(n.limit for n in peers), max(self._held_level(i, e, at), *(n.high for n in peers)),
-                              max(n.regain for n in peers))
+                              max(n.regain for n in peers), max(n.refused_level for n in peers))
                     self._hear_refusals(i, e)
                     ids = sorted([self.producer, *(n.producer for n in peers if n.wants)])
                     e.turn = (ids.index(self.producer) + int(at)) % len(ids)  # the odd requests go round once a second
