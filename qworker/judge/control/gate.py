@@ -295,8 +295,9 @@ class Gate:
         if picked is None:
             return None
         p, best = picked
-        level = best.total_at_server() + 1  # at the server once it gets there, itself included
-        surely = best.total_at_server() - best.at_server() + best.surely_at_server() + 1
+        total = best.total_at_server()
+        level = total + 1  # at the server once it gets there, every producer's, itself included
+        surely = total - best.at_server() + best.surely_at_server() + 1  # the same, this producer's counted beyond doubt
         best.take(now, self._tokens(p))
         best.limit.batch.on_send(level, now)
         call = self._call(p)

@@ -367,12 +367,21 @@ class AdaptiveLimit:
             self._regaining = False
         self.cap(in_flight)
 
-    def adopt(self, level: float, high: float, regain: float = 0.0) -> None:
+    def adopt(self, level: float, high: float, regain: float = 0.0, refused: float = 0.0) -> None:
         """What other producers of the endpoint learnt (``peers``): their largest limit ``level``, taken
-        before this limit's first answer; the highest capacity they saw (``high``); and ``regain``, the
-        level one of them climbs back to as capacity returned, which this limit climbs to as well."""
+        before this limit's first answer; the highest capacity they saw (``high``); ``regain``, the
+        level one of them climbs back to as capacity returned, which this limit climbs to as well; and
+        ``refused``, every producer's requests in flight at the last refusal one of them took (0: none yet).
+
+        A level taken after the peers were refused is what their refusals left, not a slow-start guess: the
+        limit leaves slow start with their refusal level (growth above it is the probe), so its first refusal
+        caps it as any refusal does rather than cutting it to a level of a round trip ago it never had (a cut
+        that, the lowest limit being every producer's, would be theirs too)."""
         if self.rtt == 0.0 and not self.drops and level > self.limit:
             self.limit = min(self.config.ceiling, level)
+            if refused >= 1.0 and self.mode is Mode.PROBING:
+                self.memory.refused(refused, probing=False)
+                self.mode = Mode.STEADY
         self.memory.saw(high)
         if regain > self.limit and self.mode is Mode.STEADY:
             self._recover_to(regain, Mode.STEADY, regaining=True)

@@ -17,7 +17,9 @@ The endpoint then takes (``endpoint.Endpoint.share``):
 * a producer with tasks waiting may hold ``(limit - held by peers with nothing
   waiting) / producers with tasks waiting``, at least 1: even shares of the rest;
 * a producer that joins adopts the largest limit among its peers before its
-  first answer, rather than slow-starting into a full server; and every
+  first answer, rather than slow-starting into a full server (once they were
+  refused, with their refusal level and out of slow start: its first refusal
+  caps the limit they share by one, not by slow start's third); and every
   producer learns the highest capacity any of them saw and climbs back to it
   when one of them finds that capacity returned (the limit they share is the
   lowest of theirs, so all of them must).
@@ -273,7 +275,7 @@ class Peers:
                 lim.answers_scale = min(1.0 + len(peers), e.total_at_server() / max(1, e.at_server())) if peers else 1.0
                 if peers:
                     lim.adopt(max(n.limit for n in peers), max(self._held_level(i, e, at), *(n.high for n in peers)),
-                              max(n.regain for n in peers))
+                              max(n.regain for n in peers), max(n.refused_level for n in peers))
                     self._hear_refusals(i, e)
                     ids = sorted([self.producer, *(n.producer for n in peers if n.wants)])
                     e.turn = (ids.index(self.producer) + int(at)) % len(ids)  # the odd requests go round once a second

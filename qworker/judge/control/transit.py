@@ -53,7 +53,12 @@ class Transit:
         self._server_s = 0.0  # moving sum of the server's seconds per call
         self._gate_s = 0.0  # moving sum of the gate's seconds per call (admission -> result)
         self._weight = 0.0  # moving sum of ones: the sums over it are means
-        self._first_at: Optional[float] = None  # when the first answer came (the gate's clock)
+        # When the first answer came (the gate's clock).  Set once, never reset: only the first round trip carries
+        # every worker's start at once.  An endpoint back from down is called by the same warm workers (no start to
+        # leave out); a worker replaced later puts its first calls' start into the moving sums, lowering ``share``
+        # for about the next 256 answers, in which the gate holds somewhat more than its limit at the server (a
+        # refusing server says so, and the limiter follows; a limit given as a hint is overshot by that much).
+        self._first_at: Optional[float] = None
         self.answers = 0
 
     def on_answer(self, gate_s: float, server_s: float, now: Optional[float] = None) -> None:
