@@ -26,13 +26,12 @@ room again: nothing is pinned to the tier it went to last.
   router, which balances only past both a relative and an absolute imbalance: a
   near-idle fleet must not scatter a group of 16); past it, or with no room, the task walks on along the ring to the next
   replica that qualifies (bounded-load consistent hashing, Mirrokni et al.).  The
-  bound chooses where a group begins: from its first task sent until none of its tasks
-  is left in flight or waiting (the group is begun), its other tasks follow the replica
-  it began at (while that replica is up), waiting for room there rather than being split
-  by the bound, so a spilled group also lands together, and a group whose first tasks
-  were all answered before the rest was sent does not begin again elsewhere.  Once none
-  is left the group is over: the same prefix sent again (the next epoch's group of the
-  same prompt) is placed by the bound afresh, from its ring order.  ``weight`` does not apply.  When the fleet is
+  bound chooses where a group begins: while a task of it is in flight (the group is
+  begun), its other tasks follow the replica it began at (while that replica is up),
+  waiting for room there rather than being split by the bound, so a spilled group also
+  lands together.  Once none is in flight the group is over: the same prefix sent
+  again (the next epoch's group of the same prompt) is placed by the bound afresh,
+  from its ring order.  ``weight`` does not apply.  When the fleet is
   saturated, the replica that frees a slot takes the first waiting task (of the
   first ``LOOKAHEAD``) whose prefix prefers it, rather than the head of the queue:
   otherwise whichever replica frees first would scatter every group.  With none, it
@@ -95,10 +94,10 @@ class Router:
         self._ring_keys = [k for k, _ in ring]
         self._ring_eps = [i for _, i in ring]
         self._affinity: dict[bytes, int] = {}  # task key -> its prefix's hash (kept while the task waits or runs)
-        self._members: dict[int, int] = {}  # prefix hash -> its tasks in ``_affinity`` (waiting or running), while any
         self._rings: dict[int, tuple[int, ...]] = {}  # prefix hash -> its ring order (a cache: a function of the hash)
         self._homes: dict[int, int] = {}  # begun prefix -> the replica it began at, where not its ring's first (moved)
-        self._begun: set[int] = set()  # prefixes with a task sent and a task still waiting or running
+        self._begun: dict[int, int] = {}  # prefix hash -> its tasks in flight (sent, not yet answered), while any
+        self._sent: dict[bytes, int] = {}  # key of a task in flight -> its prefix's hash
         self.routed = 0
         self.affine = 0  # prefix routing: tasks that went to their prefix's first replica
 
@@ -201,7 +200,6 @@ class Router:
             except (ValueError, TypeError, msgpack.UnpackException):
                 payload = None
             h = self._affinity[p.key] = _h64(affinity_text(p.params, payload).encode())
-            self._members[h] = self._members.get(h, 0) + 1
         return h
 
     def _order(self, p: Pending) -> tuple[int, ...]:
@@ -225,24 +223,23 @@ class Router:
         return order if home is None else (home, *(i for i in order if i != home))
 
     def _send(self, p: Pending, to: int) -> None:
-        """``p`` goes to replica ``to``: its prefix is begun (at ``to``, if it was not) until none of its tasks is left."""
+        """``p`` goes to replica ``to``: its prefix is begun (at ``to``, if it was not) while ``p`` is in flight."""
         h = self._hash(p)
-        if h not in self._begun:
-            self._begun.add(h)
-            if to != self._order(p)[0]:
-                self._homes[h] = to  # moved: the rest of its group follows it there
+        if h not in self._begun and to != self._order(p)[0]:
+            self._homes[h] = to  # moved: the rest of its group follows it there
+        self._begun[h] = self._begun.get(h, 0) + 1
+        self._sent[p.key] = h
 
     def done(self, p: Pending) -> None:
-        """``p`` is answered, handed back or dropped: its call is over and its prefix is not kept for it (hashed again
-        if it waits again); the last of its group's tasks waiting or in flight ends the group (its prefix is placed
-        afresh when sent again)."""
-        h = self._affinity.pop(p.key, None)
+        """``p`` is answered, handed back or dropped: its prefix is not kept for it; the last of its group's tasks in
+        flight ends the group (its prefix is placed afresh when sent again)."""
+        self._affinity.pop(p.key, None)
+        h = self._sent.pop(p.key, None)
         if h is None:
             return
-        left = self._members[h] - 1
+        left = self._begun[h] - 1
         if left:
-            self._members[h] = left
+            self._begun[h] = left
         else:
-            del self._members[h]
-            self._begun.discard(h)
+            del self._begun[h]
             self._homes.pop(h, None)

@@ -306,32 +306,3 @@ def test_prompts_sent_again_after_their_groups_are_answered_are_placed_by_the_lo
     pair = next(ks for ks in by_replica.values() if len(ks) == 2)
     again = burst(pair, "again")
     assert all(len(r) == 1 for r in again.values()) and again[pair[0]] != again[pair[1]], (first, again)
-
-
-def test_a_group_whose_first_tasks_were_all_answered_before_the_rest_was_sent_stays_on_its_replica():
-    """Three replicas of 4 slots; group B fills the first replica of group A's ring order, group C the second, so A begins
-    at the third (moved there whole).  A's first 4 and C's are answered while A's other 4 still wait: the group is not
-    over while some of it waits, so they follow A's first 4 to the replica holding its prefix, not to the one C freed."""
-    g = Gate({"model": "m", "endpoints": [{"url": f"http://r{i}", "max_concurrency": 4} for i in range(3)], "routing": "prefix"})
-
-    def tasks(k: int, size: int, tag: str) -> list[Pending]:
-        return [Pending(f"{tag}-{j}".encode(), "llm_judge", {}, msgpack.packb({**grpo(1)(k), "response": f"{tag} {j}"}), None, None, 0.0)
-                for j in range(size)]
-
-    probes = {k: tasks(k, 1, f"probe{k}")[0] for k in range(200)}
-    orders = {k: g.router._order(p) for k, p in probes.items()}
-    for p in probes.values():
-        g.router.done(p)  # (a probe is no task of a group)
-    a = next(k for k, o in orders.items() if o[0] != o[1])
-    x, z, y = orders[a]
-    b = next(k for k, o in orders.items() if o[0] == x and k != a)
-    c = next(k for k, o in orders.items() if o[0] == z and k not in (a, b))
-    group_b, group_c, group_a = tasks(b, 4, "B"), tasks(c, 4, "C"), tasks(a, 8, "A")
-    g.queue.extend(group_b + group_c + group_a)
-    sent, failed = g.admit(0.0, 10**6)
-    assert not failed and [g.route(p) for p in sent] == [x] * 4 + [z] * 4 + [y] * 4, [g.route(p) for p in sent]
-    for p in sent[4:]:  # C's and A's first 4 answered; B's still in flight on x
-        assert not g.settle(p, SERVED, None, 0.5)
-    sent, failed = g.admit(0.5, 10**6)
-    assert not failed and sent == group_a[4:]
-    assert {g.route(p) for p in sent} == {y}, ({"a": y, "c freed": z}, [g.route(p) for p in sent])
