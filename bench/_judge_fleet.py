@@ -9,11 +9,16 @@ FLEET  8 queueing replicas of one model (batch 8, decode lognormal 0.3 s, a pref
        without the replicas' metrics URLs) against free-capacity routing, round-robin, and two
        hand-set aiohttp clients given the batch (64 slots round-robin; each whole group to one
        replica, 8 slots each); throughput, prefix-cache hit rate, time queued and at the replica
+
+``python bench/_judge_fleet.py trace [GROUP] [SEED]`` traces one FLEET run of prefix routing (no metrics URL): every
+0.5 s, per replica, what the gate holds in flight against its limit and what the replica serves and queues.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
+import threading
 import time
 from typing import Callable, Optional
 
@@ -34,13 +39,29 @@ def grpo_payloads(n: int, group: int, tag: str, prompt_chars: int = 12000, respo
 
 
 def run(servers: list[Server], payloads: list[dict], eps_extra: list[dict], judge_extra: dict, workers: int = 4,
-        pace: Optional[Callable[[int], float]] = None) -> dict:
-    """One producer scoring ``payloads`` on ``servers``; ``pace(i)``: when (s after the start) task i is submitted (None: all at once)."""
+        pace: Optional[Callable[[int], float]] = None, sample_s: Optional[float] = None) -> dict:
+    """One producer scoring ``payloads`` on ``servers``; ``pace(i)``: when (s after the start) task i is submitted (None: all at once).
+    ``sample_s``: every so many seconds, a sample in ``samples``: (s after the start, per endpoint (in flight at the gate,
+    its limit, being served at the server, queued at the server))."""
     eps = [{"url": s.url, **x} for s, x in zip(servers, eps_extra, strict=True)]
     cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": eps, "timeout_s": 60, "ceiling": 512, **judge_extra}}}
+    samples: list[tuple[float, list[tuple[int, float, int, int]]]] = []
     with Producer(local_workers=workers, config=cfg) as p:
         p.wait_for_workers(workers, timeout=60)
         t0 = time.monotonic()
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(max(0.0, t0 + sample_s * (len(samples) + 1) - time.monotonic())):  # type: ignore[operator]
+                judges = p.status()["judges"]
+                rows = judges[0]["endpoints"] if judges else []
+                at = [s.stats() for s in servers]
+                samples.append((time.monotonic() - t0, [(r["in_flight"], r["limit"], a["in_flight"], a["waiting"])
+                                                        for r, a in zip(rows, at, strict=False)]))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        if sample_s:
+            sampler.start()
         if pace is None:
             futures = p.submit_batch("llm_judge", payloads)
         else:
@@ -50,10 +71,13 @@ def run(servers: list[Server], payloads: list[dict], eps_extra: list[dict], judg
                 futures.extend(p.submit_batch("llm_judge", payloads[i:i + 8]))
         results = p.gather(futures, timeout=900)
         elapsed = time.monotonic() - t0
+        stop.set()
+        if sample_s:
+            sampler.join(timeout=10)
     failed = [r for r in results if not r.ok]
     stats = [s.stats() for s in servers]
     return {"elapsed_s": elapsed, "completed": len(results) - len(failed), "failed": len(failed), "stats": stats,
-            "first_error": failed[0].error if failed else None}
+            "first_error": failed[0].error if failed else None, "samples": samples}
 
 
 def tiers(n: int, runs: int) -> list[list[object]]:
@@ -170,3 +194,23 @@ def fleet(n: int, runs: int, replicas: int = 8, groups: tuple[int, ...] = (8, 16
     print(table(["run", "runs", "req/s", "prefix hit rate", "queued s/req", "at the replica s/req", "failed"], rows))
     if ratios:
         print(table(["prefix routing (no metrics URL) against", "throughput (median)", "per seed", "at the replica (median)"], ratios))
+
+
+def trace(group: int = 16, seed: int = 1, n: int = 1000, replicas: int = 8, every_s: float = 0.5) -> None:
+    """One FLEET run of prefix routing without metrics URLs (the ``prefix`` row's seed ``seed``), sampled every ``every_s``:
+    per replica, gate in flight / its limit / served at the replica + queued there; then each replica's answers."""
+    servers = [Server(free_port(), *FLEET_ARGS, seed=100 * seed + i) for i in range(replicas)]
+    try:
+        out = run(servers, grpo_payloads(n, group, f"g{group}s{seed}"), [{} for _ in servers], {"routing": "prefix"}, sample_s=every_s)
+    finally:
+        for s in servers:
+            s.stop()
+    print(f"FLEET trace, groups of {group}, seed {seed}, prefix routing without metrics URLs: {out['completed'] / out['elapsed_s']:.0f} req/s; "
+          f"per replica: in flight at the gate / its limit / served at the replica + queued there (the batch is 8)")
+    print(table(["s", *(f"replica {i}" for i in range(replicas))],
+                [[f"{t:.1f}", *(f"{g} / {lim:.0f} / {b}+{w}" for g, lim, b, w in row)] for t, row in out["samples"]]))
+    print("answers per replica: " + ", ".join(str(s["served"]) for s in out["stats"]))
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["trace"]:
+    trace(*(int(a) for a in sys.argv[2:4]))
