@@ -52,7 +52,6 @@ frame fails as ``bad_payload`` instead of being sent.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from collections import OrderedDict
@@ -130,7 +129,7 @@ class Scheduler:
         self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
         self.queue = FairQueue()  # waiting for credit; retries go first, then each lane in turn
         self.policies: list[AdmissionPolicy] = []  # every policy a task was added to, in order of first use
-        self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0}
+        self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0, "policy_errors": 0}
         self._import_errors_logged: set[str] = set()
         self._sizer = _TaskSizer()
         self._turns = Turns(every_s=REVOKE_EVERY_S)
@@ -286,8 +285,7 @@ class Scheduler:
                     except Exception:  # a bug in a policy must not strand the task: it resolves as reported
                         log.exception("qworker: the admission policy failed on a result; resolving task %s as the worker reported it",
                                       key.hex()[:16])
-                        with contextlib.suppress(Exception):  # (logged above: the same policy's bug)
-                            self._forget(p)
+                        self._forget(p)
                     else:
                         if decision.retry:  # the policy has queued it again: the call, not the delivery, is retried
                             p.undeliver()
@@ -459,9 +457,18 @@ class Scheduler:
                 self.send(w.id.encode(), wire.Revoke(spare))
 
     def _forget(self, p: Pending) -> None:
-        """``p`` leaves without a result for its policy (if it has one)."""
+        """``p`` leaves without a result for its policy (if it has one).  A policy's ``forget`` that raises is logged
+        (the 1st, 10th, 100th... time, with its traceback) and counted in ``stats["policy_errors"]``; the task leaves
+        every index of the scheduler all the same, so a policy's bug can neither strand a task nor stop dispatch."""
         if p.policy is not None:
-            p.policy.forget(p)
+            try:
+                p.policy.forget(p)
+            except Exception:
+                self.stats["policy_errors"] += 1
+                n = self.stats["policy_errors"]
+                if n == 10 ** (len(str(n)) - 1):
+                    log.exception("qworker: the admission policy's forget() failed on task %s (%d times so far); "
+                                  "the task goes on without it", p.key.hex()[:16], n)
 
     def _admit(self, now: float) -> None:
         """Move the tasks the policies admit to the front of the queue; fail those they fail."""

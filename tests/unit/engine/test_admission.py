@@ -77,3 +77,31 @@ def test_tasks_lost_with_their_worker_go_back_to_their_policy_and_a_task_that_fa
     assert [p.key for p in policy.queue] == [(1).to_bytes(16, "big")] and not policy.held  # given back, slot released
 
 
+
+
+class ForgetRaises(Slots):
+    """``Slots`` whose ``forget`` hook has a bug."""
+
+    def forget(self, p) -> None:
+        raise RuntimeError("the policy's forget broke")
+
+
+def test_a_policy_whose_forget_raises_neither_strands_its_task_nor_stops_the_scheduler():
+    stub = StubTransport()
+    table = PendingTable(cache=ResultCache(max_entries=100, ttl_s=None, path=None), fallback_score=0.0)
+    s = Scheduler(send=stub, table=table, max_attempts=1, heartbeat_timeout_s=HB, max_message_bytes=1 << 20)
+    with table.registering([(i.to_bytes(16, "big"), b"p") for i in range(2)], reward="r", params={}, timeout_s=None,
+                           policy=ForgetRaises(2), now=0.0, hand_on=s.add) as reg:
+        reg.hand_on(reg.new)
+    ready(s, "a", granted=10)
+    s.dispatch(0.0)
+    sent = stub.tasks_to("a")
+    assert len(sent) == 2
+    lost(s, "a", wire.Fault(ErrorKind.WORKER_LOST, "crashed: exit code -11"), sent[0].key, now=0.1)  # its one attempt: it fails
+    failed = reg.futures[0].result(timeout=0)
+    assert failed.error_kind is ErrorKind.WORKER_LOST
+    assert s.stats["policy_errors"] >= 1 and not reg.futures[1].done()
+    s.dispatch(0.2)
+    ready(s, "b", granted=10, now=0.2)
+    s.dispatch(0.3)
+    assert [t.key for t in stub.tasks_to("b")] == [sent[1].key]  # the innocent task is delivered again
