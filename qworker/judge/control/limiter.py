@@ -17,6 +17,8 @@ mode        event                                         to            the limi
 ==========  ============================================  ============  ==========================================
 PROBING     an answer, in use, no queue                   PROBING       + ``slow_start_step`` (x1.5 per round trip)
 PROBING     a fresh refusal                               HOLDING       the level of a round trip ago (/1.5)
+PROBING     ``adopt`` before its first answer, its peers  STEADY        their largest limit; their refusal level
+            already refused (``peers``)                                 is its own
 STEADY      an answer, in use                             STEADY        +1 to the refusal level/knee, then a probe
                                                                         (x2 per round trip without a refusal below
                                                                         ``regain`` x the highest capacity seen)
@@ -377,9 +379,11 @@ class AdaptiveLimit:
         limit leaves slow start with their refusal level (growth above it is the probe), so its first refusal
         caps it as any refusal does rather than cutting it to a level of a round trip ago it never had (a cut
         that, the lowest limit being every producer's, would be theirs too)."""
-        if self.rtt == 0.0 and not self.drops and level > self.limit:
-            self.limit = min(self.config.ceiling, level)
-            if refused >= 1.0 and self.mode is Mode.PROBING:
+        if self.rtt == 0.0 and not self.drops:
+            if level > self.limit:
+                self.limit = min(self.config.ceiling, level)
+            if refused >= 1.0 and level >= 1.0 and self.mode is Mode.PROBING:  # (below the initial limit too: theirs)
+                self.limit = max(self.config.floor, min(self.limit, level))
                 self.memory.refused(refused, probing=False)
                 self.mode = Mode.STEADY
         self.memory.saw(high)
