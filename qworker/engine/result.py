@@ -207,35 +207,16 @@ class ResultFuture(concurrent.futures.Future):
         return asyncio.wrap_future(self).__await__()
 
 
-def resolve_many(pairs: Iterable[tuple[ResultFuture, Result]]) -> None:
-    """Resolve each future with its result, under one hold of the state lock; then wake its waiters
-    and run its callbacks.  ``InvalidStateError`` (after resolving the others) if one was resolved already."""
+def _resolve(pairs: Iterable[tuple[ResultFuture, Result]]) -> tuple[int, Optional[ResultFuture]]:
+    """Resolve each future not resolved yet with its result, under one hold of the state lock; then wake its
+    waiters and run its callbacks.  Returns how many this call resolved, and one that was resolved already (or None)."""
     woken: list[tuple[ResultFuture, Optional[threading.Condition], Optional[list]]] = []
     again: Optional[ResultFuture] = None
-    with _state_lock:
-        for fut, result in pairs:
-            if fut._state is _FINISHED:
-                again = fut
-                continue
-            fut._result = result
-            fut._state = _FINISHED
-            if fut._cond is not None or fut._callbacks is not None:
-                woken.append((fut, fut._cond, fut._callbacks))
-                fut._callbacks = None
-    for fut, cond, callbacks in woken:
-        _wake(fut, cond, callbacks)
-    if again is not None:
-        raise concurrent.futures.InvalidStateError(f"{again!r} is resolved already")
-
-
-def resolve_first(pairs: Iterable[tuple[ResultFuture, Result]]) -> int:
-    """``resolve_many`` where the first result of a future wins: one already resolved is left as it is (no
-    error).  Returns how many this call resolved."""
-    woken: list[tuple[ResultFuture, Optional[threading.Condition], Optional[list]]] = []
     fresh = 0
     with _state_lock:
         for fut, result in pairs:
             if fut._state is _FINISHED:
+                again = fut
                 continue
             fut._result = result
             fut._state = _FINISHED
@@ -245,7 +226,21 @@ def resolve_first(pairs: Iterable[tuple[ResultFuture, Result]]) -> int:
                 fut._callbacks = None
     for fut, cond, callbacks in woken:
         _wake(fut, cond, callbacks)
-    return fresh
+    return fresh, again
+
+
+def resolve_many(pairs: Iterable[tuple[ResultFuture, Result]]) -> None:
+    """Resolve each future with its result, under one hold of the state lock; then wake its waiters
+    and run its callbacks.  ``InvalidStateError`` (after resolving the others) if one was resolved already."""
+    _, again = _resolve(pairs)
+    if again is not None:
+        raise concurrent.futures.InvalidStateError(f"{again!r} is resolved already")
+
+
+def resolve_first(pairs: Iterable[tuple[ResultFuture, Result]]) -> int:
+    """``resolve_many`` where the first result of a future wins: one already resolved is left as it is (no
+    error).  Returns how many this call resolved."""
+    return _resolve(pairs)[0]
 
 
 def add_done_callbacks(futures: Iterable[ResultFuture], fn: Callable[[concurrent.futures.Future], object]) -> None:
@@ -263,10 +258,7 @@ def add_done_callbacks(futures: Iterable[ResultFuture], fn: Callable[[concurrent
             else:
                 callbacks.append(fn)
     for fut in done:
-        try:
-            fn(fut)
-        except Exception:
-            _log.exception("exception calling callback for %r", fut)
+        _wake(fut, None, [fn])
 
 
 def _wake(fut: ResultFuture, cond: Optional[threading.Condition], callbacks: Optional[list]) -> None:
