@@ -322,15 +322,7 @@ class RewardService:
                     continue  # not followed by this service (left and cleared)
                 # ``_result`` rather than ``result()``: the future is finished, and ``result()`` takes its lock again
                 r = cast(Result, fut._result)
-                if isinstance(owner, tuple):  # the usual case: one asker
-                    peer, request, index = owner
-                    rows = waiting.get(peer)
-                    if rows is None:
-                        rows = waiting[peer] = []
-                    rows.append(row(request, index, r))
-                    in_flight[peer] = in_flight.get(peer, 0) - 1
-                    continue
-                for peer, request, index in owner:
+                for peer, request, index in ((owner,) if isinstance(owner, tuple) else owner):  # one asker, or several
                     rows = waiting.get(peer)
                     if rows is None:
                         rows = waiting[peer] = []
