@@ -9,8 +9,7 @@ judge gate admitted) go first, before any lane.
 
 With one lane it is a deque.  The deque calls the scheduler makes are the
 ones it has: ``append``, ``extendleft``, ``popleft``, ``[0]``, ``len``,
-iteration (front, then lanes in turn order); ``unpop``, which undoes
-the ``popleft`` just made; ``take(n)``, a TASKS message's worth of
+iteration (front, then lanes in turn order); ``take(n)``, a TASKS message's worth of
 ``popleft`` in one call, and ``untake``, which puts back at the very front
 the tail of what ``take`` returned that did not fit the message.
 
@@ -45,7 +44,7 @@ KEEP = 2  # tasks a worker keeps when asked to give back: the one it runs and th
 
 
 class FairQueue:
-    __slots__ = ("_front", "_lanes", "_turn", "_len", "_first", "mixed", "_from_front")
+    __slots__ = ("_front", "_lanes", "_turn", "_len", "_first", "mixed")
 
     def __init__(self) -> None:
         self._front: deque[Pending] = deque()  # put back: goes first
@@ -54,7 +53,6 @@ class FairQueue:
         self._len = 0
         self._first: Hashable = None
         self.mixed = False  # a second lane was ever seen: turns (and giving back) matter
-        self._from_front = False  # the last ``popleft`` took from the front (for ``unpop``)
 
     def waiting(self) -> set[Hashable]:
         """Lanes with tasks queued."""
@@ -135,9 +133,7 @@ class FairQueue:
         """The front's first task, else the next lane's first (that lane then waits its turn)."""
         if self._front:
             self._len -= 1
-            self._from_front = True
             return self._front.popleft()
-        self._from_front = False
         turn = self._turn
         if not turn:
             raise IndexError("pop from an empty queue")
@@ -174,23 +170,6 @@ class FairQueue:
         front (with one lane, exactly where they were; with several, the lanes' turns have moved on past them)."""
         self._front.extendleft(reversed(tasks))
         self._len += len(tasks)
-
-    def unpop(self, p: Pending) -> None:
-        """Undo the ``popleft`` that just returned ``p`` (nothing else changed the queue since): it is first again,
-        and its lane's turn is as before.  For a caller that looks at a task only once it has taken it."""
-        self._len += 1
-        if self._from_front:
-            self._front.appendleft(p)
-            return
-        lane = p.lane
-        q = self._lanes.get(lane)
-        if q is None:  # it was its lane's last task: the lane had the turn, and left it
-            self._lanes[lane] = deque((p,))
-            self._turn.appendleft(lane)
-            return
-        q.appendleft(p)
-        if len(self._turn) > 1:  # its lane went to the back of the turns: back to the front
-            self._turn.rotate(1)
 
 
 def overserved(queue: FairQueue, workers: Iterable[WorkerState]) -> dict[WorkerState, int]:

@@ -391,8 +391,8 @@ class Scheduler:
             if p.key not in charged:
                 p.refund()
             if self._fail_if_spent(p):  # a late report used up its attempts while it ran here
-                pass
-            elif p.attempts >= self.max_attempts or p.deliveries >= cap:
+                continue
+            if p.attempts >= self.max_attempts or p.deliveries >= cap:
                 self._forget(p)
                 if p.attempts >= self.max_attempts:
                     detail = f"attempt {p.attempts} of {self.max_attempts} was on worker {w.id}, which was lost ({reason})"

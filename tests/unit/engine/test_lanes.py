@@ -45,31 +45,6 @@ def test_given_back_tasks_return_to_the_front_of_their_own_lane():
     assert [int.from_bytes(q.popleft().key, "big") for _ in range(3)] == [1, 2, 3]  # b's turn came first
 
 
-def test_a_task_taken_and_put_straight_back_leaves_the_order_and_the_turns_as_they_were():
-    # taken from the front, from a lane with more tasks (whose turn moved on), and as a lane's last task
-    def fill() -> FairQueue:
-        q = FairQueue()
-        for lane, keys in (("a", [1, 2, 3]), ("b", [4]), ("c", [5, 6])):
-            for i in keys:
-                q.append(task(lane, i))
-        q.extendleft([task("a", 0)])
-        return q
-
-    def drain(q: FairQueue) -> list[int]:
-        return [int.from_bytes(q.popleft().key, "big") for _ in range(len(q))]
-
-    expected = drain(fill())
-    assert expected == [0, 1, 4, 5, 2, 6, 3]
-    for taken in range(len(expected)):
-        q = fill()
-        before = [int.from_bytes(q.popleft().key, "big") for _ in range(taken)]
-        p = q.popleft()
-        q.unpop(p)
-        assert len(q) == len(expected) - taken
-        assert before + drain(q) == expected, taken
-        assert not q and len(q) == 0
-
-
 def test_a_batch_holding_a_task_that_cannot_be_queued_is_refused_whole():
     q = FairQueue()
     queued = task("a", 1)
