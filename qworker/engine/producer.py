@@ -47,6 +47,18 @@ _CHUNK = 1024  # tasks hashed before the dispatcher is woken
 _decode_payload = msgspec.msgpack.Decoder().decode  # an encoded payload, as a worker decodes it
 
 
+def _given_encodings(payloads: Iterable[Any]) -> list[Union[bytes, Exception]]:
+    """``submit_batch(encoded=True)``'s payloads as bytes, with an error in place of one that is not a buffer
+    (so it fails alone as ``bad_payload``, as one that cannot be encoded does)."""
+    out: list[Union[bytes, Exception]] = []
+    for p in payloads:
+        if isinstance(p, (bytes, bytearray, memoryview, msgspec.Raw)):
+            out.append(bytes(p))
+        else:
+            out.append(TypeError(f"encoded=True takes each payload's encoding (bytes), not {type(p).__name__}"))
+    return out
+
+
 _local_pool_numbers = itertools.count(1)  # local pool ids stay distinct within a process
 
 
@@ -220,7 +232,7 @@ class Producer:
         cache_read = self.options.cache_read and identity.confirmed
         new_hash = prefix_state(identity.prefix).copy  # ``key_with_prefix``, the prefix hashed once per chunk
         packer = new_packer()
-        encodings = (bytes(p) for p in payloads) if encoded else encode_payloads(payloads, packer)
+        encodings = _given_encodings(payloads) if encoded else encode_payloads(payloads, packer)
         for payload_bytes in encodings:
             if isinstance(payload_bytes, Exception):  # what encoding it raised
                 exc = payload_bytes

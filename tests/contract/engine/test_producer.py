@@ -72,6 +72,15 @@ def test_bad_payloads_fail_alone(producer):
     assert results[1].error_kind == "bad_payload" and "cannot encode" in results[1].error
 
 
+def test_an_encoded_submission_fails_a_payload_that_is_not_bytes_alone(producer):
+    from qworker.cache.hashing import encode_payload
+
+    futs = producer.submit_batch("noop", [encode_payload({"ok": 1}), {"ok": 2}, encode_payload({"ok": 3})], encoded=True)
+    first, wrong, third = producer.gather(futs, timeout=60)
+    assert first.ok and third.ok
+    assert wrong.error_kind == "bad_payload" and "encoded=True" in wrong.error
+
+
 def test_oversized_payload_is_refused():
     with Producer(local_workers=1, max_payload_bytes=1000) as p:
         big, small = p.map("noop", [{"x": "a" * 2000}, {"x": "a"}])
