@@ -119,13 +119,10 @@ class MemoryCache:
             owned = {item[0]: (item[1], _own(item[2]) if item[2] else None, now) for item in items}
         with self._lock:
             data = self._data
-            before = len(data)
-            for key, entry in owned.items():  # new keys go to the end, in order (``update`` is twice as slow on an OrderedDict)
-                data[key] = entry
-            if len(data) - before < len(owned):  # a result computed again (the rare case): most recently used now
-                move = data.move_to_end
-                for key in owned:
-                    move(key)
+            if not data.keys().isdisjoint(owned):  # (one pass in C for the usual batch of new keys)
+                for key in [key for key in owned if key in data]:  # a result computed again: most recently used now
+                    data.move_to_end(key)
+            data.update(owned)  # new keys go to the end, in order
             while len(data) > self.max_entries:
                 data.popitem(last=False)
                 self.evictions += 1

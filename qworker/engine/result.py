@@ -84,9 +84,6 @@ class ResultFuture(concurrent.futures.Future):
     (``set_exception`` raises ``TypeError``).
     """
 
-    # Slots, not the instance dict ``Future`` would give it: one is held per pending task, and every full collection
-    # of the cyclic GC traverses it (slotted: about a tenth faster; its creation costs the same).
-    __slots__ = ("_state", "_result", "_cond", "_callbacks", "_waiter_list")
     _exception: Optional[BaseException] = None  # never set: Future's own methods (``__repr__``) read it
 
     def __init__(self) -> None:  # noqa: D107 - no Future.__init__: its Condition is what this avoids
