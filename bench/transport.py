@@ -18,8 +18,10 @@ in one process on one machine, through:
 
 It prints tasks/s (median of --repeats runs for the no-op workload, one run for
 the 1 ms one) and qworker's ratio to each, then qworker's single-task round
-trip on an idle pool, the CPU the caller's thread spends waiting in gather, and
-the producer's memory per pending task.
+trip on an idle pool, the CPU the caller's thread spends waiting in gather, the
+CPU per no-op task of the producer (its caller's and dispatcher's threads, the
+garbage collector's share) and of the local pool's processes, and the producer's
+memory per pending task.
 
 Then qworker across a real TCP socket on 127.0.0.1, with ``qworker-pool``
 processes as on remote hosts: one pool of W workers in plain text, the same
