@@ -18,8 +18,10 @@ in one process on one machine, through:
 
 It prints tasks/s (median of --repeats runs for the no-op workload, one run for
 the 1 ms one) and qworker's ratio to each, then qworker's single-task round
-trip on an idle pool, the CPU the caller's thread spends waiting in gather, and
-the producer's memory per pending task.
+trip on an idle pool, the CPU the caller's thread spends waiting in gather, the
+CPU per no-op task of the producer (its caller's and dispatcher's threads, the
+garbage collector's share) and of the local pool's processes, and the producer's
+memory per pending task.
 
 Then qworker across a real TCP socket on 127.0.0.1, with ``qworker-pool``
 processes as on remote hosts: one pool of W workers in plain text, the same
@@ -222,23 +224,55 @@ def round_trip_ms(p: Producer, n: int = 2000) -> list[float]:
     return times
 
 
-class CpuSplit:
-    """Where a producer's CPU goes during one ``run_qworker``: the caller's thread submitting and gathering, the
-    dispatcher's thread (Linux: its ``/proc`` stat; absent elsewhere), and the garbage collector's share of the two."""
+def _stat_cpu_s(path: str) -> float:
+    """utime + stime, in seconds, from a Linux ``/proc/.../stat`` file; NaN where there is none."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
-    def __init__(self, p: Producer) -> None:
+
+def _descendants(pid: int) -> list[int]:
+    """``pid``'s child processes and theirs (Linux ``/proc``; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for e in entries:
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(e))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class CpuSplit:
+    """Where the CPU goes during one ``run_qworker``: the producer's caller thread submitting and gathering, its
+    dispatcher's thread, the garbage collector's share of the two, and the local pool's processes (its workers and
+    supervisor; their /proc stat, Linux only: NaN elsewhere)."""
+
+    def __init__(self, p: Producer, pool_pids: list[int]) -> None:
         self.tid = getattr(p._dispatcher, "native_id", None)
+        self.pool_pids = pool_pids
         self.gc_s = 0.0
         self._gc_t0 = 0.0
         self.us: dict[str, float] = {}
 
     def _thread_s(self) -> float:
-        try:
-            with open(f"/proc/self/task/{self.tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-        except (OSError, ValueError, IndexError):
-            return float("nan")
+        return _stat_cpu_s(f"/proc/self/task/{self.tid}/stat")
+
+    def _pool_s(self) -> float:
+        return sum(_stat_cpu_s(f"/proc/{pid}/stat") for pid in self.pool_pids) if self.pool_pids else float("nan")
 
     def _on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -247,20 +281,21 @@ class CpuSplit:
             self.gc_s += time.perf_counter() - self._gc_t0
 
     def __enter__(self) -> CpuSplit:
-
         gc.callbacks.append(self._on_gc)
+        self.w0 = self._pool_s()
         self.c0, self.d0 = time.thread_time(), self._thread_s()
         return self
 
     def __exit__(self, *exc: object) -> None:
-
         self.caller_s, self.dispatcher_s = time.thread_time() - self.c0, self._thread_s() - self.d0
+        self.pool_s = self._pool_s() - self.w0
         gc.callbacks.remove(self._on_gc)
 
     def per_task_us(self, n: int) -> dict[str, float]:
         return {"caller thread (hash, register, gather)": self.caller_s / n * 1e6,
                 "dispatcher thread (queue, send, results)": self.dispatcher_s / n * 1e6,
-                "of the two, garbage collection (wall)": self.gc_s / n * 1e6}
+                "of the two, garbage collection (wall)": self.gc_s / n * 1e6,
+                f"the pool's {len(self.pool_pids)} processes (workers, supervisor)": self.pool_s / n * 1e6}
 
 
 def gather_cpu_share(p: Producer, payloads: list) -> tuple[float, float]:
@@ -346,6 +381,7 @@ def main() -> None:
     producer_us: dict[str, float] = {}  # producer process CPU per task, median over runs
     split: dict[str, list[float]] = {}  # the no-op runs' producer CPU per task, by where it went (median over runs)
     with Producer(local_workers=w) as p:
+        pool_pids = [p._pool.pid, *_descendants(p._pool.pid)] if p._pool is not None else []
         for name, (reward, payloads, repeats) in workloads.items():
             # fresh payloads per repeat, so no run is answered from the cache
             batches = iter([[dict(x, rep=r) for x in payloads] for r in range(repeats)])
@@ -356,7 +392,7 @@ def main() -> None:
                 if name != "no-op":
                     run_qworker(p, reward, next(batches))
                 else:
-                    with CpuSplit(p) as cpu:
+                    with CpuSplit(p, pool_pids) as cpu:
                         run_qworker(p, reward, next(batches))
                     for part, us in cpu.per_task_us(n).items():
                         split.setdefault(part, []).append(us)

@@ -119,10 +119,15 @@ class MemoryCache:
             owned = {item[0]: (item[1], _own(item[2]) if item[2] else None, now) for item in items}
         with self._lock:
             data = self._data
-            if not data.keys().isdisjoint(owned):  # (one pass in C for the usual batch of new keys)
-                for key in [key for key in owned if key in data]:  # a result computed again: most recently used now
-                    data.move_to_end(key)
-            data.update(owned)  # new keys go to the end, in order
+            before = len(data)
+            # New keys go to the end, in order.  Not ``update``: on an OrderedDict it first makes a list of (key, entry)
+            # tuples, more allocations for the cyclic GC to count while results stream in (see ``Pending.empty_extra``).
+            for key, entry in owned.items():
+                data[key] = entry
+            if len(data) - before < len(owned):  # a result computed again (the rare case): most recently used now
+                move = data.move_to_end
+                for key in owned:
+                    move(key)
             while len(data) > self.max_entries:
                 data.popitem(last=False)
                 self.evictions += 1

@@ -242,7 +242,7 @@ class PendingTable:
                     continue
                 claimed.append(p)
                 if extra is None:
-                    extra = {}
+                    extra = p.empty_extra  # made with the task: nothing made here outlives the batch (see ``Pending``)
                 if error is not None or score is None:
                     failed += 1
                     score = fallback

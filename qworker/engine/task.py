@@ -98,6 +98,12 @@ class Pending(msgspec.Struct, eq=False, gc=False):
     is undone as the task leaves its lease, and every task finishes (``PendingTable.close`` cancels
     what is left).  A task with an admission policy is a ``PolicyPending``, which the collector
     tracks: a policy's per-task tables refer back to it while its ``policy`` refers to them.
+
+    ``empty_extra`` is the ``Result.extra`` it resolves with when its worker reports none, made with
+    the task rather than with its result: then resolving a batch of results allocates no object the
+    collector counts that outlives the batch, so results streaming in set off no young collection,
+    which would move the caller's pending futures to older generations (and, once per large batch, a
+    full collection of the process).  An empty dict refers to nothing: it adds no cycle.
     """
 
     key: bytes
@@ -116,6 +122,7 @@ class Pending(msgspec.Struct, eq=False, gc=False):
     policy: Optional[AdmissionPolicy] = None  # what admits it (``engine.admission``); None: straight to the queue
     lane: Hashable = 0  # who submitted it: lanes are served round-robin (``engine.lanes``); a service's client each
     cache_as: Optional[bytes] = None  # the key its result is cached under when not ``key`` (other code ran it); b"": not cached
+    empty_extra: dict = msgspec.field(default_factory=dict)  # its ``Result.extra`` if its worker reports none (see above)
 
     def as_task(self, meta: Optional[dict] = None) -> wire.Task:
         """This delivery as the wire carries it; ``meta``: what its admission policy attached (``AdmissionPolicy.meta``)."""

@@ -35,21 +35,23 @@ class TaskSlot:
             self._mm = mmap.mmap(fd, _SIZE)
         finally:
             os.close(fd)
-        self._seq = 0
+        self._seq = 0  # even: the sequence number of the last complete write
+        self._pack = _LAYOUT.pack_into
         if create:
             _LAYOUT.pack_into(self._mm, 0, 0, bytes(16), 0.0, 0.0)
             _BEAT.pack_into(self._mm, _LAYOUT.size, 0.0)
 
     def begin(self, key: bytes, started: float, deadline: float) -> None:
-        self._write(key, started, deadline)
+        """Show task ``key`` running since ``started`` until ``deadline`` (monotonic s).  Called once per task:
+        two writes, the sequence odd during the first (a reader retries) and even after the second."""
+        seq = self._seq = self._seq + 2
+        pack, mm = self._pack, self._mm
+        pack(mm, 0, seq - 1, key, started, deadline)
+        pack(mm, 0, seq, key, started, deadline)
 
     def end(self) -> None:
-        self._write(bytes(16), 0.0, 0.0)
-
-    def _write(self, key: bytes, started: float, deadline: float) -> None:
-        self._seq += 1
-        _LAYOUT.pack_into(self._mm, 0, self._seq * 2 - 1, key, started, deadline)
-        _LAYOUT.pack_into(self._mm, 0, self._seq * 2, key, started, deadline)
+        """Show the worker idle."""
+        self.begin(bytes(16), 0.0, 0.0)
 
     def beat(self, now: float) -> None:
         """Record that the worker is alive at ``now`` (its heartbeat thread calls this)."""

@@ -151,3 +151,37 @@ def test_close_racing_registrations_from_other_threads_leaves_no_future_pending(
     for th in threads:
         th.join(60)
     assert got and all(f.done() for f in got) and len(t) == 0
+
+
+def test_results_streaming_in_set_off_no_garbage_collection_while_their_futures_wait():
+    # A trainer holds every future of a batch while its results stream in.  If resolving them allocated objects the
+    # cyclic GC counts and that outlive the batch (an empty ``extra`` per result), each 700 of them would set off a
+    # young collection, which moves the waiting futures to older generations and, once per large batch, sets off a
+    # full collection of the whole process.  What a Result keeps is made with its task, at submission.
+    import gc
+
+    t = PendingTable(cache=ResultCache(max_entries=100_000, ttl_s=None, path=None), fallback_score=-1.0)
+    gc.disable()  # as ``submit_batch`` registers
+    try:
+        futures, tasks = add(t, *(i.to_bytes(16, "big") for i in range(20_000)))
+    finally:
+        gc.enable()
+    collections: list[int] = []
+    here = threading.get_ident()
+
+    def track(phase: str, info: dict) -> None:  # collections this thread sets off (another thread's are not its doing)
+        if phase == "start" and threading.get_ident() == here:
+            collections.append(info["generation"])
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)  # CPython's defaults, whatever an earlier test or plugin set
+    gc.collect()  # the registration's own allocations are the submitting call's business, not the results'
+    gc.callbacks.append(track)
+    try:
+        for i in range(0, len(tasks), 256):  # as RESULTS messages of 256 arrive
+            t.resolve([(p, 1.0, None, None, "w", 0.0) for p in tasks[i : i + 256]])
+    finally:
+        gc.callbacks.remove(track)
+        gc.set_threshold(*thresholds)
+    assert all(f.done() for f in futures) and all(f.result().extra == {} for f in futures[:3])
+    assert collections == [], f"resolving 20,000 results set off {len(collections)} collections (generations {sorted(set(collections))})"
