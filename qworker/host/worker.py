@@ -306,7 +306,6 @@ class Worker:
         the loop marks the slot idle, ``_idle``, before it does anything but start the next task, whose write
         overwrites it: one write per task, not two).  A run of tasks of one reward resolves it once."""
         inbox, monotonic, slot, finish = self.inbox, time.monotonic, self.slot, self._finish
-        TaskResult = wire.TaskResult
         default_limit = self.options.task_timeout_s
         name: Optional[str] = None  # the reward of the previous task, and what it resolved to
         spec: Any = None
@@ -348,14 +347,8 @@ class Worker:
                 dt = t1 - t0
                 service_s = self.service_s
                 self.service_s = dt if service_s == 0.0 else 0.8 * service_s + 0.2 * dt
-                if extra is None and error is None and outcome is None and self.results and \
-                        self.results_bytes + bare <= self.batch_bytes:  # ``finish`` of a bare score joining a batch, inline
-                    self.results_bytes += bare
-                    self.results.append(TaskResult(key, score, None, None, dt, None, ran))
-                    self.finished += 1
-                else:
-                    finish(TaskResult(key, score, extra, error, dt, outcome, ran),
-                           bare if extra is None and error is None and outcome is None else 0)
+                finish(wire.TaskResult(key, score, extra, error, dt, outcome, ran),
+                       bare if extra is None and error is None and outcome is None else 0)
             results = self.results
             if results and (len(results) >= FLUSH_RESULTS or not inbox or t1 - self.first_unflushed > FLUSH_AFTER_S):
                 self._flush()
