@@ -55,8 +55,11 @@ class FairQueue:
         self.mixed = False  # a second lane was ever seen: turns (and giving back) matter
 
     def waiting(self) -> set[Hashable]:
-        """Lanes with tasks queued."""
-        return set(self._turn)
+        """Lanes with tasks queued (in their lanes, or put back at the front)."""
+        lanes = set(self._turn)
+        for p in self._front:
+            lanes.add(p.lane)
+        return lanes
 
     def __len__(self) -> int:
         return self._len

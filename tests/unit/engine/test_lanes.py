@@ -113,3 +113,13 @@ def test_tasks_taken_for_a_message_come_in_popleft_order_and_an_unsent_tail_is_f
         assert len(q) == 4 and all(p.state is QUEUED for p in taken)
         rest = q.take(10)
         assert keys(rest) == order[2:] and not q and len(q) == 0
+
+
+def test_a_lane_whose_tasks_were_put_back_at_the_front_still_counts_as_waiting():
+    q = FairQueue()
+    for lane, i in (("a", 1), ("b", 2)):
+        q.append(task(lane, i))
+    taken = q.take(2)
+    assert q.waiting() == set()
+    q.untake(taken)  # not sent after all: first again, at the very front
+    assert q.waiting() == {"a", "b"}  # so give-back still makes room for them
