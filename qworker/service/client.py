@@ -61,7 +61,7 @@ from ..transport import client_wire as cw
 from ..transport.endpoint import check_endpoint
 from ..transport.reactor import Reactor
 from ..transport.security import CurveClient, handshake_problem
-from ..transport.sockets import Redialer, make_socket, readable
+from ..transport.sockets import Redialer, make_socket
 from ..transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -293,12 +293,15 @@ class Client:
                 self._send(StatusRequest())
 
     def _receive(self) -> None:
-        sock = self._sock
+        recv = self._sock.recv_multipart
         acks: list[int] = []
         for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once
-            if self._closed or not readable(sock):
+            if self._closed:
                 break  # close() waits for this thread: it stops between messages, not after a flood of them
-            frames = sock.recv_multipart(copy=True)
+            try:
+                frames = recv(zmq.NOBLOCK, copy=True)  # until none is left: no ZMQ_EVENTS system call per message
+            except zmq.Again:
+                break
             try:
                 if len(frames) != 2:
                     raise WireError(f"expected 2 frames, got {len(frames)}")
