@@ -19,6 +19,13 @@ Then, on an idle producer and through a Client on an idle service: the single-ta
 (``submit(...).result()``, one at a time, ``--rtt`` times), p50 and p99; and one caller submitting
 n no-op tasks in one request (``--one-batch``), to show how a request's size matters.
 
+The round trip's hops, measured in the same run: a bare pyzmq DEALER -> ROUTER echo over loopback TCP
+to another process (what a message to the service and its answer cost at the least), and the same
+echo made the way a Client makes it: the caller hands the message to an I/O thread (a ``Reactor``,
+woken through its pipe) and sleeps on a future that the I/O thread sets when the echo comes back.
+A Client's round trip is then about the embedded one plus that second echo: the service's own work
+(taking the request, answering from the future's callback) is what is left over.
+
     python bench/service.py                  # 40k no-op and 4k spin tasks per run, 3 runs each
     python bench/service.py --quick          # 4k / 400 tasks, 1 run, 500 round trips: a smoke test
 """
@@ -186,6 +193,89 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def echo_main(conn: Any) -> None:
+    """A ROUTER on loopback TCP that sends every message straight back (the service's hop, without the service)."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    conn.send(f"tcp://127.0.0.1:{port}")
+    while True:
+        frames = sock.recv_multipart()
+        sock.send_multipart(frames)
+        if frames[-1] == b"stop":
+            break
+    sock.close(linger=1000)
+    ctx.term()
+
+
+def echo_round_trips_ms(n: int) -> tuple[list[float], list[float]]:
+    """(bare DEALER/ROUTER echo round trips over loopback TCP, the same echo through an I/O thread as a Client
+    makes it), ms each, ``n`` of each, one at a time, against an echo process."""
+    from collections import deque
+
+    import zmq
+
+    from qworker.engine.result import Result, ResultFuture
+    from qworker.transport.reactor import Reactor
+
+    parent, child = mp.get_context("spawn").Pipe()
+    proc = mp.get_context("spawn").Process(target=echo_main, args=(child,), daemon=True)
+    proc.start()
+    endpoint = parent.recv()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.connect(endpoint)
+    msg = b"x" * 64
+    bare = []
+    for _ in range(n + 50):
+        t0 = time.perf_counter()
+        sock.send(msg)
+        sock.recv()
+        bare.append((time.perf_counter() - t0) * 1000)
+    # the Client's shape: the caller appends to an outbox and wakes the I/O thread, which sends; the answer is
+    # read by the I/O thread, which sets the caller's future
+    outbox: deque[ResultFuture] = deque()
+    waiting: deque[ResultFuture] = deque()
+    reactor = Reactor(name="echo-client", max_wait_s=0.5)
+
+    def send_outbox(now: float) -> None:
+        while outbox:
+            waiting.append(outbox.popleft())
+            sock.send(msg, flags=zmq.NOBLOCK)
+
+    def receive() -> None:
+        while True:
+            try:
+                sock.recv(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            waiting.popleft().set_result(Result())
+
+    reactor.each_turn(send_outbox, name="sending")
+    reactor.on_readable(sock, receive, name="receiving")
+    io = threading.Thread(target=reactor.run, daemon=True)
+    io.start()
+    handed = []
+    for _ in range(n + 50):
+        t0 = time.perf_counter()
+        fut = ResultFuture()
+        outbox.append(fut)
+        reactor.wake()
+        fut.result(10)
+        handed.append((time.perf_counter() - t0) * 1000)
+    reactor.stop()
+    io.join(10)
+    reactor.close()
+    sock.send(b"stop")
+    sock.recv()
+    sock.close(linger=0)
+    ctx.term()
+    proc.join(10)
+    return bare[50:], handed[50:]
+
+
 def pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100)[q - 1]
 
@@ -232,6 +322,7 @@ def main() -> None:
         sizes = [int(x) for x in a.one_batch.split(",") if x]
         one_embedded = {n: embedded_rate(p, "noop", n, 0) for n in sizes}
 
+    echo_bare, echo_handed = echo_round_trips_ms(a.rtt)
     port = free_port()
     service = serve(port, a.workers)
     endpoint = f"tcp://127.0.0.1:{port}"
@@ -271,6 +362,17 @@ def main() -> None:
     print(table(["measure", "embedded Producer", "Client", "client / embedded", "added"], [
         ["round trip p50", f"{e50:.3f} ms", f"{c50:.3f} ms", f"{c50 / e50:.2f}x", f"{c50 - e50:+.3f} ms"],
         ["round trip p99", f"{e99:.3f} ms", f"{c99:.3f} ms", f"{c99 / e99:.2f}x", f"{c99 - e99:+.3f} ms"],
+    ]))
+    b50, h50 = statistics.median(echo_bare), statistics.median(echo_handed)
+    print(f"\nthe Client's round trip, hop by hop (p50 of {a.rtt} each, one at a time, this run): a 64-byte echo to another process "
+          "over loopback TCP, bare and through an I/O thread as a Client sends")
+    print(table(["hop", "p50", "p99"], [
+        ["embedded Producer round trip (as above)", f"{e50:.3f} ms", f"{e99:.3f} ms"],
+        ["bare DEALER/ROUTER echo over loopback TCP", f"{b50:.3f} ms", f"{pct(echo_bare, 99):.3f} ms"],
+        ["the same echo through an I/O thread (Client's hand-offs)", f"{h50:.3f} ms", f"{pct(echo_handed, 99):.3f} ms"],
+        ["embedded + echo through an I/O thread", f"{e50 + h50:.3f} ms", "-"],
+        ["Client round trip (as above)", f"{c50:.3f} ms", f"{c99:.3f} ms"],
+        ["left to the service's own work: Client - (embedded + echo through an I/O thread)", f"{c50 - e50 - h50:+.3f} ms", "-"],
     ]))
     if sizes:
         print("\none caller, one submit_batch of n no-op tasks, then gather (1 run each): tasks/s")

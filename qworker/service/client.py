@@ -61,7 +61,7 @@ from ..transport import client_wire as cw
 from ..transport.endpoint import check_endpoint
 from ..transport.reactor import Reactor
 from ..transport.security import CurveClient, handshake_problem
-from ..transport.sockets import Redialer, make_socket, readable
+from ..transport.sockets import Redialer, make_socket
 from ..transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -293,12 +293,15 @@ class Client:
                 self._send(StatusRequest())
 
     def _receive(self) -> None:
-        sock = self._sock
+        recv = self._sock.recv_multipart
         acks: list[int] = []
         for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once
-            if self._closed or not readable(sock):
+            if self._closed:
                 break  # close() waits for this thread: it stops between messages, not after a flood of them
-            frames = sock.recv_multipart(copy=True)
+            try:
+                frames = recv(zmq.NOBLOCK, copy=True)  # until none is left: no ZMQ_EVENTS system call per message
+            except zmq.Again:
+                break
             try:
                 if len(frames) != 2:
                     raise WireError(f"expected 2 frames, got {len(frames)}")
@@ -385,19 +388,26 @@ class Client:
 
     def _resolve(self, rows: list[cw.ResolvedRow]) -> None:
         now = time.monotonic()
+        requests = self._requests
         by_request: dict[int, list[tuple[int, Result]]] = {}
+        # the request of the previous row, and its results so far: a message's rows come in runs of one request
+        number, req, done = -1, cast(Optional[_Request], None), cast(list[tuple[int, Result]], [])
         for row in rows:
-            number, index, result = row.request, row.index, row.result
-            req = self._requests.get(number)
-            if req is None or index >= len(req.indexes):
+            if row.request != number:
+                number = row.request
+                req = requests.get(number)
+                if req is not None:
+                    done = by_request.setdefault(number, [])
+            if req is None or row.index >= len(req.indexes):
                 continue  # answered before (a resend), or resubmitted under a new number
+            result = row.result
             result.latency_s = now - req.submitted  # as the caller sees it (a fresh Result, decoded from the row)
-            by_request.setdefault(number, []).append((req.indexes[index], result))
-        for number, done in by_request.items():
-            req = self._requests[number]
-            req.left -= self._table.resolve(req.batch, done)
+            done.append((req.indexes[row.index], result))
+        for number, got in by_request.items():
+            req = requests[number]
+            req.left -= self._table.resolve(req.batch, got)
             if req.left <= 0:
-                del self._requests[number]
+                del requests[number]
 
     def _check_link(self, now: float) -> None:
         """Pings unanswered for ``LINK_SILENT_S``: a connection can stay open yet carry nothing (its stream

@@ -13,9 +13,10 @@ Contract:
   ``holds`` says whether a request is still owed (a repeated ``Submit`` of it
   is answered without taking it twice; a ``Ping`` naming one that is not held
   gets it back as unknown, and the client resubmits it).
-* ``add(peer, rows, now)`` numbers and encodes the results for ``peer`` into
-  ``Resolved`` messages (``FLUSH_EVERY`` rows each) and keeps them; rows of a
-  request not held are dropped (counted).
+* ``add(peer, rows, now)`` numbers and encodes the results for ``peer``
+  (``(request, index, result)`` tuples) into ``Resolved`` messages
+  (``FLUSH_EVERY`` rows each) and keeps them; rows of a request not held are
+  dropped (counted).
 * ``ack(peer, seqs)`` forgets acknowledged messages; a request is no longer
   held once every one of its results is acknowledged.
 * ``due(now)`` returns the messages to resend: unacknowledged ``resend_after_s``
@@ -37,8 +38,9 @@ Counts for ``status()``: ``sent``, ``resent``, ``acked``, ``evicted``
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Iterable, Optional
 
 from ..engine.status import LedgerInfo
@@ -52,6 +54,7 @@ RESEND_AFTER_S = 1.0  # an unacknowledged message is first resent this long afte
 MAX_RESEND_EVERY_S = 8.0
 POKE_AFTER_S = 0.5  # a client that speaks gets its messages not sent in this long at once
 FLUSH_EVERY = 512  # results per Resolved message, at most
+_request_of = itemgetter(0)  # a row's request
 
 
 @dataclass(slots=True, eq=False)
@@ -59,7 +62,7 @@ class _Message:
     peer: bytes
     seq: int
     frames: list[bytes]  # the encoded Resolved: [kind, body]
-    requests: dict[int, int]  # request -> results of it in this message
+    requests: Counter[int]  # request -> results of it in this message
     born: float
     sent: float
     every: float
@@ -131,27 +134,24 @@ class Ledger:
         return [r for r in requests if r not in owed]
 
     # messages -------------------------------------------------------------------
-    def add(self, peer: bytes, rows: list[cw.ResolvedRow], now: float) -> list[list[bytes]]:
-        """Encode ``rows`` for ``peer`` as Resolved messages, keep them, return their frames."""
+    def add(self, peer: bytes, rows: list[cw.Row], now: float) -> list[list[bytes]]:
+        """Encode ``rows`` (``(request, index, result)``) for ``peer`` as Resolved messages, keep them, return
+        their frames."""
         c = self._client(peer)
         owed = c.owed
-        per: dict[int, int] = {}  # request -> rows of it (one pass; usually all of them are owed, and one message)
-        for row in rows:
-            per[row.request] = per.get(row.request, 0) + 1
+        per = Counter(map(_request_of, rows))  # request -> rows of it (usually all of them are owed, and one message)
         if not all(request in owed for request in per):
-            kept = [row for row in rows if row.request in owed]
+            kept = [row for row in rows if row[0] in owed]
             self.counts["dropped_rows"] += len(rows) - len(kept)
             rows = kept
-            per = {request: n for request, n in per.items() if request in owed}
+            per = Counter({request: n for request, n in per.items() if request in owed})
         out = []
         for i in range(0, len(rows), FLUSH_EVERY):
             chunk = rows[i : i + FLUSH_EVERY]
             c.seq += 1
             if len(chunk) < len(rows):  # one of several messages: its own counts
-                per = {}
-                for row in chunk:
-                    per[row.request] = per.get(row.request, 0) + 1
-            frames = cw.encode(cw.Resolved(self.instance, c.seq, chunk))
+                per = Counter(map(_request_of, chunk))
+            frames = cw.encode_resolved(self.instance, c.seq, chunk)
             m = _Message(peer, c.seq, frames, per, now, now, self.resend_after_s)
             c.unacked[c.seq] = m
             self._order[(peer, c.seq)] = m

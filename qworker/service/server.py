@@ -48,17 +48,18 @@ import secrets
 import threading
 import time
 from collections import deque
-from typing import Any, Optional, Union, cast
+from itertools import repeat
+from typing import Any, Optional, Union
 
 import zmq
 
 from .._exceptions import QworkerError
 from ..engine.producer import Producer
-from ..engine.result import Result, ResultFuture, add_done_callbacks
+from ..engine.result import ResultFuture, add_done_callbacks
 from ..engine.status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
 from ..transport.reactor import Reactor, Step
-from ..transport.sockets import bind_server, bound_endpoint, close_server, readable
+from ..transport.sockets import bind_server, bound_endpoint, close_server
 from ..transport.wire import StatusReply, StatusRequest, WireError
 from .ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, FLUSH_EVERY, Ledger
 
@@ -95,9 +96,9 @@ class RewardService:
         # several did (the same task twice in a request, or in two clients' requests while in flight); the
         # dispatcher thread's only
         self._owners: dict[ResultFuture, Union[_Owner, list[_Owner]]] = {}
-        self._waiting: dict[bytes, list[cw.ResolvedRow]] = {}  # per client: results resolved and not yet sent
+        self._waiting: dict[bytes, list[cw.Row]] = {}  # per client: results resolved and not yet sent
         self._oldest: Optional[float] = None  # when the oldest result waiting (any client's) was resolved (monotonic s)
-        self._in_flight: dict[bytes, int] = {}  # per client: results taken and not yet resolved
+        self._in_flight: dict[bytes, int] = {}  # per client: results taken and not yet sent (resolved or not)
         self._to_answer: list[tuple[bytes, int]] = []  # (client, request) taken this turn: answered at its end
         self._dispatcher = producer._dispatcher
         self._dispatcher_ident = self._dispatcher.ident  # the thread the service's handlers run on (started with its producer)
@@ -208,11 +209,14 @@ class RewardService:
                 self._dispatcher.dispatch_submitted()  # their tasks leave now, before their Accepted (this turn's end)
 
     def _receive_some(self) -> None:
-        sock = self._sock
+        recv = self._sock.recv_multipart
         for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once
-            if not readable(sock):
+            try:
+                # NOBLOCK until there is nothing more: a check before each message (``sockets.readable``) costs a
+                # system call, as one refused receive at the end of a turn does
+                frames = recv(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
                 return
-            frames = sock.recv_multipart(copy=True)
             peer = frames[0] if frames else b"?"
             try:
                 if len(frames) != 3:
@@ -277,16 +281,21 @@ class RewardService:
         gc.disable()
         try:
             owners, request = self._owners, msg.request
-            followed = []
-            for i, fut in enumerate(futures):
-                held = owners.get(fut)
-                if held is None:
-                    owners[fut] = (peer, request, i)
-                    followed.append(fut)
-                elif isinstance(held, list):
-                    held.append((peer, request, i))
-                else:
-                    owners[fut] = [held, (peer, request, i)]
+            mine = dict(zip(futures, zip(repeat(peer), repeat(request), range(len(futures))), strict=True))
+            if len(mine) == len(futures) and owners.keys().isdisjoint(mine):  # the usual case: each task asked once
+                owners.update(mine)
+                followed = futures
+            else:  # the same task twice in this request, or asked for by another request while in flight
+                followed = []
+                for i, fut in enumerate(futures):
+                    held = owners.get(fut)
+                    if held is None:
+                        owners[fut] = (peer, request, i)
+                        followed.append(fut)
+                    elif isinstance(held, list):
+                        held.append((peer, request, i))
+                    else:
+                        owners[fut] = [held, (peer, request, i)]
             add_done_callbacks(followed, self._on_done)  # at once for those resolved already (cache hits)
         finally:
             if paused:
@@ -312,37 +321,46 @@ class RewardService:
             self._to_answer = []
         outbox, waiting = self._outbox, self._waiting
         if outbox:
-            in_flight, owners, row = self._in_flight, self._owners, cw.ResolvedRow
             if self._oldest is None:
                 self._oldest = now
-            while outbox:
-                fut = outbox.popleft()
-                owner = owners.pop(fut, None)
+            take, owner_of = outbox.popleft, self._owners.pop
+            for _ in range(len(outbox)):  # what a callback on another thread appends meanwhile waits for the next turn
+                fut: Any = take()
+                owner = owner_of(fut, None)
                 if owner is None:
                     continue  # not followed by this service (left and cleared)
-                # ``_result`` rather than ``result()``: the future is finished, and ``result()`` takes its lock again
-                r = cast(Result, fut._result)
-                for peer, request, index in ((owner,) if isinstance(owner, tuple) else owner):  # one asker, or several
+                result = fut._result  # finished: ``result()`` would take its lock again
+                if isinstance(owner, tuple):  # one asker (the usual case)
+                    peer, request, index = owner
                     rows = waiting.get(peer)
                     if rows is None:
                         rows = waiting[peer] = []
-                    rows.append(row(request, index, r))
-                    in_flight[peer] = in_flight.get(peer, 0) - 1
+                    rows.append((request, index, result))
+                else:
+                    for peer, request, index in owner:  # several
+                        rows = waiting.get(peer)
+                        if rows is None:
+                            rows = waiting[peer] = []
+                        rows.append((request, index, result))
         if not waiting:
             return
         waited = everything or (self._oldest is not None and now - self._oldest >= RESULTS_WAIT_S)
-        for peer in [p for p, rows in waiting.items() if everything or waited or self._due(p, rows)]:
+        in_flight = self._in_flight
+        for peer in [p for p, rows in waiting.items() if waited or self._due(p, rows)]:
             rows = waiting.pop(peer)
-            if self._in_flight.get(peer) == 0:
-                del self._in_flight[peer]  # counted again from its next request
+            left = in_flight.get(peer, 0) - len(rows)
+            if left > 0:
+                in_flight[peer] = left
+            else:
+                in_flight.pop(peer, None)  # counted again from its next request
             for frames in self.ledger.add(peer, rows, now):
                 self._send_frames(peer, frames)
         if not waiting:
             self._oldest = None
 
-    def _due(self, peer: bytes, rows: list[cw.ResolvedRow]) -> bool:
+    def _due(self, peer: bytes, rows: list[cw.Row]) -> bool:
         """Whether ``peer``'s waiting results leave before the window ends: nothing else of it in flight, or a full message."""
-        return self._in_flight.get(peer, 0) <= 0 or len(rows) >= FLUSH_EVERY
+        return self._in_flight.get(peer, 0) <= len(rows) or len(rows) >= FLUSH_EVERY
 
     def _next_flush(self, now: float) -> Optional[float]:
         """The reactor's deadline: seconds until the waiting results are due (None: none waits)."""

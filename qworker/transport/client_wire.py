@@ -34,10 +34,10 @@ from typing import ClassVar, Optional, Union
 import msgspec
 
 from ..engine.result import Result
-from .wire import Count, Decoder, Message, StatusReply, StatusRequest, _Body, encode
+from .wire import Count, Decoder, Message, StatusReply, StatusRequest, _Body, encode, encode_body
 
-__all__ = ["Submit", "Accepted", "Resolved", "ResolvedRow", "Ack", "Ping", "Pong", "Closing", "ClientMessage", "encode",
-           "SERVICE", "CLIENT"]
+__all__ = ["Submit", "Accepted", "Resolved", "ResolvedRow", "Row", "Ack", "Ping", "Pong", "Closing", "ClientMessage", "encode",
+           "encode_resolved", "SERVICE", "CLIENT"]
 
 SUBMIT = b"U"  # client -> service: score these payloads
 ACCEPTED = b"A"  # service -> client: the request is taken (or refused, with why)
@@ -78,6 +78,15 @@ class Resolved(Message):
     instance: str
     seq: Count  # numbers this client's Resolved messages, from 1; acknowledged with Ack
     results: list[ResolvedRow]
+
+
+Row = tuple[int, int, Result]  # (request, index, result): a ResolvedRow as the service builds it, one tuple per result
+
+
+def encode_resolved(instance: str, seq: int, rows: list[Row]) -> list[bytes]:
+    """The frames of ``Resolved(instance, seq, rows)``, each row a tuple: the same bytes as ``encode`` makes from
+    ``ResolvedRow``\\s (both are arrays on the wire), without making a struct per result."""
+    return [RESOLVED, encode_body((instance, seq, rows))]
 
 
 class Ack(Message):

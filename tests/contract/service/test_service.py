@@ -88,6 +88,19 @@ def test_a_payload_the_client_cannot_encode_fails_as_bad_payload_and_the_rest_of
     assert alone.error_kind == "bad_payload", alone
 
 
+def test_a_task_asked_twice_in_a_request_and_by_another_client_while_it_runs_answers_every_asker_and_runs_once(service, tmp_path):
+    """The service follows one future for every asker of a task: both places of it in one request, and a second
+    client's request for it while it runs (deduplicated by the producer) each get its result."""
+    log = tmp_path / "evaluations.log"
+    slow, other = {"log": str(log), "i": 5, "sleep_ms": 500}, {"log": str(log), "i": 6}
+    with Client(service) as a, Client(service) as b:
+        first = a.submit_batch("count_eval", [slow, other, slow])
+        second = b.submit_batch("count_eval", [other, slow])  # taken while the first runs
+        results = a.gather(first, timeout=60) + b.gather(second, timeout=60)
+    assert [r.score for r in results] == [5.0, 6.0, 5.0, 6.0, 5.0], results
+    assert sorted(line.split()[0] for line in log.read_text().splitlines()) == ["5", "6"]  # each task ran once
+
+
 def test_many_threads_and_asyncio_share_one_client(service):
     with Client(service) as c:
         out: dict[int, list] = {}

@@ -9,8 +9,8 @@ from qworker.transport import client_wire as cw
 A, B = b"client-a", b"client-b"
 
 
-def rows(request: int, n: int, start: int = 0) -> list[cw.ResolvedRow]:
-    return [cw.ResolvedRow(request, i, Result(score=1.0, attempts=1, worker="w")) for i in range(start, start + n)]
+def rows(request: int, n: int, start: int = 0) -> list[cw.Row]:
+    return [(request, i, Result(score=1.0, attempts=1, worker="w")) for i in range(start, start + n)]
 
 
 def seq_of(frames: list[bytes]) -> int:
@@ -90,3 +90,16 @@ def test_the_age_bound_evicts_and_silent_clients_are_forgotten():
     assert led.evict(302.0) == 0 and led.clients == 0  # nothing owed, silent past the age bound
     snap = led.snapshot()
     assert snap["unacked"] == 0 and snap["unacked_bytes"] == 0 and snap["evicted"] == 1 and snap["sent"] == 1
+
+
+def test_rows_kept_as_tuples_reach_the_client_as_the_resolved_rows_it_decodes():
+    """The service keeps each result as a ``(request, index, result)`` tuple: its message is byte for byte the
+    ``Resolved`` of ``ResolvedRow``\\s the client's decoder takes."""
+    led = Ledger(instance="i")
+    led.taken(A, 3, 2)
+    got = [(3, 1, Result(score=0.5, extra={"p": 1}, attempts=1, worker="w", key="ab")),
+           (3, 0, Result(score=0.0, error="timeout: x", worker="w"))]
+    [frames] = led.add(A, got, now=0.0)
+    expected = cw.Resolved("i", 1, [cw.ResolvedRow(request, index, result) for request, index, result in got])
+    assert frames == cw.encode(expected)
+    assert cw.CLIENT.decode(*frames, max_bytes=1 << 20) == expected
