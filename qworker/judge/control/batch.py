@@ -143,6 +143,7 @@ class BatchKnee:
         self._bands: dict[int, list[float]] = {}  # band -> [answers, sum of levels, sum of log latencies, of their squares]
         self._count = 0
         self.burst = BurstOrder(below)  # the order a burst from idle comes back in: a queue seen before its latencies are
+        self.source = ""  # what found the batch last reported: "burst" (``BurstOrder``) or "fit"
 
     def on_send(self, level: float, now: float) -> None:
         """A request sent at ``level`` (requests at the server with it) at ``now``."""
@@ -178,6 +179,7 @@ class BatchKnee:
         answers' latencies do."""
         batch = self.burst.on_answer(level, sent_at, latency)
         if batch is not None:
+            self.source = "burst"
             return batch
         idle = level <= IDLE
         if not self.listening and not idle or latency <= 0.0 or level < 1.0:
@@ -197,7 +199,12 @@ class BatchKnee:
         self._count += 1
         if self._count < MIN_ANSWERS or self._count % EVERY:
             return None
+        self.source = "fit"
         return self.fit()
+
+    def points(self) -> list[tuple[float, float, float]]:
+        """(mean level, mean log latency, answers) per band of the answers kept, by level."""
+        return sorted((lv / n, x / n, n) for n, lv, x, _ in self._bands.values())
 
     def fit(self) -> Optional[float]:
         """The batch C of the line ``log latency = log S + log max(1, level / C)`` fitted to the bands' means (C one of
@@ -205,7 +212,7 @@ class BatchKnee:
         (a latecomer's first answers, sent above others' load, come back fastest first and fake a rise): under ``below``, the top level ``RISE`` x C or more, the line
         explaining the rise (error <= ``FIT`` x a flat latency's), and the answers at or under C and at ``RISE`` x C or
         more differing by ``SURE`` standard errors or more (``SIDE`` answers each at least); None when none does."""
-        points = sorted((lv / n, x / n, n) for n, lv, x, _ in self._bands.values())  # (mean level, mean log latency, answers)
+        points = self.points()
         if len(points) < 3:
             return None
         low, top = points[0][0], points[-1][0]
