@@ -5,8 +5,9 @@ With ``QWORKER_LIMIT_TRACE=PATH`` in the producer's environment, each change of 
 is replaced by the process id):
 
   ``{"t": monotonic seconds, "pid", "id": the limiter's id, "call": the entry point (on_success, on_drop,
-  on_server_load, adopt, cap, reset), "why": the path that moved it (the limiter's ``_why``, e.g. "batch:burst",
-  "queue:latency", "refusal:probing"; "" for plain growth), "from", "to": the limit, "mode": "before->after",
+  on_server_load, adopt, cap, reset), "why": the last cut path that acted in that call (the limiter's ``_why``,
+  e.g. "batch:burst 17", "queue:latency knee=54.5 g=1.37", "refusal:lone"; "" for growth alone: a queue reading whose
+  knee is above the limit leaves its name on the growth that follows it in the same call), "from", "to": the limit, "mode": "before->after",
   "args": the entry point's arguments; for a batch cut, "bands": the (mean level, mean latency, answers) per band
   that ``BatchKnee`` read}``
 
