@@ -412,12 +412,12 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                 finally:
                     server.stop()
                 med = {s: statistics.median(x["rate"] for x in rows[s]) for s in systems if rows[s]}
-                best = max((s for s in med if s.startswith("sem")), key=lambda s: med[s])
-                print(f"\nVLLM --max-num-seqs {seqs}: medians of {runs} interleaved rounds (tasks/s); the best semaphore is {best}")
+                best = max((s for s in med if s.startswith("sem")), key=lambda s: med[s], default=None)  # (none: QWORKER_VLLM_SYSTEMS)
+                print(f"\nVLLM --max-num-seqs {seqs}: medians of {runs} interleaved rounds (tasks/s); the best semaphore is {best or 'not run'}")
                 limits = {s: [x["limit"] for x in rows[s] if x["limit"] is not None] for s in systems}
                 print(table(["system", "tasks/s", "x best semaphore", "server running", "server waiting", "qworker's limit",
                              "client CPU ms/task", "server CPU ms/task", "idle", "failed"],
-                            [[f"VLLM{seqs}: {s}", f"{med[s]:.1f}", f"{med[s] / med[best]:.2f}x",
+                            [[f"VLLM{seqs}: {s}", f"{med[s]:.1f}", f"{med[s] / med[best]:.2f}x" if best else "",
                               f"{statistics.median(x['running'] for x in rows[s]):.1f}",
                               f"{statistics.median(x['waiting'] for x in rows[s]):.1f}",
                               f"{statistics.median(limits[s]):.1f}" if limits[s] else "",

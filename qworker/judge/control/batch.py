@@ -27,7 +27,14 @@ starting limit in its first burst); then the latency baseline the ``Latency``
 estimator learns from the first answers was measured in the server's queue, and a
 gradient against it cannot see the queue.  So it speaks only of a batch below
 ``below`` (the limit the endpoint started at): a batch above that the ``Latency``
-gradient finds.  Latency that rises slower than in proportion (a server that slows
+gradient finds.  And it reads only answers sent at ``below`` or under: above it,
+requests go out while slow start raises the load (x1.5 per round trip), and each
+meets more than the level it was sent at before it is answered.  A FIFO queue
+answers it as its level says (what is sent after waits behind it), but a server
+whose batch shares its compute (vLLM on CPU) slows it for every request that joins
+after it, and there latency rises with the level faster than the server's own
+curve, as a queue's would.  So a batch is found where ``RISE`` x it is ``below`` or
+under.  Latency that rises slower than in proportion (a server that slows
 under load but still serves more at once) does not fit the line and says nothing.
 Units: seconds, requests.  Only the dispatcher thread calls it.
 """
@@ -52,6 +59,7 @@ FIT = 0.6  # the line's squared error, at most this share of a flat latency's: t
 SIDE = 6  # answers at least, both at or under the knee and at ``RISE`` x it or more
 AT_ONCE = 0.25  # a burst is sent at once when its sends span at most this share of the time to its first answer
 SURE = 4.0  # the rise from under the knee to past it, at least this many standard errors (lognormal noise makes flukes)
+QUEUED = 2.0  # a burst's order is read once it has been out this many times its first answer's latency (``BurstOrder``)
 
 
 class BurstOrder:
@@ -72,8 +80,16 @@ class BurstOrder:
     no later than its last request.  It is read only if it was sent at once: its sends
     span at most ``AT_ONCE`` of the time from its first send to its first answer.
     Requests sent one after another (rewards streamed as rollouts finish) come back in
-    the order they were sent, queue or not, so their order says nothing.  A refusal
-    ends it: refused requests are not queued ones.  Units: seconds, requests.
+    the order they were sent, queue or not, so their order says nothing.  Nor does the
+    order alone: a server that takes a burst in one by one (a front end tokenising each
+    in turn) and serves it all at once, or one whose step slows as each joins, answers
+    it in order too, with no queue.  What a queue adds is the wait for a free slot: a
+    request past the batch is answered no sooner than the first slot frees (the burst's
+    first answer) plus its own service (no shorter, about, than that fastest one): out
+    ``QUEUED`` times the first answer's latency at least.  So the order is read only
+    once the burst has been out that long; before, those still out may just be in
+    service.  A refusal ends it: refused requests are not queued ones.  Units: seconds,
+    requests.
     """
 
     def __init__(self, below: float) -> None:
@@ -81,6 +97,7 @@ class BurstOrder:
         self.open = False  # sending the burst (no answer yet)
         self.closed_at = -math.inf  # its last request, sent before its first answer came
         self._first_send = self._last_send = -math.inf
+        self._first_back = math.inf  # seconds from its first send to its first answer
         self._back: list[float] = []  # levels answered, sorted
         self._out: list[float] = []  # levels still outstanding, sorted
         self._u = 0.0  # pairs (answered, outstanding) with the answered one sent at the lower level (ties half)
@@ -105,6 +122,7 @@ class BurstOrder:
         the burst's answers so far show a FIFO queue past one under ``below``, else None."""
         if self.open:  # its first answer: what is sent from now on is not in it
             self.open, self.closed_at = False, self._last_send
+            self._first_back = sent_at + latency - self._first_send
             if self._last_send - self._first_send > AT_ONCE * (sent_at + latency - self._first_send):
                 self.end()  # sent one after another: answered in the order sent, whatever the server does
                 return None
@@ -123,8 +141,8 @@ class BurstOrder:
         if m < SIDE or n < SIDE:
             return None
         z = (self._u - m * n / 2.0) / math.sqrt(m * n * (m + n + 1) / 12.0)
-        if z < SURE:
-            return None
+        if z < SURE or sent_at + latency - self._first_send < QUEUED * self._first_back:
+            return None  # (not out long enough for those outstanding to be waiting for a slot)
         median = back[m // 2] if m % 2 else 0.5 * (back[m // 2 - 1] + back[m // 2])
         batch = 2.0 * median
         self.end()
@@ -143,6 +161,7 @@ class BatchKnee:
         self._bands: dict[int, list[float]] = {}  # band -> [answers, sum of levels, sum of log latencies, of their squares]
         self._count = 0
         self.burst = BurstOrder(below)  # the order a burst from idle comes back in: a queue seen before its latencies are
+        self.source = ""  # what found the batch last reported: "burst" (``BurstOrder``) or "fit"
 
     def on_send(self, level: float, now: float) -> None:
         """A request sent at ``level`` (requests at the server with it) at ``now``."""
@@ -178,26 +197,37 @@ class BatchKnee:
         answers' latencies do."""
         batch = self.burst.on_answer(level, sent_at, latency)
         if batch is not None:
+            self.source = "burst"
             return batch
         idle = level <= IDLE
         if not self.listening and not idle or latency <= 0.0 or level < 1.0:
             return None
         self.listening = True
-        band, x = int(math.log(level) / BAND), math.log(latency)
+        read = level <= self.below  # (one sent above the starting limit only counts in the window: ``BatchKnee``)
+        band, x = int(math.log(level) / BAND) if read else -1, math.log(latency)
         self._answers.append((band, level, x))
-        self._add(band, level, x, 1.0)
+        if read:
+            self._add(band, level, x, 1.0)
         self._idle += idle
         if len(self._answers) > WINDOW:
             band, level, x = self._answers.popleft()
-            self._add(band, level, x, -1.0)
+            if band >= 0:
+                self._add(band, level, x, -1.0)
             self._idle -= level <= IDLE
             if not self._idle:  # no answer sent to an idle server left: no fit can be made
                 self.clear(listen=False)
                 return None
+        if not read:
+            return None
         self._count += 1
         if self._count < MIN_ANSWERS or self._count % EVERY:
             return None
+        self.source = "fit"
         return self.fit()
+
+    def points(self) -> list[tuple[float, float, float]]:
+        """(mean level, mean log latency, answers) per band of the answers kept, by level."""
+        return sorted((lv / n, x / n, n) for n, lv, x, _ in self._bands.values())
 
     def fit(self) -> Optional[float]:
         """The batch C of the line ``log latency = log S + log max(1, level / C)`` fitted to the bands' means (C one of
@@ -205,7 +235,7 @@ class BatchKnee:
         (a latecomer's first answers, sent above others' load, come back fastest first and fake a rise): under ``below``, the top level ``RISE`` x C or more, the line
         explaining the rise (error <= ``FIT`` x a flat latency's), and the answers at or under C and at ``RISE`` x C or
         more differing by ``SURE`` standard errors or more (``SIDE`` answers each at least); None when none does."""
-        points = sorted((lv / n, x / n, n) for n, lv, x, _ in self._bands.values())  # (mean level, mean log latency, answers)
+        points = self.points()
         if len(points) < 3:
             return None
         low, top = points[0][0], points[-1][0]

@@ -66,6 +66,7 @@ from typing import Optional
 
 from .batch import BatchKnee
 from .estimators import LOAD_FRESH_S, CapacityMemory, Latency, LimitConfig, QueueReading, RefusalKind, Refusals, ServerLoad, Throughput
+from .limit_trace import install
 
 __all__ = ["AdaptiveLimit", "LOAD_FRESH_S", "LimitConfig", "Mode"]
 
@@ -106,6 +107,7 @@ class AdaptiveLimit:
         self._regaining = False  # RECOVERING: because the capacity came back (not after an outage or reset)
         self._climb_from = 0.0  # RECOVERING: the limit the climb began at
         self._held: Optional[tuple[float, float, float, Mode]] = None  # (limit, refusal level, knee, mode) before a run of refusals
+        self._why = ""  # what moved the limit last (``limit_trace`` reports it; nothing else reads it)
 
     # what others read ----------------------------------------------------------
     @property
@@ -206,9 +208,10 @@ class AdaptiveLimit:
         else:
             self.mode = then
 
-    def _on_queue(self, reading: QueueReading, now: float) -> None:
+    def _on_queue(self, reading: QueueReading, now: float, why: str) -> None:
         if not reading.queueing or self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
             return
+        self._why = why
         self.memory.queued(max(self.config.floor, reading.knee))
         self.queue_cuts += 1
         self._cut(self.memory.knee, now, Mode.STEADY)
@@ -224,7 +227,7 @@ class AdaptiveLimit:
         target = batch + max(1.0, (self.config.queue_target - 1.0) * batch)
         if target >= self.limit or self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
             return
-        self._on_queue(QueueReading(True, target), now)
+        self._on_queue(QueueReading(True, target), now, f"batch:{self.batch.source} {batch:g}")
         self.latency.relearn()
 
     # signals -----------------------------------------------------------------
@@ -233,7 +236,7 @@ class AdaptiveLimit:
         cfg = self.config
         reading = self.load.reading(running, waiting, in_flight, now)
         if reading.queueing:
-            self._on_queue(reading, now)
+            self._on_queue(reading, now, "queue:metrics")
             return
         below = self.memory.refusal_level - 1.0
         if self._in_use(in_flight) and self.limit < below and self.mode in (Mode.PROBING, Mode.STEADY):
@@ -271,7 +274,8 @@ class AdaptiveLimit:
         if self.mode is not Mode.RECOVERING:  # (the base is learnt where the climb ends, not on the way)
             reading = self.latency.on_answer(rtt, sent_level, tokens)
             if reading is not None and not self.load.fresh(now):  # the knee, plus a queue of a tenth of it
-                self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now)
+                self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now,
+                                f"queue:latency knee={reading.knee:.1f} g={self.latency.gradient:.2f}")
             if not self.load.fresh(now):
                 self._on_batch(self.batch.on_answer(rtt, sent_level, now - rtt if sent_at is None else sent_at), now)
         used = self._in_use(in_flight)
@@ -352,6 +356,7 @@ class AdaptiveLimit:
                     self.memory.regain_refused()
             self.memory.refused(float(in_flight), probing=probing, now=now)
             step = cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2
+            self._why = f"refusal:{r.kind.value}" + (":probing" if probing else "")
             if probing:  # the level of a round trip ago was the last one known to hold
                 self._cut(level / (1.0 + step), now, Mode.HOLDING)
             elif r.kind is RefusalKind.TIMEOUT:
@@ -407,3 +412,6 @@ class AdaptiveLimit:
         self.batch.clear()
         self.mode = Mode.PROBING
         self._recover_to(old, Mode.PROBING, regaining=False)
+
+
+install(AdaptiveLimit)  # a debug trace of every change, only with QWORKER_LIMIT_TRACE set
