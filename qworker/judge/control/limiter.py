@@ -218,13 +218,17 @@ class AdaptiveLimit:
         """Latency rose in proportion to the level past ``batch`` (``BatchKnee``): a queue there.  The limit goes to
         the batch plus a tenth, one request at least (a slot the server frees is refilled from its queue, not after a
         round trip through the client), and the latency base, learnt in that queue, is learnt afresh at it (meanwhile
-        the fit, on the answers it keeps, holds the limit there)."""
+        the fit, on the answers it keeps, holds the limit there).  Unlike a latency gradient, the batch is measured
+        on the answers' levels, not read off the limit's own load: a lower one cuts at once, not a round trip after
+        the last cut (a burst's first estimate is refined as the fit comes)."""
         if batch is None:
             return
         target = batch + max(1.0, (self.config.queue_target - 1.0) * batch)
-        if target >= self.limit or self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
+        if target >= self.limit or self.mode is Mode.OUTAGE:
             return
-        self._on_queue(QueueReading(True, target), now)
+        self.memory.queued(max(self.config.floor, target))
+        self.queue_cuts += 1
+        self._cut(self.memory.knee, now, Mode.STEADY)
         self.latency.relearn()
 
     # signals -----------------------------------------------------------------
@@ -242,14 +246,16 @@ class AdaptiveLimit:
             self.memory.raise_knee(self.limit)
 
     def on_success(self, rtt: float, in_flight: float, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None,
-                   sent_at: Optional[float] = None, surely: Optional[float] = None) -> None:
+                   sent_at: Optional[float] = None, surely: Optional[float] = None,
+                   arrived: Optional[list[tuple[float, float]]] = None) -> None:
         """A request answered normally after ``rtt`` seconds.
 
         ``in_flight``: requests outstanding now, this one included; ``level``:
         requests outstanding when it was sent (default ``in_flight``); ``surely``: of those, the ones surely at
         the server when it got there (default ``level``: the evidence that the server held more than where it
         refused is judged on these, not on a count that may include answers on their way back); ``tokens``: its
-        ``usage.completion_tokens`` when the reply said; ``sent_at``: when the gate sent it (default ``now - rtt``).
+        ``usage.completion_tokens`` when the reply said; ``sent_at``: when the gate sent it (default ``now - rtt``);
+        ``arrived``: the (latency, level the server saw) of answers whose level is now known (``BatchKnee.stamped``).
         """
         cfg = self.config
         sent_level = float(level if level is not None else in_flight)
@@ -273,7 +279,7 @@ class AdaptiveLimit:
             if reading is not None and not self.load.fresh(now):  # the knee, plus a queue of a tenth of it
                 self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now)
             if not self.load.fresh(now):
-                self._on_batch(self.batch.on_answer(rtt, sent_level, now - rtt if sent_at is None else sent_at), now)
+                self._on_batch(self.batch.on_answer(rtt, sent_level, now - rtt if sent_at is None else sent_at, arrived), now)
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
@@ -311,11 +317,16 @@ class AdaptiveLimit:
         if self.mode is Mode.PROBING:
             if queueing:
                 return
-            grown = self.limit + (cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2)
+            # Growth is earned per answer whose level at the server is known (``arrived``, when workers stamp their
+            # sends): one still unknown may have waited in a queue (each answer counts, without stamps)
+            earned = 1 if arrived is None else len(arrived)
+            grown = self.limit + earned * (cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2)
         elif self.limit < min(below, mem.knee):  # back to where the capacity was: one per success
             grown = min(self.limit + self.answers_scale * (1.0 / self.limit if mem.overshot else 1.0), below, mem.knee)
         elif queueing:
             return
+        elif self.batch.found is not None and self.limit >= mem.knee:
+            return  # at a batch the answers showed (``BatchKnee``), while they are in its window: more would only queue
         elif self.limit < below:  # above the knee of a queueing server: one per round trip
             grown = min(self.limit + self.answers_scale / self.limit, below)
             mem.raise_knee(grown)
