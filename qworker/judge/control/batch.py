@@ -217,7 +217,6 @@ class BatchKnee:
         self._count = 0
         self.burst = BurstOrder(below)  # the order a burst from idle comes back in: a queue seen before its latencies are
         self.levels = ServerLevels()  # the level each answer arrived at, from its worker's send stamp
-        self.found: Optional[float] = None  # the batch last reported, while the answers that showed it are kept
 
     def on_send(self, level: float, now: float, key: Optional[int] = None) -> None:
         """A request sent at ``level`` (requests at the server with it) at ``now``; ``key``: names it in ``stamped``."""
@@ -253,7 +252,6 @@ class BatchKnee:
         self._answers.clear()
         self._bands.clear()
         self._count = 0
-        self.found = None
 
     def _add(self, band: int, level: float, x: float, sign: float) -> None:
         b = self._bands.setdefault(band, [0.0, 0.0, 0.0, 0.0])
@@ -274,8 +272,6 @@ class BatchKnee:
             batch = self._keep(latency, level)
         for lat, lvl in arrived or ():
             batch = self._keep(lat, lvl) or batch
-        if batch is not None:
-            self.found = batch
         return batch
 
     def _keep(self, latency: float, level: float) -> Optional[float]:

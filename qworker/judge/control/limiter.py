@@ -325,8 +325,6 @@ class AdaptiveLimit:
             grown = min(self.limit + self.answers_scale * (1.0 / self.limit if mem.overshot else 1.0), below, mem.knee)
         elif queueing:
             return
-        elif self.batch.found is not None and self.limit >= mem.knee:
-            return  # at a batch the answers showed (``BatchKnee``), while they are in its window: more would only queue
         elif self.limit < below:  # above the knee of a queueing server: one per round trip
             grown = min(self.limit + self.answers_scale / self.limit, below)
             mem.raise_knee(grown)
