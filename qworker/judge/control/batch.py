@@ -159,12 +159,16 @@ class ServerLevels:
         self._live: set[int] = set()  # keys still out
         self._pending: list[tuple[float, int, float, float]] = []  # heap of (arrived, key, left, latency)
         self._spans: list[tuple[float, int, float]] = []  # (arrived, key, left) of answered requests, by arrival (ties: by key)
+        self._first_answer = math.inf  # when the first answer came (the gate's clock): requests sent before are the first burst
+        self._holds: dict[int, float] = {}  # answers to the first burst whose level is unknown: key -> until when it holds its slot
 
     def clear(self) -> None:
         self._out.clear()
         self._live.clear()
         self._pending.clear()
         self._spans.clear()
+        self._first_answer = math.inf
+        self._holds.clear()
 
     def on_send(self, key: int, now: float) -> None:
         self._out.append((now, key))
@@ -173,6 +177,17 @@ class ServerLevels:
     def gone(self, key: int) -> None:
         """The request ``key`` ended without an answer."""
         self._live.discard(key)
+
+    def held(self, now: float) -> int:
+        """Answers to the first burst from idle whose level is not yet known, each for at most its own latency after it
+        came: their slots are not reused meanwhile (a FIFO queue past the batch serves the burst in waves; its
+        levels, known once the waves ahead have come back, say where the batch ends, and refills sent before would
+        wait in that queue)."""
+        if not self._holds:
+            return 0
+        for key in [k for k, until in self._holds.items() if until <= now]:
+            del self._holds[key]
+        return len(self._holds)
 
     def _first_out(self) -> float:
         out, live = self._out, self._live
@@ -187,6 +202,9 @@ class ServerLevels:
         self._live.discard(key)
         if not (sent_at - CLOCK_SLACK_S <= sent_s and sent_s + latency <= now + CLOCK_SLACK_S):
             return None
+        self._first_answer = min(self._first_answer, now)
+        if sent_at < self._first_answer:
+            self._holds[key] = now + latency
         heapq.heappush(self._pending, (sent_s, key, sent_s + latency, latency))
         bisect.insort(self._spans, (sent_s, key, sent_s + latency))
         while len(self._pending) > MAX_PENDING and self._out:  # the oldest still out is lost: not awaited for ever
@@ -195,6 +213,7 @@ class ServerLevels:
         known = []
         while self._pending and self._pending[0][0] < first:
             arrived, key, _, lat = heapq.heappop(self._pending)
+            self._holds.pop(key, None)
             ahead = bisect.bisect_left(self._spans, (arrived, key))
             level = 1 + sum(1 for _, _, left in self._spans[:ahead] if left > arrived)
             known.append((lat, float(level)))
