@@ -150,8 +150,14 @@ class ServerLevels:
     latency): an interval.  A request arriving at ``a`` found the requests whose intervals hold ``a``; it knows them all
     once every request the gate sent before ``a`` has been answered (one sent later cannot have arrived before it).  So
     an answer waits here until then, and its level is then exact: 1 + the answered requests that arrived before it and
-    left after it arrived (two sent at the same instant arrive in the order the gate sent them).  A request that ends without an answer (refused, failed, released) is dropped from those
-    awaited (a refusal holds no slot).  Units: seconds (the gate's clock), requests.
+    left after it arrived (two sent at the same instant arrive in the order the gate sent them).  A request that ends
+    without an answer (refused, failed, released) is dropped from those awaited (a refusal holds no slot).
+
+    The first burst from idle (the requests sent before the first answer came) is read before more is sent into it:
+    an answer to it whose level is still unknown holds its slot (``held``) for up to its own latency.  Past a FIFO
+    queue's batch the burst comes back in waves; its levels, known once the waves ahead of it are back, say where the
+    batch ends, and refills sent meanwhile would wait in that queue.  A server serving the whole burst at once
+    answers it within about one latency, which bounds the hold.  Units: seconds (the gate's clock), requests.
     """
 
     def __init__(self) -> None:
@@ -179,10 +185,8 @@ class ServerLevels:
         self._live.discard(key)
 
     def held(self, now: float) -> int:
-        """Answers to the first burst from idle whose level is not yet known, each for at most its own latency after it
-        came: their slots are not reused meanwhile (a FIFO queue past the batch serves the burst in waves; its
-        levels, known once the waves ahead have come back, say where the batch ends, and refills sent before would
-        wait in that queue)."""
+        """Slots held at ``now``: answers to the first burst whose level is not yet known, each for at most its own
+        latency after it came."""
         if not self._holds:
             return 0
         for key in [k for k, until in self._holds.items() if until <= now]:

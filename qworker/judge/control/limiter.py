@@ -15,7 +15,9 @@ moves only here, by mode:
 ==========  ============================================  ============  ==========================================
 mode        event                                         to            the limit
 ==========  ============================================  ============  ==========================================
-PROBING     an answer, in use, no queue                   PROBING       + ``slow_start_step`` (x1.5 per round trip)
+PROBING     an answer, in use, no queue (with workers'    PROBING       + ``slow_start_step`` (x1.5 per round trip)
+            send stamps: each answer once its level at
+            the server is known, ``batch.ServerLevels``)
 PROBING     a fresh refusal                               HOLDING       the level of a round trip ago (/1.5)
 PROBING     ``adopt`` before its first answer, its peers  STEADY        their largest limit; their refusal level
             already refused (``peers``)                                 is its own
@@ -41,8 +43,8 @@ OUTAGE      an answer to one sent less than that after    HOLDING       (it was 
 not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
 not OUTAGE  a burst from idle answered in the order of    STEADY        the batch x ``queue_target`` (one more at
             its levels, or latency rising in proportion                 least); the latency base is learnt afresh
-            to the level, past a batch under the starting
-            limit (``batch.BatchKnee``; no fresh metrics)
+            to the level, past a batch under the starting               (a lower batch than the limit's: at once,
+            limit (``batch.BatchKnee``; no fresh metrics)               not once per trip)
 any         ``reset`` (an endpoint back from down)        RECOVERING    from ``initial`` to the limit it had
 ==========  ============================================  ============  ==========================================
 
