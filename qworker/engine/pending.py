@@ -261,10 +261,12 @@ class PendingTable:
     def resolve_cached(self, tasks: list[Pending], found: dict[bytes, tuple[float, dict]]) -> None:
         """Resolve tasks whose results a slower cache tier had (the memory tier learns them)."""
         hits = self.claim(tasks, count_as="cache_hits")
+        # The memory tier copies each ``extra`` before any future is set: a done-callback that changes its result's
+        # ``extra`` then changes only its own copy, never what later hits get.
+        self._cache(self.cache.remember, [(p.key, *found[p.key]) for p in hits])
         for p in hits:
             score, extra = found[p.key]
             p.future.set_result(Result(score=score, extra=extra, cached=True, key=p.key.hex()))
-        self._cache(self.cache.remember, [(p.key, *found[p.key]) for p in hits])
 
     @staticmethod
     def _cache(put: Callable[[list], None], rows: list) -> None:

@@ -185,3 +185,21 @@ def test_results_streaming_in_set_off_no_garbage_collection_while_their_futures_
         gc.set_threshold(*thresholds)
     assert all(f.done() for f in futures) and all(f.result().extra == {} for f in futures[:3])
     assert collections == [], f"resolving 20,000 results set off {len(collections)} collections (generations {sorted(set(collections))})"
+
+
+def test_a_slower_tiers_hit_changed_by_its_callers_callback_is_remembered_as_the_tier_had_it():
+    t = table()
+    [f], [p] = add(t, b"d" * 16)
+    f.add_done_callback(lambda fut: fut.result().extra.__setitem__("caller", "was here"))
+    t.resolve_cached([p], {p.key: (1.0, {"from": "disk"})})
+    [g], new = add(t, b"d" * 16)
+    assert new == [] and g.result(timeout=0).extra == {"from": "disk"}  # a memory-tier hit: the tier's own copy
+
+
+def test_a_results_empty_extra_changed_by_its_caller_is_not_what_a_later_hit_gets():
+    t = table()
+    [f], [p] = add(t, b"k" * 16)
+    t.resolve([(p, 1.0, None, None, "w", 0.0)])
+    f.result(timeout=0).extra["mine"] = [1]
+    [g], new = add(t, b"k" * 16)
+    assert new == [] and g.result(timeout=0).extra == {}
