@@ -33,7 +33,7 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Iterator
 
 from ..transport import wire
-from .task import Pending, enqueue_all
+from .task import DONE, Pending, enqueue_all
 
 if TYPE_CHECKING:
     from .fleet import WorkerState
@@ -55,10 +55,11 @@ class FairQueue:
         self.mixed = False  # a second lane was ever seen: turns (and giving back) matter
 
     def waiting(self) -> set[Hashable]:
-        """Lanes with tasks queued (in their lanes, or put back at the front)."""
+        """Lanes with tasks queued (in their lanes, or put back at the front and not finished since)."""
         lanes = set(self._turn)
         for p in self._front:
-            lanes.add(p.lane)
+            if p.state is not DONE:
+                lanes.add(p.lane)
         return lanes
 
     def __len__(self) -> int:

@@ -123,3 +123,5 @@ def test_a_lane_whose_tasks_were_put_back_at_the_front_still_counts_as_waiting()
     assert q.waiting() == set()
     q.untake(taken)  # not sent after all: first again, at the very front
     assert q.waiting() == {"a", "b"}  # so give-back still makes room for them
+    taken[0].finish()  # its result came meanwhile (another delivery's): nothing of lane a waits any more
+    assert q.waiting() == {"b"}
