@@ -56,7 +56,10 @@ While a metrics URL's reading is fresh it replaces the latency signal.  With pee
 takes what other producers learnt, and ``answers_scale`` (the endpoint's load over this producer's) scales
 Little's law and the climbs back (to the refusal level or knee, and RECOVERING): each answer stands for that
 many of the endpoint's, so a limit judged against every producer's load climbs back per round trip as one
-producer's alone does.  The probe above the refusal level stays per own answer.
+producer's alone does.  So does the probe above the refusal level: producers that share one limit probe it
+as one client, ``probe`` per round trip for the endpoint, not ``probe`` / producers (the limit they share
+being the lowest of theirs, a probe per own answer found a capacity the start-up burst left under, or that
+moved, that many times slower).
 """
 
 from __future__ import annotations
@@ -335,8 +338,9 @@ class AdaptiveLimit:
         elif self.limit < below:  # above the knee of a queueing server: one per round trip
             grown = min(self.limit + self.answers_scale / self.limit, below)
             mem.raise_knee(grown)
-        else:  # probe: the same per round trip for every client sharing the endpoint, doubling each round trip it holds
-            grown = self.limit + self._reach(now) / max(1.0, self.limit)
+        else:  # probe: the same per round trip for every client of the endpoint (producers sharing a limit are one),
+            # doubling each round trip it holds
+            grown = self.limit + self.answers_scale * self._reach(now) / max(1.0, self.limit)
         self.limit = min(cfg.ceiling, grown)
 
     def on_drop(self, in_flight: float, now: float, sent_at: float, *, timeout: bool = False) -> None:

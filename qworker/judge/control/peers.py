@@ -47,6 +47,7 @@ import tempfile
 import time
 import uuid
 import zlib
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
@@ -62,6 +63,7 @@ __all__ = ["Board", "DirBoard", "MemoryBoard", "NOTE_EVERY_S", "Note", "Peers", 
 NOTE_EVERY_S = 0.1  # how often a gate writes its notes and reads the others': peers' counts are at most two notes old
 STALE_S = 2.0  # a note older than this is not counted
 QUIET_S = 1.0  # a note older than this (ten missed) is not evidence of a capacity held (``Peers._held_level``)
+HELD_S = 1.0  # a level held together this long (four round trips if longer) with no refusal is a capacity seen
 REMOVE_S = 60.0  # one older than this is deleted
 MAX_NOTE_BYTES = 4096
 NOTE_BYTES = 512  # a note file's size: every rewrite covers the last one whole
@@ -257,7 +259,9 @@ class Peers:
         self.producer = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.keys = [endpoint_key(e.url) for e in endpoints]
         self.due = -float("inf")  # when the next notes are due (the gate's clock)
-        self._held = [(0, -1) for _ in endpoints]  # per endpoint: (every producer's requests at the server, refusals so far) at the last notes
+        # per endpoint: (board time, every producer's requests at the server) at each note since the last refusal
+        self._held: list[deque[tuple[float, int]]] = [deque() for _ in endpoints]
+        self._drops = [-1 for _ in endpoints]  # per endpoint: the limiter's refusals so far, at the last notes
         self._heard: list[dict[str, int]] = [{} for _ in endpoints]  # per endpoint: each peer's refusals, as last read
 
     def tick(self, now: float, wants: bool) -> None:
@@ -317,17 +321,26 @@ class Peers:
                 del heard[k]
 
     def _held_level(self, i: int, e: Endpoint, at: float) -> float:
-        """A level every producer together held across two notes with no refusal between: a capacity seen (0 when none).
+        """A level every producer together held for a span of Little's law (``HELD_S``, or four round trips if longer)
+        with no refusal: a capacity seen (0 when none).
 
         Producers that share an endpoint keep below it and are seldom refused, so
         their limiters rarely find its capacity the way one producer alone does
         (two lone refusals at one level); this is how they learn it instead, and
-        climb back to it when it returns.  Never above where queueing began.  Not while
-        a peer's note is quiet (a producer killed or stalled: what it says it holds may be gone).
+        climb back to it when it returns.  Held for as long as one producer's Little's law asks of its answers
+        (``AdaptiveLimit.sustained``), not from one note to the next: a token bucket's burst holds any level for
+        a moment.  Never above where queueing began.  Not while a peer's note is quiet (a producer killed or
+        stalled: what it says it holds may be gone).
         """
         total, drops = e.total_at_server(), e.limit.drops
-        before, drops_before = self._held[i]
-        self._held[i] = (total, drops)
-        if drops != drops_before or any(at - n.at > QUIET_S for n in e.peers):
+        held = self._held[i]
+        if drops != self._drops[i]:
+            self._drops[i] = drops
+            held.clear()
+        held.append((at, total))
+        span = max(HELD_S, 4 * e.limit.rtt)
+        while len(held) > 1 and held[1][0] <= at - span:  # (the oldest kept is the last note at or before the span began)
+            held.popleft()
+        if held[0][0] > at - span or any(at - n.at > QUIET_S for n in e.peers):
             return 0.0
-        return min(float(min(total, before)), e.limit.knee_level)
+        return min(float(min(t for _, t in held)), e.limit.knee_level)
