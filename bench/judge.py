@@ -304,12 +304,15 @@ def latecomer(n: int, metrics: bool, late_s: float = 8.0, window_s: float = 10.0
 LOGNORMAL = ("--latency", "0.3", "--latency-dist", "lognormal", "--sigma", "0.6")
 
 
+SCENARIOS = "L64 L64s TB TBh Q64 E5 A B C failover TWO LATE FAIR STEP TENANT TIER FLEET VLLM"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=3, help="runs of each qworker and aiohttp scenario (medians are reported)")
     ap.add_argument("--quick", action="store_true", help="2,000 requests per run, 1 run")
-    ap.add_argument("--only", action="append", default=[], help="run only these scenarios: L64 L64s TB TBh Q64 E5 A B C failover TWO LATE FAIR STEP TENANT TIER FLEET VLLM")
+    ap.add_argument("--only", action="append", default=[], help=f"run only these scenarios (repeat it, or separate them by commas): {SCENARIOS}")
     ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, or a scenario name")
     ap.add_argument("--burn", type=int, default=0, help="FAIR: processes spinning on the CPU beside every run (a loaded host)")
     ap.add_argument("--vllm-seqs", type=int, action="append", default=[], help="VLLM: the server's --max-num-seqs (default: 16 and 64)")
@@ -317,6 +320,11 @@ def main() -> None:
     ap.add_argument("--vllm-shared-cpus", action="store_true",
                     help="VLLM: the server and the clients on every core (default: the server on half the cores, the clients on the rest)")
     args = ap.parse_args()
+    known = set(SCENARIOS.split())
+    args.only = [name for names in args.only for name in names.split(",") if name]  # "--only Q64,L64" too
+    unknown = [name for name in args.only if name not in known]
+    if unknown:
+        ap.error(f"--only {', '.join(unknown)}: no such scenario (known: {SCENARIOS})")
     n, runs = (2000, 1) if args.quick else (args.tasks, args.runs)
     print(f"judge benchmark: {n} requests per run, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     want = lambda name: name not in args.skip and (not args.only or name in args.only)  # noqa: E731
