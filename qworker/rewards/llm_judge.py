@@ -160,7 +160,6 @@ def llm_judge(
         messages.insert(0, {"role": "system", "content": system_prompt})
     body = json.dumps({**(request or {}), "model": model, "messages": messages}).encode()
     t0 = time.monotonic()
-    outcome["sent_s"] = t0  # this host's monotonic clock: the gate reads it when it is the producer's host too
     try:
         reply = _http.post(url, body, headers, deadline=t0 + timeout_s, connections_per_host=connections_per_host)
     except _http.Deadline as exc:

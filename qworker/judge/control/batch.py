@@ -36,24 +36,17 @@ after it, and there latency rises with the level faster than the server's own
 curve, as a queue's would.  So a batch is found where ``RISE`` x it is ``below`` or
 under.  Latency that rises slower than in proportion (a server that slows
 under load but still serves more at once) does not fit the line and says nothing.
-The level of an answer is the one the server saw when the request arrived
-(``ServerLevels``) when its worker says when it sent the request on the gate's clock
-(``sent_s``: a worker on the producer's host): requests that several worker
-threads send reach the server in an order of their own, not in the order the gate
-admitted them, and a FIFO queue serves them in the order they arrived.  Otherwise
-(a worker on another host) the level is the gate's count when it sent the request.
 Units: seconds, requests.  Only the dispatcher thread calls it.
 """
 
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from collections import deque
 from typing import Optional
 
-__all__ = ["BatchKnee", "BurstOrder", "ServerLevels"]
+__all__ = ["BatchKnee", "BurstOrder"]
 
 BAND = math.log(1.1)  # answers are grouped per 10%-wide band of the level they were sent at
 WINDOW = 512  # the latest answers the fit reads; with none of them sent at ``IDLE`` or under, it stops listening
@@ -156,95 +149,6 @@ class BurstOrder:
         return batch if batch < self.below else None
 
 
-CLOCK_SLACK_S = 0.05  # a send stamp this far outside its request's time at the gate is not on the gate's clock
-MAX_PENDING = WINDOW  # answers held for their level at most: past it the oldest request still out is taken as gone
-
-
-class ServerLevels:
-    """The level each answered request arrived at, as the server counted this producer's requests, from the workers'
-    send stamps.
-
-    A request is at the server from its send (``sent_s``, the worker's clock) to its answer (``sent_s`` + its
-    latency): an interval.  A request arriving at ``a`` found the requests whose intervals hold ``a``; it knows them all
-    once every request the gate sent before ``a`` has been answered (one sent later cannot have arrived before it).  So
-    an answer waits here until then, and its level is then exact: 1 + the answered requests that arrived before it and
-    left after it arrived (two sent at the same instant arrive in the order the gate sent them).  A request that ends
-    without an answer (refused, failed, released) is dropped from those awaited (a refusal holds no slot).
-
-    The first burst from idle (the requests sent before the first answer came) is read before more is sent into it:
-    an answer to it whose level is still unknown holds its slot (``held``) for up to its own latency.  Past a FIFO
-    queue's batch the burst comes back in waves; its levels, known once the waves ahead of it are back, say where the
-    batch ends, and refills sent meanwhile would wait in that queue.  A server serving the whole burst at once
-    answers it within about one latency, which bounds the hold.  Units: seconds (the gate's clock), requests.
-    """
-
-    def __init__(self) -> None:
-        self._out: deque[tuple[float, int]] = deque()  # (sent at by the gate, key) in sending order
-        self._live: set[int] = set()  # keys still out
-        self._pending: list[tuple[float, int, float, float]] = []  # heap of (arrived, key, left, latency)
-        self._spans: list[tuple[float, int, float]] = []  # (arrived, key, left) of answered requests, by arrival (ties: by key)
-        self._first_answer = math.inf  # when the first answer came (the gate's clock): requests sent before are the first burst
-        self._holds: dict[int, float] = {}  # answers to the first burst whose level is unknown: key -> until when it holds its slot
-
-    def clear(self) -> None:
-        self._out.clear()
-        self._live.clear()
-        self._pending.clear()
-        self._spans.clear()
-        self._first_answer = math.inf
-        self._holds.clear()
-
-    def on_send(self, key: int, now: float) -> None:
-        self._out.append((now, key))
-        self._live.add(key)
-
-    def gone(self, key: int) -> None:
-        """The request ``key`` ended without an answer."""
-        self._live.discard(key)
-
-    def held(self, now: float) -> int:
-        """Slots held at ``now``: answers to the first burst whose level is not yet known, each for at most its own
-        latency after it came."""
-        if not self._holds:
-            return 0
-        for key in [k for k, until in self._holds.items() if until <= now]:
-            del self._holds[key]
-        return len(self._holds)
-
-    def _first_out(self) -> float:
-        out, live = self._out, self._live
-        while out and out[0][1] not in live:
-            out.popleft()
-        return out[0][0] if out else math.inf
-
-    def on_answer(self, key: int, sent_at: float, sent_s: float, latency: float, now: float) -> Optional[list[tuple[float, float]]]:
-        """An answer to request ``key`` (sent by the gate at ``sent_at``, by its worker at ``sent_s``, after ``latency``
-        seconds, come back at ``now``): the (latency, level) of every answer whose level is now known, oldest arrival
-        first; None when ``sent_s`` is not on the gate's clock (its level is then the gate's)."""
-        self._live.discard(key)
-        if not (sent_at - CLOCK_SLACK_S <= sent_s and sent_s + latency <= now + CLOCK_SLACK_S):
-            return None
-        self._first_answer = min(self._first_answer, now)
-        if sent_at < self._first_answer:
-            self._holds[key] = now + latency
-        heapq.heappush(self._pending, (sent_s, key, sent_s + latency, latency))
-        bisect.insort(self._spans, (sent_s, key, sent_s + latency))
-        while len(self._pending) > MAX_PENDING and self._out:  # the oldest still out is lost: not awaited for ever
-            self._live.discard(self._out.popleft()[1])
-        first = self._first_out()
-        known = []
-        while self._pending and self._pending[0][0] < first:
-            arrived, key, _, lat = heapq.heappop(self._pending)
-            self._holds.pop(key, None)
-            ahead = bisect.bisect_left(self._spans, (arrived, key))
-            level = 1 + sum(1 for _, _, left in self._spans[:ahead] if left > arrived)
-            known.append((lat, float(level)))
-        if known:  # spans that ended before every arrival still to be read count for none of them
-            horizon = min(first, self._pending[0][0] if self._pending else math.inf)
-            self._spans = [x for x in self._spans if x[2] > horizon]
-        return known
-
-
 class BatchKnee:
     """Fed by answers (latency, level sent at); ``on_answer`` returns the batch when the line is clear, else None."""
 
@@ -258,30 +162,14 @@ class BatchKnee:
         self._count = 0
         self.burst = BurstOrder(below)  # the order a burst from idle comes back in: a queue seen before its latencies are
         self.source = ""  # what found the batch last reported: "burst" (``BurstOrder``) or "fit"
-        self.levels = ServerLevels()  # the level each answer arrived at, from its worker's send stamp
 
-    def on_send(self, level: float, now: float, key: Optional[int] = None) -> None:
-        """A request sent at ``level`` (requests at the server with it) at ``now``; ``key``: names it in ``stamped``."""
+    def on_send(self, level: float, now: float) -> None:
+        """A request sent at ``level`` (requests at the server with it) at ``now``."""
         self.burst.on_send(level, now)
-        if key is not None:
-            self.levels.on_send(key, now)
 
     def refused(self) -> None:
         """A refusal: the burst out is not read (refused requests are not queued ones)."""
         self.burst.end()
-
-    def gone(self, key: int) -> None:
-        """The request ``key`` (``on_send``) ended without an answer (refused, failed, released)."""
-        self.levels.gone(key)
-
-    def stamped(self, key: int, sent_at: float, sent_s: Optional[float], latency: float, now: float) -> Optional[list[tuple[float, float]]]:
-        """The answer to request ``key`` says its worker sent it at ``sent_s`` (None: it did not say): the (latency,
-        level as the server saw it) of the answers whose level is now known (``ServerLevels``), or None when the stamp
-        is not on the gate's clock.  ``on_answer`` reads them (``arrived``)."""
-        if sent_s is None or not isinstance(sent_s, float) or not math.isfinite(sent_s):
-            self.levels.gone(key)
-            return None
-        return self.levels.on_answer(key, sent_at, sent_s, latency, now)
 
     def clear(self, *, listen: bool = True) -> None:
         """Forget the answers (an endpoint back from down); ``listen``: whether to keep listening (False: no answer
@@ -289,7 +177,6 @@ class BatchKnee:
         self.listening = listen
         if listen:
             self.burst.end()
-            self.levels.clear()
         self._idle = 0
         self._answers.clear()
         self._bands.clear()
@@ -304,21 +191,14 @@ class BatchKnee:
         if b[0] <= 0.0:
             del self._bands[band]
 
-    def on_answer(self, latency: float, level: float, sent_at: float,
-                  arrived: Optional[list[tuple[float, float]]] = None) -> Optional[float]:
+    def on_answer(self, latency: float, level: float, sent_at: float) -> Optional[float]:
         """Keep one answer (to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds) while listening; the
         batch (requests) if the burst out shows one under ``below`` (``BurstOrder``), or, every ``EVERY`` answers, the
-        answers' latencies do.  ``arrived``: the fit reads these (latency, level the server saw) instead (``stamped``)."""
+        answers' latencies do."""
         batch = self.burst.on_answer(level, sent_at, latency)
         if batch is not None:
             self.source = "burst"
-        elif arrived is None:
-            batch = self._keep(latency, level)
-        for lat, lvl in arrived or ():
-            batch = self._keep(lat, lvl) or batch
-        return batch
-
-    def _keep(self, latency: float, level: float) -> Optional[float]:
+            return batch
         idle = level <= IDLE
         if not self.listening and not idle or latency <= 0.0 or level < 1.0:
             return None
@@ -342,10 +222,8 @@ class BatchKnee:
         self._count += 1
         if self._count < MIN_ANSWERS or self._count % EVERY:
             return None
-        found = self.fit()
-        if found is not None:
-            self.source = "fit"
-        return found
+        self.source = "fit"
+        return self.fit()
 
     def points(self) -> list[tuple[float, float, float]]:
         """(mean level, mean log latency, answers) per band of the answers kept, by level."""

@@ -123,7 +123,7 @@ class Endpoint:
             return 0.0 if held else math.inf
         if self._paced_out(now, tokens) is not None:
             return 0.0
-        return max(0.0, math.floor(self.share()) - self.at_server() - self.limit.batch.levels.held(now))
+        return max(0.0, math.floor(self.share()) - self.at_server())
 
     def at_server(self) -> int:
         """This producer's requests at the server now, as the server counts them (request arrived -> response left):

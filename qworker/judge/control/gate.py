@@ -299,7 +299,7 @@ class Gate:
         level = total + 1  # at the server once it gets there, every producer's, itself included
         surely = total - best.at_server() + best.surely_at_server() + 1  # the same, this producer's counted beyond doubt
         best.take(now, self._tokens(p))
-        best.limit.batch.on_send(level, now, key=best.sent)  # (``take`` numbered it)
+        best.limit.batch.on_send(level, now)
         call = self._call(p)
         call.seq, call.level, call.surely = best.sent, level, surely
         call.route, call.routed_at = best.index, now
@@ -406,7 +406,6 @@ class Gate:
             e = self.endpoints[call.route]
             e.in_flight = max(0, e.in_flight - 1)
             e.health.released()
-            e.limit.batch.gone(call.seq)
         call.route, call.seq, call.level, call.surely = NO_ROUTE, 0, 0, 0
 
     # answers ----------------------------------------------------------------
@@ -438,14 +437,11 @@ class Gate:
         verdict = e.health.observe(answer, kind)
         if verdict.came_back:
             e.limit.reset()
-        if kind is Kind.SERVED:  # (the level each answer arrived at, when its worker stamped the send on this clock)
-            arrived = e.limit.batch.stamped(seq, call.routed_at, outcome.get("sent_s"), answer.latency, now)
+        if kind is Kind.SERVED:
             e.limit.on_success(answer.latency, in_flight, now, level=level or in_flight, tokens=outcome.get("completion_tokens"),
-                               sent_at=call.routed_at, surely=surely or level or in_flight, arrived=arrived)
-        else:
-            e.limit.batch.gone(seq)
-            if verdict.cuts_limit:
-                e.limit.on_drop(in_flight, now, sent_at=call.routed_at, timeout=True)
+                               sent_at=call.routed_at, surely=surely or level or in_flight)
+        elif verdict.cuts_limit:
+            e.limit.on_drop(in_flight, now, sent_at=call.routed_at, timeout=True)
         if verdict.park_until is not None:
             call.not_before = verdict.park_until
         if kind is Kind.AUTH and all(x.down_reason for x in self.endpoints):

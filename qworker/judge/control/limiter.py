@@ -15,9 +15,7 @@ moves only here, by mode:
 ==========  ============================================  ============  ==========================================
 mode        event                                         to            the limit
 ==========  ============================================  ============  ==========================================
-PROBING     an answer, in use, no queue (with workers'    PROBING       + ``slow_start_step`` (x1.5 per round trip)
-            send stamps: each answer once its level at
-            the server is known, ``batch.ServerLevels``)
+PROBING     an answer, in use, no queue                   PROBING       + ``slow_start_step`` (x1.5 per round trip)
 PROBING     a fresh refusal                               HOLDING       the level of a round trip ago (/1.5)
 PROBING     ``adopt`` before its first answer, its peers  STEADY        their largest limit; their refusal level
             already refused (``peers``)                                 is its own
@@ -43,8 +41,8 @@ OUTAGE      an answer to one sent less than that after    HOLDING       (it was 
 not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
 not OUTAGE  a burst from idle answered in the order of    STEADY        the batch x ``queue_target`` (one more at
             its levels, or latency rising in proportion                 least); the latency base is learnt afresh
-            to the level, past a batch under the starting               (a lower batch than the limit's: at once,
-            limit (``batch.BatchKnee``; no fresh metrics)               not once per trip)
+            to the level, past a batch under the starting
+            limit (``batch.BatchKnee``; no fresh metrics)
 any         ``reset`` (an endpoint back from down)        RECOVERING    from ``initial`` to the limit it had
 ==========  ============================================  ============  ==========================================
 
@@ -226,18 +224,13 @@ class AdaptiveLimit:
         """Latency rose in proportion to the level past ``batch`` (``BatchKnee``): a queue there.  The limit goes to
         the batch plus a tenth, one request at least (a slot the server frees is refilled from its queue, not after a
         round trip through the client), and the latency base, learnt in that queue, is learnt afresh at it (meanwhile
-        the fit, on the answers it keeps, holds the limit there).  Unlike a latency gradient, the batch is measured
-        on the answers' levels, not read off the limit's own load: a lower one cuts at once, not a round trip after
-        the last cut (a burst's first estimate is refined as the fit comes)."""
+        the fit, on the answers it keeps, holds the limit there)."""
         if batch is None:
             return
         target = batch + max(1.0, (self.config.queue_target - 1.0) * batch)
-        if target >= self.limit or self.mode is Mode.OUTAGE:
+        if target >= self.limit or self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
             return
-        self._why = f"batch:{self.batch.source} {batch:g}"
-        self.memory.queued(max(self.config.floor, target))
-        self.queue_cuts += 1
-        self._cut(self.memory.knee, now, Mode.STEADY)
+        self._on_queue(QueueReading(True, target), now, f"batch:{self.batch.source} {batch:g}")
         self.latency.relearn()
 
     # signals -----------------------------------------------------------------
@@ -255,16 +248,14 @@ class AdaptiveLimit:
             self.memory.raise_knee(self.limit)
 
     def on_success(self, rtt: float, in_flight: float, now: float, *, level: Optional[float] = None, tokens: Optional[int] = None,
-                   sent_at: Optional[float] = None, surely: Optional[float] = None,
-                   arrived: Optional[list[tuple[float, float]]] = None) -> None:
+                   sent_at: Optional[float] = None, surely: Optional[float] = None) -> None:
         """A request answered normally after ``rtt`` seconds.
 
         ``in_flight``: requests outstanding now, this one included; ``level``:
         requests outstanding when it was sent (default ``in_flight``); ``surely``: of those, the ones surely at
         the server when it got there (default ``level``: the evidence that the server held more than where it
         refused is judged on these, not on a count that may include answers on their way back); ``tokens``: its
-        ``usage.completion_tokens`` when the reply said; ``sent_at``: when the gate sent it (default ``now - rtt``);
-        ``arrived``: the (latency, level the server saw) of answers whose level is now known (``BatchKnee.stamped``).
+        ``usage.completion_tokens`` when the reply said; ``sent_at``: when the gate sent it (default ``now - rtt``).
         """
         cfg = self.config
         sent_level = float(level if level is not None else in_flight)
@@ -289,7 +280,7 @@ class AdaptiveLimit:
                 self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now,
                                 f"queue:latency knee={reading.knee:.1f} g={self.latency.gradient:.2f}")
             if not self.load.fresh(now):
-                self._on_batch(self.batch.on_answer(rtt, sent_level, now - rtt if sent_at is None else sent_at, arrived), now)
+                self._on_batch(self.batch.on_answer(rtt, sent_level, now - rtt if sent_at is None else sent_at), now)
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
@@ -327,10 +318,7 @@ class AdaptiveLimit:
         if self.mode is Mode.PROBING:
             if queueing:
                 return
-            # Growth is earned per answer whose level at the server is known (``arrived``, when workers stamp their
-            # sends): one still unknown may have waited in a queue (each answer counts, without stamps)
-            earned = 1 if arrived is None else len(arrived)
-            grown = self.limit + earned * (cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2)
+            grown = self.limit + (cfg.slow_start_step if self.limit < 2 * cfg.initial else cfg.slow_start_step / 2)
         elif self.limit < min(below, mem.knee):  # back to where the capacity was: one per success
             grown = min(self.limit + self.answers_scale * (1.0 / self.limit if mem.overshot else 1.0), below, mem.knee)
         elif queueing:

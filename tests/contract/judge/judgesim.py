@@ -190,7 +190,7 @@ class Client:
     def __init__(self, sim: Sim, server: Server | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
                  metrics: bool = False, endpoints: Optional[list[dict]] = None, arrival_rate: Optional[float] = None,
                  payload: Optional[Callable[[int], dict]] = None, board: Optional[MemoryBoard] = None,
-                 transit: tuple[float, float] = (0.0, 0.0), transit_jitter: float = 0.0, stamps: bool = False, **params) -> None:
+                 transit: tuple[float, float] = (0.0, 0.0), transit_jitter: float = 0.0, **params) -> None:
         """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation.
 
         ``metrics``: read the server's running and waiting counts every 0.5 s, as
@@ -204,11 +204,9 @@ class Client:
         back, outside the worker's measured ``latency_s`` (which holds the server's time and the network's
         ``TRANSIT_S``); each drawn U(1 - ``transit_jitter``, 1 + ``transit_jitter``) x its mean.  With none
         (the default) the server takes a request as it is admitted, stamped ``TRANSIT_S / 2`` later.
-        ``stamps``: each answer carries its worker's send time on the gate's clock (``sent_s``), as a worker on the
-        producer's host says it (off by default: the goldens were recorded without).
         """
         self.sim, self.n = sim, n
-        self.transit, self.transit_jitter, self.stamps = transit, transit_jitter, stamps
+        self.transit, self.transit_jitter = transit, transit_jitter
         self._transit_rng = random.Random(7)
         self.servers = server if isinstance(server, list) else [server]
         self.server = self.servers[0]
@@ -259,22 +257,16 @@ class Client:
             if not any(self.transit):
                 # (``latency_s``: as the worker measures it, a refusal's included: request sent -> response read)
                 self.servers[route].arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p, route=route, t0=t: self.sim.at(
-                    t_end + TRANSIT_S / 2, lambda tt: self.answer(p, {**out, "endpoint": route, "latency_s": t_end - t0 + TRANSIT_S / 2,
-                                                                     **self._stamp(t0)}, tt)), p)
+                    t_end + TRANSIT_S / 2, lambda tt: self.answer(p, {**out, "endpoint": route, "latency_s": t_end - t0 + TRANSIT_S / 2}, tt)), p)
                 continue
             self.sim.at(t + self._transit(0) + TRANSIT_S / 2, lambda ta, p=p, route=route: self.servers[route].arrive(
                 self.sim, ta, lambda t_end, out, p=p, route=route, ta=ta: self.sim.at(
                     t_end + TRANSIT_S / 2 + self._transit(1),
-                    lambda tt: self.answer(p, {**out, "endpoint": route, "latency_s": t_end - ta + TRANSIT_S,
-                                               **self._stamp(ta - TRANSIT_S / 2)}, tt)), p))
+                    lambda tt: self.answer(p, {**out, "endpoint": route, "latency_s": t_end - ta + TRANSIT_S}, tt)), p))
         wake = self.gate.next_wake(t)
         if wake is not None and (wake < self._wake_at or self._wake_at <= t):
             self._wake_at = wake
             self.sim.at(wake, self.pump)
-
-    def _stamp(self, sent: float) -> dict:
-        """The worker's send stamp (``sent_s``) when ``stamps`` says its clock is the gate's (a worker on the producer's host)."""
-        return {"sent_s": sent} if self.stamps else {}
 
     def _transit(self, way: int) -> float:
         mean = self.transit[way]
