@@ -329,13 +329,15 @@ class Peers:
         (two lone refusals at one level); this is how they learn it instead, and
         climb back to it when it returns.  Held for as long as one producer's Little's law asks of its answers
         (``AdaptiveLimit.sustained``), not from one note to the next: a token bucket's burst holds any level for
-        a moment.  Never above where queueing began.  Not while a peer's note is quiet (a producer killed or
-        stalled: what it says it holds may be gone).
+        a moment, and without a gap of more than ``QUIET_S`` between two notes read.  Never above where queueing
+        began.  Not while a peer's note is quiet (a producer killed or stalled: what it says it holds may be gone).
         """
         total, drops = e.total_at_server(), e.limit.drops
         held = self._held[i]
         if drops != self._drops[i]:
             self._drops[i] = drops
+            held.clear()
+        if held and at - held[-1][0] > QUIET_S:  # a gap (no peer meanwhile, or a stalled dispatcher): held since now
             held.clear()
         held.append((at, total))
         span = max(HELD_S, 4 * e.limit.rtt)
