@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import threading
@@ -32,14 +33,24 @@ TRACED = ("on_success", "on_drop", "on_server_load", "adopt", "cap", "reset")
 
 _lock = threading.Lock()
 _out: Optional[TextIO] = None
+_failed = False  # the trace could not be written: off for the rest of the process
+log = logging.getLogger("qworker")
 
 
 def _write(line: dict) -> None:
-    global _out
+    """Append ``line``; a trace that cannot be written (a bad path, a full disk) is turned off with one warning and
+    never raises into the limiter's caller."""
+    global _out, _failed
     with _lock:
-        if _out is None:
-            _out = open(os.environ[ENV].replace("<pid>", str(os.getpid())), "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (kept open)
-        _out.write(json.dumps(line) + "\n")
+        if _failed:
+            return
+        try:
+            if _out is None:
+                _out = open(os.environ[ENV].replace("<pid>", str(os.getpid())), "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (kept open)
+            _out.write(json.dumps(line) + "\n")
+        except (OSError, ValueError) as e:
+            _failed = True
+            log.warning("%s: the limit trace is off: cannot write %s (%s)", ENV, os.environ.get(ENV, ""), e)
 
 
 def _traced(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
