@@ -144,7 +144,7 @@ class GuardedRouter(zmq.Socket):
     def poll_allowed(self) -> bool:
         """Whether an allowed message is waiting (without blocking); drops the revoked ones before it."""
         while self._held is None:
-            if not self.getsockopt(zmq.EVENTS) & POLLIN:
+            if not int(self.getsockopt(zmq.EVENTS)) & POLLIN:
                 return False
             self._held = self._recv_checked(zmq.NOBLOCK, True)
         return True

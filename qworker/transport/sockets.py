@@ -131,7 +131,7 @@ def readable(sock: zmq.Socket) -> bool:
     On a CURVE server's ROUTER, messages from peers whose key was revoked are dropped here."""
     if isinstance(sock, GuardedRouter):
         return sock.poll_allowed()
-    return bool(sock.getsockopt(zmq.EVENTS) & POLLIN)
+    return bool(int(sock.getsockopt(zmq.EVENTS)) & POLLIN)
 
 
 def bound_endpoint(sock: zmq.Socket) -> str:
