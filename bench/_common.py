@@ -164,3 +164,35 @@ async def post_with_backoff(session, sem, url: str, body: dict, *, attempts: int
             pass
         await asyncio.sleep(0.1 * 2**attempt)
     return False
+
+
+def stages_alternated(script: str, argv: list[str], against: str | None) -> dict[str, list[dict[str, float]]]:
+    """Run ``script --json ARGV`` (one tree's figures as a JSON object) with this checkout's qworker, and with
+    ``against``'s alternately in 3 rounds when given; the figures per tree name ("this tree", "other"), a dict per
+    round."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(script)))
+    trees = {"this tree": here} if not against else {"other": os.path.abspath(against), "this tree": here}
+    got: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    for _ in range(3 if against else 1):
+        for name, tree in trees.items():
+            out = subprocess.run([sys.executable, os.path.abspath(script), "--json", *argv], env=dict(os.environ, PYTHONPATH=tree),
+                                 check=True, capture_output=True, text=True).stdout
+            got[name].append(json.loads(out))
+    return got
+
+
+def stages_table(got: dict[str, list[dict[str, float]]], rows: list[tuple[str, list[str] | None]], *, against: str = "") -> str:
+    """The least of each stage over the rounds, per tree: one row per (label, stages summed, or None for the stage
+    named by the label), and this tree / other when ``against`` names the other."""
+    names = list(got)
+    best = {nm: {k: min(r[k] for r in rounds) for k in rounds[0]} for nm, rounds in got.items()}
+    out = []
+    for label, group in rows:
+        vals = {nm: (sum(best[nm][k] for k in group) if group else best[nm][label]) for nm in names}
+        row = [label, *[f"{vals[nm]:.2f}" for nm in names]]
+        if against:
+            row.append(f"{vals['this tree'] / vals['other']:.2f}x" if vals["other"] else "-")
+        out.append(row)
+    headers = ["stage", *[f"{nm} ({against})" if nm == "other" else nm for nm in names]] + (["this / other"] if against else [])
+    return table(headers, out)
+

@@ -37,7 +37,6 @@ import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -46,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import table  # noqa: E402
+from _common import stages_alternated, stages_table  # noqa: E402
 
 SERVICE = ["s1 take requests", "s2 resolve, followed", "s3 send results"]
 CLIENT = ["c1 encode", "c2 register", "c3 decode Resolved", "c4 resolve", "c5 gather"]
@@ -183,32 +182,13 @@ def main() -> None:
     if a.json:
         print(json.dumps(measure(a.requests, a.size, a.clients, a.runs)))
         return
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    trees = {"this tree": here} if not a.against else {"other": os.path.abspath(a.against), "this tree": here}
-    got: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    for _ in range(3 if a.against else 1):
-        for name, tree in trees.items():
-            env = dict(os.environ, PYTHONPATH=tree)
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", "--requests", str(a.requests), "--size",
-                                  str(a.size), "--clients", str(a.clients), "--runs", str(a.runs)],
-                                 env=env, check=True, capture_output=True, text=True).stdout
-            got[name].append(json.loads(out))
-    stages = SERVICE + CLIENT + REFERENCE
-    best = {name: {k: min(r[k] for r in rounds) for k in stages} for name, rounds in got.items()}
+    got = stages_alternated(__file__, ["--requests", str(a.requests), "--size", str(a.size), "--clients", str(a.clients),
+                                       "--runs", str(a.runs)], a.against)
     print(f"reward service and Client stages of a no-op task, us of thread CPU per task (min of {a.runs} runs x "
           f"{len(got['this tree'])} rounds, {a.requests} requests of {a.size} from {a.clients} clients, one process, no sockets, "
           "GC paused)")
-    names = list(trees)
-    rows = []
-    for k in SERVICE + ["service total"] + CLIENT + ["client total"] + REFERENCE:
-        group = SERVICE if k == "service total" else CLIENT if k == "client total" else None
-        vals = {nm: (sum(best[nm][s] for s in group) if group else best[nm][k]) for nm in names}
-        row = [k, *[f"{vals[nm]:.2f}" for nm in names]]
-        if a.against:
-            row.append(f"{vals['this tree'] / vals['other']:.2f}x" if vals["other"] else "-")
-        rows.append(row)
-    headers = ["stage", *[f"{nm} ({trees[nm]})" if nm == "other" else nm for nm in names]] + (["this / other"] if a.against else [])
-    print(table(headers, rows))
+    rows = [(k, None) for k in SERVICE] + [("service total", SERVICE)] + [(k, None) for k in CLIENT] + [("client total", CLIENT)]
+    print(stages_table(got, rows + [(k, None) for k in REFERENCE], against=os.path.abspath(a.against) if a.against else ""))
 
 
 if __name__ == "__main__":

@@ -33,14 +33,13 @@ import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import table  # noqa: E402
+from _common import stages_alternated, stages_table  # noqa: E402
 
 STAGES = ["1 submit", "2 queue", "3 dispatch", "4 decode RESULTS", "5 handle RESULTS", "6 gather"]
 WORKER_STAGES = ["w1 decode TASKS", "w2 run and report"]
@@ -157,28 +156,11 @@ def main() -> None:
     if args.json:
         print(json.dumps(measure(args.tasks, args.runs)))
         return
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    trees = {"this tree": here} if not args.against else {"other": os.path.abspath(args.against), "this tree": here}
-    got: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    for _ in range(3 if args.against else 1):
-        for name, tree in trees.items():
-            env = dict(os.environ, PYTHONPATH=tree)
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", "--tasks", str(args.tasks), "--runs",
-                                  str(args.runs)], env=env, check=True, capture_output=True, text=True).stdout
-            got[name].append(json.loads(out))
-    best = {name: {k: min(r[k] for r in rounds) for k in STAGES + WORKER_STAGES} for name, rounds in got.items()}
+    got = stages_alternated(__file__, ["--tasks", str(args.tasks), "--runs", str(args.runs)], args.against)
     print(f"producer stages of a no-op task, us of thread CPU per task (min of {args.runs} runs x {len(got['this tree'])} rounds, "
           f"{args.tasks} tasks, one process, no sockets, GC paused)")
-    names = list(trees)
-    rows = []
-    for k in STAGES + ["producer total"] + WORKER_STAGES:
-        vals = {nm: (sum(best[nm][s] for s in STAGES) if k == "producer total" else best[nm][k]) for nm in names}
-        row = [k, *[f"{vals[nm]:.2f}" for nm in names]]
-        if args.against:
-            row.append(f"{vals['this tree'] / vals['other']:.2f}x" if vals["other"] else "-")
-        rows.append(row)
-    headers = ["stage", *[f"{nm} ({trees[nm]})" if nm == "other" else nm for nm in names]] + (["this / other"] if args.against else [])
-    print(table(headers, rows))
+    rows = [(k, None) for k in STAGES] + [("producer total", STAGES)] + [(k, None) for k in WORKER_STAGES]
+    print(stages_table(got, rows, against=os.path.abspath(args.against) if args.against else ""))
 
 
 if __name__ == "__main__":
