@@ -48,7 +48,6 @@ import secrets
 import threading
 import time
 from collections import deque
-from itertools import repeat
 from typing import Any, Optional, Union
 
 import zmq
@@ -281,21 +280,16 @@ class RewardService:
         gc.disable()
         try:
             owners, request = self._owners, msg.request
-            mine = dict(zip(futures, zip(repeat(peer), repeat(request), range(len(futures))), strict=True))
-            if len(mine) == len(futures) and owners.keys().isdisjoint(mine):  # the usual case: each task asked once
-                owners.update(mine)
-                followed = futures
-            else:  # the same task twice in this request, or asked for by another request while in flight
-                followed = []
-                for i, fut in enumerate(futures):
-                    held = owners.get(fut)
-                    if held is None:
-                        owners[fut] = (peer, request, i)
-                        followed.append(fut)
-                    elif isinstance(held, list):
-                        held.append((peer, request, i))
-                    else:
-                        owners[fut] = [held, (peer, request, i)]
+            followed = []
+            for i, fut in enumerate(futures):
+                held = owners.get(fut)
+                if held is None:
+                    owners[fut] = (peer, request, i)
+                    followed.append(fut)
+                elif isinstance(held, list):  # the same task twice in this request, or asked for by another one
+                    held.append((peer, request, i))
+                else:
+                    owners[fut] = [held, (peer, request, i)]
             add_done_callbacks(followed, self._on_done)  # at once for those resolved already (cache hits)
         finally:
             if paused:
@@ -330,18 +324,11 @@ class RewardService:
                 if owner is None:
                     continue  # not followed by this service (left and cleared)
                 result = fut._result  # finished: ``result()`` would take its lock again
-                if isinstance(owner, tuple):  # one asker (the usual case)
-                    peer, request, index = owner
+                for peer, request, index in (owner,) if isinstance(owner, tuple) else owner:  # one asker, or several
                     rows = waiting.get(peer)
                     if rows is None:
                         rows = waiting[peer] = []
                     rows.append((request, index, result))
-                else:
-                    for peer, request, index in owner:  # several
-                        rows = waiting.get(peer)
-                        if rows is None:
-                            rows = waiting[peer] = []
-                        rows.append((request, index, result))
         if not waiting:
             return
         waited = everything or (self._oldest is not None and now - self._oldest >= RESULTS_WAIT_S)
