@@ -390,19 +390,13 @@ class Client:
         now = time.monotonic()
         requests = self._requests
         by_request: dict[int, list[tuple[int, Result]]] = {}
-        # the request of the previous row, and its results so far: a message's rows come in runs of one request
-        number, req, done = -1, cast(Optional[_Request], None), cast(list[tuple[int, Result]], [])
         for row in rows:
-            if row.request != number:
-                number = row.request
-                req = requests.get(number)
-                if req is not None:
-                    done = by_request.setdefault(number, [])
-            if req is None or row.index >= len(req.indexes):
+            number, index, result = row.request, row.index, row.result
+            req = requests.get(number)
+            if req is None or index >= len(req.indexes):
                 continue  # answered before (a resend), or resubmitted under a new number
-            result = row.result
             result.latency_s = now - req.submitted  # as the caller sees it (a fresh Result, decoded from the row)
-            done.append((req.indexes[row.index], result))
+            by_request.setdefault(number, []).append((req.indexes[index], result))
         for number, got in by_request.items():
             req = requests[number]
             req.left -= self._table.resolve(req.batch, got)
