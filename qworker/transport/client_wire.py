@@ -81,6 +81,9 @@ class Resolved(Message):
 
 
 Row = tuple[int, int, Result]  # (request, index, result): a ResolvedRow as the service builds it, one tuple per result
+# ``encode_resolved`` writes these fields in this order: a field added to either struct must be added there too
+if Resolved.__struct_fields__ != ("instance", "seq", "results") or ResolvedRow.__struct_fields__ != ("request", "index", "result"):
+    raise ImportError("client_wire: Resolved/ResolvedRow changed: update encode_resolved and Row to match")
 
 
 def encode_resolved(instance: str, seq: int, rows: list[Row]) -> list[bytes]:
