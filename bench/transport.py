@@ -34,6 +34,7 @@ with CURVE (encrypted and authenticated), and two pools sharing the W workers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import multiprocessing as mp
 import os
@@ -45,6 +46,9 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from typing import Optional
+
+import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -224,42 +228,28 @@ def round_trip_ms(p: Producer, n: int = 2000) -> list[float]:
     return times
 
 
-def _stat_cpu_s(path: str) -> float:
-    """utime + stime, in seconds, from a Linux ``/proc/.../stat`` file; NaN where there is none."""
-    try:
-        with open(path) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return float("nan")
+def _process_cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds so far of processes ``pids`` (psutil); NaN when none could be read."""
+    total, read = 0.0, 0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            total, read = total + t.user + t.system, read + 1
+    return total if read else float("nan")
 
 
-def _descendants(pid: int) -> list[int]:
-    """``pid``'s child processes and theirs (Linux ``/proc``; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return []
-    for e in entries:
-        try:
-            with open(f"/proc/{e}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(e))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+def _thread_cpu_s(tid: Optional[int]) -> float:
+    """User + system CPU seconds so far of this process's thread ``tid`` (its native id; psutil); NaN if not found."""
+    for t in psutil.Process().threads():
+        if t.id == tid:
+            return t.user_time + t.system_time
+    return float("nan")
 
 
 class CpuSplit:
     """Where the CPU goes during one ``run_qworker``: the producer's caller thread submitting and gathering, its
     dispatcher's thread, the garbage collector's share of the two, and the local pool's processes (its workers and
-    supervisor; their /proc stat, Linux only: NaN elsewhere)."""
+    supervisor; NaN where psutil cannot read them)."""
 
     def __init__(self, p: Producer, pool_pids: list[int]) -> None:
         self.tid = getattr(p._dispatcher, "native_id", None)
@@ -269,10 +259,10 @@ class CpuSplit:
         self.us: dict[str, float] = {}
 
     def _thread_s(self) -> float:
-        return _stat_cpu_s(f"/proc/self/task/{self.tid}/stat")
+        return _thread_cpu_s(self.tid)
 
     def _pool_s(self) -> float:
-        return sum(_stat_cpu_s(f"/proc/{pid}/stat") for pid in self.pool_pids) if self.pool_pids else float("nan")
+        return _process_cpu_s(self.pool_pids)
 
     def _on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -381,7 +371,7 @@ def main() -> None:
     producer_us: dict[str, float] = {}  # producer process CPU per task, median over runs
     split: dict[str, list[float]] = {}  # the no-op runs' producer CPU per task, by where it went (median over runs)
     with Producer(local_workers=w) as p:
-        pool_pids = [p._pool.pid, *_descendants(p._pool.pid)] if p._pool is not None else []
+        pool_pids = [p._pool.pid, *(c.pid for c in psutil.Process(p._pool.pid).children(recursive=True))] if p._pool is not None else []
         for name, (reward, payloads, repeats) in workloads.items():
             # fresh payloads per repeat, so no run is answered from the cache
             batches = iter([[dict(x, rep=r) for x in payloads] for r in range(repeats)])
