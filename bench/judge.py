@@ -389,14 +389,23 @@ def main() -> None:
         print(table(["alternative", "qworker / it"], ratios))
 
 
+SINGLE = "L64 L64s TB TBh Q64 E5 A B C"  # one producer, one server: the rows docs/bench/judge.md keeps
+
+
 def record_name(argv: list[str]) -> str:
-    """docs/bench/<this>.md: ``judge``, or ``judge_vllm-S...`` for a run of the VLLM scenario alone (one per server setting)."""
-    flag = lambda name: [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == name]  # noqa: E731
-    return "judge_vllm" + "".join(f"-{s}" for s in flag("--vllm-seqs")) if flag("--only") == ["VLLM"] else "judge"
+    """docs/bench/<this>.md: ``judge`` for the single-producer scenarios (all, or some of them);
+    ``judge_vllm-S...`` for the VLLM scenario alone (one file per server setting); otherwise
+    ``judge_`` and the scenarios named, so a run of FAIR or STEP does not overwrite the single rows."""
+    only = [n for i, a in enumerate(argv[:-1]) if a == "--only" for n in argv[i + 1].split(",") if n]
+    if only == ["VLLM"]:
+        return "judge_vllm" + "".join(f"-{argv[i + 1]}" for i, a in enumerate(argv[:-1]) if a == "--vllm-seqs")
+    if not only or set(only) <= set(SINGLE.split()):
+        return "judge"
+    return "judge_" + "-".join(n.lower() for n in only)
 
 
 if __name__ == "__main__":
     from _common import recorded
 
-    with recorded(record_name(sys.argv)):  # the printed tables also go to docs/bench/judge.md (judge_vllm-*.md for VLLM alone)
+    with recorded(record_name(sys.argv)):  # the printed tables also go to docs/bench/<record_name>.md
         main()
