@@ -37,6 +37,7 @@ POLLIN = int(zmq.POLLIN)  # a plain int: ``&`` with the IntFlag itself costs abo
 
 RELOAD_EVERY_S = 1.0  # how often the allowed-keys directory is checked for changes
 _LOG_DROPS = 10  # per peer: messages dropped (logged) before it goes quiet in the log
+DROPS_PER_POLL = 256  # revoked messages one poll_allowed call drops before it gives the thread back
 
 _live: weakref.WeakSet[AllowList] = weakref.WeakSet()
 
@@ -142,12 +143,18 @@ class GuardedRouter(zmq.Socket):
         return None
 
     def poll_allowed(self) -> bool:
-        """Whether an allowed message is waiting (without blocking); drops the revoked ones before it."""
-        while self._held is None:
+        """Whether an allowed message is waiting (without blocking); drops the revoked ones before it.
+
+        At most ``DROPS_PER_POLL`` revoked messages are dropped per call: a revoked peer that keeps
+        sending cannot hold the polling thread here.  False then means "nothing allowed yet"; the
+        socket stays readable, so the thread's next poll returns at once and the call is made again."""
+        for _ in range(DROPS_PER_POLL):
+            if self._held is not None:
+                return True
             if not int(self.getsockopt(zmq.EVENTS)) & POLLIN:
                 return False
             self._held = self._recv_checked(zmq.NOBLOCK, True)
-        return True
+        return self._held is not None
 
     def recv_multipart(self, flags: int = 0, copy: bool = True, track: bool = False) -> list[Any]:
         held, self._held = self._held, None
