@@ -20,7 +20,7 @@ class ErrorKind(str, enum.Enum):
     WORKER_LOST = "worker_lost"  # every attempt went to a worker that died or went silent
     REWARD_ERROR = "reward_error"  # the reward raised (the exception follows)
     UNKNOWN_REWARD = "unknown_reward"  # no worker could resolve the reward name
-    BAD_PAYLOAD = "bad_payload"  # the payload could not be encoded, or was too large
+    BAD_PAYLOAD = "bad_payload"  # the payload could not be encoded (or, sent encoded, decoded), or was too large
     BAD_RESULT = "bad_result"  # the reward returned something that is not a score
     JUDGE_ERROR = "judge_error"  # an LLM judge's endpoints refused or failed the call
     CANCELLED = "cancelled"  # the producer (or the client) closed first, or its submission failed before handing it on
