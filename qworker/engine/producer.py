@@ -175,11 +175,20 @@ class Producer:
             raise ProducerClosed("submit_batch() on a closed Producer")
         target = self.catalog.resolve(reward, params)
         if isinstance(target, Composite):
-            if encoded:  # each component hashes the payload afresh
-                payloads = [_decode_payload(p) for p in payloads]
-            return _composite.submit(
-                lambda name, batch, p: self._submit_plain(name, batch, p, timeout_s, lane), target, list(payloads), self.fallback_score
-            )
+            submit = lambda batch: _composite.submit(  # noqa: E731
+                lambda name, part, p: self._submit_plain(name, part, p, timeout_s, lane), target, batch, self.fallback_score)
+            if not encoded:
+                return submit(list(payloads))
+            # each component hashes the payload afresh, so it is decoded here; one that does not decode fails alone
+            decoded, failed = [], {}
+            for i, p in enumerate(payloads):
+                try:
+                    decoded.append(_decode_payload(p))
+                except (msgspec.DecodeError, UnicodeDecodeError, TypeError) as exc:
+                    failed[i] = self._done(error=ErrorKind.BAD_PAYLOAD.error(
+                        f"encoded=True takes each payload's encoding by encode_payload; this one does not decode ({exc})"))
+            scored = iter(submit(decoded))
+            return [failed[i] if i in failed else next(scored) for i in range(len(decoded) + len(failed))]
         return self._submit_plain(target.reward, payloads, target.params, timeout_s, lane, encoded)
 
     def _submit_plain(self, reward: str, payloads: Iterable[Any], params: dict, timeout_s: Optional[float],
