@@ -38,16 +38,18 @@ def test_sigkill_of_a_pool_daemon_loses_nothing_and_its_workers_die_with_it(tmp_
     assert o.detail["after_kill_s"] < 60
 
 
-def test_a_killed_producer_repays_only_judge_calls_answered_in_its_last_moments(tmp_path):
+def test_a_killed_producer_repays_no_judge_call_whose_result_reached_it_in_time_to_be_committed(tmp_path):
     # 5x the stated COMMIT_WITHIN_S: the machine is shared, and a starved writer thread can wait that long
-    o = chaos.producer_sigkill_judge(tmp_path, 1500, window_s=5 * chaos.COMMIT_WITHIN_S)
+    # a judge slow enough (0.1 s: 640 answers/s) that the kill comes well after the first results were committed
+    o = chaos.producer_sigkill_judge(tmp_path, 1500, window_s=5 * chaos.COMMIT_WITHIN_S, latency_s=0.1)
     d = o.detail
     assert d["summary"]["ok"] == 1500, d["summary"]
     assert d["resolved_first"] >= 0.4 * 1500 and d["summary"]["cached"] > 0
-    # Counted at the judge: a prompt answered in the first run and again in the rerun was paid twice.
-    # Only answers from the durability window before the kill (not yet committed), or from after it (the
-    # dead producer's workers finishing calls it would never hear of), may be paid again.
-    assert d["twice"] <= d["late"] | d["posthumous"], f"{len(d['twice'] - d['late'] - d['posthumous'])} paid twice from earlier"
+    # Counted at the judge: a prompt answered in the first run and again in the rerun was paid twice.  The disk
+    # cache commits a result within COMMIT_WITHIN_S of its reaching the producer, so none whose future had
+    # resolved in the first run that long before the kill may be paid again (one still on its way back may).
+    assert len(d["durable"]) >= 100, o.note  # results that must have been committed
+    assert not d["faults"], f"{len(d['faults'])} of {len(d['twice'])} paid twice had reached the producer in time to be committed"
     assert len(d["twice"]) < d["answered_first"] / 2
     assert d["dup_within_runs"] == 0  # and no prompt was paid twice within one run
 
