@@ -99,11 +99,12 @@ def one_run(kind: str, system: str, seed: int, n: int, burn: int = 0) -> dict:
             "failed": len(failed), "queued": st.get("mean_queued_s", 0.0) / max(1e-9, st.get("mean_service_s", 0.0)) if kind == "queue" else None}
 
 
-def fair(n: int, runs: int, burn: int = 0) -> None:
+def fair(n: int, runs: int, burn: int = 0, skip: tuple[str, ...] = ()) -> None:
+    """``skip``: server kinds (cap, bucket, queue) and systems (alone, aiohttp) not to run."""
     rows = []
     names = {"qworker": "qworker (coordinate, the default)", "alone": "qworker, coordinate: false", "aiohttp": "aiohttp + semaphore(64) each"}
-    for kind in SERVERS:
-        for system in ("qworker", "alone", "aiohttp"):
+    for kind in (k for k in SERVERS if k not in skip):
+        for system in (s for s in ("qworker", "alone", "aiohttp") if s not in skip):
             got = []
             for seed in range(1, runs + 1):
                 r = one_run(kind, system, seed, n, burn)

@@ -313,7 +313,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="runs of each qworker and aiohttp scenario (medians are reported)")
     ap.add_argument("--quick", action="store_true", help="2,000 requests per run, 1 run")
     ap.add_argument("--only", action="append", default=[], help=f"run only these scenarios (repeat it, or separate them by commas): {SCENARIOS}")
-    ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, or a scenario name")
+    ap.add_argument("--skip", action="append", default=[], help="aiohttp, qreward, or a scenario name; for FAIR also alone (coordinate: false) and a server: cap, bucket, queue")
     ap.add_argument("--burn", type=int, default=0, help="FAIR: processes spinning on the CPU beside every run (a loaded host)")
     ap.add_argument("--vllm-seqs", type=int, action="append", default=[], help="VLLM: the server's --max-num-seqs (default: 16 and 64)")
     ap.add_argument("--vllm-before", default="", metavar="TREE", help="VLLM: also run the qworker of this checkout, in the same rounds")
@@ -358,7 +358,7 @@ def main() -> None:
         for metrics in (True, False):
             latecomer(n, metrics)
     if want("FAIR"):
-        _judge_fair.fair(min(n, 3000), runs, args.burn)
+        _judge_fair.fair(min(n, 3000), runs, args.burn, tuple(args.skip))
     if want("STEP") or want("TENANT"):
         _judge_changes.changes(n, runs, [x for x in ("STEP", "TENANT") if want(x)])
     if want("TIER"):
