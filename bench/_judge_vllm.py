@@ -26,7 +26,10 @@ compute (measured on 2 cores: about 22 ms of server CPU per task, qworker's clie
 compared.  ``--vllm-shared-cpus`` runs everything on every core.  Other tenants of
 the machine are not pinned: the idle shares show what was left.
 
-Printed per run: tasks/s (tasks scored / wall time from submission), the
+Printed per run: tasks/s (tasks scored / wall time from submission), where the
+time went (the steady rate: answers/s between the first fifth of the answers and
+the last fifth; the start and the tail: the seconds the first and the last fifth
+took beyond that rate, ``phases``), the
 server's mean running and waiting counts (``/metrics`` read every 0.25 s by the
 benchmark), qworker's limit and in-flight count, CPU ms per task of the client
 (its process tree) and of the server (its process tree), and the share of time
@@ -238,6 +241,20 @@ def sampled(server: VllmServer | Remote, producer: Producer | None = None, every
         t.join(5)
 
 
+def phases(answered: list[float], elapsed: float) -> tuple[float, float, float]:
+    """Where a run's time went: (the steady rate: answers/s between the first fifth of the answers and the last fifth;
+    the start: seconds the first fifth took beyond that rate; the tail: the same for the last fifth, to the run's end).
+    ``answered``: seconds from the run's start to each answer, sorted; ``elapsed``: the run's seconds.  The run's time is
+    answers / steady rate + start + tail."""
+    n = len(answered)
+    if n < 10:
+        return float("nan"), float("nan"), float("nan")
+    lo, hi = answered[n // 5], answered[n - 1 - n // 5]
+    rate = (n - 1 - 2 * (n // 5)) / max(1e-9, hi - lo)
+    fifth = (n // 5) / rate
+    return rate, lo - fifth, elapsed - hi - fifth
+
+
 def run_qworker(server: VllmServer | Remote, request: dict, n: int, tag: str, metrics: bool) -> dict:
     meter = CpuMeter(server.pid)
     ep = {"url": server.url, **({"metrics_url": server.metrics_url} if metrics else {})}
@@ -248,11 +265,16 @@ def run_qworker(server: VllmServer | Remote, request: dict, n: int, tag: str, me
         with sampled(server, p) as load:
             meter.start()
             t0 = time.monotonic()
-            results = p.gather(p.submit_batch("llm_judge", [payload(tag, i) for i in range(n)]), timeout=600)
+            futures = p.submit_batch("llm_judge", [payload(tag, i) for i in range(n)])
+            answered: list[float] = []  # seconds from t0 to each result (appended on the producer's thread)
+            for f in futures:
+                f.add_done_callback(lambda _f: answered.append(time.monotonic() - t0))
+            results = p.gather(futures, timeout=600)
             elapsed = time.monotonic() - t0
             cpu = meter.stop()  # the producer's process and its workers, while they judged
     failed = [r for r in results if not r.ok]
-    return {"done": n - len(failed), "elapsed_s": elapsed, "load": list(load), "first_error": failed[0].error if failed else None, **cpu}
+    return {"done": n - len(failed), "elapsed_s": elapsed, "load": list(load), "first_error": failed[0].error if failed else None,
+            "answered": sorted(answered), **cpu}
 
 
 def run_qworker_of(tree: str, server: VllmServer, request: dict, n: int, tag: str, metrics: bool) -> dict:
@@ -265,8 +287,9 @@ def run_qworker_of(tree: str, server: VllmServer, request: dict, n: int, tag: st
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-async def _semaphore(url: str, bodies: list[dict], k: int) -> int:
-    """Send every body with ``k`` in flight; returns the failures (a non-200 is retried after 0.1 s doubling, 4 tries)."""
+async def _semaphore(url: str, bodies: list[dict], k: int, answered: list[float]) -> int:
+    """Send every body with ``k`` in flight; returns the failures (a non-200 is retried after 0.1 s doubling, 4 tries);
+    appends to ``answered`` the monotonic time each body was done with."""
     import aiohttp
 
     sem = asyncio.Semaphore(k)
@@ -276,6 +299,7 @@ async def _semaphore(url: str, bodies: list[dict], k: int) -> int:
             nonlocal failed
             if not await post_with_backoff(session, sem, url, body):
                 failed += 1
+            answered.append(time.monotonic())
 
         await asyncio.gather(*(one(b) for b in bodies))
     return failed
@@ -288,10 +312,12 @@ def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int) -
         meter = CpuMeter(server.pid)
         meter.start()
         t0 = time.monotonic()
-        failed = asyncio.run(_semaphore(server.url, bodies, k))
+        answered: list[float] = []
+        failed = asyncio.run(_semaphore(server.url, bodies, k, answered))
         elapsed = time.monotonic() - t0
         cpu = meter.stop()
-    return {"done": n - failed, "elapsed_s": elapsed, "load": list(load), "first_error": None, **cpu}
+    return {"done": n - failed, "elapsed_s": elapsed, "load": list(load), "first_error": None,
+            "answered": sorted(t - t0 for t in answered), **cpu}
 
 
 def build_model(where: Path) -> Path:
@@ -395,17 +421,19 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                             waiting = statistics.fmean(x[1] for x in out["load"]) if out["load"] else float("nan")
                             full = statistics.fmean(x[0] >= seqs for x in out["load"]) if out["load"] else float("nan")
                             mine = [x for x in out["load"] if len(x) == 6]
+                            steady, start, tail = phases(out["answered"], out["elapsed_s"])
                             if TRACE:  # every sample of the run, for a look at the limit over time
                                 with open(Path(TRACE) / f"vllm{seqs}-r{r + 1}-{re.sub(r'[^a-z0-9+]+', '_', system)}.json", "w") as f:
                                     json.dump(out["load"], f)
                             cpu = {k: 1000 * out[k] / max(1, out["done"]) for k in ("client_cpu_s", "server_cpu_s")}
                             idle = idle_text(out["idle"], server_cpus, client_cpus)
-                            rows[system].append({"rate": rate, "running": running, "waiting": waiting, "failed": n - out["done"],
+                            rows[system].append({"rate": rate, "steady": steady, "start": start, "tail": tail, "running": running, "waiting": waiting, "failed": n - out["done"],
                                                  "limit": statistics.fmean(x[2] for x in mine) if mine else None,
                                                  "client_ms": cpu["client_cpu_s"], "server_ms": cpu["server_cpu_s"], "idle": out["idle"]})
                             limit = (f"  its limit {statistics.fmean(x[2] for x in mine):5.1f} in flight {statistics.fmean(x[3] for x in mine):5.1f}"
                                      if mine else "")
-                            print(f"    round {r + 1} {system:<24} {rate:6.1f} tasks/s in {out['elapsed_s']:4.1f} s  server running {running:5.1f} "
+                            print(f"    round {r + 1} {system:<24} {rate:6.1f} tasks/s in {out['elapsed_s']:4.1f} s (steady {steady:6.1f}/s, start "
+                                  f"+{start:4.2f} s, tail +{tail:4.2f} s)  server running {running:5.1f} "
                                   f"(full {full:4.0%}) waiting {waiting:5.1f}{limit}  CPU ms/task client {cpu['client_cpu_s']:5.2f} "
                                   f"server {cpu['server_cpu_s']:5.2f}  idle {idle}  failed {n - out['done']}"
                                   + (f"  first error: {out['first_error']}" if out["first_error"] else ""), flush=True)
@@ -415,9 +443,10 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                 best = max((s for s in med if s.startswith("sem")), key=lambda s: med[s], default=None)  # (none: QWORKER_VLLM_SYSTEMS)
                 print(f"\nVLLM --max-num-seqs {seqs}: medians of {runs} interleaved rounds (tasks/s); the best semaphore is {best or 'not run'}")
                 limits = {s: [x["limit"] for x in rows[s] if x["limit"] is not None] for s in systems}
-                print(table(["system", "tasks/s", "x best semaphore", "server running", "server waiting", "qworker's limit",
+                print(table(["system", "tasks/s", "x best semaphore", "steady tasks/s", "start s", "tail s", "server running", "server waiting", "qworker's limit",
                              "client CPU ms/task", "server CPU ms/task", "idle", "failed"],
                             [[f"VLLM{seqs}: {s}", f"{med[s]:.1f}", f"{med[s] / med[best]:.2f}x" if best else "",
+                              *(f"{statistics.median(x[k] for x in rows[s]):{f}}" for k, f in (("steady", ".1f"), ("start", ".2f"), ("tail", ".2f"))),
                               f"{statistics.median(x['running'] for x in rows[s]):.1f}",
                               f"{statistics.median(x['waiting'] for x in rows[s]):.1f}",
                               f"{statistics.median(limits[s]):.1f}" if limits[s] else "",

@@ -12,7 +12,8 @@ thread calls them.
   whether the server queues (recent latency over a baseline) and where its knee
   is.  The baseline is re-learnt whenever the capacity moves (``relearn``).
 * ``ServerLoad``: a metrics URL's running and waiting counts.  Says whether the
-  server's queue is over a tenth of what it runs, and where the knee is.
+  server's queue is over what refills its batch (a tenth of what it runs, or the
+  requests on their way to it), and where the knee is.
 * ``CapacityMemory``: where refusals and queueing put the capacity, and the
   highest capacity seen.  Its levels expire: a refusal level the limit has been
   in use at for round trips without a refusal no longer caps growth.
@@ -29,6 +30,7 @@ from typing import Optional
 __all__ = ["CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Refusal", "RefusalKind", "Refusals", "ServerLoad", "Throughput"]
 
 LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
+ON_WAY_READINGS = 4.0  # the moving mean of the requests on a server's way (``ServerLoad``) weighs each reading 1/this
 _LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
 
 
@@ -148,6 +150,7 @@ class Refusals:
 class QueueReading:
     queueing: bool
     knee: float = math.inf  # where the server stops serving more at once (requests); inf when not queueing
+    room: float = 0.0  # not queueing: how many more requests the server's queue may take (``ServerLoad``)
 
 
 class Latency:
@@ -240,25 +243,47 @@ class Latency:
 
 
 class ServerLoad:
-    """Fed by a metrics URL's ``running`` and ``waiting`` counts (every client's); says whether the server queues."""
+    """Fed by a metrics URL's ``running`` and ``waiting`` counts (every client's); says whether the server queues.
+
+    A queue is the server's refill: a slot its batch frees is taken at once by a waiting
+    request, where a request sent in answer to it arrives only after its way back to the
+    gate and out again (the gate's dispatch and the worker, and the server's front end,
+    which neither runs nor queues it).  Requests on that way, ``held - running - waiting``
+    (``held``: what the gate has in flight), are what the batch frees while a replacement
+    is under way (Little's law: they spend the refill's time on it, at the rate the batch
+    frees slots), so a queue that covers them is what keeps the batch full, not queueing.
+    Their number at one moment varies about its mean p as a Poisson count does, and one
+    reading's counts are a snapshot of the server's (running and waiting move by many
+    requests between two steps): p is a moving mean over the readings (each weighing
+    1 / ``ON_WAY_READINGS``), and the queue covers p + 2 sqrt(p) (two deviations: the most on their way at once, but
+    rarely).  Past the larger of that and a tenth of what runs, the server queues: the knee
+    is what keeps the queue at that allowance.  Below it, ``room`` says how far below.
+    """
 
     def __init__(self, config: LimitConfig) -> None:
         self.config = config
         self.at = -math.inf
         self.queueing = False  # what the last reading said
+        self.on_way: Optional[float] = None  # mean requests on their way over the last readings (None before any)
 
     def fresh(self, now: float) -> bool:
         """Whether a reading is recent enough to steer instead of the latency signal."""
         return now - self.at <= LOAD_FRESH_S
 
-    def reading(self, running: float, waiting: float, in_flight: float, now: float) -> QueueReading:
-        """A queue over a tenth of what runs: queueing, the knee being what keeps it so (``in_flight``: ours)."""
+    def reading(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> QueueReading:
+        """A queue over its allowance: queueing, the knee being what keeps it there (``in_flight``: at the server, and
+        ``held``: in flight at the gates, default ``in_flight``; both of the producers that read these counts
+        together).  The allowance: the larger of a tenth of what runs and the requests on their way (``held - running
+        - waiting``: a server others also load counts theirs in running and waiting, which makes that smaller, never
+        larger, than ours on the way)."""
         self.at = now
-        allowed = (self.config.queue_target - 1.0) * max(1.0, running)
+        seen = max(0.0, (in_flight if held is None else held) - running - waiting)
+        on_way = self.on_way = seen if self.on_way is None else self.on_way + (seen - self.on_way) / ON_WAY_READINGS
+        allowed = max((self.config.queue_target - 1.0) * max(1.0, running), on_way + 2.0 * math.sqrt(on_way))
         self.queueing = waiting > allowed and running > 0
         if self.queueing:
             return QueueReading(True, in_flight * (running + allowed) / (running + waiting))
-        return QueueReading(False)
+        return QueueReading(False, room=allowed - waiting)
 
 
 class CapacityMemory:

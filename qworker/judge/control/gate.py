@@ -491,7 +491,8 @@ class Gate:
         load = e.load
         if load is not None and load[2] > e.load_used and now - load[2] < LOAD_FRESH_S:
             e.load_used = load[2]
-            e.limit.on_server_load(load[0], load[1], e.total_at_server(), now)
+            held = e.in_flight + sum(n.in_flight for n in e.peers)  # every producer's, at the gate (theirs as their notes say)
+            e.limit.on_server_load(load[0], load[1], e.total_at_server(), now, held)
 
     # reporting --------------------------------------------------------------
     def snapshot(self, now: float) -> JudgeStatus:

@@ -234,16 +234,20 @@ class AdaptiveLimit:
         self.latency.relearn()
 
     # signals -----------------------------------------------------------------
-    def on_server_load(self, running: float, waiting: float, in_flight: float, now: float) -> None:
-        """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients)."""
+    def on_server_load(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> None:
+        """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients);
+        ``in_flight``: at the server, and ``held``: in flight at the gates (default ``in_flight``), both of this producer
+        and the peers it knows of.  Queueing past
+        what refills the batch cuts to the knee; a queue short of it lets the limit grow by what it lacks (one at
+        least; x1.5 in slow start)."""
         cfg = self.config
-        reading = self.load.reading(running, waiting, in_flight, now)
+        reading = self.load.reading(running, waiting, in_flight, now, held)
         if reading.queueing:
             self._on_queue(reading, now, "queue:metrics")
             return
         below = self.memory.refusal_level - 1.0
         if self._in_use(in_flight) and self.limit < below and self.mode in (Mode.PROBING, Mode.STEADY):
-            step = self.limit * cfg.slow_start_step if self.mode is Mode.PROBING else 1.0
+            step = self.limit * cfg.slow_start_step if self.mode is Mode.PROBING else max(1.0, reading.room)
             self.limit = min(cfg.ceiling, self.limit + step, below)
             self.memory.raise_knee(self.limit)
 

@@ -81,6 +81,16 @@ def test_server_load_cuts_to_what_keeps_the_queue_at_a_tenth_of_what_runs():
     assert load.fresh(2.0) and not load.fresh(10.0)
 
 
+def test_server_load_allows_a_queue_that_covers_the_requests_on_their_way():
+    load = ServerLoad(CFG)
+    # 34 in flight at the gate, 16 running and 8 waiting: 10 on their way, so a queue up to 10 + 2 sqrt(10) refills the batch
+    q = load.reading(running=16, waiting=8, in_flight=24, now=1.0, held=34)
+    assert not q.queueing and 8.0 <= q.room <= 8.5
+    # the mean over readings: one reading with none on the way does not take the allowance back to a tenth of what runs
+    assert not load.reading(running=16, waiting=12, in_flight=28, now=1.5, held=28).queueing
+    assert load.reading(running=16, waiting=24, in_flight=40, now=2.0, held=40).queueing
+
+
 def test_remembered_capacity_expires_once_the_server_holds_more_than_where_it_last_refused():
     mem = CapacityMemory(CFG)
     mem.saw(64)
