@@ -160,8 +160,8 @@ class Latency:
     and the base's latencies per token spread less (relative to their mean) than
     its latencies: the replies' lengths explain their times, as on a server that
     decodes them; else (lengths drawn apart from the time) dividing by them would
-    only add their spread.  By Little's law a server holding C sent L > C answers L/C times slower, so
-    ``g = recent / base`` estimates L/C.  The base is a measurement of the server
+    only add their spread.  By Little's law a server holding C sent L > C answers
+    L/C times slower, so ``g = recent / base`` estimates L/C.  The base is a measurement of the server
     at one capacity: ``relearn`` drops it when the capacity moves, and a window
     far faster than it (``stale_base``) replaces it.
     """
@@ -211,12 +211,12 @@ class Latency:
         that spreads less than latency itself (squared coefficients of variation); else 0, latency."""
         if not self._per_token:
             return 0
+        n = len(answers)
         spread = [0.0, 0.0]
         for k in (0, 1):
-            n = len(answers)
             mean = sum(a[k] for a in answers) / n
             spread[k] = sum((a[k] - mean) ** 2 for a in answers) / n / (mean * mean) if mean else math.inf
-        return 1 if spread[1] <= spread[0] else 0
+        return 1 if spread[1] <= spread[0] * (1.0 + 1e-9) else 0  # (equal up to rounding: every reply the same length)
 
     def base(self) -> Optional[float]:
         """Mean latency (per token where that is the measure) of the answers sent at the lowest levels (None until there are enough)."""
