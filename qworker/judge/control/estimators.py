@@ -159,9 +159,12 @@ class Latency:
     Not a minimum (LLM latency is lognormal with a 10x spread): means over
     windows.  ``recent``: the last ``window`` answers; ``base``: at least
     ``base_samples`` answers sent at the lowest levels seen, kept per 10% band of
-    concurrency.  Per output token when replies carry ``usage.completion_tokens``.
-    By Little's law a server holding C sent L > C answers L/C times slower, so
-    ``g = recent / base`` estimates L/C.  The base is a measurement of the server
+    concurrency.  Per output token when replies carry ``usage.completion_tokens``
+    and the base's latencies per token spread less (relative to their mean) than
+    its latencies: the replies' lengths explain their times, as on a server that
+    decodes them; else (lengths drawn apart from the time) dividing by them would
+    only add their spread.  By Little's law a server holding C sent L > C answers
+    L/C times slower, so ``g = recent / base`` estimates L/C.  The base is a measurement of the server
     at one capacity: ``relearn`` drops it when the capacity moves, and a window
     far faster than it (``stale_base``) replaces it.
     """
@@ -171,42 +174,60 @@ class Latency:
         self.gradient = 1.0
         self.rebases = 0
         self.queueing = False  # what the last reading said
-        self._per_token: Optional[bool] = None
-        self._recent: deque[tuple[float, float]] = deque()
-        self._sum = [0.0, 0.0]
-        self._bands: dict[int, deque[float]] = {}
+        self._per_token: Optional[bool] = None  # replies carry their length
+        self._recent: deque[tuple[float, float, float]] = deque()  # (latency, per token, level)
+        self._sum = [0.0, 0.0, 0.0]  # the recent window's sums of the same
+        self._bands: dict[int, deque[tuple[float, float]]] = {}  # (latency, per token) by band of level
         self._since = 0
 
     def relearn(self) -> None:
         """The capacity moved: what the base measured is gone."""
         self._bands.clear()
         self._recent.clear()
-        self._sum[:] = [0.0, 0.0]
+        self._sum[:] = [0.0, 0.0, 0.0]
         self._since = 0
         self.queueing = False
 
     def restart(self) -> None:
         """Judge the next window on answers sent from now on (after a cut)."""
         self._recent.clear()
-        self._sum[:] = [0.0, 0.0]
+        self._sum[:] = [0.0, 0.0, 0.0]
 
-    def _keep(self, x: float, level: float) -> None:
+    def _keep(self, x: tuple[float, float], level: float) -> None:
         band = int(math.log(max(1.0, level)) / _LEVEL_BASE)
         q = self._bands.get(band)
         if q is None:
             q = self._bands[band] = deque(maxlen=256)
         q.append(x)
 
-    def base(self) -> Optional[float]:
-        """Mean normalised latency of the answers sent at the lowest levels (None until there are enough)."""
-        total, n = 0.0, 0
+    def _base_answers(self) -> Optional[list[tuple[float, float]]]:
+        """At least ``base_samples`` answers, those sent at the lowest levels (None until there are enough)."""
+        got: list[tuple[float, float]] = []
         for band in sorted(self._bands):
-            q = self._bands[band]
-            total += sum(q)
-            n += len(q)
-            if n >= self.config.base_samples:
-                return total / n
+            got.extend(self._bands[band])
+            if len(got) >= self.config.base_samples:
+                return got
         return None
+
+    def _measure(self, answers: list[tuple[float, float]]) -> int:
+        """Which latency ``answers`` are judged by: 1, per output token, where replies say their length and
+        that spreads less than latency itself (squared coefficients of variation); else 0, latency."""
+        if not self._per_token:
+            return 0
+        n = len(answers)
+        spread = [0.0, 0.0]
+        for k in (0, 1):
+            mean = sum(a[k] for a in answers) / n
+            spread[k] = sum((a[k] - mean) ** 2 for a in answers) / n / (mean * mean) if mean else math.inf
+        return 1 if spread[1] <= spread[0] * (1.0 + 1e-9) else 0  # (equal up to rounding: every reply the same length)
+
+    def base(self) -> Optional[float]:
+        """Mean latency (per token where that is the measure) of the answers sent at the lowest levels (None until there are enough)."""
+        answers = self._base_answers()
+        if answers is None:
+            return None
+        k = self._measure(answers)
+        return sum(a[k] for a in answers) / len(answers)
 
     def on_answer(self, rtt: float, level: float, tokens: Optional[int]) -> Optional[QueueReading]:
         """Keep one latency; a reading every half window once a window is full (None between)."""
@@ -214,32 +235,38 @@ class Latency:
             self._per_token = bool(tokens)
         if self._per_token and not tokens:
             return None
-        x = rtt / tokens if self._per_token and tokens else rtt
+        per = rtt / tokens if self._per_token and tokens else rtt
         recent = self._recent
-        recent.append((x, level))
-        self._sum[0] += x
-        self._sum[1] += level
+        recent.append((rtt, per, level))
+        total = self._sum
+        total[0] += rtt
+        total[1] += per
+        total[2] += level
         if len(recent) > self.config.window:
-            ox, ol = recent.popleft()
-            self._sum[0] -= ox
-            self._sum[1] -= ol
-        self._keep(x, level)
+            old = recent.popleft()
+            for k in (0, 1, 2):
+                total[k] -= old[k]
+        self._keep((rtt, per), level)
         self._since += 1
         if len(recent) < self.config.window or self._since < self.config.window // 2:
             return None
         self._since = 0
-        base = self.base()
+        answers = self._base_answers()
+        if answers is None:
+            return None
+        k = self._measure(answers)
+        base = sum(a[k] for a in answers) / len(answers)
         if not base:
             return None
         n = len(recent)
-        g = self.gradient = (self._sum[0] / n) / base
+        g = self.gradient = (total[k] / n) / base
         self.queueing = g > self.config.queue_cut
         if g < self.config.stale_base:
             self._bands.clear()
-            for x, lvl in recent:
-                self._keep(x, lvl)
+            for r, p, lvl in recent:
+                self._keep((r, p), lvl)
             self.rebases += 1
-        return QueueReading(True, (self._sum[1] / n) / g) if self.queueing else QueueReading(False)
+        return QueueReading(True, (total[2] / n) / g) if self.queueing else QueueReading(False)
 
 
 class ServerLoad:

@@ -12,6 +12,8 @@ gate's queue, as the dispatcher puts it.  Servers:
 * ``headers``: announce the bucket as OpenAI's ``x-ratelimit-*`` do;
 * ``p_error``: a 503 (no Retry-After) with that probability, independent of load;
 * latency: ``lognormal`` with mean ``latency`` and ``sigma``, or fixed +-5%;
+  ``tokens_per_reply``: per output token instead, the reply saying its length; ``reply_tokens``: a
+  length the reply says, drawn apart from its latency (a server whose time is not its output's);
 * ``outage`` = (start, end): every request arriving then is turned away at
   once, as ``outage_reply`` says: ``"429"`` or ``"503"`` (with a whole-second
   ``Retry-After: 1`` unless ``retry_after`` is None), ``"connect"`` (connection
@@ -61,6 +63,7 @@ class Server:
     headers: bool = False
     p_error: float = 0.0
     tokens_per_reply: Optional[Callable[[random.Random], int]] = None
+    reply_tokens: Optional[Callable[[random.Random], int]] = None  # tokens a reply reports, drawn apart from its latency
     outage: Optional[tuple[float, float]] = None
     outage_reply: str = "429"
     capacity_steps: Optional[list[tuple[float, int]]] = None
@@ -89,9 +92,10 @@ class Server:
         if self.tokens_per_reply:
             n = self.tokens_per_reply(self.rng)
             return self.latency * n, n
+        told = self.reply_tokens(self.rng) if self.reply_tokens else None
         if self.sigma:
-            return self.latency * math.exp(self.sigma * self.rng.gauss(0, 1) - self.sigma**2 / 2), None
-        return self.latency * self.rng.uniform(0.95, 1.05), None
+            return self.latency * math.exp(self.sigma * self.rng.gauss(0, 1) - self.sigma**2 / 2), told
+        return self.latency * self.rng.uniform(0.95, 1.05), told
 
     def ratelimit(self) -> Optional[dict]:
         if not (self.headers and self.rate):

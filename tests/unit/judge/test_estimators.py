@@ -73,6 +73,20 @@ def test_a_latency_base_is_relearnt_when_the_capacity_moves():
     assert not any(r.queueing for r in readings if r is not None)
 
 
+def test_latency_is_judged_per_output_token_only_where_reply_lengths_explain_it():
+    # A server that decodes: its time is its reply's length times a per-token time; divided by the length, the
+    # spread left is the per-token time's.  A server whose replies report lengths drawn apart from their time:
+    # divided by them, the spread would grow by the lengths' own, so latency itself is the measure.
+    rng = random.Random(3)
+    decoding, apart = Latency(CFG), Latency(CFG)
+    for _ in range(200):
+        n = rng.randrange(8, 400)
+        decoding.on_answer(0.02 * n * math.exp(0.2 * rng.gauss(0, 1)), 32, n)
+        apart.on_answer(0.3 * math.exp(0.6 * rng.gauss(0, 1)), 32, rng.randrange(8, 25))
+    assert decoding.base() is not None and 0.015 <= decoding.base() <= 0.025  # seconds per token
+    assert apart.base() is not None and 0.25 <= apart.base() <= 0.4  # seconds
+
+
 def test_server_load_cuts_to_what_keeps_the_queue_at_a_tenth_of_what_runs():
     load = ServerLoad(CFG)
     q = load.reading(running=64, waiting=32, in_flight=96, now=1.0)
