@@ -13,7 +13,9 @@ throughput is the total tasks / (the last client's finish - the first client's s
 processes are started, connected and warmed up before the clock starts, and start together.  Each
 figure is the median of ``--repeats`` runs.  "added per task" is 1/rate(client) - 1/rate(embedded).
 The CPU per task of the producer's process (embedded: the benchmark's own; client runs: ``qworker
-serve``'s) and of the client processes is measured in the same runs.
+serve``'s), of its local pool (supervisor and workers, through psutil) and of the client processes is
+measured in the same runs; their sum gives the most those processes could do on this machine's CPUs
+(its CPU ceiling), against which the measured rate is shown.
 
 Then, on an idle producer and through a Client on an idle service: the single-task round trip
 (``submit(...).result()``, one at a time, ``--rtt`` times), p50 and p99; and one caller submitting
@@ -33,6 +35,7 @@ A Client's round trip is then about the embedded one plus that second echo: the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -43,6 +46,8 @@ import threading
 import time
 from itertools import count
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,21 +73,33 @@ def embedded_rate(p: Any, reward: str, n: int, size: int) -> float:
     return embedded_run(p, reward, n, size)[0]
 
 
-def embedded_run(p: Any, reward: str, n: int, size: int) -> tuple[float, float, float, float]:
-    """(tasks/s, wall s, CPU s of this process (the caller and the producer's threads; not the workers), 0)."""
+def embedded_run(p: Any, reward: str, n: int, size: int) -> tuple[float, float, float, float, float]:
+    """(tasks/s, wall s, CPU s of this process (the caller and the producer's threads; not the workers), 0 (no
+    clients), CPU s of the producer's local pool (its supervisor and workers))."""
     batch = payloads(reward, n, f"embedded-{next(RUN_IDS)}")
-    c0, t0 = time.process_time(), time.monotonic()
+    pool = pool_pids(os.getpid())
+    w0, c0, t0 = cpu_s(pool), time.process_time(), time.monotonic()
     results = submit_all(p, reward, batch, size)
     elapsed, cpu = time.monotonic() - t0, time.process_time() - c0
+    workers = cpu_s(pool) - w0
     assert all(r.ok and not r.cached for r in results), next((r.error for r in results if not r.ok), "a cached result")
-    return n / elapsed, elapsed, cpu, 0.0
+    return n / elapsed, elapsed, cpu, 0.0, workers
 
 
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads, not its children)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def pool_pids(pid: int) -> list[int]:
+    """The processes under process ``pid`` (its local pool: supervisor and workers), through psutil."""
+    return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds so far of processes ``pids`` together (all their threads, not their children;
+    a process that has gone counts nothing)."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+    return total
 
 
 def round_trips_ms(submit: Any, n: int, tag: str) -> list[float]:
@@ -143,8 +160,9 @@ class Clients:
                 raise RuntimeError("a client process did not start within 120 s")
             assert conn.recv() == "ready"
 
-    def run(self, reward: str, total: int) -> tuple[float, float, float, float]:
-        """(tasks/s over all clients, median client wall s, CPU s of the service process, of all clients)."""
+    def run(self, reward: str, total: int) -> tuple[float, float, float, float, float]:
+        """(tasks/s over all clients, median client wall s, CPU s of the service process, of all clients, of the
+        service's local pool)."""
         n = len(self.conns)
         shares = [total // n + (1 if k < total % n else 0) for k in range(n)]
         tag = f"svc-{next(RUN_IDS)}"
@@ -152,15 +170,16 @@ class Clients:
             conn.send((reward, share, tag))
         for conn in self.conns:
             assert conn.recv() == "set"
-        s0 = proc_cpu_s(self.service_pid)
+        pool = pool_pids(self.service_pid)
+        s0, w0 = cpu_s([self.service_pid]), cpu_s(pool)
         for conn in self.conns:
             conn.send("go")
         reports = [conn.recv() for conn in self.conns]
-        service_cpu = proc_cpu_s(self.service_pid) - s0
+        service_cpu, workers = cpu_s([self.service_pid]) - s0, cpu_s(pool) - w0
         failed, cached = sum(r[2] for r in reports), sum(r[3] for r in reports)
         assert failed == 0 and cached == 0, f"{failed} failed, {cached} cached"
         span = max(r[1] for r in reports) - min(r[0] for r in reports)
-        return total / span, statistics.median(r[1] - r[0] for r in reports), service_cpu, sum(r[4] for r in reports)
+        return total / span, statistics.median(r[1] - r[0] for r in reports), service_cpu, sum(r[4] for r in reports), workers
 
     def close(self) -> None:
         for conn in self.conns:
@@ -303,14 +322,15 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} at start", flush=True)
 
     rates: dict[str, dict[str, float]] = {}
-    cpu: dict[str, dict[str, tuple[float, float]]] = {}  # us per task: (producer or service process, client processes)
+    cpu: dict[str, dict[str, tuple[float, float, float]]] = {}  # us per task: (producer or service process, clients, pool)
 
     def measure(system: str, fn: Any) -> None:
         for name, (reward, n) in workloads.items():
             runs = [fn(reward, n) for _ in range(a.repeats)]
             rate = statistics.median(r[0] for r in runs)
             rates.setdefault(system, {})[name] = rate
-            cpu.setdefault(system, {})[name] = (statistics.median(r[2] for r in runs) / n * 1e6, statistics.median(r[3] for r in runs) / n * 1e6)
+            producer_us, clients_us, pool_us = (statistics.median(r[i] for r in runs) / n * 1e6 for i in (2, 3, 4))
+            cpu.setdefault(system, {})[name] = (producer_us, clients_us, pool_us)
             print(f"  {system:<20} {name:<9} {rate:>9,.0f} tasks/s   runs: {', '.join(f'{r[0]:,.0f}' for r in runs)}"
                   f"   median wall per caller: {', '.join(f'{r[1]:.2f} s' for r in runs)}", flush=True)
 
@@ -351,11 +371,15 @@ def main() -> None:
     print(table(["system", *[f"{k} tasks/s" for k in names], *[f"client / embedded, {k}" for k in names],
                  *[f"added per task us, {k}" for k in names]], rows))
 
-    print("\nCPU per task, us (median): the producer's process (embedded: the caller's; client runs: 'qworker serve'), "
-          "and all client processes together; the workers' CPU is not counted")
-    print(table(["system", *[f"producer process, {k}" for k in names], *[f"clients, {k}" for k in names]], [
-        [system, *[f"{by[k][0]:,.1f}" for k in names], *[f"{by[k][1]:,.1f}" if system != "embedded Producer" else "-" for k in names]]
-        for system, by in cpu.items()]))
+    ncpu = os.cpu_count() or 1
+    print(f"\nCPU per task, us (median): the producer's process (embedded: the caller's; client runs: 'qworker serve'), "
+          f"its local pool (supervisor and workers), all client processes together, and all of them; the most those "
+          f"processes could do on {ncpu} CPUs with that CPU per task ({ncpu} / all), and the rate measured against it")
+    print(table(["system", "workload", "producer process", "pool", "clients", "all", f"CPU ceiling on {ncpu} CPUs, tasks/s",
+                 "measured / ceiling"], [
+        [system, k, f"{by[k][0]:,.1f}", f"{by[k][2]:,.1f}", f"{by[k][1]:,.1f}" if system != "embedded Producer" else "-",
+         f"{sum(by[k]):,.1f}", f"{ncpu / sum(by[k]) * 1e6:,.0f}", f"{rates[system][k] / (ncpu / sum(by[k]) * 1e6):.2f}"]
+        for system, by in cpu.items() for k in names]))
 
     print(f"\nsingle-task round trip on an idle producer / service (no-op, {a.rtt} one at a time)")
     e50, c50, e99, c99 = statistics.median(rtt_embedded), statistics.median(rtt_client), pct(rtt_embedded, 99), pct(rtt_client, 99)
