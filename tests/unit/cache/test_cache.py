@@ -1,5 +1,7 @@
 import time
 
+import pytest
+
 from qworker.cache.memory import MemoryCache
 
 
@@ -81,13 +83,15 @@ def test_a_full_memory_cache_leaves_the_cyclic_gc_nothing_to_scan():
     assert cache.get(bytes([2]) * 16) == (1.0, {"pred": "4", "n": 3}) and cache.get(bytes([1]) * 16) == (1.0, {})
 
 
-def test_caching_flat_extras_allocates_nothing_the_cyclic_gc_counts():
+@pytest.mark.parametrize("ttl_s", [None, 3600.0])
+def test_caching_flat_extras_allocates_nothing_the_cyclic_gc_counts(ttl_s):
     # Each object the collector counts that outlives a batch of results moves the count toward a young collection,
     # and those cascade into full collections that rescan every future a trainer is waiting on.
     import gc
 
-    cache = MemoryCache(max_entries=1000)
-    items = [(bytes([i]) * 16, float(i), {"pred": "4", "n": i, "ok": True, "r": 0.5, "raw": b"x", "none": None}) for i in range(200)]
+    cache = MemoryCache(max_entries=1000, ttl_s=ttl_s)
+    items = [(bytes([i]) * 16, float(i), {"pred": "4", "n": i, "ok": True, "r": 0.5, "raw": b"x", "none": None} if i % 3 else {})
+             for i in range(200)]
     enabled = gc.isenabled()
     gc.disable()
     try:
