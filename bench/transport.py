@@ -16,12 +16,17 @@ in one process on one machine, through:
   Ray tasks        one @ray.remote task per reward, ray.get on all (Ray kept on
                    127.0.0.1; skipped with a note if Ray is not installed)
 
-It prints tasks/s (median of --repeats runs for the no-op workload, one run for
+qworker alone also runs the no-op workload with a reward that returns a small flat
+``extra`` with its score (``{"score": 1.0, "n": i, "tag": "ok"}``): each result then
+carries a dict, which the producer decodes, caches and hands out ("no-op + extra").
+
+It prints tasks/s (median of --repeats runs for the no-op workloads, one run for
 the 1 ms one) and qworker's ratio to each, then qworker's single-task round
 trip on an idle pool, the CPU the caller's thread spends waiting in gather, the
 CPU per no-op task of the producer (its caller's and dispatcher's threads, the
-garbage collector's share) and of the local pool's processes, and the producer's
-memory per pending task.
+garbage collector's share and its number of collections per 100k tasks) and of the
+local pool's processes, for both no-op workloads, and the producer's memory per
+pending task.
 
 Then qworker across a real TCP socket on 127.0.0.1, with ``qworker-pool``
 processes as on remote hosts: one pool of W workers in plain text, the same
@@ -54,10 +59,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import median_rate, table  # noqa: E402
 
-from qworker import Producer  # noqa: E402
+from qworker import Producer, reward  # noqa: E402
 from qworker.rewards.diagnostic import noop, spin  # noqa: E402
 
 REWARDS = {"noop": noop, "spin": spin}
+
+
+@reward("bench_noop_extra")
+def noop_extra(payload: dict) -> dict:
+    """A no-op that returns a small flat extra with its score (the local pool imports this file to run it)."""
+    return {"score": 1.0, "n": payload.get("i", 0), "tag": "ok"}
 
 
 # -- the alternatives ---------------------------------------------------------
@@ -255,6 +266,7 @@ class CpuSplit:
         self.tid = getattr(p._dispatcher, "native_id", None)
         self.pool_pids = pool_pids
         self.gc_s = 0.0
+        self.collections = 0
         self._gc_t0 = 0.0
         self.us: dict[str, float] = {}
 
@@ -269,6 +281,7 @@ class CpuSplit:
             self._gc_t0 = time.perf_counter()
         else:
             self.gc_s += time.perf_counter() - self._gc_t0
+            self.collections += 1
 
     def __enter__(self) -> CpuSplit:
         gc.callbacks.append(self._on_gc)
@@ -352,7 +365,8 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="runs of the no-op workload per system (median reported)")
-    ap.add_argument("--skip", action="append", default=[], help="skip a system (bare, pool, manager, ray, tcp) or the 1 ms CPU workload (cpu)")
+    ap.add_argument("--skip", action="append", default=[],
+                    help="skip a system (bare, pool, manager, ray, tcp), the 1 ms CPU workload (cpu) or qworker's no-op + extra (extra)")
     args = ap.parse_args()
     n, w = args.tasks, args.workers
     print(f"transport benchmark: {n} tasks per workload, {w} workers, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
@@ -369,27 +383,37 @@ def main() -> None:
         print(f"  {system:<14} {workload:<9} {rate:>10,.0f} tasks/s   runs: {', '.join(f'{r:,.0f}' for r in runs)}", flush=True)
 
     producer_us: dict[str, float] = {}  # producer process CPU per task, median over runs
-    split: dict[str, list[float]] = {}  # the no-op runs' producer CPU per task, by where it went (median over runs)
+    extra_rate: Optional[float] = None  # qworker's no-op + extra tasks/s
+    # the no-op runs' producer CPU per task, by where it went, and collections per 100k tasks (median over runs)
+    split: dict[tuple[str, str], list[float]] = {}
+    qworker_workloads = dict(workloads)
+    if "extra" not in args.skip:  # qworker alone: the no-op payloads, each result carrying a small flat extra
+        qworker_workloads["no-op + extra"] = ("bench_noop_extra", workloads["no-op"][1], args.repeats)
     with Producer(local_workers=w) as p:
         pool_pids = [p._pool.pid, *(c.pid for c in psutil.Process(p._pool.pid).children(recursive=True))] if p._pool is not None else []
-        for name, (reward, payloads, repeats) in workloads.items():
+        for name, (reward, payloads, repeats) in qworker_workloads.items():
             # fresh payloads per repeat, so no run is answered from the cache
             batches = iter([[dict(x, rep=r) for x in payloads] for r in range(repeats)])
             cpu_runs: list[float] = []
 
             def one_run(reward: str = reward, batches=batches, cpu_runs: list[float] = cpu_runs, name: str = name) -> None:
                 c0 = time.process_time()  # the producer's process: the caller's and the dispatcher's threads
-                if name != "no-op":
+                if not name.startswith("no-op"):
                     run_qworker(p, reward, next(batches))
                 else:
                     with CpuSplit(p, pool_pids) as cpu:
                         run_qworker(p, reward, next(batches))
                     for part, us in cpu.per_task_us(n).items():
-                        split.setdefault(part, []).append(us)
+                        split.setdefault((name, part), []).append(us)
+                    split.setdefault((name, "garbage collections per 100k tasks"), []).append(cpu.collections / n * 1e5)
                 cpu_runs.append((time.process_time() - c0) / n * 1e6)
 
             rate, runs = median_rate(n, one_run, repeats)
-            record("qworker", name, rate, runs)
+            if name in workloads:
+                record("qworker", name, rate, runs)
+            else:  # no other system runs it: not a column of the comparison
+                extra_rate = rate
+                print(f"  {'qworker':<14} {name} {rate:>10,.0f} tasks/s   runs: {', '.join(f'{r:,.0f}' for r in runs)}", flush=True)
             producer_us[name] = statistics.median(cpu_runs)
         rtt = round_trip_ms(p)
         cpu_s, wall_s = (0.0, 1.0) if "cpu" in args.skip else gather_cpu_share(p, [{"i": i, "ms": 1, "cpu": 1} for i in range(min(n, 20_000))])
@@ -438,11 +462,13 @@ def main() -> None:
 
     print("\nqworker on an idle pool and while waiting")
     print(table(["measure", "value"], [
+        *([] if extra_rate is None else [["no-op + extra tasks/s (median)", f"{extra_rate:,.0f}"]]),
         ["single-task round trip p50", f"{statistics.median(rtt):.3f} ms"],
         ["single-task round trip p99", f"{statistics.quantiles(rtt, n=100)[98]:.3f} ms"],
         *([] if "cpu" in args.skip else [["caller thread CPU in gather", f"{100 * cpu_s / wall_s:.2f}% ({cpu_s * 1000:.1f} ms CPU over {wall_s:.2f} s)"]]),
         *[[f"producer process CPU per {k} task", f"{us:.1f} us"] for k, us in producer_us.items()],
-        *[[f"  no-op: {part}", f"{statistics.median(us):.1f} us"] for part, us in split.items()],
+        *[[f"  {name}: {part}", f"{statistics.median(v):.0f}" if part.startswith("garbage") else f"{statistics.median(v):.1f} us"]
+          for (name, part), v in split.items()],
         ["producer memory per pending task", f"{per_task:,.0f} bytes (payload itself: {payload_size} bytes msgpack)"],
         ["duplicate results dropped", str(status["duplicate_results"])],
     ]))

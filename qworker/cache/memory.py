@@ -6,11 +6,17 @@ a read that misses (the usual case for a fresh task) takes no lock.
 
 The cache owns its entries: ``put`` keeps its own copy of ``extra`` and ``get``
 hands out a fresh one, so a caller mutating ``Result.extra`` (even nested
-values) never changes what later hits see.  A flat ``extra`` (every value a
-str, number, bool, None or bytes: the usual case) is kept as a tuple of its
-items and handed out as a fresh dict; a nested one is kept msgpack-packed (it
-came over msgpack from a worker) and unpacked per hit.  An entry thus holds
-only atomic values, so the cyclic GC stops tracking it.
+values) never changes what later hits see.  Without a TTL, an entry with an
+empty ``extra`` is its bare score; one with a flat ``extra`` (str keys, and
+each value exactly a str, int, float, bool, None or bytes: the usual case) is
+one bytes object, the score and the extra msgpack-packed together (``_pack``;
+under a TTL, with the time stored, an empty ``extra`` too) and unpacked per
+hit.  Neither is an object the cyclic GC counts, so caching a stream of
+results sets off no collection (see ``Pending.empty_extra``).  Any other entry
+is a tuple (score, owned extra, time stored): a nested ``extra`` is kept
+msgpack-packed (it came over msgpack from a worker), a flat one whose values
+include a subclass of those types (an ``IntEnum``) as a tuple of its items.
+An entry thus holds only atomic values, so the cyclic GC stops tracking it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections import OrderedDict
 from typing import Callable, Optional, Sequence, Union
 
 import msgpack
+import msgspec
 
 Entry = tuple[float, dict]  # (score, extra)
 
@@ -51,6 +58,34 @@ def _own(extra: dict) -> _Owned:
     return tuple(extra.items())  # atomic items only: the GC stops tracking the entry (see ``put_many``)
 
 
+_FLAT = frozenset({str, int, float, bool, type(None), bytes})  # the value types ``_pack`` keeps exactly
+_encode = msgspec.msgpack.encode
+_unpack = msgspec.msgpack.Decoder(tuple[float, dict]).decode  # a ``_pack``ed entry -> (score, a fresh extra)
+_unpack_stored = msgspec.msgpack.Decoder(tuple[float, dict, float]).decode  # one with its time stored (a TTL)
+
+
+def _pack(score: float, extra: dict, stored: Optional[float] = None) -> Optional[bytes]:
+    """``[score, extra]`` (``[score, extra, stored]`` given the monotonic time stored) msgpack-packed, if every
+    key of ``extra`` is a str and every value exactly one of ``_FLAT``'s types (each comes back as it went in);
+    else None."""
+    for k, v in extra.items():
+        if type(k) is not str or type(v) not in _FLAT:
+            return None
+    try:
+        return _encode((score, extra) if stored is None else (score, extra, stored))
+    except Exception:  # an int past 64 bits, a lone surrogate: kept as a tuple entry
+        return None
+
+
+def _entry(score: float, extra: dict, stored: Optional[float] = None) -> Union[bytes, tuple[float, _Owned, float]]:
+    """An entry: packed if it can be (``_pack``), else a tuple; ``stored``: the monotonic time stored, under a
+    TTL (None: no TTL, and a non-empty ``extra``)."""
+    packed = _pack(score, extra, stored)
+    if packed is not None:
+        return packed
+    return (score, _own(extra) if extra else None, 0.0 if stored is None else stored)
+
+
 def _hand_out(owned: _Owned) -> dict:
     """A fresh copy for one cache hit."""
     if owned is None:
@@ -70,8 +105,9 @@ class MemoryCache:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         # key -> (score, owned extra, monotonic time stored); without a TTL, an entry with an empty extra is its
-        # bare score (no tuple: nothing for the cyclic GC to track or scan, and one allocation less per result)
-        self._data: OrderedDict[bytes, Union[float, tuple[float, _Owned, float]]] = OrderedDict()
+        # bare score, and one with a flat extra the two packed in one bytes object (``_pack``): no tuple, nothing the
+        # cyclic GC counts as it is made, tracks or scans
+        self._data: OrderedDict[bytes, Union[float, bytes, tuple[float, _Owned, float]]] = OrderedDict()
         self._lock = threading.Lock()
         self.evictions = 0
         # ``key in cache`` in C, no lock (as ``get``'s miss): True where ``get`` may find an entry (an expired one
@@ -90,6 +126,16 @@ class MemoryCache:
             item = self._data.get(key)
             if item is None:
                 return None
+            if type(item) is bytes:  # a score and a flat extra, packed (with the time stored, under a TTL)
+                if self.ttl_s is None:
+                    self._data.move_to_end(key)
+                    return _unpack(item)  # (a fresh dict per hit)
+                score, fresh, stored = _unpack_stored(item)
+                if time.monotonic() - stored > self.ttl_s:
+                    del self._data[key]
+                    return None
+                self._data.move_to_end(key)
+                return score, fresh
             if type(item) is not tuple:  # a bare score (no TTL, an empty extra)
                 self._data.move_to_end(key)
                 return item, {}  # type: ignore[return-value]  # a score
@@ -108,15 +154,17 @@ class MemoryCache:
         as the disk cache takes them) is ignored."""
         if self.max_entries == 0 or not items:
             return
-        # Copied outside the lock.  An empty extra is kept as None (without a TTL, the entry is the bare score) and a
-        # flat one as a tuple of its items, so an entry holds only atomic values and the cyclic GC stops tracking it at
+        # Copied outside the lock.  An entry is the bare score (no TTL, an empty extra), or the score and a flat extra
+        # (and the time stored, under a TTL) packed in one bytes object: nothing the cyclic GC counts outlives the
+        # call, so results streaming in set off no collection.  Otherwise it is a tuple, an empty extra kept as None
+        # and a flat one as a tuple of its items, so an entry holds only atomic values and the GC stops tracking it at
         # its first pass: a full cache adds nothing to any collection (entries holding dicts stay tracked, and every
         # full collection scans them all).  A key given twice keeps its last entry.
         if self.ttl_s is None:
-            owned = {item[0]: (item[1], _own(item[2]), 0.0) if item[2] else item[1] for item in items}
+            owned = {item[0]: _entry(item[1], item[2]) if item[2] else item[1] for item in items}
         else:
             now = time.monotonic()
-            owned = {item[0]: (item[1], _own(item[2]) if item[2] else None, now) for item in items}
+            owned = {item[0]: _entry(item[1], item[2], now) for item in items}
         with self._lock:
             data = self._data
             before = len(data)

@@ -1,5 +1,7 @@
 import time
 
+import pytest
+
 from qworker.cache.memory import MemoryCache
 
 
@@ -79,3 +81,28 @@ def test_a_full_memory_cache_leaves_the_cyclic_gc_nothing_to_scan():
     assert hit == (1.0, {"pred": "4", "n": 3})
     hit[1]["pred"] = "changed"
     assert cache.get(bytes([2]) * 16) == (1.0, {"pred": "4", "n": 3}) and cache.get(bytes([1]) * 16) == (1.0, {})
+
+
+@pytest.mark.parametrize("ttl_s", [None, 3600.0])
+def test_caching_flat_extras_allocates_nothing_the_cyclic_gc_counts(ttl_s):
+    # Each object the collector counts that outlives a batch of results moves the count toward a young collection,
+    # and those cascade into full collections that rescan every future a trainer is waiting on.
+    import gc
+
+    cache = MemoryCache(max_entries=1000, ttl_s=ttl_s)
+    items = [(bytes([i]) * 16, float(i), {"pred": "4", "n": i, "ok": True, "r": 0.5, "raw": b"x", "none": None} if i % 3 else {})
+             for i in range(200)]
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        before = gc.get_count()[0]
+        cache.put_many(items)
+        grown = gc.get_count()[0] - before
+    finally:
+        if enabled:
+            gc.enable()
+    assert grown < 10  # a few temporaries at most, not one or more per result
+    for key, score, extra in items:  # each hit a fresh copy of what was stored, values of the same types
+        hit = cache.get(key)
+        assert hit == (score, extra) and hit[1] is not extra
+        assert [type(v) for v in hit[1].values()] == [type(v) for v in extra.values()]
