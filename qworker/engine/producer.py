@@ -184,7 +184,7 @@ class Producer:
             for i, p in enumerate(payloads):
                 try:
                     decoded.append(_decode_payload(p))
-                except (msgspec.DecodeError, UnicodeDecodeError, TypeError) as exc:
+                except Exception as exc:  # not msgpack, not UTF-8, nested too deep, not a buffer
                     failed[i] = self._done(error=ErrorKind.BAD_PAYLOAD.error(
                         f"encoded=True takes each payload's encoding by encode_payload; this one does not decode ({exc})"))
             scored = iter(submit(decoded))

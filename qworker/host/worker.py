@@ -120,7 +120,7 @@ def call_reward(spec: Any, payload_bytes: bytes, params: dict, meta: Optional[di
     call = EndpointCall(meta) if meta is not None else None
     try:
         payload = _decode_payload(payload_bytes)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # bytes a caller encoded itself (encoded=True), not the reward's fault
+    except Exception as exc:  # bytes a caller encoded itself (encoded=True), not the reward's fault: not msgpack, not UTF-8, too deep
         return None, None, _error(ErrorKind.BAD_PAYLOAD, f"the payload is not msgpack as encode_payload writes it: {exc}"), None
     try:
         kwargs = params if call is None else {**params, "call": call}

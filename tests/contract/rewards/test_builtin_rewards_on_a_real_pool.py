@@ -123,8 +123,8 @@ def test_an_encoded_payload_that_does_not_decode_fails_alone_in_a_composite():
     config = composite_config([{"reward": "gsm8k", "weight": 1.0}, {"reward": "format", "params": {"pattern": "####"}, "weight": 1.0}])
     good = [encode_payload({"response": f"#### {i}", "ground_truth": str(i)}) for i in range(3)]
     with Producer(local_workers=1, config=config) as p:
-        futures = p.submit_batch("mix", [good[0], b"\xc1", good[1], {"not": "bytes"}, good[2]], encoded=True)
+        futures = p.submit_batch("mix", [good[0], b"\xc1", good[1], {"not": "bytes"}, good[2], b"\x91" * 1100 + b"\x01"], encoded=True)
         results = p.gather(futures, timeout=120)
     assert all(r.ok and r.extra["gsm8k"] == 1.0 for r in (results[0], results[2], results[4])), results
-    for bad in (results[1], results[3]):
+    for bad in (results[1], results[3], results[5]):
         assert bad.error_kind == "bad_payload" and "encoded=True" in bad.error, bad

@@ -20,7 +20,8 @@ def score_of(payload: dict) -> float:
     msgpack.packb({"x": "1"}).replace(b"1", b"\xff"),  # a str whose bytes are not UTF-8
     b"\xc1",  # a byte msgpack never uses
     encode_payload({"x": 1})[:-1],  # cut short
-], ids=["invalid-utf8", "not-msgpack", "truncated"])
+    b"\x91" * 1100 + b"\x01",  # arrays nested past the decoder's recursion limit
+], ids=["invalid-utf8", "not-msgpack", "truncated", "too-deep"])
 def test_payload_bytes_that_do_not_decode_fail_as_bad_payload_not_as_the_rewards_error(payload_bytes):
     called = []
     score, extra, error, outcome = call_reward(SimpleNamespace(fn=lambda p: called.append(p) or 1.0), payload_bytes, {})
