@@ -157,9 +157,15 @@ class GuardedRouter(zmq.Socket):
         return self._held is not None
 
     def recv_multipart(self, flags: int = 0, copy: bool = True, track: bool = False) -> list[Any]:
+        """The next allowed message.  With ``zmq.NOBLOCK``, ``zmq.Again`` also after ``DROPS_PER_POLL`` revoked
+        messages dropped (nothing allowed yet; the socket stays readable, as in ``poll_allowed``)."""
         held, self._held = self._held, None
+        drops = 0
         while held is None:
+            if flags & zmq.NOBLOCK and drops == DROPS_PER_POLL:
+                raise zmq.Again()
             held = self._recv_checked(flags, copy)
+            drops += 1
         return held
 
     def send_multipart(self, msg_parts: Sequence[Any], flags: int = 0, copy: bool = True, track: bool = False,

@@ -113,6 +113,13 @@ def test_a_revoked_peer_that_floods_cannot_hold_the_polling_thread(keys):
             calls += 1
             assert calls < 100, "the flood was not drained"
         assert calls >= 2
+        for _ in range(flood):  # a receive without a poll first (the reward service's way) is bounded the same way
+            clients["a"].send_multipart([b"k", b"flood"])
+        time.sleep(1.0)
+        before = server._drops[b"a"]
+        with pytest.raises(zmq.Again):
+            server.recv_multipart(zmq.NOBLOCK)
+        assert server._drops[b"a"] - before == DROPS_PER_POLL
         assert exchange(server, clients["b"])  # the allowed peer behind the flood is still served
     finally:
         for c in clients.values():
