@@ -275,7 +275,8 @@ class ServerLoad:
     A queue is the server's refill: a slot its batch frees is taken at once by a waiting
     request, where a request sent in answer to it arrives only after its way back to the
     gate and out again (the gate's dispatch and the worker, and the server's front end,
-    which neither runs nor queues it).  Requests on that way, ``held - running - waiting``
+    which neither runs nor queues it).  Requests on that way, ``held - running - waiting`` (at most ``running``: more
+    than a batch is not a refill but requests the server's counts miss, so an idle or other server's counts add none)
     (``held``: what the gate has in flight), are what the batch frees while a replacement
     is under way (Little's law: they spend the refill's time on it, at the rate the batch
     frees slots), so a queue that covers them is what keeps the batch full, not queueing.
@@ -293,6 +294,10 @@ class ServerLoad:
         self.queueing = False  # what the last reading said
         self.on_way: Optional[float] = None  # mean requests on their way over the last readings (None before any)
 
+    def forget(self) -> None:
+        """Start the mean of the requests on their way afresh (an endpoint that came back after being down)."""
+        self.on_way = None
+
     def fresh(self, now: float) -> bool:
         """Whether a reading is recent enough to steer instead of the latency signal."""
         return now - self.at <= LOAD_FRESH_S
@@ -304,7 +309,9 @@ class ServerLoad:
         - waiting``: a server others also load counts theirs in running and waiting, which makes that smaller, never
         larger, than ours on the way)."""
         self.at = now
-        seen = max(0.0, (in_flight if held is None else held) - running - waiting)
+        # at most a batch: more than the server runs cannot be a refill of its batch, only requests its counts miss (a
+        # metrics URL of another server, of one replica of several, a front end that holds requests uncounted)
+        seen = min(running, max(0.0, (in_flight if held is None else held) - running - waiting))
         on_way = self.on_way = seen if self.on_way is None else self.on_way + (seen - self.on_way) / ON_WAY_READINGS
         allowed = max((self.config.queue_target - 1.0) * max(1.0, running), on_way + 2.0 * math.sqrt(on_way))
         self.queueing = waiting > allowed and running > 0

@@ -417,6 +417,7 @@ class AdaptiveLimit:
         self._last_cut = -math.inf
         self.memory.forget()
         self.latency.relearn()
+        self.load.forget()
         self.batch.clear()
         self.mode = Mode.PROBING
         self._recover_to(old, Mode.PROBING, regaining=False)

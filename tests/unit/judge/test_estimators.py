@@ -6,6 +6,7 @@ import math
 import random
 
 from qworker.judge.control.estimators import CapacityMemory, Latency, LimitConfig, RefusalKind, Refusals, ServerLoad, Throughput
+from qworker.judge.control.limiter import AdaptiveLimit
 
 CFG = LimitConfig()
 
@@ -103,6 +104,27 @@ def test_server_load_allows_a_queue_that_covers_the_requests_on_their_way():
     # the mean over readings: one reading with none on the way does not take the allowance back to a tenth of what runs
     assert not load.reading(running=16, waiting=12, in_flight=28, now=1.5, held=28).queueing
     assert load.reading(running=16, waiting=24, in_flight=40, now=2.0, held=40).queueing
+
+
+def test_requests_the_servers_counts_miss_do_not_widen_its_queue_allowance():
+    # a metrics URL of an idle (or another) server: nothing runs there, so nothing is on its way to refill a batch
+    idle = ServerLoad(CFG)
+    for t in range(10):
+        q = idle.reading(running=0, waiting=0, in_flight=200, now=0.5 * t, held=200)
+    assert not q.queueing and q.room <= 1.0
+    # one replica of two: its counts miss the half the gate sends elsewhere; the allowance stays within a batch
+    half = ServerLoad(CFG)
+    for t in range(10):
+        q = half.reading(running=16, waiting=30, in_flight=92, now=0.5 * t, held=92)
+    assert q.queueing  # 30 waiting is over 16 + 2 sqrt(16)
+
+
+def test_an_endpoint_back_from_down_measures_the_requests_on_their_way_afresh():
+    limit = AdaptiveLimit(config=CFG)
+    limit.load.reading(running=16, waiting=0, in_flight=40, now=1.0, held=40)
+    assert limit.load.on_way
+    limit.reset()
+    assert limit.load.on_way is None
 
 
 def test_remembered_capacity_expires_once_the_server_holds_more_than_where_it_last_refused():
