@@ -56,7 +56,9 @@ def exchange(server: zmq.Socket, client: zmq.Socket, timeout: float = 10.0) -> b
     return False
 
 
-def test_a_removed_key_loses_its_open_connection_and_the_others_keep_theirs(keys):
+@pytest.fixture
+def guarded(keys):
+    """A CURVE server's guarded ROUTER and two clients, a and b, whose keys are allowed."""
     ctx, server = bind_server("tcp://127.0.0.1:0", max_message_bytes=1 << 20,
                               curve=CurveServer(keys["server"][1], keys["allowed"]), insecure=False)
     cctx = zmq.Context()
@@ -64,65 +66,60 @@ def test_a_removed_key_loses_its_open_connection_and_the_others_keep_theirs(keys
     clients = {name: make_socket(cctx, zmq.DEALER, connect=endpoint, identity=name.encode(),
                                  curve=CurveClient(keys[name][1], keys["server"][0])) for name in ("a", "b")}
     try:
-        assert exchange(server, clients["a"]) and exchange(server, clients["b"])
+        yield server, clients
+    finally:
+        for c in clients.values():
+            c.close(linger=0)
+        cctx.term()
+        close_server(ctx, server)
+
+
+def revoke(keys, server, name: str) -> None:
+    """Remove ``name``'s key from the allowed directory and wait until the server's list follows."""
+    os.remove(os.path.join(keys["allowed"], f"{name}.key"))
+    deadline = time.monotonic() + 30  # the reloader rereads every RELOAD_EVERY_S
+    while server.allow.allows(public(keys[name][0])):
+        assert time.monotonic() < deadline, "the removal was not noticed"
+        time.sleep(0.05)
+
+
+def test_a_removed_key_loses_its_open_connection_and_the_others_keep_theirs(keys, guarded):
+    server, clients = guarded
+    assert exchange(server, clients["a"]) and exchange(server, clients["b"])
+    server.send_multipart([b"a", b"to a"])
+    assert clients["a"].poll(10_000) and clients["a"].recv_multipart() == [b"to a"]
+    revoke(keys, server, "a")
+    assert not exchange(server, clients["a"], timeout=1.0)  # read from its open connection no more
+    with pytest.raises(zmq.ZMQError) as exc:
         server.send_multipart([b"a", b"to a"])
-        assert clients["a"].poll(10_000) and clients["a"].recv_multipart() == [b"to a"]
-        os.remove(os.path.join(keys["allowed"], "a.key"))
-        deadline = time.monotonic() + 30  # the reloader rereads every RELOAD_EVERY_S
-        while server.allow.allows(public(keys["a"][0])):
-            assert time.monotonic() < deadline, "the removal was not noticed"
-            time.sleep(0.05)
-        assert not exchange(server, clients["a"], timeout=1.0)  # read from its open connection no more
-        with pytest.raises(zmq.ZMQError) as exc:
-            server.send_multipart([b"a", b"to a"])
-        assert exc.value.errno == zmq.EHOSTUNREACH
-        assert exchange(server, clients["b"])
-        server.send_multipart([b"b", b"to b"])
-        assert clients["b"].poll(10_000) and clients["b"].recv_multipart() == [b"to b"]
-    finally:
-        for c in clients.values():
-            c.close(linger=0)
-        cctx.term()
-        close_server(ctx, server)
+    assert exc.value.errno == zmq.EHOSTUNREACH
+    assert exchange(server, clients["b"])
+    server.send_multipart([b"b", b"to b"])
+    assert clients["b"].poll(10_000) and clients["b"].recv_multipart() == [b"to b"]
 
 
-def test_a_revoked_peer_that_floods_cannot_hold_the_polling_thread(keys):
-    ctx, server = bind_server("tcp://127.0.0.1:0", max_message_bytes=1 << 20,
-                              curve=CurveServer(keys["server"][1], keys["allowed"]), insecure=False)
-    cctx = zmq.Context()
-    endpoint = server.getsockopt(zmq.LAST_ENDPOINT).decode()
-    clients = {name: make_socket(cctx, zmq.DEALER, connect=endpoint, identity=name.encode(),
-                                 curve=CurveClient(keys[name][1], keys["server"][0])) for name in ("a", "b")}
-    try:
-        assert exchange(server, clients["a"]) and exchange(server, clients["b"])
-        os.remove(os.path.join(keys["allowed"], "a.key"))
-        deadline = time.monotonic() + 30
-        while server.allow.allows(public(keys["a"][0])):
-            assert time.monotonic() < deadline, "the removal was not noticed"
-            time.sleep(0.05)
-        flood = 4 * DROPS_PER_POLL
-        for _ in range(flood):
-            clients["a"].send_multipart([b"k", b"flood"])
-        time.sleep(1.0)  # the flood is at the server (its queue holds 1,000 messages per peer)
-        calls = 0
-        while server._drops.get(b"a", 0) < flood - DROPS_PER_POLL:
-            before = server._drops.get(b"a", 0)
-            server.poll(100)
-            assert not readable(server)  # only revoked messages are waiting
-            assert server._drops[b"a"] - before <= DROPS_PER_POLL  # and one call drops a bounded number of them
-            calls += 1
-            assert calls < 100, "the flood was not drained"
-        assert calls >= 2
-        for _ in range(flood):  # a receive without a poll first (the reward service's way) is bounded the same way
-            clients["a"].send_multipart([b"k", b"flood"])
-        time.sleep(1.0)
-        before = server._drops[b"a"]
-        with pytest.raises(zmq.Again):
-            server.recv_multipart(zmq.NOBLOCK)
-        assert server._drops[b"a"] - before == DROPS_PER_POLL
-        assert exchange(server, clients["b"])  # the allowed peer behind the flood is still served
-    finally:
-        for c in clients.values():
-            c.close(linger=0)
-        cctx.term()
-        close_server(ctx, server)
+def test_a_revoked_peer_that_floods_cannot_hold_the_polling_thread(keys, guarded):
+    server, clients = guarded
+    assert exchange(server, clients["a"]) and exchange(server, clients["b"])
+    revoke(keys, server, "a")
+    flood = 4 * DROPS_PER_POLL
+    for _ in range(flood):
+        clients["a"].send_multipart([b"k", b"flood"])
+    time.sleep(1.0)  # the flood is at the server (its queue holds 1,000 messages per peer)
+    calls = 0
+    while server._drops.get(b"a", 0) < flood - DROPS_PER_POLL:
+        before = server._drops.get(b"a", 0)
+        server.poll(100)
+        assert not readable(server)  # only revoked messages are waiting
+        assert server._drops[b"a"] - before <= DROPS_PER_POLL  # and one call drops a bounded number of them
+        calls += 1
+        assert calls < 100, "the flood was not drained"
+    assert calls >= 2
+    for _ in range(flood):  # a receive without a poll first (the reward service's way) is bounded the same way
+        clients["a"].send_multipart([b"k", b"flood"])
+    time.sleep(1.0)
+    before = server._drops[b"a"]
+    with pytest.raises(zmq.Again):
+        server.recv_multipart(zmq.NOBLOCK)
+    assert server._drops[b"a"] - before == DROPS_PER_POLL
+    assert exchange(server, clients["b"])  # the allowed peer behind the flood is still served
