@@ -14,8 +14,9 @@ under a TTL, with the time stored, an empty ``extra`` too) and unpacked per
 hit.  Neither is an object the cyclic GC counts, so caching a stream of
 results sets off no collection (see ``Pending.empty_extra``).  Any other entry
 is a tuple (score, owned extra, time stored): a nested ``extra`` is kept
-msgpack-packed (it came over msgpack from a worker), a flat one whose values
-include a subclass of those types (an ``IntEnum``) as a tuple of its items.
+msgpack-packed (it came over msgpack from a worker), another flat one (a
+non-str key, a subclass of those types such as an ``IntEnum``, an int past 64
+bits, a lone surrogate; or a score that is not a float) as a tuple of its items.
 An entry thus holds only atomic values, so the cyclic GC stops tracking it.
 """
 
@@ -65,9 +66,11 @@ _unpack_stored = msgspec.msgpack.Decoder(tuple[float, dict, float]).decode  # on
 
 
 def _pack(score: float, extra: dict, stored: Optional[float] = None) -> Optional[bytes]:
-    """``[score, extra]`` (``[score, extra, stored]`` given the monotonic time stored) msgpack-packed, if every
-    key of ``extra`` is a str and every value exactly one of ``_FLAT``'s types (each comes back as it went in);
-    else None."""
+    """``[score, extra]`` (``[score, extra, stored]`` given the monotonic time stored) msgpack-packed, if the score
+    is a float, every key of ``extra`` a str and every value exactly one of ``_FLAT``'s types (each comes back as
+    it went in); else None."""
+    if type(score) is not float:  # (a bool or int score would come back as a float, or not decode as one)
+        return None
     for k, v in extra.items():
         if type(k) is not str or type(v) not in _FLAT:
             return None
@@ -105,8 +108,8 @@ class MemoryCache:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         # key -> (score, owned extra, monotonic time stored); without a TTL, an entry with an empty extra is its
-        # bare score, and one with a flat extra the two packed in one bytes object (``_pack``): no tuple, nothing the
-        # cyclic GC counts as it is made, tracks or scans
+        # bare score; one with a flat extra (under a TTL, an empty one too) is packed in one bytes object with its
+        # score (and time stored) (``_pack``): no tuple, nothing the cyclic GC counts as it is made, tracks or scans
         self._data: OrderedDict[bytes, Union[float, bytes, tuple[float, _Owned, float]]] = OrderedDict()
         self._lock = threading.Lock()
         self.evictions = 0

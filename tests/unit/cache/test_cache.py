@@ -84,6 +84,14 @@ def test_a_full_memory_cache_leaves_the_cyclic_gc_nothing_to_scan():
 
 
 @pytest.mark.parametrize("ttl_s", [None, 3600.0])
+def test_a_score_that_is_not_a_float_comes_back_as_it_was_put(ttl_s):
+    cache = MemoryCache(ttl_s=ttl_s)
+    cache.put_many([(b"b", True, {"a": 1}), (b"i", 2, {"a": 1}), (b"f", 0.5, {"a": 1})])
+    assert [(type(s), s, e) for s, e in (cache.get(k) for k in (b"b", b"i", b"f"))] == [
+        (bool, True, {"a": 1}), (int, 2, {"a": 1}), (float, 0.5, {"a": 1})]
+
+
+@pytest.mark.parametrize("ttl_s", [None, 3600.0])
 def test_caching_flat_extras_allocates_nothing_the_cyclic_gc_counts(ttl_s):
     # Each object the collector counts that outlives a batch of results moves the count toward a young collection,
     # and those cascade into full collections that rescan every future a trainer is waiting on.
