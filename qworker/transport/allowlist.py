@@ -143,22 +143,19 @@ class GuardedRouter(zmq.Socket):
         return None
 
     def poll_allowed(self) -> bool:
-        """Whether an allowed message is waiting (without blocking); drops the revoked ones before it.
-
-        At most ``DROPS_PER_POLL`` revoked messages are dropped per call: a revoked peer that keeps
-        sending cannot hold the polling thread here.  False then means "nothing allowed yet"; the
-        socket stays readable, so the thread's next poll returns at once and the call is made again."""
-        for _ in range(DROPS_PER_POLL):
-            if self._held is not None:
-                return True
-            if not int(self.getsockopt(zmq.EVENTS)) & POLLIN:
+        """Whether an allowed message is waiting (without blocking); drops the revoked ones before it, at most
+        ``DROPS_PER_POLL`` per call (``recv_multipart``): False then means "nothing allowed yet"; the socket
+        stays readable, so the thread's next poll returns at once and the call is made again."""
+        if self._held is None:
+            try:
+                self._held = self.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
                 return False
-            self._held = self._recv_checked(zmq.NOBLOCK, True)
-        return self._held is not None
+        return True
 
     def recv_multipart(self, flags: int = 0, copy: bool = True, track: bool = False) -> list[Any]:
         """The next allowed message.  With ``zmq.NOBLOCK``, ``zmq.Again`` also after ``DROPS_PER_POLL`` revoked
-        messages dropped (nothing allowed yet; the socket stays readable, as in ``poll_allowed``)."""
+        messages dropped: a revoked peer that keeps sending cannot hold the receiving thread here."""
         held, self._held = self._held, None
         drops = 0
         while held is None:
