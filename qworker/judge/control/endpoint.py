@@ -149,6 +149,11 @@ class Endpoint:
         what its limit is judged against."""
         return self.at_server() + sum(n.in_flight for n in self.peers)
 
+    def total_in_flight(self) -> int:
+        """Requests in flight at the gates of every producer that shares it (theirs as their notes say): sent and
+        not yet answered, including those still on their way to the server."""
+        return self.in_flight + sum(n.in_flight for n in self.peers)
+
     def share(self) -> float:
         """What this producer may hold: its limit, or with peers (``peers``) an even share.
 

@@ -221,13 +221,18 @@ class Latency:
             spread[k] = sum((a[k] - mean) ** 2 for a in answers) / n / (mean * mean) if mean else math.inf
         return 1 if spread[1] <= spread[0] * (1.0 + 1e-9) else 0  # (equal up to rounding: every reply the same length)
 
-    def base(self) -> Optional[float]:
-        """Mean latency (per token where that is the measure) of the answers sent at the lowest levels (None until there are enough)."""
+    def _judged_base(self) -> Optional[tuple[float, int]]:
+        """The base and the measure it is in (``_measure``); None until there are enough answers."""
         answers = self._base_answers()
         if answers is None:
             return None
         k = self._measure(answers)
-        return sum(a[k] for a in answers) / len(answers)
+        return sum(a[k] for a in answers) / len(answers), k
+
+    def base(self) -> Optional[float]:
+        """Mean latency (per token where that is the measure) of the answers sent at the lowest levels (None until there are enough)."""
+        judged = self._judged_base()
+        return None if judged is None else judged[0]
 
     def on_answer(self, rtt: float, level: float, tokens: Optional[int]) -> Optional[QueueReading]:
         """Keep one latency; a reading every half window once a window is full (None between)."""
@@ -251,13 +256,10 @@ class Latency:
         if len(recent) < self.config.window or self._since < self.config.window // 2:
             return None
         self._since = 0
-        answers = self._base_answers()
-        if answers is None:
+        judged = self._judged_base()
+        if judged is None or not judged[0]:
             return None
-        k = self._measure(answers)
-        base = sum(a[k] for a in answers) / len(answers)
-        if not base:
-            return None
+        base, k = judged
         n = len(recent)
         g = self.gradient = (total[k] / n) / base
         self.queueing = g > self.config.queue_cut
@@ -275,16 +277,16 @@ class ServerLoad:
     A queue is the server's refill: a slot its batch frees is taken at once by a waiting
     request, where a request sent in answer to it arrives only after its way back to the
     gate and out again (the gate's dispatch and the worker, and the server's front end,
-    which neither runs nor queues it).  Requests on that way, ``held - running - waiting`` (at most ``running``: more
-    than a batch is not a refill but requests the server's counts miss, so an idle or other server's counts add none)
-    (``held``: what the gate has in flight), are what the batch frees while a replacement
+    which neither runs nor queues it).  Requests on that way, ``held - running - waiting``
+    (``held``: what the gates have in flight), are what the batch frees while a replacement
     is under way (Little's law: they spend the refill's time on it, at the rate the batch
     frees slots), so a queue that covers them is what keeps the batch full, not queueing.
     Their number at one moment varies about its mean p as a Poisson count does, and one
     reading's counts are a snapshot of the server's (running and waiting move by many
     requests between two steps): p is a moving mean over the readings (each weighing
     1 / ``ON_WAY_READINGS``), and the queue covers p + 2 sqrt(p) (two deviations: the most on their way at once, but
-    rarely).  Past the larger of that and a tenth of what runs, the server queues: the knee
+    rarely).  A reading counts at most ``running`` on their way: more than a batch is not a refill but requests the
+    server's counts miss (a metrics URL of another or an idle server, of one replica of several).  Past the larger of that and a tenth of what runs, the server queues: the knee
     is what keeps the queue at that allowance.  Below it, ``room`` says how far below.
     """
 

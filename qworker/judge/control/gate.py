@@ -491,8 +491,7 @@ class Gate:
         load = e.load
         if load is not None and load[2] > e.load_used and now - load[2] < LOAD_FRESH_S:
             e.load_used = load[2]
-            held = e.in_flight + sum(n.in_flight for n in e.peers)  # every producer's, at the gate (theirs as their notes say)
-            e.limit.on_server_load(load[0], load[1], e.total_at_server(), now, held)
+            e.limit.on_server_load(load[0], load[1], e.total_at_server(), now, e.total_in_flight())
 
     # reporting --------------------------------------------------------------
     def snapshot(self, now: float) -> JudgeStatus:

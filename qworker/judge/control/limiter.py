@@ -236,10 +236,9 @@ class AdaptiveLimit:
     # signals -----------------------------------------------------------------
     def on_server_load(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> None:
         """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients);
-        ``in_flight``: at the server, and ``held``: in flight at the gates (default ``in_flight``), both of this producer
-        and the peers it knows of.  Queueing past
-        what refills the batch cuts to the knee; a queue short of it lets the limit grow by what it lacks (one at
-        least; x1.5 in slow start)."""
+        ``in_flight``: at the server, and ``held``: in flight at the gates (default ``in_flight``), both of this
+        producer and the peers it knows of.  Queueing past what refills the batch cuts to the knee; a queue short of
+        it lets the limit grow by what it lacks (one at least; x1.5 in slow start)."""
         cfg = self.config
         reading = self.load.reading(running, waiting, in_flight, now, held)
         if reading.queueing:
