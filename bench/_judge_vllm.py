@@ -32,9 +32,18 @@ the last fifth; the start and the tail: the seconds the first and the last fifth
 took beyond that rate, ``phases``), the
 server's mean running and waiting counts (``/metrics`` read every 0.25 s by the
 benchmark), qworker's limit and in-flight count, CPU ms per task of the client
-(its process tree) and of the server (its process tree), and the share of time
-the server's cores and the clients' were idle; then per system the medians and
-qworker's ratio to the best semaphore's median in the same run.
+(its process tree) and of the server (its process tree), the engine's steps per
+task and tokens per step (its ``iteration_tokens_total`` histogram: how full its
+batches ran), the share of time the server's cores and the clients' were idle,
+and the share of the server's cores that other tenants took (busy, but not with
+the server); then per system the medians and qworker's ratio to the best
+semaphore's median in the same run.
+
+Reading them: the server's core is busy throughout every run (idle 0%), so its
+CPU ms per task is its wall time per task, not a cost of its own; two systems
+with the same steps per task and tokens per step ran equally full batches.  A
+run in which others took more than a few percent of the server's cores was
+slowed by them: compare it with care, or run again.
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ REPLY_TOKENS = 16
 START_TIMEOUT_S = 300.0
 _RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})?\s+([0-9.eE+-]+)", re.M)
 _WAITING = re.compile(r"^vllm:num_requests_waiting(?:\{[^}]*\})?\s+([0-9.eE+-]+)", re.M)
+_STEPS = re.compile(r"^vllm:iteration_tokens_total_(count|sum)(?:\{[^}]*\})?\s+([0-9.eE+-]+)", re.M)
 
 
 def request_fields(model_dir: Path) -> dict:
@@ -127,13 +137,28 @@ class CpuMeter:
         self._t0 = time.monotonic()
 
     def stop(self) -> dict:
+        """``client_cpu_s``, ``server_cpu_s``, ``idle`` (per core, by CPU id) and ``span_s`` (wall seconds measured)."""
         import psutil
 
         cores, span = psutil.cpu_times(percpu=True), max(1e-6, time.monotonic() - self._t0)
         idle = [min(1.0, ((c1.idle + getattr(c1, "iowait", 0.0)) - (c0.idle + getattr(c0, "iowait", 0.0))) / span)
                 for c0, c1 in zip(self._cores, cores, strict=True)]
         return {"client_cpu_s": cpu_spent(self._client, cpu_seconds(os.getpid(), besides=self.server_pid)),
-                "server_cpu_s": cpu_spent(self._server, cpu_seconds(self.server_pid)), "idle": idle}
+                "server_cpu_s": cpu_spent(self._server, cpu_seconds(self.server_pid)), "idle": idle, "span_s": span}
+
+
+def engine_steps(metrics_url: str) -> tuple[float, float]:
+    """(engine steps, tokens those steps computed) since the server started, from vLLM's ``/metrics`` (its
+    ``iteration_tokens_total`` histogram); (nan, nan) when it cannot be read."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=2) as r:  # noqa: S310 (loopback)
+            text = r.read().decode("utf-8", "replace")
+    except OSError:
+        return float("nan"), float("nan")
+    got = {"count": 0.0, "sum": 0.0}
+    for kind, value in _STEPS.findall(text):
+        got[kind] += float(value)
+    return got["count"], got["sum"]
 
 
 def read_load(metrics_url: str) -> tuple[float, float]:
@@ -263,6 +288,7 @@ def run_qworker(server: VllmServer | Remote, request: dict, n: int, tag: str, me
     with Producer(local_workers=4, config=cfg) as p:
         p.wait_for_workers(4, timeout=60)
         with sampled(server, p) as load:
+            steps0 = engine_steps(server.metrics_url)
             meter.start()
             t0 = time.monotonic()
             futures = p.submit_batch("llm_judge", [payload(tag, i) for i in range(n)])
@@ -272,9 +298,10 @@ def run_qworker(server: VllmServer | Remote, request: dict, n: int, tag: str, me
             results = p.gather(futures, timeout=600)
             elapsed = time.monotonic() - t0
             cpu = meter.stop()  # the producer's process and its workers, while they judged
+            steps1 = engine_steps(server.metrics_url)
     failed = [r for r in results if not r.ok]
     return {"done": n - len(failed), "elapsed_s": elapsed, "load": list(load), "first_error": failed[0].error if failed else None,
-            "answered": sorted(answered), **cpu}
+            "answered": sorted(answered), "steps": steps1[0] - steps0[0], "step_tokens": steps1[1] - steps0[1], **cpu}
 
 
 def run_qworker_of(tree: str, server: VllmServer, request: dict, n: int, tag: str, metrics: bool) -> dict:
@@ -310,14 +337,16 @@ def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int) -
               for i in range(n)]
     with sampled(server) as load:
         meter = CpuMeter(server.pid)
+        steps0 = engine_steps(server.metrics_url)
         meter.start()
         t0 = time.monotonic()
         answered: list[float] = []
         failed = asyncio.run(_semaphore(server.url, bodies, k, answered))
         elapsed = time.monotonic() - t0
         cpu = meter.stop()
+        steps1 = engine_steps(server.metrics_url)
     return {"done": n - failed, "elapsed_s": elapsed, "load": list(load), "first_error": None,
-            "answered": sorted(t - t0 for t in answered), **cpu}
+            "answered": sorted(t - t0 for t in answered), "steps": steps1[0] - steps0[0], "step_tokens": steps1[1] - steps0[1], **cpu}
 
 
 def build_model(where: Path) -> Path:
@@ -337,6 +366,18 @@ def idle_text(idle: list[float], server_cpus: Optional[set[int]], client_cpus: O
     theirs = [x for i, x in enumerate(idle) if i in server_cpus]
     others = [x for i, x in enumerate(idle) if i in client_cpus]
     return f"server's cores {statistics.fmean(theirs):.0%}, clients' {statistics.fmean(others):.0%}"
+
+
+def taken_by_others(out: dict, server_cpus: Optional[set[int]]) -> float:
+    """The share of the server's cores (of every core, with ``server_cpus`` None) that was busy with neither the
+    server nor, on shared cores, the clients, over a run (``out``: ``CpuMeter.stop``'s figures): other tenants of the
+    machine, which take the server's compute.  A run where it is more than a few percent is slowed by them, not by
+    its client."""
+    idle = out["idle"]
+    cores = sorted(server_cpus) if server_cpus is not None else list(range(len(idle)))
+    ours = out["server_cpu_s"] + (0.0 if server_cpus is not None else out["client_cpu_s"])
+    busy = sum(1.0 - idle[i] for i in cores if i < len(idle))
+    return max(0.0, busy - ours / max(1e-9, out["span_s"])) / max(1, len(cores))
 
 
 def split_cpus(shared: bool) -> tuple[Optional[set[int]], Optional[set[int]]]:
@@ -427,15 +468,20 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                                     json.dump(out["load"], f)
                             cpu = {k: 1000 * out[k] / max(1, out["done"]) for k in ("client_cpu_s", "server_cpu_s")}
                             idle = idle_text(out["idle"], server_cpus, client_cpus)
+                            others = taken_by_others(out, server_cpus)
+                            steps = out["steps"] / max(1, out["done"])  # nan when /metrics had no step histogram
+                            per_step = out["step_tokens"] / out["steps"] if out["steps"] > 0 else float("nan")
                             rows[system].append({"rate": rate, "steady": steady, "start": start, "tail": tail, "running": running, "waiting": waiting, "failed": n - out["done"],
                                                  "limit": statistics.fmean(x[2] for x in mine) if mine else None,
-                                                 "client_ms": cpu["client_cpu_s"], "server_ms": cpu["server_cpu_s"], "idle": out["idle"]})
+                                                 "client_ms": cpu["client_cpu_s"], "server_ms": cpu["server_cpu_s"], "idle": out["idle"],
+                                                 "others": others, "steps": steps})
                             limit = (f"  its limit {statistics.fmean(x[2] for x in mine):5.1f} in flight {statistics.fmean(x[3] for x in mine):5.1f}"
                                      if mine else "")
                             print(f"    round {r + 1} {system:<24} {rate:6.1f} tasks/s in {out['elapsed_s']:4.1f} s (steady {steady:6.1f}/s, start "
                                   f"+{start:4.2f} s, tail +{tail:4.2f} s)  server running {running:5.1f} "
                                   f"(full {full:4.0%}) waiting {waiting:5.1f}{limit}  CPU ms/task client {cpu['client_cpu_s']:5.2f} "
-                                  f"server {cpu['server_cpu_s']:5.2f}  idle {idle}  failed {n - out['done']}"
+                                  f"server {cpu['server_cpu_s']:5.2f}  engine steps/task {steps:5.3f} ({per_step:3.0f} tokens/step)  idle {idle}"
+                                  f"  others took {others:4.0%} of the server's cores  failed {n - out['done']}"
                                   + (f"  first error: {out['first_error']}" if out["first_error"] else ""), flush=True)
                 finally:
                     server.stop()
@@ -444,7 +490,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                 print(f"\nVLLM --max-num-seqs {seqs}: medians of {runs} interleaved rounds (tasks/s); the best semaphore is {best or 'not run'}")
                 limits = {s: [x["limit"] for x in rows[s] if x["limit"] is not None] for s in systems}
                 print(table(["system", "tasks/s", "x best semaphore", "steady tasks/s", "start s", "tail s", "server running", "server waiting", "qworker's limit",
-                             "client CPU ms/task", "server CPU ms/task", "idle", "failed"],
+                             "client CPU ms/task", "server CPU ms/task", "engine steps/task", "idle", "others on server's cores", "failed"],
                             [[f"VLLM{seqs}: {s}", f"{med[s]:.1f}", f"{med[s] / med[best]:.2f}x" if best else "",
                               *(f"{statistics.median(x[k] for x in rows[s]):{f}}" for k, f in (("steady", ".1f"), ("start", ".2f"), ("tail", ".2f"))),
                               f"{statistics.median(x['running'] for x in rows[s]):.1f}",
@@ -452,7 +498,9 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                               f"{statistics.median(limits[s]):.1f}" if limits[s] else "",
                               f"{statistics.median(x['client_ms'] for x in rows[s]):.2f}",
                               f"{statistics.median(x['server_ms'] for x in rows[s]):.2f}",
+                              f"{statistics.median(x['steps'] for x in rows[s]):.3f}",
                               idle_text([statistics.median(x["idle"][i] for x in rows[s]) for i in range(len(rows[s][0]["idle"]))], server_cpus, client_cpus),
+                              f"{statistics.median(x['others'] for x in rows[s]):.0%}",
                               max(x["failed"] for x in rows[s])] for s in systems if rows[s]]))
                 print(flush=True)
 
