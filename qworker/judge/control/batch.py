@@ -9,7 +9,11 @@ each was sent at, and says where the batch ends when the fit is clear.  The fit 
 for the answers from past the batch, which come a service time or more after the
 rest; sooner, ``BurstOrder`` reads the order in which a burst sent from idle is
 answered: a FIFO queue answers it in the order of its levels, a server serving the
-whole burst at once in no order.  ``BatchKnee`` reports either's batch.
+whole burst at once in no order.  Both need the levels in the order the server saw
+them; a burst whose requests reach it in another order (workers racing to send it)
+shows neither, and ``Saturation`` reads it whole, at its mean level, against what is
+sent while it is out: latency in proportion to the level is a server past its batch.
+``BatchKnee`` reports any of their batches.
 
 It listens from the start (and after ``clear``: an endpoint back from down), and
 again from an answer to a request sent to a (nearly) idle server (sent at ``IDLE``
@@ -46,7 +50,7 @@ import math
 from collections import deque
 from typing import Optional
 
-__all__ = ["BatchKnee", "BurstOrder"]
+__all__ = ["BatchKnee", "BurstOrder", "Saturation"]
 
 BAND = math.log(1.1)  # answers are grouped per 10%-wide band of the level they were sent at
 WINDOW = 512  # the latest answers the fit reads; with none of them sent at ``IDLE`` or under, it stops listening
@@ -60,6 +64,12 @@ SIDE = 6  # answers at least, both at or under the knee and at ``RISE`` x it or 
 AT_ONCE = 0.25  # a burst is sent at once when its sends span at most this share of the time to its first answer
 SURE = 4.0  # the rise from under the knee to past it, at least this many standard errors (lognormal noise makes flukes)
 QUEUED = 2.0  # a burst's order is read once it has been out this many times its first answer's latency (``BurstOrder``)
+POOL = 16  # answers, at least, in each of the two pools ``Saturation`` compares
+NEAR = 1.3  # the two pools' levels differ by this factor at least
+PROPORTION = 1.1  # the knee read off two pools at most this factor over the lower level: latency rose in proportion
+ROUNDS = 1.3  # the same for a burst from idle: a queue serves it in rounds of its batch, its mean latency over the line
+STEP = 1.25  # past the batch at a level: the batch reported is this factor under it (the next level read)
+SURE_RISE = 2.5  # the rise between the two pools, at least this many standard errors
 
 
 class BurstOrder:
@@ -149,6 +159,147 @@ class BurstOrder:
         return batch if batch < self.below else None
 
 
+class Saturation:
+    """Fed by answers (latency, level sent at); says when latency rose in proportion to the level: a server past its batch.
+
+    A server past its batch answers at the batch's rate whatever is in flight, so the
+    latency of what is sent there rises in proportion to the level (Little's law).  From
+    a server still under its batch at the lower of two levels, latency rises less: the
+    knee read off the two, ``L_hi x R_lo / R_hi`` (geometric means of the levels and
+    latencies), is the batch, above the lower level; from one past its batch at both, the
+    knee read is the lower level itself.  So when the knee is within ``PROPORTION`` of the
+    lower level and the rise is sure (``SURE_RISE`` standard errors), the server was past
+    its batch there already (``saturated_at``): a limit under that level loses no answers
+    per second, and only one under the batch shows where the batch is.  It reports a batch
+    ``STEP`` under that level, and holds it (reports it again) until ``POOL`` answers to
+    requests sent after the report are in: the next level compared.  Once the server was
+    seen past its batch, a rise slower than in proportion places the batch at the knee (at
+    most ``saturated_at``).  Before, such a rise (a batch that shares its compute, a server
+    that slows under load) says nothing.
+
+    It needs no answer from an idle server, nor levels in the order the server saw them:
+    requests sent at one instant (one admission) reach the server in no set order (several
+    workers race to send them), so each is read at the mean of their levels.  The first
+    reading compares the latest burst sent at once from idle (the first request at
+    ``IDLE`` or under), all of it answered (its first answers are its fastest), with
+    answers to requests sent while it was out (a queue holding the burst holds them
+    behind it; what is sent after it was answered may meet others' load instead), with
+    ``ROUNDS`` for ``PROPORTION`` (a queue serves a burst in rounds of its batch: its mean
+    latency lies over the line through its mean level).  Later readings compare the last
+    ``POOL`` answers (at their level L) with the window's answers sent at L / ``NEAR`` or
+    under, else at ``NEAR`` x L or over.  Only a batch under ``below`` is reported; a
+    refusal forgets everything (``clear``: refused requests are not queued ones).  Units:
+    seconds, requests.
+    """
+
+    def __init__(self, below: float) -> None:
+        self.below = below
+        self._answers: deque[tuple[float, float, float]] = deque()  # (level read at, log latency, sent at), the latest ``WINDOW``
+        self._instant = (-math.inf, 0.0, 0)  # the latest send instant: (when, sum of its levels, sends)
+        self._instants: dict[float, list[float]] = {}  # an instant of several sends -> [mean level, answers still out]
+        self._since = -math.inf  # the last report: the next level compared is of requests sent after it
+        self._count = 0
+        self.saturated_at = math.inf  # the lowest level the server was seen past its batch at
+        self.held: Optional[float] = None  # the batch reported last, until the answers sent at it say more
+        self._burst = math.nan  # when the latest requests sent at once from an idle server were sent
+        self._burst_out = 0  # its requests not yet answered
+        self._burst_done = math.inf  # when its last answer came
+
+    def clear(self) -> None:
+        """Forget every answer and reading (a refusal, an endpoint back from down)."""
+        self._answers.clear()
+        self._instants.clear()
+        self._instant = (-math.inf, 0.0, 0)
+        self._since = -math.inf
+        self._count = 0
+        self.saturated_at = math.inf
+        self.held = None
+        self._burst, self._burst_out, self._burst_done = math.nan, 0, math.inf
+
+    def on_send(self, level: float, now: float) -> None:
+        """A request sent at ``level`` at ``now`` (the gate's clock: one instant per admission)."""
+        when, total, n = self._instant
+        if now == self._burst:
+            self._burst_out += 1
+        if now == when:
+            self._instant = (when, total + level, n + 1)
+            if n + 1 > 1:
+                self._instants[when] = [(total + level) / (n + 1), float(n + 1)]
+            return
+        self._instant = (now, level, 1)
+        if level <= IDLE:
+            self._burst, self._burst_out, self._burst_done = now, 1, math.inf
+        if len(self._instants) > WINDOW:  # (instants whose answers never came: refused, timed out)
+            self._instants.clear()
+
+    def _level(self, level: float, sent_at: float, now: float) -> float:
+        """The level an answer (to a request sent at ``sent_at`` at ``level``, come at ``now``) is read at."""
+        if sent_at == self._burst:
+            self._burst_out -= 1
+            if not self._burst_out:
+                self._burst_done = now
+        got = self._instants.get(sent_at)
+        if got is None:
+            return level
+        got[1] -= 1
+        if got[1] <= 0 and sent_at != self._instant[0]:
+            del self._instants[sent_at]
+        return got[0]
+
+    def on_answer(self, latency: float, level: float, sent_at: float, now: float) -> Optional[float]:
+        """An answer to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds; the batch to try (requests)
+        when the latest answers show the server past its batch at a level under ``below``, else None."""
+        if latency <= 0.0 or level < 1.0:
+            return None
+        self._answers.append((self._level(level, sent_at, now), math.log(latency), sent_at))
+        if len(self._answers) > WINDOW:
+            self._answers.popleft()
+        self._count += 1
+        if self._count % EVERY or len(self._answers) < 2 * POOL:
+            return None
+        answers = list(self._answers)
+        recent, others = answers[-POOL:], answers[:-POOL]
+        if recent[0][2] <= self._since:
+            return self.held  # (the answers sent at it are still on their way: the batch reported holds)
+        self.held = None
+        mid = math.exp(sum(math.log(a[0]) for a in recent) / POOL)
+        if self.saturated_at == math.inf:  # first, a burst from idle against what was sent after it
+            lower = [a for a in others if a[2] == self._burst and a[0] <= mid / NEAR]
+            if len(lower) < POOL or self._burst_out or recent[0][2] <= self._burst or max(a[2] for a in recent) >= self._burst_done:
+                return None  # (a burst's first answers are its fastest; what is sent after it is answered meets others' load)
+            pool = lower
+        else:
+            lower = [a for a in others if a[0] <= mid / NEAR]
+            pool = lower if len(lower) >= POOL else [a for a in others if a[0] >= NEAR * mid]
+            if len(pool) < POOL:
+                return None
+        lo, hi = (pool, recent) if pool is lower else (recent, pool)
+        (l_lo, x_lo, v_lo), (l_hi, x_hi, v_hi) = _mean(lo), _mean(hi)
+        rise = x_hi - x_lo
+        if rise < SURE_RISE * math.sqrt(v_lo / len(lo) + v_hi / len(hi)):
+            return None
+        knee = l_hi * math.exp(-rise)
+        if knee <= (PROPORTION if self.saturated_at < math.inf else ROUNDS) * l_lo:  # in proportion: past the batch at the lower level already
+            self.saturated_at = min(self.saturated_at, l_lo)
+            batch = l_lo / STEP
+        elif self.saturated_at < math.inf:  # slower, once seen past its batch: the batch is at the knee, at most that level
+            batch = min(knee, self.saturated_at)
+        else:
+            return None  # (not in proportion, and never seen past its batch: nothing known yet)
+        if batch >= self.below:
+            return None
+        self._since, self.held = now, batch
+        return batch
+
+
+def _mean(answers: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """(geometric mean level, mean log latency, variance of log latency) of ``answers``."""
+    n = len(answers)
+    level = math.exp(sum(math.log(a[0]) for a in answers) / n)
+    x = sum(a[1] for a in answers) / n
+    return level, x, sum((a[1] - x) ** 2 for a in answers) / max(1, n - 1)
+
+
 class BatchKnee:
     """Fed by answers (latency, level sent at); ``on_answer`` returns the batch when the line is clear, else None."""
 
@@ -161,15 +312,19 @@ class BatchKnee:
         self._bands: dict[int, list[float]] = {}  # band -> [answers, sum of levels, sum of log latencies, of their squares]
         self._count = 0
         self.burst = BurstOrder(below)  # the order a burst from idle comes back in: a queue seen before its latencies are
-        self.source = ""  # what found the batch last reported: "burst" (``BurstOrder``) or "fit"
+        self.saturation = Saturation(below)  # latency in proportion to the level: past the batch, idle answers or not
+        self.source = ""  # what found the batch last reported: "burst" (``BurstOrder``), "saturation" or "fit"
 
     def on_send(self, level: float, now: float) -> None:
         """A request sent at ``level`` (requests at the server with it) at ``now``."""
         self.burst.on_send(level, now)
+        self.saturation.on_send(level, now)
 
     def refused(self) -> None:
-        """A refusal: the burst out is not read (refused requests are not queued ones)."""
+        """A refusal: the burst out is not read, nor the answers so far (refused requests are not queued ones: a server
+        that refuses turns away what it cannot serve, and its latency says nothing of a batch)."""
         self.burst.end()
+        self.saturation.clear()
 
     def clear(self, *, listen: bool = True) -> None:
         """Forget the answers (an endpoint back from down); ``listen``: whether to keep listening (False: no answer
@@ -177,6 +332,7 @@ class BatchKnee:
         self.listening = listen
         if listen:
             self.burst.end()
+            self.saturation.clear()
         self._idle = 0
         self._answers.clear()
         self._bands.clear()
@@ -198,6 +354,10 @@ class BatchKnee:
         batch = self.burst.on_answer(level, sent_at, latency)
         if batch is not None:
             self.source = "burst"
+            return batch
+        batch = self.saturation.on_answer(latency, level, sent_at, sent_at + latency)
+        if batch is not None:
+            self.source = "saturation"
             return batch
         idle = level <= IDLE
         if not self.listening and not idle or latency <= 0.0 or level < 1.0:
