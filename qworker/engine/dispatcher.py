@@ -203,8 +203,9 @@ class Dispatcher(threading.Thread):
                 s.handle(peer, msg, time.monotonic())
 
     def _refuse(self, peer: bytes, exc: wire.ProtocolMismatch) -> None:
-        """A worker or pool of another wire protocol: answer ``Refused`` (it stops on hearing it; its workers are never
-        registered); log one line per version refused (the first ten versions)."""
+        """A worker or pool of another wire protocol: answer ``Refused`` (a pool stops on hearing it, and its workers with
+        it; none of them is registered); count the frame as dropped, and log one line per version refused (the first ten versions)."""
+        self.scheduler.stats["dropped_frames"] += 1
         if (exc.protocol, exc.qworker) not in self._refused and len(self._refused) < 10:
             self._refused.add((exc.protocol, exc.qworker))
             log.error("qworker: the producer at %s refused %r: %s; install the same qworker version on both",

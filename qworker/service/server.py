@@ -250,7 +250,8 @@ class RewardService:
 
     def _refuse(self, peer: bytes, exc: ProtocolMismatch) -> None:
         """Answer ``Refused`` (the client fails that request, and what it waits on, with one line naming both
-        versions); log one line per version refused (the first ten versions)."""
+        versions); count the frame as dropped, and log one line per version refused (the first ten versions)."""
+        self.dropped_frames += 1
         if (exc.protocol, exc.qworker) not in self._refused and len(self._refused) < 10:
             self._refused.add((exc.protocol, exc.qworker))
             log.error("qworker service: refused client %r: %s; install the same qworker version on both",

@@ -51,6 +51,7 @@ def test_a_pool_of_another_version_is_refused_and_exits_with_one_line(tmp_path, 
     assert len(refused) == 1 and refused[0].startswith(f"qworker-pool: the producer at {p.endpoint} refused this pool: "), err
     assert names_both_versions(refused[0]), refused[0]
     assert status["pools"] == [] and p._dispatcher.workers_ready == 0  # neither it nor a worker of it was taken
+    assert status["producer"]["dropped_frames"] >= 1  # what it sent is counted as dropped
     said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(said) == 1 and names_both_versions(said[0]), said  # one line at the producer too
 
