@@ -35,7 +35,7 @@ PRODUCER_GARBAGE: list[list[bytes]] = [
     [wire.RESULTS, b"\xc1\xc1"],  # not msgpack
     [b"Z", msgpack.packb([])],  # unknown kind
     [wire.RESULTS, msgpack.packb([1, 1, [[b"short", 1.0, None, None, 0.0, None, None]]])],  # bad key
-    [wire.READY, msgpack.packb(["x", "p", -1, "h", 5, 0, 0, [], [], {}])],  # negative pid
+    [wire.READY, msgpack.packb([*wire.STAMP, "x", "p", -1, "h", 5, 0, 0, [], [], {}])],  # negative pid
     wire.encode(wire.Tasks([wire.Task(bytes(16), "noop", {}, b"\x80", None, 1, None)])),  # wrong direction
     wire.encode(wire.Revoke(3)),  # wrong direction
     wire.encode(wire.Ready(*wire.STAMP, "someone-else", "p", 1, "h", 5, 0, 0, [], [])),  # spoofed name
@@ -44,9 +44,9 @@ SERVICE_GARBAGE: list[list[bytes]] = [
     [b"hello"],
     [b"a", b"b", b"c"],
     [cw.SUBMIT, b"\xc1\xc1"],
-    [cw.SUBMIT, msgpack.packb([1, "noop"])],  # short
-    [cw.SUBMIT, msgpack.packb([-1, "noop", None, [{}], None])],  # negative request id
-    [cw.SUBMIT, msgpack.packb([1, 7, None, [{}], None])],  # reward not a string
+    [cw.SUBMIT, msgpack.packb([*wire.STAMP, 1, "noop"])],  # short
+    [cw.SUBMIT, msgpack.packb([*wire.STAMP, -1, "noop", None, [{}], None])],  # negative request id
+    [cw.SUBMIT, msgpack.packb([*wire.STAMP, 1, 7, None, [{}], None])],  # reward not a string
     [b"?", msgpack.packb([])],
     cw.encode(cw.Resolved("x", 1, [cw.ResolvedRow(1, 0, Result())])),  # wrong direction
     cw.encode(cw.Accepted(1, "x", None, "")),  # wrong direction

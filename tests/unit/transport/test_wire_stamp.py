@@ -61,6 +61,7 @@ def test_the_stamp_is_read_whatever_the_rest_of_the_message_holds(kind, fields):
     [
         msgpack.packb([*wire.STAMP, "w", "p", -1, "h", 1, 1, 1]),  # this protocol, malformed
         msgpack.packb(["w", "p", 1, "h", 1, 1, 1, [], [], {}]),  # a peer from before the stamp: no number first
+        msgpack.packb([-1, "9.9.9", "w", "p", 1, "h", 1, 1, 1]),  # no protocol is negative: garbage, not a version
         msgpack.packb({"protocol": 2}),
         msgpack.packb([]),
     ],
