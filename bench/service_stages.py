@@ -93,6 +93,7 @@ def one_run(requests: int, size: int, clients: int, rep: int) -> dict[str, float
     from qworker.engine.result import Result, ResultFuture, gather, resolve_many
     from qworker.service import client as cl
     from qworker.transport import client_wire as cw
+    from qworker.transport import wire
 
     clock = time.thread_time
     spent = dict.fromkeys(SERVICE + CLIENT + REFERENCE, 0.0)
@@ -123,7 +124,7 @@ def one_run(requests: int, size: int, clients: int, rep: int) -> dict[str, float
         s, sent = _service(deque(producer_futures))
         t = clock()
         for r in range(requests):
-            s._on_submit(b"client-%d" % (r % clients), cw.Submit(r + 1, "noop", None, [], None))
+            s._on_submit(b"client-%d" % (r % clients), cw.Submit(*wire.STAMP, r + 1, "noop", None, [], None))
         spent["s1 take requests"] = clock() - t
         s._flush(time.monotonic())  # the Accepteds
         sent.clear()

@@ -100,7 +100,7 @@ def one_run(n: int, rep: int) -> dict[str, float]:
         spent["2 queue"] = clock() - t
         workers = {"a": [0, 0], "b": [0, 0]}  # granted, received
         for wid in workers:
-            s.handle(wid.encode(), wire.Ready(wid, "pool", 1, "h", 0, 0, 0, [], []), 0.0)
+            s.handle(wid.encode(), wire.Ready(*wire.STAMP, wid, "pool", 1, "h", 0, 0, 0, [], []), 0.0)
         while len(table_):
             for wid, credit in workers.items():
                 credit[0] += 512

@@ -22,13 +22,12 @@ from ._exceptions import (
     ServiceUnavailable,
     WireError,
 )
+from ._version import __version__ as __version__
 from .config.options import PoolOptions, ProducerOptions
 from .engine.producer import Producer
 from .engine.result import Result, ResultFuture
 from .registry.registry import reward
 from .service.client import Client
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CacheError",

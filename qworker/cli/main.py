@@ -77,7 +77,10 @@ def _pool_main(argv: Optional[list[str]], prog: str) -> int:
     pool = Pool(options)
     signal.signal(signal.SIGTERM, pool.request_stop)
     signal.signal(signal.SIGINT, pool.request_stop)
-    return pool.run()
+    rc = pool.run()
+    if pool.refused is not None:  # a producer of another qworker version: one line, exit 2
+        raise ConfigError(pool.refused)
+    return rc
 
 
 # status ------------------------------------------------------------------------

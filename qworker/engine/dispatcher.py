@@ -76,6 +76,7 @@ class Dispatcher(threading.Thread):
         self._reactor.each_turn(self._run_calls, name="calls from other threads")
         self._reactor.deadline(self._next_timer)
         self._wake = self._reactor.wake
+        self._refused: set[tuple[int, str]] = set()  # the (protocol, qworker) stamps of the peers refused
 
     # called from other threads ----------------------------------------------
     def submit(self, tasks: Iterable[Pending]) -> None:
@@ -190,6 +191,9 @@ class Dispatcher(threading.Thread):
             peer, kind, body = frames
             try:
                 msg = wire.PRODUCER.decode(kind, body, max_bytes=self.options.max_message_bytes)
+            except wire.ProtocolMismatch as exc:
+                self._refuse(peer, exc)
+                continue
             except wire.WireError as exc:
                 s.drop(peer, str(exc))
                 continue
@@ -197,6 +201,16 @@ class Dispatcher(threading.Thread):
                 self._send(peer, wire.StatusReply(dict(self._status())))
             else:
                 s.handle(peer, msg, time.monotonic())
+
+    def _refuse(self, peer: bytes, exc: wire.ProtocolMismatch) -> None:
+        """A worker or pool of another wire protocol: answer ``Refused`` (a pool stops on hearing it, and its workers with
+        it; none of them is registered); count the frame as dropped, and log one line per version refused (the first ten versions)."""
+        self.scheduler.stats["dropped_frames"] += 1
+        if (exc.protocol, exc.qworker) not in self._refused and len(self._refused) < 10:
+            self._refused.add((exc.protocol, exc.qworker))
+            log.error("qworker: the producer at %s refused %r: %s; install the same qworker version on both",
+                      self.endpoint, peer[:64].decode(errors="replace"), exc)
+        self._send(peer, wire.refusal())
 
     def _send(self, peer: bytes, msg: wire.Message) -> bool:
         try:

@@ -75,6 +75,7 @@ class Pool:
         self.state: wire.PoolState = "running"
         self.lost: list[wire.Lost] = []
         self._stop_requested = False
+        self.refused: Optional[str] = None  # why the producer refused this pool (another wire protocol); it then stops
 
     # lifecycle --------------------------------------------------------------
     def request_stop(self, *_: object) -> None:
@@ -139,7 +140,7 @@ class Pool:
                 c.worker_id, c.proc.pid if c.proc else 0, alive,
                 max(0.0, now - running[1]) if running else 0.0, c.restarts, c.rss_mb,
             ))
-        msg = wire.PoolReport(self.pool_id, self.host, os.getpid(), self.state, workers, self.lost)
+        msg = wire.PoolReport(*wire.STAMP, self.pool_id, self.host, os.getpid(), self.state, workers, self.lost)
         try:  # never block: with no producer connected (down, or refusing our key) a report just waits for the next
             self.sock.send_multipart(wire.encode(msg), flags=zmq.NOBLOCK)
         except zmq.Again:
@@ -151,6 +152,7 @@ class Pool:
     # supervision ------------------------------------------------------------
     def _supervise(self) -> None:
         poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
         for c in self.children:
             poller.register(c.pidfd, zmq.POLLIN)
         next_report = 0.0
@@ -158,6 +160,9 @@ class Pool:
             events = poller.poll(int(WATCHDOG_TICK_S * 1000))
             now = time.monotonic()
             for fd, _ in events:
+                if fd is self.sock:
+                    self._hear()
+                    continue
                 child = next((c for c in self.children if c.pidfd == fd), None)
                 if child is not None:
                     poller.unregister(fd)
@@ -178,6 +183,25 @@ class Pool:
                 self._report()
             if self.options.parent_pid is not None and os.getppid() != self.options.parent_pid:  # reparented: it is gone
                 log.warning("pool %s: parent %d is gone; stopping", self.pool_id, self.options.parent_pid)
+                self._stop_requested = True
+
+    def _hear(self) -> None:
+        """Read what the producer sent: only ever a ``Refused`` (it speaks another wire protocol), which stops the pool
+        with ``refused`` set."""
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                if len(frames) != 2:
+                    raise wire.WireError(f"expected 2 frames, got {len(frames)}")
+                msg = wire.SUPERVISOR.decode(frames[0], frames[1], max_bytes=1 << 16)
+            except wire.WireError as exc:
+                log.warning("pool %s: dropped a bad frame from the producer: %s", self.pool_id, exc)
+                continue
+            if self.refused is None:
+                self.refused = wire.mismatch(f"the producer at {self.options.connect}", "this pool", msg)
                 self._stop_requested = True
 
     def _reap(self, child: _Child) -> None:

@@ -238,7 +238,7 @@ class Worker:
         self._top_up()
         rewards = registered()
         self._send(wire.Ready(
-            self.options.worker_id, self.options.pool_id, os.getpid(), self.host,
+            *wire.STAMP, self.options.worker_id, self.options.pool_id, os.getpid(), self.host,
             self.granted, self.received, self.finished, sorted(rewards), self.import_errors,
             {name: reward_version(spec.fn, spec.version) for name, spec in rewards.items()},  # each taken once per process
         ))
@@ -275,6 +275,8 @@ class Worker:
                 self.inbox.extend(msg.tasks)
             elif isinstance(msg, wire.Revoke):
                 self._give_back(min(msg.n, len(self.inbox)))
+            else:  # Refused: a producer of another wire protocol, which sends no task; the pool hears it too and stops us
+                log.debug("%s: refused: %s", self.options.worker_id, wire.mismatch("the producer", "this worker", msg))
 
     def _give_back(self, n: int) -> None:
         """Hand the last ``n`` unstarted tasks back, for an idle worker to take."""

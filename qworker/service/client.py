@@ -58,6 +58,7 @@ from ..cache.hashing import encode_payload, encode_payload_array, new_packer
 from ..engine.futures import Batch, FutureTable
 from ..engine.result import Result, ResultFuture, gather
 from ..transport import client_wire as cw
+from ..transport import wire
 from ..transport.endpoint import check_endpoint
 from ..transport.reactor import Reactor
 from ..transport.security import CurveClient, handshake_problem
@@ -269,7 +270,7 @@ class Client:
     def _submit(self, req: _Request) -> None:
         self._requests[req.number] = req
         req.resend_at = time.monotonic() + req.resend_every
-        self._send(cw.Submit(req.number, req.reward, req.params, req.payloads, req.timeout_s))
+        self._send(cw.Submit(*wire.STAMP, req.number, req.reward, req.params, req.payloads, req.timeout_s))
 
     def _resend_untaken(self, now: float) -> None:
         """Submissions the service has not taken (lost on a broken link, or it is slow): send them again."""
@@ -324,7 +325,9 @@ class Client:
                     if req is not None and req.answered is not None:
                         self._resubmit(req, "the service no longer holds it")
             elif isinstance(msg, cw.Closing):
-                self._on_closing(msg)
+                self._on_closing(msg.reason)
+            elif isinstance(msg, wire.Refused):  # a service of another wire protocol: it serves none of ours
+                self._on_closing(wire.mismatch(f"the reward service at {self.endpoint}", "this client", msg))
             elif isinstance(msg, StatusReply):
                 while self._status_waiters and self._status_waiters[0][0].is_set():
                     self._status_waiters.popleft()  # its caller timed out
@@ -347,14 +350,15 @@ class Client:
             self._fail(req, ErrorKind.SERVICE_LOST.error(f"the reward service refused the request: {msg.error}"))
         req.taken.set()
 
-    def _on_closing(self, msg: cw.Closing) -> None:
-        """The service is stopping: what it took fails at once; a submission it had not answered raises."""
-        why = ErrorKind.SERVICE_LOST.error(msg.reason)
+    def _on_closing(self, reason: str) -> None:
+        """The service is stopping (``Closing``), or refused this client (``Refused``), for ``reason``: what it took
+        fails at once; a submission it had not answered raises ``ServiceUnavailable(reason)``."""
+        why = ErrorKind.SERVICE_LOST.error(reason)
         if self._requests:
-            log.error("qworker client: %s; failing %d requests", msg.reason, len(self._requests))
+            log.error("qworker client: %s; failing %d requests", reason, len(self._requests))
         for req in self._requests.values():
             if req.answered is None:
-                req.answered = cw.Accepted(req.number, msg.instance, msg.reason, "ServiceUnavailable")
+                req.answered = cw.Accepted(req.number, self._instance, reason, "ServiceUnavailable")
             self._fail(req, why)
             req.taken.set()
         self._requests.clear()

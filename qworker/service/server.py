@@ -59,7 +59,7 @@ from ..engine.status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
 from ..transport.reactor import Reactor, Step
 from ..transport.sockets import bind_server, bound_endpoint, close_server
-from ..transport.wire import StatusReply, StatusRequest, WireError
+from ..transport.wire import ProtocolMismatch, StatusReply, StatusRequest, WireError, refusal
 from .ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, FLUSH_EVERY, Ledger
 
 log = logging.getLogger("qworker")
@@ -113,6 +113,7 @@ class RewardService:
         self.clients: set[bytes] = set()
         self.requests = 0
         self.dropped_frames = 0
+        self._refused: set[tuple[int, str]] = set()  # the (protocol, qworker) stamps of the clients refused
 
     def start(self) -> RewardService:
         """Start serving: the service's handlers join the dispatcher's reactor."""
@@ -221,6 +222,9 @@ class RewardService:
                 if len(frames) != 3:
                     raise WireError(f"expected 3 frames, got {len(frames)}")
                 msg = cw.SERVICE.decode(frames[1], frames[2], max_bytes=self.producer.options.max_message_bytes)
+            except ProtocolMismatch as exc:  # a client of another version: told so, at its first request
+                self._refuse(peer, exc)
+                continue
             except WireError as exc:
                 self._drop(peer, str(exc))
                 continue
@@ -243,6 +247,16 @@ class RewardService:
                 self._send(peer, StatusReply(dict(self.status())))
             else:
                 self._drop(peer, f"a {type(msg).__name__} is not a request")
+
+    def _refuse(self, peer: bytes, exc: ProtocolMismatch) -> None:
+        """Answer ``Refused`` (the client fails that request, and what it waits on, with one line naming both
+        versions); count the frame as dropped, and log one line per version refused (the first ten versions)."""
+        self.dropped_frames += 1
+        if (exc.protocol, exc.qworker) not in self._refused and len(self._refused) < 10:
+            self._refused.add((exc.protocol, exc.qworker))
+            log.error("qworker service: refused client %r: %s; install the same qworker version on both",
+                      peer[:32].decode(errors="replace"), exc)
+        self._send(peer, refusal())
 
     def _drop(self, peer: bytes, why: str) -> None:
         """Count a bad frame; log the first ten, then one in a thousand."""

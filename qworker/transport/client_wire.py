@@ -16,7 +16,10 @@ client still waits on; the ``Pong`` names those the service does not hold (never
 taken, or their results dropped from a full ledger), which the client
 resubmits.  A client resends a ``Submit`` until it is ``Accepted``; the service
 answers a repeated one without taking it twice.  ``Closing`` tells clients the
-service is stopping, so their waiting futures fail at once.
+service is stopping, so their waiting futures fail at once.  A ``Submit`` is
+stamped with the client's wire protocol (``wire.Stamped``): a service of
+another protocol answers ``Refused``, and the client fails what it waits on
+with one line naming both versions.
 
 Payloads travel as msgpack values: each is the canonical encoding of the
 caller's payload (``cache.hashing.encode_payload``, made by the client) placed in
@@ -34,7 +37,7 @@ from typing import ClassVar, Optional, Union
 import msgspec
 
 from ..engine.result import Result
-from .wire import Count, Decoder, Message, StatusReply, StatusRequest, _Body, encode, encode_body
+from .wire import Count, Decoder, Message, Refused, Stamped, StatusReply, StatusRequest, _Body, encode, encode_body
 
 __all__ = ["Submit", "Accepted", "Resolved", "ResolvedRow", "Row", "Ack", "Ping", "Pong", "Closing", "ClientMessage", "encode",
            "encode_resolved", "SERVICE", "CLIENT"]
@@ -48,7 +51,7 @@ ACK = b"K"  # client -> service: these Resolved messages arrived
 CLOSING = b"X"  # service -> client: stopping; what you wait on will not come
 
 
-class Submit(Message):
+class Submit(Stamped):  # a client's first message: stamped with its protocol (``wire.Stamped``)
     KIND: ClassVar[bytes] = SUBMIT
     request: Count
     reward: str
@@ -115,9 +118,9 @@ class Closing(Message):
     reason: str
 
 
-ClientMessage = Union[Submit, Accepted, Resolved, Ack, Ping, Pong, Closing, StatusRequest, StatusReply]
+ClientMessage = Union[Submit, Accepted, Resolved, Ack, Ping, Pong, Closing, StatusRequest, StatusReply, Refused]
 ServiceInbound = Union[Submit, Ack, Ping, StatusRequest]
-ClientInbound = Union[Accepted, Resolved, Pong, Closing, StatusReply]
+ClientInbound = Union[Accepted, Resolved, Pong, Closing, StatusReply, Refused]
 
 SERVICE: Decoder[ServiceInbound] = Decoder("reward service", (Submit, Ack, Ping, StatusRequest))  # its clients' ROUTER
-CLIENT: Decoder[ClientInbound] = Decoder("client", (Accepted, Resolved, Pong, Closing, StatusReply))
+CLIENT: Decoder[ClientInbound] = Decoder("client", (Accepted, Resolved, Pong, Closing, StatusReply, Refused))

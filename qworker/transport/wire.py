@@ -16,6 +16,16 @@ A task's failure travels as a ``Fault``, ``(ErrorKind, detail)``; it becomes the
 ``"kind: detail"`` text of ``Result.error`` (``str(fault)``) only when a task
 resolves.
 
+Versions: the messages that open a conversation (a worker's ``Ready``, a
+pool's ``PoolReport``, a client's ``Submit``: ``Stamped``) begin with the
+sender's wire protocol number and qworker version (``STAMP``).  Those two
+fields keep their place and types in every version, so a receiver reads them
+even from a message whose other fields are not of its schema; a peer of another
+``PROTOCOL`` is refused (``ProtocolMismatch`` from the ``Decoder``, answered
+with a ``Refused``, whose schema never changes), never decoded message by
+message.  A peer from before protocols were numbered sends no stamp: its
+messages fail their schema check as any malformed message does.
+
 Credit: a worker reports two running totals, ``granted`` (tasks it has ever
 agreed to hold) and ``received`` (tasks it has ever been sent).  The producer
 may send ``granted - sent`` more tasks.  Totals, not deltas, so a duplicated or
@@ -24,18 +34,22 @@ replayed report is harmless and a restarted producer can resynchronise.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Generic, Literal, Optional, TypeVar, Union
+from typing import Annotated, Any, ClassVar, Generic, Literal, Optional, TypeVar, Union, cast
 
 import msgspec
 
 from .._errors import ErrorKind
 from .._exceptions import WireError
+from .._version import __version__
 
 __all__ = [
     "Fault", "Task", "TaskResult", "Message", "Ready", "Tasks", "Results", "Giveback", "Revoke", "Bye", "WorkerReport",
     "Lost", "PoolReport", "StatusRequest", "StatusReply", "Decoder", "PRODUCER", "WORKER", "STATUS_CLIENT", "encode",
-    "decode", "WireError", "KEY_BYTES",
+    "decode", "WireError", "KEY_BYTES", "PROTOCOL", "STAMP", "Stamped", "Refused", "ProtocolMismatch", "SUPERVISOR", "refusal", "mismatch",
 ]
+
+PROTOCOL = 1  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``)
+STAMP: tuple[int, str] = (PROTOCOL, __version__)  # the first fields of every ``Stamped`` message this process sends
 
 READY = b"R"  # worker -> producer: hello, and idle heartbeat carrying credit
 TASKS = b"T"  # producer -> worker: a batch of tasks
@@ -46,6 +60,7 @@ BYE = b"B"  # worker -> producer: leaving; drop my leases
 POOL = b"P"  # pool -> producer: supervisor report (liveness, losses)
 STATUS = b"S"  # client -> producer: what do you see?
 STATUS_REPLY = b"s"  # producer -> client
+REFUSED = b"!"  # producer -> worker or pool, service -> client: your wire protocol is not mine
 
 KEY_BYTES = 16  # blake2b-128 task keys
 
@@ -102,7 +117,53 @@ class Message(_Body):
     KIND: ClassVar[bytes]
 
 
-class Ready(Message):
+class Stamped(Message):
+    """A message that opens a conversation: its first fields are its sender's ``STAMP``, in every version."""
+
+    protocol: Count  # the sender's PROTOCOL
+    qworker: str  # the sender's qworker version
+
+
+class _Stamp(msgspec.Struct, array_like=True):
+    """The first two fields of a ``Stamped`` message (or a ``Refused``) of any version; the rest is ignored."""
+
+    protocol: Count
+    qworker: str
+
+
+class Refused(Message, forbid_unknown_fields=False):
+    """The answer to a ``Stamped`` message of another protocol: the refuser's stamp and why.  Its fields never change
+    (a later version may only add some after them, which this one ignores), so every version reads it."""
+
+    KIND: ClassVar[bytes] = REFUSED
+    protocol: int
+    qworker: str
+    reason: str
+
+
+def refusal() -> Refused:
+    """The answer to a ``Stamped`` message of another protocol."""
+    return Refused(*STAMP, "another wire protocol")
+
+
+class ProtocolMismatch(WireError):
+    """A ``Stamped`` message from a peer of another wire protocol; ``protocol`` and ``qworker`` are its stamp."""
+
+    def __init__(self, name: str, protocol: int, qworker: str) -> None:
+        qworker = qworker[:64]  # a version, or a peer's nonsense: this goes into a log line
+        super().__init__(f"a {name} message of qworker {qworker} (wire protocol {protocol}); this process runs qworker "
+                         f"{STAMP[1]} (wire protocol {STAMP[0]})")
+        self.protocol, self.qworker = protocol, qworker
+
+
+def mismatch(who: str, here: str, theirs: Refused) -> str:
+    """The line that says ``who`` (the refuser, "the producer at tcp://...") and ``here`` ("this pool") speak
+    different wire protocols, naming both versions."""
+    return (f"{who} refused {here}: it runs qworker {theirs.qworker[:64]} (wire protocol {theirs.protocol}), {here} qworker "
+            f"{STAMP[1]} (wire protocol {STAMP[0]}); install the same qworker version on both")
+
+
+class Ready(Stamped):
     KIND: ClassVar[bytes] = READY
     worker: str
     pool: str
@@ -168,7 +229,7 @@ class Lost(_Body):
         return self.reason.detail if self.reason.kind is ErrorKind.WORKER_LOST else str(self.reason)
 
 
-class PoolReport(Message):
+class PoolReport(Stamped):
     KIND: ClassVar[bytes] = POOL
     pool: str
     host: str
@@ -220,13 +281,14 @@ class Decoder(Generic[_M]):
     def __init__(self, role: str, accepts: tuple[type[_M], ...]) -> None:
         """``role`` names the socket's owner in errors ("a worker does not accept StatusReply messages")."""
         self.role = role
-        self._decoders: dict[bytes, tuple[str, msgspec.msgpack.Decoder[Any]]] = {}
+        self._decoders: dict[bytes, tuple[str, msgspec.msgpack.Decoder[Any], bool]] = {}
         for cls in accepts:
             _KIND_NAMES[cls.KIND] = cls.__name__  # so that every socket's errors name it
-            self._decoders[cls.KIND] = (cls.__name__, msgspec.msgpack.Decoder(cls))
+            self._decoders[cls.KIND] = (cls.__name__, msgspec.msgpack.Decoder(cls), issubclass(cls, Stamped))
 
     def decode(self, kind: bytes, body: bytes, *, max_bytes: int) -> _M:
-        """Decode and schema-check one message; raise ``WireError`` if it is not one this socket accepts."""
+        """Decode and schema-check one message; raise ``WireError`` if it is not one this socket accepts, and its
+        subclass ``ProtocolMismatch`` for a ``Stamped`` message of another protocol (whatever the rest of it holds)."""
         if len(body) > max_bytes:
             raise WireError(f"message of {len(body)} bytes exceeds the {max_bytes}-byte limit")
         entry = self._decoders.get(kind)
@@ -235,23 +297,45 @@ class Decoder(Generic[_M]):
             if name is None:
                 raise WireError(f"unknown message kind {kind[:8]!r}")
             raise WireError(f"a {self.role} does not accept {name} messages")
-        name, decoder = entry
+        name, decoder, stamped = entry
         try:
             msg: _M = decoder.decode(body)
         except msgspec.ValidationError as exc:
+            if stamped:
+                _check_stamp(name, body)
             raise WireError(f"malformed {name} message: {exc}") from None
         except Exception as exc:  # msgspec.DecodeError; RecursionError for arrays nested past the interpreter's limit
             raise WireError(f"undecodable msgpack body of a {name} message: {exc}") from None
+        if stamped:  # a flag, not isinstance: a few tens of ns on every message otherwise
+            stamp = cast(Stamped, msg)
+            if stamp.protocol != STAMP[0]:
+                raise ProtocolMismatch(name, stamp.protocol, stamp.qworker)
         return msg
 
 
-ProducerMessage = Union[Ready, Results, Giveback, Bye, PoolReport, StatusRequest]
-WorkerMessage = Union[Tasks, Revoke]
-AnyMessage = Union[Ready, Tasks, Results, Giveback, Revoke, Bye, PoolReport, StatusRequest, StatusReply]
+_STAMP_DECODER = msgspec.msgpack.Decoder(_Stamp)
 
-_EVERY: Decoder[AnyMessage] = Decoder("peer", (Ready, Tasks, Results, Giveback, Revoke, Bye, PoolReport, StatusRequest, StatusReply))
+
+def _check_stamp(name: str, body: bytes) -> None:
+    """Raise ``ProtocolMismatch`` if ``body``, a ``name`` message that failed its schema check, is stamped with
+    another protocol (else return: it is malformed, or from a peer that sends no stamp)."""
+    try:
+        stamp = _STAMP_DECODER.decode(body)
+    except Exception:
+        return
+    if stamp.protocol != STAMP[0]:
+        raise ProtocolMismatch(name, stamp.protocol, stamp.qworker) from None
+
+
+ProducerMessage = Union[Ready, Results, Giveback, Bye, PoolReport, StatusRequest]
+WorkerMessage = Union[Tasks, Revoke, Refused]
+AnyMessage = Union[Ready, Tasks, Results, Giveback, Revoke, Bye, PoolReport, StatusRequest, StatusReply, Refused]
+
+_EVERY: Decoder[AnyMessage] = Decoder("peer", (Ready, Tasks, Results, Giveback, Revoke, Bye, PoolReport, StatusRequest, StatusReply,
+                                              Refused))
 PRODUCER: Decoder[ProducerMessage] = Decoder("producer", (Ready, Results, Giveback, Bye, PoolReport, StatusRequest))  # its ROUTER
-WORKER: Decoder[WorkerMessage] = Decoder("worker", (Tasks, Revoke))
+WORKER: Decoder[WorkerMessage] = Decoder("worker", (Tasks, Revoke, Refused))
+SUPERVISOR: Decoder[Refused] = Decoder("pool", (Refused,))  # a pool supervisor's socket: it hears only a refusal
 STATUS_CLIENT: Decoder[StatusReply] = Decoder("status client", (StatusReply,))  # ``qworker status``
 
 

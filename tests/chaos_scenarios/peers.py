@@ -35,18 +35,18 @@ PRODUCER_GARBAGE: list[list[bytes]] = [
     [wire.RESULTS, b"\xc1\xc1"],  # not msgpack
     [b"Z", msgpack.packb([])],  # unknown kind
     [wire.RESULTS, msgpack.packb([1, 1, [[b"short", 1.0, None, None, 0.0, None, None]]])],  # bad key
-    [wire.READY, msgpack.packb(["x", "p", -1, "h", 5, 0, 0, [], [], {}])],  # negative pid
+    [wire.READY, msgpack.packb([*wire.STAMP, "x", "p", -1, "h", 5, 0, 0, [], [], {}])],  # negative pid
     wire.encode(wire.Tasks([wire.Task(bytes(16), "noop", {}, b"\x80", None, 1, None)])),  # wrong direction
     wire.encode(wire.Revoke(3)),  # wrong direction
-    wire.encode(wire.Ready("someone-else", "p", 1, "h", 5, 0, 0, [], [])),  # spoofed name
+    wire.encode(wire.Ready(*wire.STAMP, "someone-else", "p", 1, "h", 5, 0, 0, [], [])),  # spoofed name
 ]
 SERVICE_GARBAGE: list[list[bytes]] = [
     [b"hello"],
     [b"a", b"b", b"c"],
     [cw.SUBMIT, b"\xc1\xc1"],
-    [cw.SUBMIT, msgpack.packb([1, "noop"])],  # short
-    [cw.SUBMIT, msgpack.packb([-1, "noop", None, [{}], None])],  # negative request id
-    [cw.SUBMIT, msgpack.packb([1, 7, None, [{}], None])],  # reward not a string
+    [cw.SUBMIT, msgpack.packb([*wire.STAMP, 1, "noop"])],  # short
+    [cw.SUBMIT, msgpack.packb([*wire.STAMP, -1, "noop", None, [{}], None])],  # negative request id
+    [cw.SUBMIT, msgpack.packb([*wire.STAMP, 1, 7, None, [{}], None])],  # reward not a string
     [b"?", msgpack.packb([])],
     cw.encode(cw.Resolved("x", 1, [cw.ResolvedRow(1, 0, Result())])),  # wrong direction
     cw.encode(cw.Accepted(1, "x", None, "")),  # wrong direction
@@ -146,7 +146,7 @@ s.setsockopt(zmq.LINGER, 0)
 s.connect(endpoint)
 received = 0
 def ready():  # 512 credits; "busy" acknowledges what it got and claims to be running it, the other says it got nothing
-    s.send_multipart(wire.encode(wire.Ready("rogue-1", "rogue", 4242, "rogue-host", 512 if busy else 512, received if busy else 0, 0, [], [])))
+    s.send_multipart(wire.encode(wire.Ready(*wire.STAMP, "rogue-1", "rogue", 4242, "rogue-host", 512 if busy else 512, received if busy else 0, 0, [], [])))
 ready()
 last = time.monotonic()
 while True:

@@ -99,7 +99,7 @@ def test_garbage_on_the_producer_socket_is_dropped_and_counted():
             [wire.RESULTS, msgpack.packb([1, 1, [[b"short", 1.0, None, None, 0.0, None, None]]])],  # bad key
             [wire.RESULTS, msgpack.packb([1, 1, [[key, 1.0, None, None, 0.0, None, None]]])],  # a result from a peer that is no worker
             wire.encode(wire.Tasks([wire.Task(key, "noop", {}, b"\x80", None, 1, None)])),  # wrong direction
-            wire.encode(wire.Ready("someone-else", "p", 1, "h", 5, 0, 0, [], [])),  # spoofed name
+            wire.encode(wire.Ready(*wire.STAMP, "someone-else", "p", 1, "h", 5, 0, 0, [], [])),  # spoofed name
             [wire.TASKS, b"x" * (2 << 20)],  # over MAXMSGSIZE: libzmq drops the connection
         ]
         for frames in garbage:

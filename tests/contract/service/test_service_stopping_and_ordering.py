@@ -15,6 +15,7 @@ from qworker import Client, Producer
 from qworker.engine import dispatcher as dispatcher_module
 from qworker.service.server import RewardService
 from qworker.transport import client_wire as cw
+from qworker.transport import wire
 
 
 def port_of(endpoint: str) -> int:
@@ -120,7 +121,7 @@ def test_a_client_submitting_on_gets_the_results_of_its_earlier_requests_meanwhi
             holder.start()  # the service takes nothing until every request waits at its socket
             tag = time.time()
             for n in range(1, requests + 1):
-                sock.send_multipart(cw.encode(cw.Submit(n, "noop", None, [{"n": n, "run": tag}], None)))
+                sock.send_multipart(cw.encode(cw.Submit(*wire.STAMP, n, "noop", None, [{"n": n, "run": tag}], None)))
             time.sleep(0.5)  # let them cross the loopback into the service's queue
             gate.set()
             order: list[str] = []

@@ -36,11 +36,11 @@ def submit(s: Scheduler, table: PendingTable, n: int):
 
 
 def ready(s: Scheduler, wid: str, granted: int, now: float) -> None:
-    s.handle(wid.encode(), wire.Ready(wid, "pool", 1, "h", granted, 0, 0, [], []), now)
+    s.handle(wid.encode(), wire.Ready(*wire.STAMP, wid, "pool", 1, "h", granted, 0, 0, [], []), now)
 
 
 def pool_reports_lost(s: Scheduler, wid: str, reason: wire.Fault, task: bytes | None, now: float) -> None:
-    report = wire.PoolReport("pool", "h", 1, "running", [wire.WorkerReport(wid, 1, False, 0.0, 1, 10.0)], [wire.Lost(wid, reason, task)])
+    report = wire.PoolReport(*wire.STAMP, "pool", "h", 1, "running", [wire.WorkerReport(wid, 1, False, 0.0, 1, 10.0)], [wire.Lost(wid, reason, task)])
     s.handle(b"pool:pool", report, now)
 
 
@@ -174,7 +174,7 @@ def test_a_late_report_naming_a_task_resolved_and_submitted_again_since_leaves_t
     (again,) = submit(s, table, 1)
     ready(s, "w1", granted=2, now=t)
     s.dispatch(t)
-    report = wire.PoolReport("pool", "h", 1, "running", [], [
+    report = wire.PoolReport(*wire.STAMP, "pool", "h", 1, "running", [], [
         wire.Lost("w0", CRASH, POISON),  # about the first task: the new one is not charged for it
         wire.Lost("w1", wire.Fault(ErrorKind.TIMEOUT, "reward ran past its 2 s hard limit"), POISON)])  # read too
     s.handle(b"pool:pool", report, t)

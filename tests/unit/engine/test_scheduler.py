@@ -32,7 +32,7 @@ def submit(s: Scheduler, table: PendingTable, n: int, start: int = 0):
 
 
 def ready(s: Scheduler, wid: str, granted: int, received: int = 0, finished: int = 0, now: float = 0.0, pool: str = "pool") -> None:
-    s.handle(wid.encode(), wire.Ready(wid, pool, 1, "h", granted, received, finished, [], []), now)
+    s.handle(wid.encode(), wire.Ready(*wire.STAMP, wid, pool, 1, "h", granted, received, finished, [], []), now)
 
 
 def results(s: Scheduler, wid: str, keys: list[bytes], granted: int, received: int, now: float = 0.0) -> None:
@@ -40,7 +40,7 @@ def results(s: Scheduler, wid: str, keys: list[bytes], granted: int, received: i
 
 
 def lost(s: Scheduler, wid: str, reason: wire.Fault, task: bytes | None, now: float = 0.0) -> None:
-    report = wire.PoolReport("pool", "h", 1, "running", [wire.WorkerReport(wid, 1, False, 0.0, 1, 10.0)], [wire.Lost(wid, reason, task)])
+    report = wire.PoolReport(*wire.STAMP, "pool", "h", 1, "running", [wire.WorkerReport(wid, 1, False, 0.0, 1, 10.0)], [wire.Lost(wid, reason, task)])
     s.handle(b"pool:pool", report, now)
 
 
@@ -141,7 +141,7 @@ def test_a_pool_report_keeps_a_busy_workers_lease():
     submit(s, table, 1)
     ready(s, "a", granted=1, now=0.0)
     s.dispatch(0.0)
-    report = wire.PoolReport("pool", "h", 1, "running", [wire.WorkerReport("a", 1, True, 2.0, 0, 10.0)], [])
+    report = wire.PoolReport(*wire.STAMP, "pool", "h", 1, "running", [wire.WorkerReport("a", 1, True, 2.0, 0, 10.0)], [])
     s.handle(b"pool:pool", report, HB)
     s.housekeeping(HB + 1.0)
     assert "a" in s.fleet.workers
@@ -229,7 +229,7 @@ def test_an_unreachable_worker_is_lost_and_its_batch_redelivered():
     assert all(p.attempts == 0 and p.deliveries == 0 for p in s.queue)
 
 
-@pytest.mark.parametrize("bad", [wire.Ready("other", "p", 1, "h", 5, 0, 0, [], []), wire.Revoke(3)])
+@pytest.mark.parametrize("bad", [wire.Ready(*wire.STAMP, "other", "p", 1, "h", 5, 0, 0, [], []), wire.Revoke(3)])
 def test_messages_a_producer_does_not_accept_are_dropped_and_counted(bad):
     s, stub, table = make()
     s.handle(b"peer", bad, 0.0)
@@ -263,7 +263,7 @@ def test_a_worker_its_pool_vouches_for_may_run_long():
     ready(s, "w", granted=1, now=0.0)
     s.dispatch(0.0)
     for t in range(1, 30):
-        report = wire.PoolReport("pool", "h", 1, "running", [wire.WorkerReport("w", 1, True, float(t), 0, 10.0)], [])
+        report = wire.PoolReport(*wire.STAMP, "pool", "h", 1, "running", [wire.WorkerReport("w", 1, True, float(t), 0, 10.0)], [])
         s.handle(b"pool:pool", report, float(t))
         s.housekeeping(float(t))
     assert len(s.fleet.workers["w"].leases) == 1  # the pool's watchdog enforces its hard limit, not the producer

@@ -40,7 +40,7 @@ def submit(s: Scheduler, table: PendingTable, first: int, n: int, params: dict):
 
 
 def ready(s: Scheduler, wid: str, granted: int) -> None:
-    s.handle(wid.encode(), wire.Ready(wid, "pool", 1, "h", granted, 0, 0, [], []), 0.0)
+    s.handle(wid.encode(), wire.Ready(*wire.STAMP, wid, "pool", 1, "h", granted, 0, 0, [], []), 0.0)
 
 
 def answer(s: Scheduler, stub: StubTransport, wid: str) -> None:

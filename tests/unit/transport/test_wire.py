@@ -24,11 +24,11 @@ def roundtrip(msg):
         wire.Tasks([wire.Task(KEY, "math", {"a": 1}, b"\x80", None, 1, None), wire.Task(KEY, "llm_judge", {}, b"", 2.5, 3, {"endpoint": 2})]),
         wire.Results(10, 4, [wire.TaskResult(KEY, 1.0, {"pred": "4"}, None, 0.01, None, "\0ran ab"),
                              wire.TaskResult(KEY, None, None, TIMEOUT, 2.0, {"status": 429}, None)]),
-        wire.Ready("pool/w0.1", "pool", 123, "host", 8, 0, 0, ["noop"], ["cannot import x"], {"noop": "\0ran ab", "len": None}),
+        wire.Ready(*wire.STAMP, "pool/w0.1", "pool", 123, "host", 8, 0, 0, ["noop"], ["cannot import x"], {"noop": "\0ran ab", "len": None}),
         wire.Giveback(8, 8, [KEY, KEY]),
         wire.Revoke(3),
         wire.Bye("draining"),
-        wire.PoolReport("p", "h", 1, "running", [wire.WorkerReport("p/w0.1", 2, True, 0.5, 1, 30.0)],
+        wire.PoolReport(*wire.STAMP, "p", "h", 1, "running", [wire.WorkerReport("p/w0.1", 2, True, 0.5, 1, 30.0)],
                         [wire.Lost("p/w1.1", wire.Fault(ErrorKind.WORKER_LOST, "crashed: exit code -9"), KEY)]),
         wire.StatusRequest(),
         wire.StatusReply({"producer": {}, "pools": []}),
@@ -41,7 +41,7 @@ def test_every_message_roundtrips(msg):
 @pytest.mark.parametrize(
     "msg, decoder",
     [
-        (cw.Submit(1, "noop", None, [msgspec.Raw(encode_payload({"a": 1})), msgspec.Raw(encode_payload("x"))], 2.0), cw.SERVICE),
+        (cw.Submit(*wire.STAMP, 1, "noop", None, [msgspec.Raw(encode_payload({"a": 1})), msgspec.Raw(encode_payload("x"))], 2.0), cw.SERVICE),
         (cw.Ack([1, 2]), cw.SERVICE),
         (cw.Ping([3]), cw.SERVICE),
         (wire.StatusRequest(), cw.SERVICE),
@@ -98,12 +98,12 @@ def test_score_ints_become_floats():
         (wire.RESULTS, msgpack.packb([1, 1, [[KEY, 1.0, None, None, 0.0, None, 3]]]), r"got `int` - at `\$\[2\]\[0\]\[6\]`"),
         (wire.RESULTS, msgpack.packb([1, 1, [[KEY, None, None, ["exploded", "x"], 0.0, None, None]]]), "Invalid enum value 'exploded'"),
         (wire.RESULTS, msgpack.packb([1, 1, [[KEY, None, None, "timeout: x", 0.0, None, None]]]), r"got `str` - at `\$\[2\]\[0\]\[3\]`"),
-        (wire.READY, msgpack.packb(["w", "p", 1, "h", 1, 1, 1, [1], [], {}]), r"Expected `str`, got `int` - at `\$\[7\]\[0\]`"),
-        (wire.READY, msgpack.packb(["w", "p", -1, "h", 1, 1, 1, [], [], {}]), r"Expected `int` >= 0 - at `\$\[2\]`"),
-        (wire.READY, msgpack.packb(["w", "p", 1, "h", 1, 1, 1, [], [], {"r": 3}]), r"Expected `str \| null`, got `int` - at `\$\[9\]\[\.\.\.\]`"),
+        (wire.READY, msgpack.packb([*wire.STAMP, "w", "p", 1, "h", 1, 1, 1, [1], [], {}]), r"Expected `str`, got `int` - at `\$\[9\]\[0\]`"),
+        (wire.READY, msgpack.packb([*wire.STAMP, "w", "p", -1, "h", 1, 1, 1, [], [], {}]), r"Expected `int` >= 0 - at `\$\[4\]`"),
+        (wire.READY, msgpack.packb([*wire.STAMP, "w", "p", 1, "h", 1, 1, 1, [], [], {"r": 3}]), r"Expected `str \| null`, got `int` - at `\$\[11\]\[\.\.\.\]`"),
         (wire.GIVEBACK, msgpack.packb([1, 1, [KEY, KEY[:15]]]), r"length >= 16 - at `\$\[2\]\[1\]`"),
-        (wire.POOL, msgpack.packb(["p", "h", 1, "exploded", [], []]), "Invalid enum value 'exploded'"),
-        (wire.POOL, msgpack.packb(["p", "h", 1, "running", [], [["w", "crashed", None]]]), r"got `str` - at `\$\[5\]\[0\]\[1\]`"),
+        (wire.POOL, msgpack.packb([*wire.STAMP, "p", "h", 1, "exploded", [], []]), "Invalid enum value 'exploded'"),
+        (wire.POOL, msgpack.packb([*wire.STAMP, "p", "h", 1, "running", [], [["w", "crashed", None]]]), r"got `str` - at `\$\[7\]\[0\]\[1\]`"),
         (wire.STATUS, msgpack.packb([1]), "malformed StatusRequest message: Expected `array` of at most length 0, got 1"),
         (wire.STATUS_REPLY, msgpack.packb([[1]]), r"malformed StatusReply message: Expected `object`, got `array` - at `\$\[0\]`"),
     ],
@@ -128,12 +128,12 @@ def test_a_task_with_a_15_byte_key_is_refused_by_the_workers_decoder():
         (wire.PRODUCER, wire.Tasks([wire.Task(KEY, "noop", {}, b"\x80", None, 1, -1)]), "a producer does not accept Tasks messages"),
         (wire.PRODUCER, wire.Revoke(3), "a producer does not accept Revoke messages"),
         (wire.PRODUCER, wire.StatusReply({}), "a producer does not accept StatusReply messages"),
-        (wire.WORKER, wire.Ready("w", "p", 1, "h", 1, 0, 0), "a worker does not accept Ready messages"),
+        (wire.WORKER, wire.Ready(*wire.STAMP, "w", "p", 1, "h", 1, 0, 0), "a worker does not accept Ready messages"),
         (wire.WORKER, wire.StatusRequest(), "a worker does not accept StatusRequest messages"),
         (wire.STATUS_CLIENT, wire.Bye("draining"), "a status client does not accept Bye messages"),
         (cw.SERVICE, cw.Resolved("i", 1, []), "a reward service does not accept Resolved messages"),
-        (cw.SERVICE, wire.Ready("w", "p", 1, "h", 1, 0, 0), "a reward service does not accept Ready messages"),
-        (cw.CLIENT, cw.Submit(1, "noop", None, [], None), "a client does not accept Submit messages"),
+        (cw.SERVICE, wire.Ready(*wire.STAMP, "w", "p", 1, "h", 1, 0, 0), "a reward service does not accept Ready messages"),
+        (cw.CLIENT, cw.Submit(*wire.STAMP, 1, "noop", None, [], None), "a client does not accept Submit messages"),
         (cw.CLIENT, wire.Tasks([]), "a client does not accept Tasks messages"),
     ],
 )
@@ -148,7 +148,7 @@ def test_a_socket_refuses_a_message_of_a_kind_it_does_not_accept_naming_it(decod
     [
         (wire.WORKER, wire.TASKS, [[[KEY, "r", {"p": "DEEP"}, b"", None, 1, None]]]),  # in a task's params
         (wire.PRODUCER, wire.RESULTS, [1, 1, [[KEY, 1.0, {"e": "DEEP"}, None, 0.0, None, None]]]),  # in a result's extra
-        (cw.SERVICE, cw.SUBMIT, [1, "noop", None, ["DEEP"], None]),  # in a payload
+        (cw.SERVICE, cw.SUBMIT, [*wire.STAMP, 1, "noop", None, ["DEEP"], None]),  # in a payload
     ],
 )
 def test_a_body_nested_past_the_recursion_limit_is_refused_not_a_crash(decoder, kind, shape):
@@ -190,11 +190,11 @@ def test_damaged_bodies_of_every_message_decode_or_raise_wire_error_and_nothing_
     rng = random.Random(7)
     valid = [
         (wire.PRODUCER, wire.Results(10, 4, [wire.TaskResult(KEY, 1.0, {"pred": "4"}, TIMEOUT, 0.01, {"status": 429}, "\0ran ab")])),
-        (wire.PRODUCER, wire.Ready("pool/w0.1", "pool", 123, "host", 8, 0, 0, ["noop"], ["x"], {"noop": "v", "len": None})),
-        (wire.PRODUCER, wire.PoolReport("p", "h", 1, "running", [wire.WorkerReport("p/w0.1", 2, True, 0.5, 1, 30.0)],
+        (wire.PRODUCER, wire.Ready(*wire.STAMP, "pool/w0.1", "pool", 123, "host", 8, 0, 0, ["noop"], ["x"], {"noop": "v", "len": None})),
+        (wire.PRODUCER, wire.PoolReport(*wire.STAMP, "p", "h", 1, "running", [wire.WorkerReport("p/w0.1", 2, True, 0.5, 1, 30.0)],
                                         [wire.Lost("p/w1.1", TIMEOUT, KEY)])),
         (wire.WORKER, wire.Tasks([wire.Task(KEY, "math", {"a": [1, {"b": 2.5}]}, b"\x80", 2.5, 1, -1)])),
-        (cw.SERVICE, cw.Submit(1, "noop", {"k": "v"}, [{"a": 1}, [1, 2], "x"], 2.0)),
+        (cw.SERVICE, cw.Submit(*wire.STAMP, 1, "noop", {"k": "v"}, [{"a": 1}, [1, 2], "x"], 2.0)),
         (cw.CLIENT, cw.Resolved("inst", 4, [cw.ResolvedRow(1, 0, Result(score=0.5, extra={"p": 1}, error="timeout: x"))])),
     ]
     for decoder, msg in valid:

@@ -1,0 +1,97 @@
+"""The wire's version stamp: a ``Stamped`` message of another protocol is told apart from a malformed one, whatever
+the rest of it holds, and ``Refused`` reads the same in every version."""
+
+from __future__ import annotations
+
+import msgpack
+import msgspec
+import pytest
+
+from qworker.transport import client_wire as cw
+from qworker.transport import wire
+from qworker.transport.wire import ProtocolMismatch, WireError
+
+LIMIT = 1 << 20
+OTHER = (wire.PROTOCOL + 1, "9.9.9")
+
+
+def ready(stamp: tuple[int, str]) -> wire.Ready:
+    return wire.Ready(*stamp, "pool/w0.1", "pool", 1, "h", 8, 0, 0)
+
+
+def test_every_message_that_opens_a_conversation_is_stamped_first():
+    for cls in (wire.Ready, wire.PoolReport, cw.Submit):
+        assert issubclass(cls, wire.Stamped) and cls.__struct_fields__[:2] == ("protocol", "qworker")
+    assert wire.Refused.__struct_fields__[:2] == ("protocol", "qworker")
+
+
+@pytest.mark.parametrize(
+    "decoder, frames",
+    [
+        (wire.PRODUCER, wire.encode(ready(OTHER))),
+        (wire.PRODUCER, wire.encode(wire.PoolReport(*OTHER, "p", "h", 1, "running", [], []))),
+        (cw.SERVICE, wire.encode(cw.Submit(*OTHER, 1, "noop", None, [], None))),
+    ],
+)
+def test_a_stamped_message_of_another_protocol_is_a_mismatch_naming_both_versions(decoder, frames):
+    with pytest.raises(ProtocolMismatch) as exc:
+        decoder.decode(*frames, max_bytes=LIMIT)
+    assert (exc.value.protocol, exc.value.qworker) == OTHER
+    assert f"qworker 9.9.9 (wire protocol {OTHER[0]})" in str(exc.value)
+    assert f"qworker {wire.STAMP[1]} (wire protocol {wire.PROTOCOL})" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "kind, fields",
+    [
+        (wire.READY, ["pool/w0.1", {"a new": "field"}, 3.5]),  # another version's Ready: other fields, other types
+        (wire.POOL, []),
+        (cw.SUBMIT, [1, "noop", None, [], None, "a field this version lacks"]),
+    ],
+)
+def test_the_stamp_is_read_whatever_the_rest_of_the_message_holds(kind, fields):
+    body = msgpack.packb([*OTHER, *fields])
+    decoder = cw.SERVICE if kind == cw.SUBMIT else wire.PRODUCER
+    with pytest.raises(ProtocolMismatch, match="qworker 9.9.9"):
+        decoder.decode(kind, body, max_bytes=LIMIT)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        msgpack.packb([*wire.STAMP, "w", "p", -1, "h", 1, 1, 1]),  # this protocol, malformed
+        msgpack.packb(["w", "p", 1, "h", 1, 1, 1, [], [], {}]),  # a peer from before the stamp: no number first
+        msgpack.packb([-1, "9.9.9", "w", "p", 1, "h", 1, 1, 1]),  # no protocol is negative: garbage, not a version
+        msgpack.packb({"protocol": 2}),
+        msgpack.packb([]),
+    ],
+)
+def test_a_message_without_another_protocols_stamp_is_malformed_not_a_mismatch(body):
+    with pytest.raises(WireError, match="malformed Ready message") as exc:
+        wire.PRODUCER.decode(wire.READY, body, max_bytes=LIMIT)
+    assert not isinstance(exc.value, ProtocolMismatch)
+
+
+def test_a_message_of_this_protocol_decodes():
+    assert wire.PRODUCER.decode(*wire.encode(ready(wire.STAMP)), max_bytes=LIMIT) == ready(wire.STAMP)
+
+
+@pytest.mark.parametrize("decoder", [wire.WORKER, wire.SUPERVISOR, cw.CLIENT])
+def test_refused_is_read_by_each_refused_side_even_with_fields_a_later_version_adds(decoder):
+    assert decoder.decode(*wire.encode(wire.refusal()), max_bytes=LIMIT) == wire.Refused(*wire.STAMP, "another wire protocol")
+    later = msgpack.packb([*OTHER, "another wire protocol", {"new": 1}, [2]])
+    msg = decoder.decode(wire.REFUSED, later, max_bytes=LIMIT)
+    assert msg == wire.Refused(*OTHER, "another wire protocol")
+
+
+def test_the_refused_sides_line_names_both_versions():
+    line = wire.mismatch("the producer at tcp://h:5555", "this pool", wire.Refused(*OTHER, "another wire protocol"))
+    assert line == (f"the producer at tcp://h:5555 refused this pool: it runs qworker 9.9.9 (wire protocol {OTHER[0]}), this pool "
+                    f"qworker {wire.STAMP[1]} (wire protocol {wire.PROTOCOL}); install the same qworker version on both")
+
+
+def test_a_stamp_too_long_for_a_log_line_is_cut():
+    body = msgspec.msgpack.encode([OTHER[0], "x" * 10_000])
+    with pytest.raises(ProtocolMismatch) as exc:
+        wire.PRODUCER.decode(wire.READY, body, max_bytes=LIMIT)
+    assert len(exc.value.qworker) == 64
