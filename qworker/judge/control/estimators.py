@@ -17,6 +17,9 @@ thread calls them.
 * ``CapacityMemory``: where refusals and queueing put the capacity, and the
   highest capacity seen.  Its levels expire: a refusal level the limit has been
   in use at for round trips without a refusal no longer caps growth.
+* ``Probes``: when requests were sent above the refusal level, and how long
+  refusals take to come back.  Says whether a request was out alone above it:
+  its level is then what the server held.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Refusal", "RefusalKind", "Refusals", "ServerLoad", "Throughput"]
+__all__ = ["CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal", "RefusalKind", "Refusals", "ServerLoad",
+           "Throughput"]
 
 LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
 ON_WAY_READINGS = 4.0  # the moving mean of the requests on a server's way (``ServerLoad``) weighs each reading 1/this
@@ -334,9 +338,11 @@ class CapacityMemory:
     Expiry: a refusal level or knee says what the server allowed then.  The
     evidence that it moved up is the server answering a request sent with more
     at it than the last fresh refusal found there (``outgrew``): more than
-    ``refused_level``, and more than one above ``refusal_level``.  Holding the
-    refusal level itself is no evidence: it sits under the capacity that
-    refused (a share under it, or lower still where echoes put it).  Once that
+    ``refused_level``, and more than one above ``refusal_level``; or, for a
+    request that was out alone above the refusal level (``Probes.alone``), as
+    many as that refusal found.  Holding the refusal level itself is no
+    evidence: it sits under the capacity that refused (a share under it, or
+    lower still where echoes put it).  Once that
     evidence is ``wait`` round trips old with the limit in use and no refusal,
     ``stale`` says so, and the limiter climbs back to ``high``; a climb that is
     refused as it begins doubles ``wait`` (up to ``regain_rtts_max``).
@@ -400,11 +406,18 @@ class CapacityMemory:
         if not used:
             self.quiet_since = math.inf
 
-    def outgrew(self, level: float, sent_at: float) -> bool:
+    def outgrew(self, level: float, sent_at: float, alone: bool = False) -> bool:
         """Whether an answer to a request sent at ``sent_at`` with ``level`` at the server shows it holding more than
         where it last refused: sent after that refusal (one sent before says nothing of it), above the in-flight
-        count at it, and more than one above the refusal level."""
-        return sent_at > self.refused_at and level > self.refused_level and level > self.refusal_level + 1.0
+        count at it, and more than one above the refusal level.  ``alone``: no other request was out above the
+        refusal level when it was sent (``Probes.alone``), so none of those counted with it was a refusal on its
+        way back, counted in flight but holding no slot: then as many as that refusal found is evidence (the
+        server held them all at once where it refused them before)."""
+        if sent_at <= self.refused_at or level <= self.refusal_level:
+            return False
+        if alone:
+            return level >= self.refused_level
+        return level > self.refused_level and level > self.refusal_level + 1.0
 
     def outgrown(self, now: float, rtt: float) -> None:
         """The server held more than where it last refused (``outgrew``): evidence worth ``regain_rtts`` round trips
@@ -433,6 +446,48 @@ class CapacityMemory:
         self.refusal_level = self.knee = self.refused_level = math.inf
         self.quiet_since = math.inf
         self.overshot = False
+
+
+class Probes:
+    """Fed by the send times of requests sent above the refusal level (probes) and by how long refusals took to come
+    back; says whether a probe was out alone.
+
+    A refused request is counted in flight until its refusal comes back (50-300 ms where a gateway queues before
+    refusing), but holds no slot at the server meanwhile: a request sent beside it is counted one level higher than
+    the server held.  A probe sent when no other had been sent above the refusal level within the longest a recent
+    refusal took to come back had no such neighbour: its level is what the server held (``CapacityMemory.outgrew``).
+    Seconds, as the gate's clock.
+    """
+
+    def __init__(self) -> None:
+        self._sent: deque[float] = deque()  # when probes were sent, oldest first
+        self._refusal_s: deque[float] = deque(maxlen=16)  # how long the last refusals took to come back
+
+    def sent(self, now: float) -> None:
+        """A request went out above the refusal level at ``now``."""
+        self._sent.append(now)
+        keep = 2.0 * self.span() + 1.0  # (older sends are no longer anyone's neighbour)
+        while self._sent and self._sent[0] < now - keep:
+            self._sent.popleft()
+
+    def refused(self, seconds: float) -> None:
+        """A refusal came back ``seconds`` after its request was sent (not a timeout: that is not a refusal's way back)."""
+        self._refusal_s.append(max(0.0, seconds))
+
+    def span(self) -> float:
+        """The longest a recent refusal took to come back (0 before any)."""
+        return max(self._refusal_s, default=0.0)
+
+    def alone(self, sent_at: float) -> bool:
+        """Whether the probe sent at ``sent_at`` was told of (``sent``) and no other was sent in the ``span`` before it,
+        nor with it (False for a request whose send this was not told of: nothing is known of its neighbours)."""
+        start, before, with_it = sent_at - self.span() - 1e-9, 0, 0
+        for t in self._sent:
+            if start <= t < sent_at - 1e-9:
+                before += 1
+            elif abs(t - sent_at) <= 1e-9:
+                with_it += 1
+        return before == 0 and with_it == 1
 
 
 class Throughput:

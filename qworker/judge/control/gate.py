@@ -299,7 +299,7 @@ class Gate:
         level = total + 1  # at the server once it gets there, every producer's, itself included
         surely = total - best.at_server() + best.surely_at_server() + 1  # the same, this producer's counted beyond doubt
         best.take(now, self._tokens(p))
-        best.limit.batch.on_send(level, now)
+        best.limit.on_send(level, now)
         call = self._call(p)
         call.seq, call.level, call.surely = best.sent, level, surely
         call.route, call.routed_at = best.index, now

@@ -26,7 +26,8 @@ STEADY      a lone refusal                                HOLDING       capped a
 STEADY      a burst (a reaction that did not suffice)     HOLDING       what recent answers sustained, >= half
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
 STEADY      the server answered more at once than where   RECOVERING    climbs +2 per answer (x3 per round trip)
-            it last refused (``outgrew``), then in use                  to the highest capacity seen
+            it last refused (``outgrew``; as many for a                 to the highest capacity seen
+            request out alone above it), then in use
             for ``wait`` round trips with no refusal;
             below ``regain`` x the highest capacity seen
 HOLDING     a round trip with no refusal                  STEADY        (no growth meanwhile; echoes only cap)
@@ -68,7 +69,18 @@ import math
 from typing import Optional
 
 from .batch import BatchKnee
-from .estimators import LOAD_FRESH_S, CapacityMemory, Latency, LimitConfig, QueueReading, RefusalKind, Refusals, ServerLoad, Throughput
+from .estimators import (
+    LOAD_FRESH_S,
+    CapacityMemory,
+    Latency,
+    LimitConfig,
+    Probes,
+    QueueReading,
+    RefusalKind,
+    Refusals,
+    ServerLoad,
+    Throughput,
+)
 from .limit_trace import install
 
 __all__ = ["AdaptiveLimit", "LOAD_FRESH_S", "LimitConfig", "Mode"]
@@ -100,6 +112,7 @@ class AdaptiveLimit:
         self.load = ServerLoad(cfg)
         self.memory = CapacityMemory(cfg)
         self.throughput = Throughput()
+        self.probes = Probes()
         self.batch = BatchKnee(below=self.limit)  # a queueing server's batch under the starting limit, without metrics
         self.answers_scale = 1.0  # the endpoint's load / this client's: its answers are that share (``peers``)
         self.queue_cuts = 0
@@ -194,6 +207,16 @@ class AdaptiveLimit:
             return cfg.probe
         return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
 
+    def _outgrew(self, level: float, arrived: float, sent_at: float) -> bool:
+        """Whether an answer to a request sent at ``sent_at`` (the gate's clock; ``arrived``: when it reached the server)
+        with ``level`` at the server shows it holding more than where it last refused (``CapacityMemory.outgrew``),
+        or as many, for a request that was out alone above the refusal level (``Probes.alone``; a producer alone:
+        the requests its peers send are not seen here)."""
+        mem = self.memory
+        if mem.outgrew(level, arrived):
+            return True
+        return self.answers_scale == 1.0 and mem.outgrew(level, arrived, alone=True) and self.probes.alone(sent_at)
+
     def _in_use(self, in_flight: float) -> bool:
         """Growth is earned only by a limit that is in use."""
         return in_flight >= self.limit - max(2.0, self.limit / 8)
@@ -234,6 +257,12 @@ class AdaptiveLimit:
         self.latency.relearn()
 
     # signals -----------------------------------------------------------------
+    def on_send(self, level: float, now: float) -> None:
+        """A request sent at ``now`` with ``level`` at the server (every producer's, itself included)."""
+        self.batch.on_send(level, now)
+        if level > self.memory.refusal_level:
+            self.probes.sent(now)
+
     def on_server_load(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> None:
         """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients);
         ``in_flight``: at the server, and ``held``: in flight at the gates (default ``in_flight``), both of this
@@ -293,9 +322,11 @@ class AdaptiveLimit:
             # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
             # peers, the endpoint's capacity is what they note together (``adopt``)
             self.memory.held(min(self.sustained(now), self.limit))
-        if self.mode is Mode.STEADY and self.memory.outgrew(sent_level if surely is None else float(surely), now - rtt):
-            # The server held more than where it last refused (this request was sent with that many at it):
-            # the capacity that refused is no longer there; what was seen above it is evidence enough to climb to
+        if self.mode is Mode.STEADY and self._outgrew(sent_level if surely is None else float(surely), now - rtt,
+                                                      now - rtt if sent_at is None else sent_at):
+            # The server held more than where it last refused (this request was sent with that many at it), or,
+            # sent with no other out above the refusal level, as many: the capacity that refused is no longer
+            # there; what was seen above it is evidence enough to climb to
             self.memory.outgrown(now, trip)
         self.memory.in_use(used and self.mode is Mode.STEADY)  # (evidence lapses while the limit is not in use)
         if self.mode is Mode.STEADY and self.memory.stale(now, trip, self.limit):
@@ -346,6 +377,8 @@ class AdaptiveLimit:
         trip = self._round_trip()
         r = self.refusals_.on_refusal(in_flight, now, sent_at, trip, timeout=timeout)
         self.batch.refused()
+        if not timeout:
+            self.probes.refused(now - sent_at)
         if r.kind is RefusalKind.STALE:
             return
         if self.refusals_.run == 1:  # the first of a run: what held before it, should it be an outage

@@ -64,3 +64,43 @@ def test_answers_to_requests_sent_before_the_last_refusal_are_no_evidence_that_t
         t = 1.35 + k * 0.004
         lim.on_success(0.5, 44, t, level=50 if t - 0.5 < 1.0 else 44)
     assert lim.regains == 0 and lim.mode is not Mode.RECOVERING
+
+
+def refused_probe_then_held(lim: AdaptiveLimit) -> float:
+    """A probe at 17 (16 held) refused 0.2 s after it was sent, at t=1; then a round trip of answers at 16, the limit
+    held there.  Returns the time after them."""
+    lim.on_send(17, 0.8)
+    lim.on_drop(17, 1.0, sent_at=0.8)
+    t = 1.0
+    while t < 1.0 + 1.5 * RTT:
+        t += RTT / 16
+        lim.on_send(16, t - RTT)
+        lim.on_success(RTT, 16, t, level=16, sent_at=t - RTT)
+    assert lim.mode is Mode.STEADY and lim.regains == 0 and lim.memory.refused_level == 17
+    return t
+
+
+def test_a_probe_out_alone_that_the_server_holds_where_it_refused_is_evidence_that_the_capacity_came_back():
+    # Refused at 17 with 64 seen before.  A request sent at 17 with no other out above the refusal level for
+    # longer than a refusal takes to come back (0.2 s): none of the 16 counted with it was a refusal on its way
+    # back (counted in flight, holding no slot), so the server held 17 at once where it refused 17 before.
+    lim = steady_below_a_capacity_seen(16, high=64)
+    t = refused_probe_then_held(lim)
+    lim.on_send(17, t)
+    lim.on_success(RTT, 17, t + RTT, level=17, sent_at=t)
+    assert lim.regains == 1 and lim.mode is Mode.RECOVERING
+
+
+def test_a_probe_sent_while_another_may_still_be_refused_is_no_evidence_at_the_level_that_refused():
+    # The same answer at 17, but another request went out above the refusal level 0.1 s before it: its refusal
+    # may still have been on its way back (up to 0.2 s), so the 17 counted may have been 16 at the server.
+    lim = steady_below_a_capacity_seen(16, high=64)
+    t = refused_probe_then_held(lim)
+    lim.on_send(17, t - 0.1)
+    lim.on_send(17, t)
+    lim.on_success(RTT, 17, t + RTT, level=17, sent_at=t)
+    assert lim.regains == 0 and lim.mode is Mode.STEADY
+    # one more than the refusal found is evidence, out alone or not
+    lim.on_send(18, t + 0.05)
+    lim.on_success(RTT, 18, t + 0.05 + RTT, level=18, sent_at=t + 0.05)
+    assert lim.regains == 1
