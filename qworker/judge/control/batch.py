@@ -203,7 +203,8 @@ class Saturation:
         self.held: Optional[float] = None  # the batch reported last, until the answers sent at it say more
         self._burst = math.nan  # when the latest requests sent at once from an idle server were sent
         self._burst_out = 0  # its requests not yet answered
-        self._burst_done = math.inf  # when its last answer came
+        self._burst_done = math.inf  # when its last call ended
+        self._latest = -math.inf  # the latest time an answer came or a call ended
 
     def clear(self) -> None:
         """Forget every answer and reading (a refusal, an endpoint back from down)."""
@@ -226,32 +227,43 @@ class Saturation:
             if n + 1 > 1:
                 self._instants[when] = [(total + level) / (n + 1), float(n + 1)]
             return
+        got = self._instants.get(when)
+        if got is not None and got[1] <= 0:  # the instant before this one, all of it ended
+            del self._instants[when]
         self._instant = (now, level, 1)
         if level <= IDLE:
             self._burst, self._burst_out, self._burst_done = now, 1, math.inf
         if len(self._instants) > WINDOW:  # (instants whose answers never came: refused, timed out)
             self._instants.clear()
 
-    def _level(self, level: float, sent_at: float, now: float) -> float:
-        """The level an answer (to a request sent at ``sent_at`` at ``level``, come at ``now``) is read at."""
+    def _level(self, level: float, sent_at: float) -> float:
+        """The level an answer to a request sent at ``sent_at`` at ``level`` is read at (its instant's mean)."""
+        got = self._instants.get(sent_at)
+        return level if got is None else got[0]
+
+    def ended(self, sent_at: float, now: Optional[float]) -> None:
+        """A call sent at ``sent_at`` ended at ``now``, whatever its outcome (answered, refused, failed, or released
+        unanswered, ``now`` None: when it was released is not known, the latest time seen stands for it): it is no
+        longer out.  Called once per call sent, after its answer (if any) was read."""
+        if now is not None:
+            self._latest = max(self._latest, now)
         if sent_at == self._burst:
             self._burst_out -= 1
             if not self._burst_out:
-                self._burst_done = now
+                self._burst_done = self._latest if now is None else now
         got = self._instants.get(sent_at)
-        if got is None:
-            return level
-        got[1] -= 1
-        if got[1] <= 0 and sent_at != self._instant[0]:
-            del self._instants[sent_at]
-        return got[0]
+        if got is not None:
+            got[1] -= 1
+            if got[1] <= 0 and sent_at != self._instant[0]:
+                del self._instants[sent_at]
 
     def on_answer(self, latency: float, level: float, sent_at: float, now: float) -> Optional[float]:
         """An answer to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds; the batch to try (requests)
         when the latest answers show the server past its batch at a level under ``below``, else None."""
+        self._latest = max(self._latest, now)
         if latency <= 0.0 or level < 1.0:
             return None
-        self._answers.append((self._level(level, sent_at, now), math.log(latency), sent_at))
+        self._answers.append((self._level(level, sent_at), math.log(latency), sent_at))
         if len(self._answers) > WINDOW:
             self._answers.popleft()
         self._count += 1
@@ -259,13 +271,14 @@ class Saturation:
             return None
         answers = list(self._answers)
         recent, others = answers[-POOL:], answers[:-POOL]
-        if recent[0][2] <= self._since:
+        first_sent = min(a[2] for a in recent)  # (answers come back out of the order they were sent in)
+        if first_sent <= self._since:
             return self.held  # (the answers sent at it are still on their way: the batch reported holds)
         self.held = None
         mid = math.exp(sum(math.log(a[0]) for a in recent) / POOL)
         if self.saturated_at == math.inf:  # first, a burst from idle against what was sent after it
             lower = [a for a in others if a[2] == self._burst and a[0] <= mid / NEAR]
-            if len(lower) < POOL or self._burst_out or recent[0][2] <= self._burst or max(a[2] for a in recent) >= self._burst_done:
+            if len(lower) < POOL or self._burst_out or first_sent <= self._burst or max(a[2] for a in recent) >= self._burst_done:
                 return None  # (a burst's first answers are its fastest; what is sent after it is answered meets others' load)
             pool = lower
         else:
@@ -347,15 +360,19 @@ class BatchKnee:
         if b[0] <= 0.0:
             del self._bands[band]
 
-    def on_answer(self, latency: float, level: float, sent_at: float) -> Optional[float]:
-        """Keep one answer (to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds) while listening; the
-        batch (requests) if the burst out shows one under ``below`` (``BurstOrder``), or, every ``EVERY`` answers, the
-        answers' latencies do."""
+    def ended(self, sent_at: float, now: Optional[float]) -> None:
+        """A call sent at ``sent_at`` ended at ``now`` (None: not known), answered or not (``Saturation.ended``)."""
+        self.saturation.ended(sent_at, now)
+
+    def on_answer(self, latency: float, level: float, sent_at: float, now: Optional[float] = None) -> Optional[float]:
+        """Keep one answer (to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds, come at ``now``,
+        default ``sent_at + latency``) while listening; the batch (requests) if the burst out shows one under ``below``
+        (``BurstOrder``), or, every ``EVERY`` answers, the answers' latencies do."""
         batch = self.burst.on_answer(level, sent_at, latency)
         if batch is not None:
             self.source = "burst"
             return batch
-        batch = self.saturation.on_answer(latency, level, sent_at, sent_at + latency)
+        batch = self.saturation.on_answer(latency, level, sent_at, sent_at + latency if now is None else now)
         if batch is not None:
             self.source = "saturation"
             return batch

@@ -406,6 +406,7 @@ class Gate:
             e = self.endpoints[call.route]
             e.in_flight = max(0, e.in_flight - 1)
             e.health.released()
+            e.limit.on_ended(call.routed_at, None)
         call.route, call.seq, call.level, call.surely = NO_ROUTE, 0, 0, 0
 
     # answers ----------------------------------------------------------------
@@ -426,6 +427,7 @@ class Gate:
         e.in_flight = max(0, e.in_flight - 1)
         if outcome is None:  # failed before any call (a bad payload): says nothing about the endpoint
             e.health.observe(Answer(0, "", now, call.routed_at), Kind.NONE)
+            e.limit.on_ended(call.routed_at, now)
             return False
         outcome = measured(outcome)
         answer = self._answer(e, call, outcome, error, seq, self._tokens(p), now)
@@ -442,6 +444,7 @@ class Gate:
                                sent_at=call.routed_at, surely=surely or level or in_flight)
         elif verdict.cuts_limit:
             e.limit.on_drop(in_flight, now, sent_at=call.routed_at, timeout=True)
+        e.limit.on_ended(call.routed_at, now)
         if verdict.park_until is not None:
             call.not_before = verdict.park_until
         if kind is Kind.AUTH and all(x.down_reason for x in self.endpoints):

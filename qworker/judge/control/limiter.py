@@ -263,6 +263,11 @@ class AdaptiveLimit:
         if level > self.memory.refusal_level:
             self.probes.sent(now)
 
+    def on_ended(self, sent_at: float, now: Optional[float]) -> None:
+        """A call sent at ``sent_at`` (``on_send``'s ``now``) ended at ``now`` (None: not known), whatever its outcome,
+        after any ``on_success`` or ``on_drop`` for it."""
+        self.batch.ended(sent_at, now)
+
     def on_server_load(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> None:
         """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients);
         ``in_flight``: at the server, and ``held``: in flight at the gates (default ``in_flight``), both of this
@@ -312,7 +317,7 @@ class AdaptiveLimit:
                 self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now,
                                 f"queue:latency knee={reading.knee:.1f} g={self.latency.gradient:.2f}")
             if not self.load.fresh(now):
-                self._on_batch(self.batch.on_answer(rtt, sent_level, now - rtt if sent_at is None else sent_at), now)
+                self._on_batch(self.batch.on_answer(rtt, sent_level, now - rtt if sent_at is None else sent_at, now), now)
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
