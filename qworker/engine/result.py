@@ -90,7 +90,8 @@ class ResultFuture(concurrent.futures.Future):
         self._state = _PENDING
         self._result: Optional[Result] = None
         self._cond: Optional[threading.Condition] = None  # made by the first thread that waits
-        self._callbacks: Optional[list[Callable[[concurrent.futures.Future], object]]] = None
+        # a list of its own, or a tuple that ``add_done_callbacks`` shares between futures (read-only)
+        self._callbacks: Optional[Sequence[Callable[[concurrent.futures.Future], object]]] = None
         self._waiter_list: Optional[list] = None  # concurrent.futures.wait's waiters, under the Condition
 
     # the parts of Future's internals that concurrent.futures.wait and as_completed touch
@@ -165,10 +166,13 @@ class ResultFuture(concurrent.futures.Future):
         """Call ``fn(self)`` when it resolves, on the resolving thread; at once if it is done."""
         with _state_lock:
             if self._state is not _FINISHED:
-                if self._callbacks is None:
+                callbacks = self._callbacks
+                if callbacks is None:
                     self._callbacks = [fn]
-                else:
-                    self._callbacks.append(fn)
+                elif type(callbacks) is list:
+                    callbacks.append(fn)
+                else:  # a tuple shared with other futures (``add_done_callbacks``): never changed in place
+                    self._callbacks = [*callbacks, fn]
                 return
         try:
             fn(self)
@@ -210,7 +214,7 @@ class ResultFuture(concurrent.futures.Future):
 def _resolve(pairs: Iterable[tuple[ResultFuture, Result]]) -> tuple[int, Optional[ResultFuture]]:
     """Resolve each future not resolved yet with its result, under one hold of the state lock; then wake its
     waiters and run its callbacks.  Returns how many this call resolved, and one that was resolved already (or None)."""
-    woken: list[tuple[ResultFuture, Optional[threading.Condition], Optional[list]]] = []
+    woken: list[tuple[ResultFuture, Optional[threading.Condition], Optional[Sequence]]] = []
     again: Optional[ResultFuture] = None
     fresh = 0
     with _state_lock:
@@ -245,8 +249,11 @@ def resolve_first(pairs: Iterable[tuple[ResultFuture, Result]]) -> int:
 
 def add_done_callbacks(futures: Iterable[ResultFuture], fn: Callable[[concurrent.futures.Future], object]) -> None:
     """``fut.add_done_callback(fn)`` for each future, under one hold of the state lock (a reward service
-    follows every task of a request); ``fn`` runs at once, on this thread, for each that is done already."""
+    follows every task of a request); ``fn`` runs at once, on this thread, for each that is done already.
+    The futures that had no callback share one tuple ``(fn,)``: no object per future that lives until it
+    resolves (a reward service follows every task it holds, and the cyclic GC would rescan each such list)."""
     done: list[ResultFuture] = []
+    only = (fn,)
     with _state_lock:
         for fut in futures:
             if fut._state is _FINISHED:
@@ -254,14 +261,16 @@ def add_done_callbacks(futures: Iterable[ResultFuture], fn: Callable[[concurrent
                 continue
             callbacks = fut._callbacks
             if callbacks is None:
-                fut._callbacks = [fn]
-            else:
+                fut._callbacks = only
+            elif type(callbacks) is list:
                 callbacks.append(fn)
+            else:
+                fut._callbacks = [*callbacks, fn]
     for fut in done:
-        _wake(fut, None, [fn])
+        _wake(fut, None, only)
 
 
-def _wake(fut: ResultFuture, cond: Optional[threading.Condition], callbacks: Optional[list]) -> None:
+def _wake(fut: ResultFuture, cond: Optional[threading.Condition], callbacks: Optional[Sequence]) -> None:
     """After ``fut`` finished: wake the threads sleeping on it, then run its callbacks (outside every lock)."""
     if cond is not None:
         with cond:

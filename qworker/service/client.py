@@ -39,6 +39,7 @@ Contract:
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
@@ -181,8 +182,17 @@ class Client:
         if not payloads:
             return []
         params = dict(params) if params else None
-        encoded, indexes, refused = _encode(payloads)
-        batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
+        # a future per payload, which lives until its result comes: collections set off while they are made would
+        # move every future in flight to older generations (and full collections rescan them all); none of it is
+        # cyclic garbage, so the collector waits until they are made (as ``Producer.submit_batch`` does)
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            encoded, indexes, refused = _encode(payloads)
+            batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
+        finally:
+            if paused:
+                gc.enable()
         if refused:  # as a Producer does: those tasks fail, the others are scored
             self._table.resolve(batch, ((i, Result(score=self.fallback_score, error=error)) for i, error in refused))
             if not encoded:
@@ -294,6 +304,18 @@ class Client:
                 self._send(StatusRequest())
 
     def _receive(self) -> None:
+        # Decoding and resolving a Resolved makes a few objects per result that the cyclic GC counts, all gone by the
+        # end: the collector waits, so that they set off no collection that would move the futures still in flight
+        # to older generations (see ``submit_batch``).
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            self._receive_some()
+        finally:
+            if paused:
+                gc.enable()
+
+    def _receive_some(self) -> None:
         recv = self._sock.recv_multipart
         acks: list[int] = []
         for _ in range(RECEIVE_PER_TURN):  # bounded: what is left makes the next turn come at once

@@ -202,11 +202,21 @@ class RewardService:
 
     def _receive(self) -> None:
         taken = len(self._to_answer)
+        # Taking a request makes objects the cyclic GC counts and that live until their results leave (each task's
+        # future, and who asked for it): collections set off here would move every task in flight to older
+        # generations, and full collections rescan them all; none of it is cyclic garbage, so the collector waits
+        # for the end of the handler (as ``Producer.submit_batch`` does for one submission).
+        paused = gc.isenabled()
+        gc.disable()
         try:
             self._receive_some()
         finally:
-            if len(self._to_answer) > taken:
-                self._dispatcher.dispatch_submitted()  # their tasks leave now, before their Accepted (this turn's end)
+            try:
+                if len(self._to_answer) > taken:
+                    self._dispatcher.dispatch_submitted()  # their tasks leave now, before their Accepted (this turn's end)
+            finally:
+                if paused:
+                    gc.enable()
 
     def _receive_some(self) -> None:
         recv = self._sock.recv_multipart
@@ -287,27 +297,20 @@ class RewardService:
         self._in_flight[peer] = self._in_flight.get(peer, 0) + len(futures)
         self._to_answer.append((peer, msg.request))
         # One callback for every future (``_on_done``, registered for a whole request under one hold of the futures'
-        # lock) and one table entry per task saying whose it is: no per-task closure.  GC-tracked objects, none of
-        # them cyclic garbage: collections triggered here would rescan every task in flight (as
-        # ``Producer.submit_batch`` notes), so they wait.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            owners, request = self._owners, msg.request
-            followed = []
-            for i, fut in enumerate(futures):
-                held = owners.get(fut)
-                if held is None:
-                    owners[fut] = (peer, request, i)
-                    followed.append(fut)
-                elif isinstance(held, list):  # the same task twice in this request, or asked for by another one
-                    held.append((peer, request, i))
-                else:
-                    owners[fut] = [held, (peer, request, i)]
-            add_done_callbacks(followed, self._on_done)  # at once for those resolved already (cache hits)
-        finally:
-            if paused:
-                gc.enable()
+        # lock, one tuple shared by them all) and one table entry per task saying whose it is: no per-task closure
+        # (made while the collector waits: see ``_receive``).
+        owners, request = self._owners, msg.request
+        followed = []
+        for i, fut in enumerate(futures):
+            held = owners.get(fut)
+            if held is None:
+                owners[fut] = (peer, request, i)
+                followed.append(fut)
+            elif isinstance(held, list):  # the same task twice in this request, or asked for by another one
+                held.append((peer, request, i))
+            else:
+                owners[fut] = [held, (peer, request, i)]
+        add_done_callbacks(followed, self._on_done)  # at once for those resolved already (cache hits)
 
     def _on_done(self, fut: Any) -> None:
         """A future resolved (on the dispatcher thread, or on a thread closing the producer): queue it."""
