@@ -21,6 +21,7 @@ from qworker.service import client as cl
 from qworker.service.ledger import Ledger
 from qworker.service.server import RewardService
 from qworker.transport import client_wire as cw
+from qworker.transport import wire
 
 N = 20_000
 PER_MESSAGE = 512
@@ -134,7 +135,7 @@ def test_a_service_taking_a_turns_requests_sets_off_one_collection_at_most_after
     s.ledger = Ledger(instance="svc")
     s._outbox, s._owners, s._waiting, s._oldest, s._in_flight, s._to_answer = deque(), {}, {}, None, {}, []
     s._dispatcher, s._dispatcher_ident, s._attached, s._stopped = _Dispatcher(), threading.get_ident(), True, False  # type: ignore[assignment]
-    payloads = [cw.encode(cw.Submit(r, "noop", None, [msgspec.Raw(msgspec.msgpack.encode({"i": i})) for i in range(256)], None))
+    payloads = [cw.encode(cw.Submit(*wire.STAMP, r, "noop", None, [msgspec.Raw(msgspec.msgpack.encode({"i": i})) for i in range(256)], None))
                 for r in range(1, requests + 1)]
     s._sock = _Socket(iter([b"client", *frames] for frames in payloads))  # type: ignore[assignment]
     with _Collections() as collections:
