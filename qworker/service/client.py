@@ -9,8 +9,9 @@ futures are the producer's (``concurrent.futures``-compatible and awaitable).
 Contract:
 
 * ``submit_batch`` returns once the service has *taken* the request (one round
-  trip).  A service that does not answer within ``connect_timeout_s``, or that
-  has no workers, raises ``ServiceUnavailable``; a bad reward name or params
+  trip).  A service that does not answer within ``connect_timeout_s``, that
+  has no workers, or that refuses this client (another wire protocol: one line
+  naming both versions), raises ``ServiceUnavailable``; a bad reward name or params
   raise as they would at a ``Producer``.
 * A link that breaks and comes back loses nothing, whatever the break's length
   up to ``service_timeout_s``: the client acknowledges every result message,

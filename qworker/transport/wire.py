@@ -23,8 +23,10 @@ fields keep their place and types in every version, so a receiver reads them
 even from a message whose other fields are not of its schema; a peer of another
 ``PROTOCOL`` is refused (``ProtocolMismatch`` from the ``Decoder``, answered
 with a ``Refused``, whose schema never changes), never decoded message by
-message.  A peer from before protocols were numbered sends no stamp: its
-messages fail their schema check as any malformed message does.
+message.  A peer from before protocols were numbered (qworker 0.1.0) sends no
+stamp: its messages fail their schema check as any malformed message does.
+``StatusRequest`` is not stamped: every version reads it.  A peer's version goes
+into a log line only as ``printable`` makes it.
 
 Credit: a worker reports two running totals, ``granted`` (tasks it has ever
 agreed to hold) and ``received`` (tasks it has ever been sent).  The producer
@@ -48,7 +50,7 @@ __all__ = [
     "decode", "WireError", "KEY_BYTES", "PROTOCOL", "STAMP", "Stamped", "Refused", "ProtocolMismatch", "SUPERVISOR", "refusal", "mismatch",
 ]
 
-PROTOCOL = 1  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``)
+PROTOCOL = 1  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``), with qworker's version
 STAMP: tuple[int, str] = (PROTOCOL, __version__)  # the first fields of every ``Stamped`` message this process sends
 
 READY = b"R"  # worker -> producer: hello, and idle heartbeat carrying credit
@@ -146,11 +148,19 @@ def refusal() -> Refused:
     return Refused(*STAMP, "another wire protocol")
 
 
+def printable(version: str) -> str:
+    """A peer's version as it may go into one log line: at most 64 characters, each printable (others escaped as
+    ``ascii`` writes them), so a peer cannot break the line or forge another."""
+    version = version[:64]
+    return version if version.isprintable() and version.isascii() else ascii(version)[1:-1]
+
+
 class ProtocolMismatch(WireError):
-    """A ``Stamped`` message from a peer of another wire protocol; ``protocol`` and ``qworker`` are its stamp."""
+    """A ``Stamped`` message from a peer of another wire protocol; ``protocol`` and ``qworker`` are its stamp
+    (``qworker`` made ``printable``)."""
 
     def __init__(self, name: str, protocol: int, qworker: str) -> None:
-        qworker = qworker[:64]  # a version, or a peer's nonsense: this goes into a log line
+        qworker = printable(qworker)  # a version, or a peer's nonsense: this goes into a log line
         super().__init__(f"a {name} message of qworker {qworker} (wire protocol {protocol}); this process runs qworker "
                          f"{STAMP[1]} (wire protocol {STAMP[0]})")
         self.protocol, self.qworker = protocol, qworker
@@ -159,7 +169,7 @@ class ProtocolMismatch(WireError):
 def mismatch(who: str, here: str, theirs: Refused) -> str:
     """The line that says ``who`` (the refuser, "the producer at tcp://...") and ``here`` ("this pool") speak
     different wire protocols, naming both versions."""
-    return (f"{who} refused {here}: it runs qworker {theirs.qworker[:64]} (wire protocol {theirs.protocol}), {here} qworker "
+    return (f"{who} refused {here}: it runs qworker {printable(theirs.qworker)} (wire protocol {theirs.protocol}), {here} qworker "
             f"{STAMP[1]} (wire protocol {STAMP[0]}); install the same qworker version on both")
 
 
