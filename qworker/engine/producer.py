@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import gc
 import itertools
 import logging
 import os
@@ -35,6 +34,7 @@ from . import discovery as _discovery
 from . import metrics as _metrics
 from .admission import AdmissionPolicy, Sources
 from .dispatcher import Dispatcher
+from .gc_pause import paused_gc
 from .pending import PendingTable
 from .result import Result, ResultFuture, gather
 from .status import Status
@@ -212,9 +212,7 @@ class Producer:
         # Building ~6 GC-tracked objects per task makes a large batch trigger full
         # collections that rescan every pending task (40% of the time at 100k);
         # nothing made here is cyclic garbage, so the collector waits until we return.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with paused_gc():
             for payload in payloads:
                 chunk.append(payload)
                 if len(chunk) == _CHUNK:
@@ -222,9 +220,6 @@ class Producer:
                     chunk = []
             if chunk:
                 futures.extend(self._submit_chunk(reward, params, identity, chunk, timeout_s, policy, lane, encoded))
-        finally:
-            if paused:
-                gc.enable()
         return futures
 
     def _submit_chunk(

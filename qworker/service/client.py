@@ -40,7 +40,6 @@ Contract:
 
 from __future__ import annotations
 
-import gc
 import itertools
 import logging
 import os
@@ -58,6 +57,7 @@ from .._errors import ErrorKind
 from .._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
 from ..cache.hashing import encode_payload, encode_payload_array, new_packer
 from ..engine.futures import Batch, FutureTable
+from ..engine.gc_pause import paused_gc
 from ..engine.result import Result, ResultFuture, gather
 from ..transport import client_wire as cw
 from ..transport import wire
@@ -186,14 +186,9 @@ class Client:
         # a future per payload, which lives until its result comes: collections set off while they are made would
         # move every future in flight to older generations (and full collections rescan them all); none of it is
         # cyclic garbage, so the collector waits until they are made (as ``Producer.submit_batch`` does)
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with paused_gc():
             encoded, indexes, refused = _encode(payloads)
             batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
-        finally:
-            if paused:
-                gc.enable()
         if refused:  # as a Producer does: those tasks fail, the others are scored
             self._table.resolve(batch, ((i, Result(score=self.fallback_score, error=error)) for i, error in refused))
             if not encoded:
@@ -308,13 +303,8 @@ class Client:
         # Decoding and resolving a Resolved makes a few objects per result that the cyclic GC counts, all gone by the
         # end: the collector waits, so that they set off no collection that would move the futures still in flight
         # to older generations (see ``submit_batch``).
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with paused_gc():
             self._receive_some()
-        finally:
-            if paused:
-                gc.enable()
 
     def _receive_some(self) -> None:
         recv = self._sock.recv_multipart

@@ -42,7 +42,6 @@ thread that closes the producer (it cancels what is pending).
 
 from __future__ import annotations
 
-import gc
 import logging
 import secrets
 import threading
@@ -53,6 +52,7 @@ from typing import Any, Optional, Union
 import zmq
 
 from .._exceptions import QworkerError
+from ..engine.gc_pause import paused_gc
 from ..engine.producer import Producer
 from ..engine.result import ResultFuture, add_done_callbacks
 from ..engine.status import ServiceInfo, ServiceStatus
@@ -206,17 +206,12 @@ class RewardService:
         # future, and who asked for it): collections set off here would move every task in flight to older
         # generations, and full collections rescan them all; none of it is cyclic garbage, so the collector waits
         # for the end of the handler (as ``Producer.submit_batch`` does for one submission).
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            self._receive_some()
-        finally:
+        with paused_gc():
             try:
+                self._receive_some()
+            finally:
                 if len(self._to_answer) > taken:
                     self._dispatcher.dispatch_submitted()  # their tasks leave now, before their Accepted (this turn's end)
-            finally:
-                if paused:
-                    gc.enable()
 
     def _receive_some(self) -> None:
         recv = self._sock.recv_multipart
