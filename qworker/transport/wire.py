@@ -149,10 +149,10 @@ def refusal() -> Refused:
 
 
 def printable(version: str) -> str:
-    """A peer's version as it may go into one log line: at most 64 characters, each printable (others escaped as
-    ``ascii`` writes them), so a peer cannot break the line or forge another."""
+    """A peer's version as it may go into one log line: at most 64 characters, printable ASCII (any other character
+    escaped as ``ascii`` writes it, then cut), so a peer cannot break the line or forge another."""
     version = version[:64]
-    return version if version.isprintable() and version.isascii() else ascii(version)[1:-1]
+    return version if version.isprintable() and version.isascii() else ascii(version)[1:-1][:64]
 
 
 class ProtocolMismatch(WireError):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,6 +34,7 @@ __all__ = ["CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes",
            "Throughput"]
 
 LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
+PROBES_KEPT = 1024  # send instants of probes kept (``Probes``)
 ON_WAY_READINGS = 4.0  # the moving mean of the requests on a server's way (``ServerLoad``) weighs each reading 1/this
 _LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
 
@@ -454,21 +455,28 @@ class Probes:
 
     A refused request is counted in flight until its refusal comes back (50-300 ms where a gateway queues before
     refusing), but holds no slot at the server meanwhile: a request sent beside it is counted one level higher than
-    the server held.  A probe sent when no other had been sent above the refusal level within the longest a recent
-    refusal took to come back had no such neighbour: its level is what the server held (``CapacityMemory.outgrew``).
-    Seconds, as the gate's clock.
+    the server held.  A probe sent when no other probe had been sent within the longest a recent refusal took to come
+    back had no such neighbour among the probes: its level is what the server held (``CapacityMemory.outgrew``),
+    unless a request sent at or under the refusal level (not a probe, not told of) was refused meanwhile.  Each send
+    instant keeps the instant of the probe before it, so the answer is the same however late it is asked; the last
+    ``PROBES_KEPT`` instants are kept (an older probe is not known to have been alone).  Seconds, as the gate's clock.
     """
 
     def __init__(self) -> None:
-        self._sent: deque[float] = deque()  # when probes were sent, oldest first
+        self._sent: OrderedDict[float, list[float]] = OrderedDict()  # send instant -> [probes sent at it, the instant before]
+        self._last = -math.inf  # the latest send instant
         self._refusal_s: deque[float] = deque(maxlen=16)  # how long the last refusals took to come back
 
     def sent(self, now: float) -> None:
         """A request went out above the refusal level at ``now``."""
-        self._sent.append(now)
-        keep = 2.0 * self.span() + 1.0  # (older sends are no longer anyone's neighbour)
-        while self._sent and self._sent[0] < now - keep:
-            self._sent.popleft()
+        got = self._sent.get(now)
+        if got is not None:
+            got[0] += 1
+            return
+        self._sent[now] = [1.0, self._last]
+        self._last = now
+        if len(self._sent) > PROBES_KEPT:
+            self._sent.popitem(last=False)
 
     def refused(self, seconds: float) -> None:
         """A refusal came back ``seconds`` after its request was sent (not a timeout: that is not a refusal's way back)."""
@@ -481,13 +489,8 @@ class Probes:
     def alone(self, sent_at: float) -> bool:
         """Whether the probe sent at ``sent_at`` was told of (``sent``) and no other was sent in the ``span`` before it,
         nor with it (False for a request whose send this was not told of: nothing is known of its neighbours)."""
-        start, before, with_it = sent_at - self.span() - 1e-9, 0, 0
-        for t in self._sent:
-            if start <= t < sent_at - 1e-9:
-                before += 1
-            elif abs(t - sent_at) <= 1e-9:
-                with_it += 1
-        return before == 0 and with_it == 1
+        got = self._sent.get(sent_at)
+        return got is not None and got[0] == 1 and sent_at - got[1] > self.span() + 1e-9
 
 
 class Throughput:

@@ -104,3 +104,23 @@ def test_a_probe_sent_while_another_may_still_be_refused_is_no_evidence_at_the_l
     lim.on_send(18, t + 0.05)
     lim.on_success(RTT, 18, t + 0.05 + RTT, level=18, sent_at=t + 0.05)
     assert lim.regains == 1
+
+
+def test_a_probe_is_judged_alone_by_its_neighbours_at_its_send_however_late_its_answer_is_read() -> None:
+    """A probe whose neighbour went out within a refusal's way back before it is not alone, even when its answer is
+    read seconds later, after more probes went out (the neighbour is not forgotten); and the record is bounded."""
+    from qworker.judge.control.estimators import PROBES_KEPT, Probes
+
+    probes = Probes()
+    probes.refused(0.3)
+    probes.sent(9.8)  # the neighbour
+    probes.sent(10.0)  # the probe
+    assert not probes.alone(10.0)
+    for i in range(1, 40):
+        probes.sent(10.0 + 0.05 * i)  # more probes, while the probe's answer is on its way (an LLM judge: seconds)
+    assert not probes.alone(10.0)
+    probes.sent(20.0)
+    assert probes.alone(20.0)  # nothing within 0.3 s before it
+    for i in range(3 * PROBES_KEPT):
+        probes.sent(100.0 + i)
+    assert len(probes._sent) <= PROBES_KEPT and probes.alone(100.0 + 3 * PROBES_KEPT - 1)

@@ -97,11 +97,11 @@ def test_a_stamp_too_long_for_a_log_line_is_cut():
     assert len(exc.value.qworker) == 64
 
 
-@pytest.mark.parametrize("forged", ["9.9\n2025-01-01 ERROR qworker: forged line", "9.9\x1b[2J", "9.9\u2028x"])
+@pytest.mark.parametrize("forged", ["9.9\n2025-01-01 ERROR qworker: forged line", "9.9\x1b[2J", "9.9\u2028x", "\x1b" * 64])
 def test_a_stamp_that_would_break_or_forge_a_log_line_is_escaped(forged):
     body = msgspec.msgpack.encode([OTHER[0], forged])
     with pytest.raises(ProtocolMismatch) as exc:
         wire.PRODUCER.decode(wire.READY, body, max_bytes=LIMIT)
-    assert exc.value.qworker.isprintable() and "\n" not in str(exc.value)
+    assert exc.value.qworker.isprintable() and len(exc.value.qworker) <= 64 and "\n" not in str(exc.value)
     line = wire.mismatch("the service", "this client", wire.Refused(OTHER[0], forged, "another wire protocol"))
     assert line.isprintable(), line
