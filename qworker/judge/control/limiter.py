@@ -265,7 +265,8 @@ class AdaptiveLimit:
 
     def on_ended(self, sent_at: float, now: Optional[float]) -> None:
         """A call sent at ``sent_at`` (``on_send``'s ``now``) ended at ``now`` (None: not known), whatever its outcome,
-        after any ``on_success`` or ``on_drop`` for it."""
+        after any ``on_success`` or ``on_drop`` for it.  The caller calls it once for every ``on_send`` (the gate does,
+        in ``settle`` and ``_release``): a call never ended keeps a burst from being read."""
         self.batch.ended(sent_at, now)
 
     def on_server_load(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> None:
