@@ -113,6 +113,7 @@ class RewardService:
         self.clients: set[bytes] = set()
         self.requests = 0
         self.dropped_frames = 0
+        self._bad_frames = 0  # frames dropped as not valid messages (``_drop``): what its log lines are rationed by
         self._refused: set[tuple[int, str]] = set()  # the (protocol, qworker) stamps of the clients refused
 
     def start(self) -> RewardService:
@@ -264,11 +265,13 @@ class RewardService:
         self._send(peer, refusal())
 
     def _drop(self, peer: bytes, why: str) -> None:
-        """Count a bad frame; log the first ten, then one in a thousand."""
+        """Count a bad frame; log the first ten, then one in a thousand (refused clients, counted in ``dropped_frames``
+        too, are not in that ration: they have lines of their own)."""
         self.dropped_frames += 1
-        n = self.dropped_frames
+        self._bad_frames += 1
+        n = self._bad_frames
         if n <= 10 or n % 1000 == 0:
-            log.warning("qworker service: dropped a bad frame from %r (%s); %d dropped so far", peer[:32], why, n)
+            log.warning("qworker service: dropped a bad frame from %r (%s); %d bad so far", peer[:32], why, n)
 
     def _workers(self) -> int:
         return self.producer._dispatcher.workers_ready
