@@ -297,6 +297,7 @@ class AdaptiveLimit:
         """
         cfg = self.config
         sent_level = float(level if level is not None else in_flight)
+        sent = now - rtt if sent_at is None else sent_at  # when the gate sent it
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
         self.throughput.on_answer(now, rtt, self.rtt)
         trip = self._round_trip()
@@ -318,7 +319,7 @@ class AdaptiveLimit:
                 self._on_queue(QueueReading(reading.queueing, reading.knee * cfg.queue_target), now,
                                 f"queue:latency knee={reading.knee:.1f} g={self.latency.gradient:.2f}")
             if not self.load.fresh(now):
-                self._on_batch(self.batch.on_answer(rtt, sent_level, now - rtt if sent_at is None else sent_at, now), now)
+                self._on_batch(self.batch.on_answer(rtt, sent_level, sent, now), now)
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
@@ -328,8 +329,7 @@ class AdaptiveLimit:
             # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
             # peers, the endpoint's capacity is what they note together (``adopt``)
             self.memory.held(min(self.sustained(now), self.limit))
-        if self.mode is Mode.STEADY and self._outgrew(sent_level if surely is None else float(surely), now - rtt,
-                                                      now - rtt if sent_at is None else sent_at):
+        if self.mode is Mode.STEADY and self._outgrew(sent_level if surely is None else float(surely), now - rtt, sent):
             # The server held more than where it last refused (this request was sent with that many at it), or,
             # sent with no other out above the refusal level, as many: the capacity that refused is no longer
             # there; what was seen above it is evidence enough to climb to
