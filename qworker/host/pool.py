@@ -39,6 +39,7 @@ WATCHDOG_TICK_S = 0.1
 FAST_CRASH_S = 2.0  # a worker that dies younger than this counts toward crash-loop backoff
 SILENT_BEATS = 3  # a worker that has not beaten for this many heartbeats, and uses no CPU, is frozen
 MIN_CPU_SHARE = 0.05  # "uses no CPU": less than this share of one core since the last check
+HEARD_PER_TURN = 64  # frames from the producer read per turn of the pool's loop (it only ever sends a refusal)
 
 
 @dataclass
@@ -187,8 +188,8 @@ class Pool:
 
     def _hear(self) -> None:
         """Read what the producer sent: only ever a ``Refused`` (it speaks another wire protocol), which stops the pool
-        with ``refused`` set."""
-        while True:
+        with ``refused`` set.  At most ``HEARD_PER_TURN`` frames a turn: what is left makes the next turn come at once."""
+        for _ in range(HEARD_PER_TURN):
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:

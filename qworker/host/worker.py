@@ -275,7 +275,7 @@ class Worker:
                 self.inbox.extend(msg.tasks)
             elif isinstance(msg, wire.Revoke):
                 self._give_back(min(msg.n, len(self.inbox)))
-            else:  # Refused: a producer of another wire protocol, which sends no task; the pool hears it too and stops us
+            elif isinstance(msg, wire.Refused):  # a producer of another wire protocol sends no task; the pool hears it too and stops us
                 log.debug("%s: refused: %s", self.options.worker_id, wire.mismatch("the producer", "this worker", msg))
 
     def _give_back(self, n: int) -> None:
