@@ -20,33 +20,48 @@ from typing import Iterator
 __all__ = ["paused_gc"]
 
 _lock = threading.Lock()
-_depth = 0  # pauses held now, every thread's
-_was_on = False  # whether the collector was on when the first of them began
+_held: dict[int, int] = {}  # thread ident -> pauses that thread holds now
+_was_on = False  # whether the collector was on when the first of the pauses held began
 
 
 @contextmanager
 def paused_gc() -> Iterator[None]:
     """The cyclic collector does not run inside (unless another thread turns it on); see the module's contract."""
-    global _depth, _was_on
+    global _was_on
+    me = threading.get_ident()
     with _lock:
-        if _depth == 0:
+        if not _held:
             _was_on = gc.isenabled()
             gc.disable()
-        _depth += 1
+        _held[me] = _held.get(me, 0) + 1
     try:
         yield
     finally:
         with _lock:
-            _depth -= 1
-            if _depth == 0 and _was_on:
-                gc.enable()
+            _end(me)
+
+
+def _end(me: int) -> None:
+    """One pause of thread ``me`` ends (``_lock`` held); the last of all turns the collector back on if it was."""
+    n = _held[me] - 1
+    if n:
+        _held[me] = n
+    else:
+        del _held[me]
+        if not _held and _was_on:
+            gc.enable()
 
 
 def _after_fork_in_child() -> None:
-    """A forked child has only the forking thread: no pause of another thread is held there."""
-    global _lock, _depth, _was_on
-    _lock, _depth, _was_on = threading.Lock(), 0, False
-    gc.enable()
+    """A forked child has only the forking thread: the other threads' pauses are gone with them (the collector back
+    on if none is left and it was on), the forking thread's go on and end as they would have."""
+    global _lock, _held
+    _lock = threading.Lock()
+    me = threading.get_ident()
+    had = bool(_held)
+    _held = {me: _held[me]} if me in _held else {}
+    if had and not _held and _was_on:
+        gc.enable()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

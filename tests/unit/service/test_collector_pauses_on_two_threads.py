@@ -89,3 +89,4 @@ def test_a_clients_user_and_io_threads_pausing_together_leave_the_collector_on()
             assert gc.isenabled(), "both threads are out of their pauses, and the collector was left off"
     finally:
         sys.setswitchinterval(interval)
+
