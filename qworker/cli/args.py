@@ -7,7 +7,7 @@ Exit codes, the same for ``qworker``, ``qworker-pool``, ``qworker-train`` and ea
   failed), a service or producer did not answer, a runtime error.
 * ``2``: refused at start, before any work: a usage mistake, a bad config, an
   unreadable input, a busy port, a missing optional dependency, a producer of
-  another qworker version (``qworker-pool``).  One line on stderr names the
+  another wire protocol (``qworker-pool``).  One line on stderr names the
   problem and the fix.
 * ``130`` (128 + SIGINT): stopped by Ctrl-C; ``143`` for SIGTERM where a
   command reports it.

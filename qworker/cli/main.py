@@ -78,7 +78,7 @@ def _pool_main(argv: Optional[list[str]], prog: str) -> int:
     signal.signal(signal.SIGTERM, pool.request_stop)
     signal.signal(signal.SIGINT, pool.request_stop)
     rc = pool.run()
-    if pool.refused is not None:  # a producer of another qworker version: one line, exit 2
+    if pool.refused is not None:  # a producer of another wire protocol: one line, exit 2
         raise ConfigError(pool.refused)
     return rc
 

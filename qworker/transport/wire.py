@@ -328,12 +328,13 @@ _STAMP_DECODER = msgspec.msgpack.Decoder(_Stamp)
 
 def _check_stamp(name: str, body: bytes) -> None:
     """Raise ``ProtocolMismatch`` if ``body``, a ``name`` message that failed its schema check, is stamped with
-    another protocol (else return: it is malformed, or from a peer that sends no stamp)."""
+    another protocol (else return: it is malformed, or from a peer that sends no stamp).  A stamp's version begins
+    with a digit: an unstamped ``Submit`` of 0.1.0 (a request number, then a reward's name) is not read as one."""
     try:
         stamp = _STAMP_DECODER.decode(body)
     except Exception:
         return
-    if stamp.protocol != STAMP[0]:
+    if stamp.protocol != STAMP[0] and stamp.qworker[:1].isdigit():
         raise ProtocolMismatch(name, stamp.protocol, stamp.qworker) from None
 
 

@@ -91,13 +91,13 @@ def test_the_refused_sides_line_names_both_versions():
 
 
 def test_a_stamp_too_long_for_a_log_line_is_cut():
-    body = msgspec.msgpack.encode([OTHER[0], "x" * 10_000])
+    body = msgspec.msgpack.encode([OTHER[0], "9" + "x" * 10_000])
     with pytest.raises(ProtocolMismatch) as exc:
         wire.PRODUCER.decode(wire.READY, body, max_bytes=LIMIT)
     assert len(exc.value.qworker) == 64
 
 
-@pytest.mark.parametrize("forged", ["9.9\n2025-01-01 ERROR qworker: forged line", "9.9\x1b[2J", "9.9\u2028x", "\x1b" * 64])
+@pytest.mark.parametrize("forged", ["9.9\n2025-01-01 ERROR qworker: forged line", "9.9\x1b[2J", "9.9\u2028x", "9" + "\x1b" * 63])
 def test_a_stamp_that_would_break_or_forge_a_log_line_is_escaped(forged):
     body = msgspec.msgpack.encode([OTHER[0], forged])
     with pytest.raises(ProtocolMismatch) as exc:
@@ -105,3 +105,13 @@ def test_a_stamp_that_would_break_or_forge_a_log_line_is_escaped(forged):
     assert exc.value.qworker.isprintable() and len(exc.value.qworker) <= 64 and "\n" not in str(exc.value)
     line = wire.mismatch("the service", "this client", wire.Refused(OTHER[0], forged, "another wire protocol"))
     assert line.isprintable(), line
+
+
+@pytest.mark.parametrize("request_number", [1, 2, 7])
+def test_an_unstamped_submit_from_before_the_stamp_is_malformed_not_a_mismatch(request_number):
+    """A 0.1.0 client's Submit begins with its request number and a reward's name, which fit a stamp's types: it is
+    a malformed message (that client cannot read a refusal), never a refusal of a made-up version."""
+    body = msgpack.packb([request_number, "math", None, [], None])
+    with pytest.raises(WireError) as exc:
+        cw.SERVICE.decode(cw.SUBMIT, body, max_bytes=LIMIT)
+    assert not isinstance(exc.value, ProtocolMismatch), exc.value
