@@ -15,7 +15,7 @@ shows neither, and ``Saturation`` reads it whole, at its mean level, against wha
 sent while it is out: latency in proportion to the level is a server past its batch.
 ``BatchKnee`` reports any of their batches.
 
-It listens from the start (and after ``clear``: an endpoint back from down), and
+The fit listens from the start (and after ``clear``: an endpoint back from down), and
 again from an answer to a request sent to a (nearly) idle server (sent at ``IDLE``
 or under): only a burst from idle spreads its levels from 1 up, and the fit is
 anchored on such answers.  Once ``WINDOW`` answers have gone by with none sent at
@@ -46,6 +46,7 @@ Units: seconds, requests.  Only the dispatcher thread calls it.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 from typing import Optional
@@ -194,7 +195,7 @@ class Saturation:
 
     def __init__(self, below: float) -> None:
         self.below = below
-        self._answers: deque[tuple[float, float, float]] = deque()  # (level read at, log latency, sent at), the latest ``WINDOW``
+        self._answers: deque[tuple[float, float, float]] = deque(maxlen=WINDOW)  # (level read at, log latency, sent at)
         self._instant = (-math.inf, 0.0, 0)  # the latest send instant: (when, sum of its levels, sends)
         self._instants: dict[float, list[float]] = {}  # an instant of several sends -> [mean level, answers still out]
         self._since = -math.inf  # the last report: the next level compared is of requests sent after it
@@ -224,8 +225,7 @@ class Saturation:
             self._burst_out += 1
         if now == when:
             self._instant = (when, total + level, n + 1)
-            if n + 1 > 1:
-                self._instants[when] = [(total + level) / (n + 1), float(n + 1)]
+            self._instants[when] = [(total + level) / (n + 1), float(n + 1)]
             return
         got = self._instants.get(when)
         if got is not None and got[1] <= 0:  # the instant before this one, all of it ended
@@ -264,22 +264,24 @@ class Saturation:
         if latency <= 0.0 or level < 1.0:
             return None
         self._answers.append((self._level(level, sent_at), math.log(latency), sent_at))
-        if len(self._answers) > WINDOW:
-            self._answers.popleft()
         self._count += 1
         if self._count % EVERY or len(self._answers) < 2 * POOL:
             return None
-        answers = list(self._answers)
-        recent, others = answers[-POOL:], answers[:-POOL]
+        n = len(self._answers)
+        recent = list(itertools.islice(self._answers, n - POOL, n))
         first_sent = min(a[2] for a in recent)  # (answers come back out of the order they were sent in)
         if first_sent <= self._since:
             return self.held  # (the answers sent at it are still on their way: the batch reported holds)
         self.held = None
-        mid = math.exp(sum(math.log(a[0]) for a in recent) / POOL)
+        if self.saturated_at == math.inf and (self._burst_out or not first_sent > self._burst
+                                              or max(a[2] for a in recent) >= self._burst_done):
+            return None  # (a burst's first answers are its fastest; what is sent after it is answered meets others' load)
+        others = list(itertools.islice(self._answers, 0, n - POOL))
+        mid = _mean(recent)[0]
         if self.saturated_at == math.inf:  # first, a burst from idle against what was sent after it
             lower = [a for a in others if a[2] == self._burst and a[0] <= mid / NEAR]
-            if len(lower) < POOL or self._burst_out or first_sent <= self._burst or max(a[2] for a in recent) >= self._burst_done:
-                return None  # (a burst's first answers are its fastest; what is sent after it is answered meets others' load)
+            if len(lower) < POOL:
+                return None
             pool = lower
         else:
             lower = [a for a in others if a[0] <= mid / NEAR]
@@ -365,9 +367,10 @@ class BatchKnee:
         self.saturation.ended(sent_at, now)
 
     def on_answer(self, latency: float, level: float, sent_at: float, now: Optional[float] = None) -> Optional[float]:
-        """Keep one answer (to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds, come at ``now``,
-        default ``sent_at + latency``) while listening; the batch (requests) if the burst out shows one under ``below``
-        (``BurstOrder``), or, every ``EVERY`` answers, the answers' latencies do."""
+        """One answer (to a request sent at ``sent_at`` at ``level``, after ``latency`` seconds, come at ``now``,
+        default ``sent_at + latency``): the batch (requests) if the burst out shows one under ``below``
+        (``BurstOrder``), else if latency in proportion to the level does (``Saturation``, every answer at any level),
+        else if, every ``EVERY`` answers, the fit's does (kept only while it listens, and only at ``below`` or under)."""
         batch = self.burst.on_answer(level, sent_at, latency)
         if batch is not None:
             self.source = "burst"

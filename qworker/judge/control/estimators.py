@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
@@ -463,7 +463,7 @@ class Probes:
     """
 
     def __init__(self) -> None:
-        self._sent: OrderedDict[float, list[float]] = OrderedDict()  # send instant -> [probes sent at it, the instant before]
+        self._sent: dict[float, list[float]] = {}  # send instant -> [probes sent at it, the instant before], oldest first
         self._last = -math.inf  # the latest send instant
         self._refusal_s: deque[float] = deque(maxlen=16)  # how long the last refusals took to come back
 
@@ -476,7 +476,7 @@ class Probes:
         self._sent[now] = [1.0, self._last]
         self._last = now
         if len(self._sent) > PROBES_KEPT:
-            self._sent.popitem(last=False)
+            del self._sent[next(iter(self._sent))]
 
     def refused(self, seconds: float) -> None:
         """A refusal came back ``seconds`` after its request was sent (not a timeout: that is not a refusal's way back)."""
