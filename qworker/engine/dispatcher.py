@@ -27,6 +27,7 @@ import zmq
 from ..cache.identity import RunVersions
 from ..config.options import ProducerOptions
 from ..transport import wire
+from ..transport.ration import RefusedStamps
 from ..transport.reactor import Reactor
 from ..transport.sockets import bind_server, bound_endpoint, close_server, readable
 from .pending import PendingTable
@@ -76,7 +77,7 @@ class Dispatcher(threading.Thread):
         self._reactor.each_turn(self._run_calls, name="calls from other threads")
         self._reactor.deadline(self._next_timer)
         self._wake = self._reactor.wake
-        self._refused: set[tuple[int, str]] = set()  # the (protocol, qworker) stamps of the peers refused
+        self._refused = RefusedStamps()  # the stamps of the peers refused, a line for each of the first
 
     # called from other threads ----------------------------------------------
     def submit(self, tasks: Iterable[Pending]) -> None:
@@ -206,8 +207,7 @@ class Dispatcher(threading.Thread):
         """A worker or pool of another wire protocol: answer ``Refused`` (a pool stops on hearing it, and its workers with
         it; none of them is registered); count the frame as dropped, and log one line per version refused (the first ten versions)."""
         self.scheduler.stats["dropped_frames"] += 1
-        if (exc.protocol, exc.qworker) not in self._refused and len(self._refused) < 10:
-            self._refused.add((exc.protocol, exc.qworker))
+        if self._refused.first(exc):
             log.error("qworker: the producer at %s refused %r: %s; install the same qworker version on both",
                       self.endpoint, peer[:64].decode(errors="replace"), exc)
         self._send(peer, wire.refusal())

@@ -60,6 +60,7 @@ from typing import Callable, Collection, Iterable, Optional
 from .._errors import ErrorKind
 from ..cache.identity import RunVersions
 from ..transport import wire
+from ..transport.ration import LogRation
 from .admission import AdmissionPolicy, PolicyStatus
 from .fleet import Fleet, WorkerState
 from .lanes import FairQueue, Turns
@@ -131,7 +132,7 @@ class Scheduler:
         self.policies: list[AdmissionPolicy] = []  # every policy a task was added to, in order of first use
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0, "policy_errors": 0}
         self._import_errors_logged: set[str] = set()
-        self._bad_frames = 0  # frames dropped as not valid messages (``drop``): what its log lines are rationed by
+        self._bad_frames = LogRation()  # frames dropped as not valid messages (``drop``): what its log lines are rationed by
         self._sizer = _TaskSizer()
         self._turns = Turns(every_s=REVOKE_EVERY_S)
         # Workers lost with no task blamed (given up for silent, or gone with nothing known running): the tasks
@@ -168,10 +169,8 @@ class Scheduler:
         """Count frames that were not valid messages, and log the first ten of them, then one in a thousand (a peer
         refused for its protocol counts in ``dropped_frames`` too, but not in that ration: it has lines of its own)."""
         self.stats["dropped_frames"] += 1
-        self._bad_frames += 1
-        n = self._bad_frames
-        if n <= 10 or n % 1000 == 0:
-            log.warning("qworker: dropped a bad frame from %r (%s); %d bad so far", peer[:32], why, n)
+        if self._bad_frames.tick():
+            log.warning("qworker: dropped a bad frame from %r (%s); %d bad so far", peer[:32], why, self._bad_frames.count)
 
     def handle(self, peer: bytes, msg: wire.Message, now: float) -> None:
         fleet = self.fleet

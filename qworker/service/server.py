@@ -57,6 +57,7 @@ from ..engine.producer import Producer
 from ..engine.result import ResultFuture, add_done_callbacks
 from ..engine.status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
+from ..transport.ration import LogRation, RefusedStamps
 from ..transport.reactor import Reactor, Step
 from ..transport.sockets import bind_server, bound_endpoint, close_server
 from ..transport.wire import ProtocolMismatch, StatusReply, StatusRequest, WireError, refusal
@@ -113,8 +114,8 @@ class RewardService:
         self.clients: set[bytes] = set()
         self.requests = 0
         self.dropped_frames = 0
-        self._bad_frames = 0  # frames dropped as not valid messages (``_drop``): what its log lines are rationed by
-        self._refused: set[tuple[int, str]] = set()  # the (protocol, qworker) stamps of the clients refused
+        self._bad_frames = LogRation()  # frames dropped as not valid messages (``_drop``): what its log lines are rationed by
+        self._refused = RefusedStamps()  # the stamps of the clients refused, a line for each of the first
 
     def start(self) -> RewardService:
         """Start serving: the service's handlers join the dispatcher's reactor."""
@@ -258,8 +259,7 @@ class RewardService:
         """Answer ``Refused`` (the client fails that request, and what it waits on, with one line naming both
         versions); count the frame as dropped, and log one line per version refused (the first ten versions)."""
         self.dropped_frames += 1
-        if (exc.protocol, exc.qworker) not in self._refused and len(self._refused) < 10:
-            self._refused.add((exc.protocol, exc.qworker))
+        if self._refused.first(exc):
             log.error("qworker service: refused client %r: %s; install the same qworker version on both",
                       peer[:32].decode(errors="replace"), exc)
         self._send(peer, refusal())
@@ -268,10 +268,8 @@ class RewardService:
         """Count a bad frame; log the first ten, then one in a thousand (refused clients, counted in ``dropped_frames``
         too, are not in that ration: they have lines of their own)."""
         self.dropped_frames += 1
-        self._bad_frames += 1
-        n = self._bad_frames
-        if n <= 10 or n % 1000 == 0:
-            log.warning("qworker service: dropped a bad frame from %r (%s); %d bad so far", peer[:32], why, n)
+        if self._bad_frames.tick():
+            log.warning("qworker service: dropped a bad frame from %r (%s); %d bad so far", peer[:32], why, self._bad_frames.count)
 
     def _workers(self) -> int:
         return self.producer._dispatcher.workers_ready
