@@ -62,6 +62,7 @@ def make_socket(
     curve: Optional[Curve] = None,
     insecure: bool = False,
     reconnect_max_ms: int = 5000,
+    on_link: Optional[security.LinkCallback] = None,
 ) -> zmq.Socket:
     """Create a socket of ``kind`` and bind or connect it.
 
@@ -69,8 +70,10 @@ def make_socket(
     is disconnected by libzmq before the message reaches Python.  ``curve``
     authenticates and encrypts (``security``); binding beyond loopback without it
     raises ``ConfigError`` unless ``insecure``.  A connecting socket retries a lost
-    connection after 100 ms, backing off to ``reconnect_max_ms``.  A socket bound with CURVE needs
-    ``security.release(ctx)`` before its context terminates.
+    connection after 100 ms, backing off to ``reconnect_max_ms``; ``on_link`` is told, from a thread of its own,
+    when a peer takes its connection (True) and when that link drops (False) (``security.watch_link``, which also
+    logs a CURVE client's failed handshakes).  A socket bound with CURVE needs ``security.release(ctx)`` before its
+    context terminates.
     """
     if (bind is None) == (connect is None):
         raise ValueError("give exactly one of bind= or connect=")
@@ -92,6 +95,7 @@ def make_socket(
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, reconnect_max_ms)
             security.secure(ctx, sock, curve, connect)
+            security.watch_link(sock, connect, curve, on_link)
             sock.connect(connect)
         else:
             assert bind is not None
