@@ -68,14 +68,17 @@ def create_keys(directory: str, name: str, *, force: bool = False) -> tuple[str,
     """Write a new key pair; returns (public key file, secret key file).  The secret one is mode 0600.
 
     An existing pair of that name is a ``ConfigError`` unless ``force``: replacing it locks out every
-    peer that holds the old public key."""
+    peer that holds the old public key.  So is a ``directory`` that cannot be made or written (one line naming it)."""
     existing = [p for p in (os.path.join(directory, f"{name}.key"), os.path.join(directory, f"{name}.key_secret")) if os.path.exists(p)]
     if existing and not force:
         raise ConfigError(f"{existing[0]} exists: a new key pair would lock out every peer holding the old public key; "
                           "pass --force to replace it, or another --name")
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    public, secret = zmq.auth.create_certificates(directory, name)
-    os.chmod(secret, 0o600)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        public, secret = zmq.auth.create_certificates(directory, name)
+        os.chmod(secret, 0o600)
+    except OSError as exc:  # a file where the directory should be, no permission, a full disk
+        raise ConfigError(f"cannot write a key pair in {directory}: {exc.strerror or exc}") from None
     return public, secret
 
 
