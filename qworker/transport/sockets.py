@@ -7,6 +7,7 @@ in a private directory; binding beyond loopback needs CURVE or an explicit
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -101,11 +102,33 @@ def make_socket(
             assert bind is not None
             security.check_bind(bind, curve, insecure=insecure)
             security.secure(ctx, sock, curve, bind)
-            sock.bind(bind)
+            _bind(sock, bind)
     except BaseException:
         sock.close(linger=0)
         raise
     return sock
+
+
+_BIND_HINTS = {
+    errno.EADDRINUSE: "another process holds it (another qworker? 'qworker status --connect ENDPOINT' asks it); pick another port",
+    errno.EADDRNOTAVAIL: "no interface of this host has that address; bind one of its own (or 0.0.0.0 / * for all)",
+}
+
+
+def bind_refusal(endpoint: str, code: int, text: Optional[str] = None) -> str:
+    """The line that says why ``endpoint`` cannot be bound: the error number ``code`` (``errno``), described by ``text``
+    (default: the system's words for it) and, for the usual ones, what to do."""
+    hint = _BIND_HINTS.get(code)
+    return f"cannot bind {endpoint}: {text or zmq.strerror(code)}" + (f": {hint}" if hint else "")
+
+
+def _bind(sock: zmq.Socket, endpoint: str) -> None:
+    """``sock.bind(endpoint)``; a failure the user can fix (a port in use, an address of another host, a name that does
+    not resolve, no permission) is a ``ConfigError`` naming the endpoint (``bind_refusal``), not a ``ZMQError``."""
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise ConfigError(bind_refusal(endpoint, exc.errno or 0)) from None
 
 
 REDIAL_EVERY_S = 5.0  # a connecting socket with no connection is re-dialled at most this often
