@@ -91,7 +91,7 @@ def fit_frame(result: wire.TaskResult, max_message_bytes: int) -> tuple[Packed, 
     key, compute_s, outcome, ran = result.key, result.compute_s, result.meta, result.ran
     try:
         packed, size = _packed(result)
-    except Exception as exc:  # an extra holding a value msgpack has no form for (an endpoint call's outcome has none)
+    except Exception as exc:  # an extra holding a value msgpack has no form for (an endpoint call's outcome is qworker's own)
         return _packed(wire.TaskResult(key, None, None, _error(ErrorKind.BAD_RESULT, f"reward's extra cannot be encoded: {exc}"),
                                        compute_s, outcome, ran))
     if size + MESSAGE_OVERHEAD <= max_message_bytes:

@@ -15,7 +15,7 @@ __all__ = ["check_endpoint", "IPC_PATH_MAX"]
 # or ``insecure`` where they are bound (``security.check_bind``), not here
 SCHEMES = tuple(f"{name}://" for name in ("tcp", "ipc", "inproc", "pgm", "epgm", "tipc", "vmci", "udp", "ws", "wss", "norm"))
 MAX_PORT = 65535
-IPC_PATH_MAX = 107  # characters of an ipc:// path: a Unix socket address holds 108 bytes with its NUL (libzmq's IPC_PATH_MAX_LEN)
+IPC_PATH_MAX = 107  # bytes of an ipc:// path: a Unix socket address holds 108 with its NUL (libzmq's IPC_PATH_MAX_LEN)
 
 
 def check_endpoint(endpoint: object, *, what: str) -> str:

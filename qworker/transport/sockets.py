@@ -110,7 +110,7 @@ def make_socket(
 
 
 _BIND_HINTS = {
-    errno.EADDRINUSE: "another process holds it (another qworker? 'qworker status --connect ENDPOINT' asks it); pick another port",
+    errno.EADDRINUSE: "another process holds it (another qworker? 'qworker status --connect {endpoint}' asks it); pick another port",
     errno.EADDRNOTAVAIL: "no interface of this host has that address; bind one of its own (or 0.0.0.0 / * for all)",
 }
 
@@ -119,7 +119,7 @@ def bind_refusal(endpoint: str, code: int, text: Optional[str] = None) -> str:
     """The line that says why ``endpoint`` cannot be bound: the error number ``code`` (``errno``), described by ``text``
     (default: the system's words for it) and, for the usual ones, what to do."""
     hint = _BIND_HINTS.get(code)
-    return f"cannot bind {endpoint}: {text or zmq.strerror(code)}" + (f": {hint}" if hint else "")
+    return f"cannot bind {endpoint}: {text or zmq.strerror(code)}" + (": " + hint.format(endpoint=endpoint) if hint else "")
 
 
 def _bind(sock: zmq.Socket, endpoint: str) -> None:
