@@ -46,8 +46,8 @@ def _seconds(text: str) -> float:
 
 
 def _parser(prog: str) -> Parser:
-    ap = Parser(prog=prog, description="Serve rewards to qworker.Client processes (and over HTTP). Exit codes: 0 stopped, "
-                "2 refused at start (one line names the fix), 1 failed while running.")
+    ap = Parser(prog=prog, description="Serve rewards to qworker.Client processes (and over HTTP). Exit codes: 130 stopped by "
+                "Ctrl-C (143 by SIGTERM), 2 refused at start (one line names the fix), 1 failed while running.")
     ap.add_argument("--listen", default=DEFAULT_SERVICE_ENDPOINT, help="endpoint for clients")
     ap.add_argument("--config", help="YAML config: producer: and rewards: sections")
     ap.add_argument("--http", type=tcp_port, metavar="PORT", help="also serve OpenRLHF's /get_reward and slime's /score on this port")
