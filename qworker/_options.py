@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, TypeVar
@@ -88,7 +89,9 @@ class _Options:
         out: dict[str, Any] = {}
         for key, value in section.items():
             if key not in fields:
-                raise ConfigError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(fields))}")
+                near = difflib.get_close_matches(str(key), fields, 1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ConfigError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(fields))}{hint}")
             f, tp = fields[key]
             if value is not None:
                 value = _coerce(value, tp, f"{where}.{key}", signed=f.metadata["signed"], positive=f.metadata["positive"])

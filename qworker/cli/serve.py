@@ -27,6 +27,7 @@ from ..service.client import DEFAULT_SERVICE_ENDPOINT
 from ..service.http import ON_FAILURE, HttpFront, check_http_reward
 from ..service.server import RewardService
 from ..transport.endpoint import check_endpoint
+from ..transport.sockets import bind_refusal
 from .args import Parser, add_log_level, bool_flag, hidden_alias, setup_logging, tcp_port
 from .score import check_modules, resolve_reward
 
@@ -45,8 +46,8 @@ def _seconds(text: str) -> float:
 
 
 def _parser(prog: str) -> Parser:
-    ap = Parser(prog=prog, description="Serve rewards to qworker.Client processes (and over HTTP). Exit codes: 0 stopped, "
-                "2 refused at start (one line names the fix), 1 failed while running.")
+    ap = Parser(prog=prog, description="Serve rewards to qworker.Client processes (and over HTTP). Exit codes: 130 stopped by "
+                "Ctrl-C (143 by SIGTERM), 2 refused at start (one line names the fix), 1 failed while running.")
     ap.add_argument("--listen", default=DEFAULT_SERVICE_ENDPOINT, help="endpoint for clients")
     ap.add_argument("--config", help="YAML config: producer: and rewards: sections")
     ap.add_argument("--http", type=tcp_port, metavar="PORT", help="also serve OpenRLHF's /get_reward and slime's /score on this port")
@@ -67,8 +68,9 @@ def _parser(prog: str) -> Parser:
 
 
 def check_free(endpoint: str, *, http: bool = False) -> None:
-    """``ConfigError`` when a ``tcp://HOST:PORT`` endpoint (a fixed port) is already taken on this host, so a
-    second ``qworker serve`` stops before it starts any worker; ``http``: the port is the HTTP front's."""
+    """``ConfigError`` when a ``tcp://HOST:PORT`` endpoint (a fixed port) cannot be bound on this host (already taken,
+    an address of another host, a name that does not resolve), so ``qworker serve`` stops before it starts any worker
+    (a second one on a taken port, most often); ``http``: the port is the HTTP front's."""
     if not endpoint.startswith("tcp://"):
         return
     host, _, port = endpoint[len("tcp://"):].rpartition(":")
@@ -87,8 +89,7 @@ def check_free(endpoint: str, *, http: bool = False) -> None:
             if exc.errno == errno.EADDRINUSE:
                 raise ConfigError(f"{endpoint} is already in use (another 'qworker serve'? 'qworker status --connect "
                                   f"{endpoint}' asks it); pick another port") from None
-            if exc.errno != errno.EADDRNOTAVAIL:
-                raise ConfigError(f"cannot bind {endpoint}: {exc.strerror}") from None
+            raise ConfigError(bind_refusal(endpoint, exc.errno or 0, exc.strerror)) from None
 
 
 def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:

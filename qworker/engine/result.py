@@ -90,8 +90,8 @@ class ResultFuture(concurrent.futures.Future):
         self._state = _PENDING
         self._result: Optional[Result] = None
         self._cond: Optional[threading.Condition] = None  # made by the first thread that waits
-        # a list of its own, or a tuple that ``add_done_callbacks`` shares between futures (read-only)
-        self._callbacks: Optional[Sequence[Callable[[concurrent.futures.Future], object]]] = None
+        # never changed in place: a tuple that ``add_done_callbacks`` may share between futures, replaced to add one
+        self._callbacks: Optional[tuple[Callable[[concurrent.futures.Future], object], ...]] = None
         self._waiter_list: Optional[list] = None  # concurrent.futures.wait's waiters, under the Condition
 
     # the parts of Future's internals that concurrent.futures.wait and as_completed touch
@@ -167,12 +167,7 @@ class ResultFuture(concurrent.futures.Future):
         with _state_lock:
             if self._state is not _FINISHED:
                 callbacks = self._callbacks
-                if callbacks is None:
-                    self._callbacks = [fn]
-                elif type(callbacks) is list:
-                    callbacks.append(fn)
-                else:  # a tuple shared with other futures (``add_done_callbacks``): never changed in place
-                    self._callbacks = [*callbacks, fn]
+                self._callbacks = (fn,) if callbacks is None else (*callbacks, fn)  # as ``add_done_callbacks`` adds one
                 return
         try:
             fn(self)
@@ -251,7 +246,8 @@ def add_done_callbacks(futures: Iterable[ResultFuture], fn: Callable[[concurrent
     """``fut.add_done_callback(fn)`` for each future, under one hold of the state lock (a reward service
     follows every task of a request); ``fn`` runs at once, on this thread, for each that is done already.
     The futures that had no callback share one tuple ``(fn,)``: no object per future that lives until it
-    resolves (a reward service follows every task it holds, and the cyclic GC would rescan each such list)."""
+    resolves (a reward service follows every task it holds, and the cyclic GC would rescan each such list).
+    A future's callbacks are a tuple, never changed in place: one that has some gets a new tuple with ``fn`` added."""
     done: list[ResultFuture] = []
     only = (fn,)
     with _state_lock:
@@ -260,12 +256,7 @@ def add_done_callbacks(futures: Iterable[ResultFuture], fn: Callable[[concurrent
                 done.append(fut)
                 continue
             callbacks = fut._callbacks
-            if callbacks is None:
-                fut._callbacks = only
-            elif type(callbacks) is list:
-                callbacks.append(fn)
-            else:
-                fut._callbacks = [*callbacks, fn]
+            fut._callbacks = only if callbacks is None else (*callbacks, fn)
     for fut in done:
         _wake(fut, None, only)
 

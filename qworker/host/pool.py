@@ -40,6 +40,7 @@ FAST_CRASH_S = 2.0  # a worker that dies younger than this counts toward crash-l
 SILENT_BEATS = 3  # a worker that has not beaten for this many heartbeats, and uses no CPU, is frozen
 MIN_CPU_SHARE = 0.05  # "uses no CPU": less than this share of one core since the last check
 HEARD_PER_TURN = 64  # frames from the producer read per turn of the pool's loop (it only ever sends a refusal)
+UNREACHED_BEATS = 10  # heartbeats without a producer's connection before the pool says so (once, until one takes it)
 
 
 @dataclass
@@ -77,6 +78,9 @@ class Pool:
         self.lost: list[wire.Lost] = []
         self._stop_requested = False
         self.refused: Optional[str] = None  # why the producer refused this pool (another wire protocol); it then stops
+        self.reached = False  # a producer holds this pool's connection (set by its socket's monitor thread, ``_on_link``)
+        self._link_changed = time.monotonic()  # when ``reached`` last changed
+        self._said_unreached = False  # the warning that no producer has taken the connection was logged
 
     # lifecycle --------------------------------------------------------------
     def request_stop(self, *_: object) -> None:
@@ -86,7 +90,7 @@ class Pool:
         self.ctx = zmq.Context(io_threads=1)
         self.sock = make_socket(
             self.ctx, zmq.DEALER, connect=self.options.connect, identity=f"pool:{self.pool_id}".encode(), linger_ms=1000,
-            curve=self.options.curve(),
+            curve=self.options.curve(), on_link=self._on_link,
         )
         self.redial = Redialer(self.sock, str(self.options.connect))
         slot_dir = runtime_dir()
@@ -169,6 +173,7 @@ class Pool:
                     poller.unregister(fd)
                     self._reap(child)
             self._watchdog(now)
+            self._say_unreached(now)
             respawned = False
             for c in self.children:
                 if c.proc is None and c.respawn_at is not None and now >= c.respawn_at:
@@ -204,6 +209,28 @@ class Pool:
             if self.refused is None:
                 self.refused = wire.mismatch(f"the producer at {self.options.connect}", "this pool", msg)
                 self._stop_requested = True
+
+    def _on_link(self, up: bool) -> None:
+        """From the socket's monitor thread: a producer took this pool's connection (True: the handshake, CURVE's
+        included, succeeded), or that link dropped (False)."""
+        if up != self.reached:
+            self.reached, self._link_changed = up, time.monotonic()
+
+    def _say_unreached(self, now: float) -> None:
+        """Once ``UNREACHED_BEATS`` heartbeats have passed with no producer holding this pool's connection, say so
+        (once, until one takes it; then say that): a pool pointed at the wrong address waits for ever, as it must for
+        a producer that starts later, but not in silence."""
+        if self.reached:
+            if self._said_unreached:
+                self._said_unreached = False
+                log.info("pool %s: reached the producer at %s", self.pool_id, self.options.connect)
+            return
+        if self._said_unreached or now - self._link_changed < UNREACHED_BEATS * self.options.heartbeat_s:
+            return
+        self._said_unreached = True
+        log.warning("pool %s: no producer at %s has taken this pool's connection for %.0f s (is one running there, bound "
+                    "to that address and port? one with CURVE must admit this pool's key); still trying",
+                    self.pool_id, self.options.connect, now - self._link_changed)
 
     def _reap(self, child: _Child) -> None:
         assert child.proc is not None and child.pidfd is not None

@@ -10,7 +10,10 @@ and cannot hoard a batch others could run.
 Results are bounded in bytes: a RESULTS message carries at most half of
 ``max_message_bytes`` of results (a bigger one travels alone), so the producer's
 frame limit never drops an honest worker's batch.  A result that alone would not
-fit a frame fails its task as ``bad_result``, naming its size and the limit.
+fit a frame fails its task as ``bad_result``, naming its size and the limit.  A
+result is encoded once: one with an extra or meta when it is finished, to learn
+its size (the message then carries those bytes as they are), a bare score with
+its message.
 
 Contract: a task may run more than once (it is redelivered if its worker is
 lost); the producer keeps the first result for each task key.
@@ -30,7 +33,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import msgspec
 import zmq
@@ -68,22 +71,41 @@ def result_bytes(result: wire.TaskResult) -> int:
     return len(wire.encode_body(result)) + RESULT_OVERHEAD
 
 
-def fit_frame(result: wire.TaskResult, max_message_bytes: int) -> tuple[wire.TaskResult, int]:
-    """``result`` and its size if it fits one RESULTS frame; else a small ``bad_result`` failure in its place."""
-    size = result_bytes(result)
-    if size + MESSAGE_OVERHEAD <= max_message_bytes:
-        return result, size
+Packed = Union[wire.TaskResult, msgspec.Raw]  # a result as a RESULTS message carries it (``wire.encode_results``)
+
+
+def _packed(result: wire.TaskResult) -> tuple[Packed, int]:
+    """``result`` as a RESULTS message carries it, and ``result_bytes(result)``: encoded here when it has an extra
+    or meta (its size is then that of the bytes the message carries); a bare one as it is.  Raises what the encoder
+    raises for a value msgpack has no form for."""
+    if result.extra is None and result.meta is None:
+        return result, result_bytes(result)
+    body = wire.encode_body(result)
+    return msgspec.Raw(body), len(body) + RESULT_OVERHEAD
+
+
+def fit_frame(result: wire.TaskResult, max_message_bytes: int) -> tuple[Packed, int]:
+    """``result`` as a RESULTS message carries it (``_packed``) and its size, if it encodes and fits one RESULTS
+    frame; else a small ``bad_result`` failure in its place (keeping the endpoint call's outcome, unless that is
+    large)."""
     key, compute_s, outcome, ran = result.key, result.compute_s, result.meta, result.ran
+    try:
+        packed, size = _packed(result)
+    except Exception as exc:  # an extra holding a value msgpack has no form for (an endpoint call's outcome is qworker's own)
+        return _packed(wire.TaskResult(key, None, None, _error(ErrorKind.BAD_RESULT, f"reward's extra cannot be encoded: {exc}"),
+                                       compute_s, outcome, ran))
+    if size + MESSAGE_OVERHEAD <= max_message_bytes:
+        return packed, size
     if outcome is not None and result_bytes(wire.TaskResult(key, None, None, None, compute_s, outcome, None)) * 4 > max_message_bytes:
         outcome = None  # an endpoint call's outcome is a few numbers; one this big is not worth keeping
-    failed = wire.TaskResult(key, None, None, _error(ErrorKind.BAD_RESULT, (
+    return _packed(wire.TaskResult(key, None, None, _error(ErrorKind.BAD_RESULT, (
         f"the result is {size} bytes encoded, over the {max_message_bytes}-byte message limit (max_message_bytes); "
-        "return a smaller extra, or raise the limit on the producer and its pools")), compute_s, outcome, ran)
-    return failed, result_bytes(failed)
+        "return a smaller extra, or raise the limit on the producer and its pools")), compute_s, outcome, ran))
 
 
 def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[wire.Fault]]:
-    """Normalise a reward's return value to ``(score, extra, error)``."""
+    """Normalise a reward's return value to ``(score, extra, error)``.  Whether the extra encodes is learnt where the
+    result is encoded (``fit_frame``)."""
     extra = None
     if isinstance(out, dict):
         if "score" not in out:
@@ -98,11 +120,6 @@ def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[wire.F
         return None, None, _error(ErrorKind.BAD_RESULT, f"reward returned {type(out).__name__}, not a number")
     if not math.isfinite(score):
         return None, None, _error(ErrorKind.BAD_RESULT, f"reward returned a non-finite score ({score})")
-    if extra is not None:
-        try:
-            wire.encode_body(extra)  # what will carry it
-        except Exception as exc:
-            return None, None, _error(ErrorKind.BAD_RESULT, f"reward's extra cannot be encoded: {exc}")
     return score, extra, None
 
 
@@ -194,7 +211,7 @@ class Worker:
         self.finished = 0  # completed or given back
         self.service_s = 0.0  # EWMA of a CPU task's time in the reward; 0 = unknown
         self.inbox: deque[wire.Task] = deque()
-        self.results: list[wire.TaskResult] = []
+        self.results: list[Packed] = []  # finished, to send (``fit_frame``)
         self.results_bytes = 0  # result_bytes() of self.results
         self.batch_bytes = options.max_message_bytes // 2  # a RESULTS message's results, at most (unless one alone)
         self.first_unflushed = 0.0
@@ -226,12 +243,15 @@ class Worker:
 
     # messages ---------------------------------------------------------------
     def _send(self, msg: wire.Message) -> None:
+        self._send_frames(wire.encode(msg), type(msg).__name__)
+
+    def _send_frames(self, frames: list[bytes], what: str) -> None:
         """Send without blocking: with no producer connected (down, or refusing our key) the message is
         dropped; the producer resynchronises from totals (credit) and leases (tasks) when it hears from us."""
         try:
-            self.sock.send_multipart(wire.encode(msg), copy=True, flags=zmq.NOBLOCK)
+            self.sock.send_multipart(frames, copy=True, flags=zmq.NOBLOCK)
         except zmq.Again:
-            log.debug("%s: no producer connected; dropped a %s", self.options.worker_id, type(msg).__name__)
+            log.debug("%s: no producer connected; dropped a %s", self.options.worker_id, what)
             self.redial.no_peer()  # a producer that refused our key may admit it later
 
     def _ready(self) -> None:
@@ -254,7 +274,7 @@ class Worker:
             return
         self._idle()
         self._top_up()
-        self._send(wire.Results(self.granted, self.received, self.results))
+        self._send_frames(wire.encode_results(self.granted, self.received, self.results), "Results")
         self.results = []
         self.results_bytes = 0
 
@@ -291,14 +311,15 @@ class Worker:
     def _finish(self, result: wire.TaskResult, size: int = 0) -> None:
         """Add ``result`` to the results to send (flushing those batched first if it would not fit their message).
         ``size``: its ``result_bytes`` when the caller knows it (a bare score), else 0."""
+        packed: Packed = result
         if not size or size + MESSAGE_OVERHEAD > self.options.max_message_bytes:
-            result, size = fit_frame(result, self.options.max_message_bytes)
+            packed, size = fit_frame(result, self.options.max_message_bytes)
         if self.results and self.results_bytes + size > self.batch_bytes:
             self._flush()  # what is batched goes now; this one starts the next message
         self.results_bytes += size
         if not self.results:
             self.first_unflushed = time.monotonic()
-        self.results.append(result)
+        self.results.append(packed)
         self.finished += 1
 
     def _run_tasks(self, until: float) -> None:

@@ -157,9 +157,17 @@ class RewardBook:
         if ":" in name or not self.complete:
             self._warn_unknown(name)
             return
-        near = difflib.get_close_matches(name, self.known_names(), 3)
-        hint = f" (did you mean {' or '.join(map(repr, near))}?)" if near else ""
-        raise ConfigError(f"{where}: {name!r} is not a known reward; known rewards: {', '.join(self.known_names())}{hint}")
+        raise ConfigError(f"{where}: {self._not_known(name)}")
+
+    def _not_known(self, name: str, asked: Optional[str] = None) -> str:
+        """Why ``name`` (asked for as ``asked``) names no reward: the known ones, and the nearest of them, or where a
+        name that is near none of them comes from."""
+        known = self.known_names()
+        near = difflib.get_close_matches(name, known, 3)
+        hint = (f"did you mean {' or '.join(map(repr, near))}?" if near else
+                "a reward of your own is known once its module is named in reward_modules (--reward-modules), "
+                "a named or composite one with the config whose rewards: section defines it (--config)")
+        return f"{asked or name!r} is not a known reward; known rewards: {', '.join(known)} ({hint})"
 
     def check_runnable(self, name: str, asked: str) -> None:
         """Raise ``RewardError`` at submission for a reward no worker can run: a name unknown here, or a
@@ -169,9 +177,7 @@ class RewardBook:
         if spec is None:
             if ":" in name or not self.complete:
                 return  # version() warns once
-            near = difflib.get_close_matches(name, self.known_names(), 3)
-            hint = f" (did you mean {' or '.join(map(repr, near))}?)" if near else ""
-            raise RewardError(f"{asked!r} is not a known reward; known rewards: {', '.join(self.known_names())}{hint}")
+            raise RewardError(self._not_known(name, asked))
         origin = _registry.unimportable_origin(spec.fn)
         if origin is None:
             return

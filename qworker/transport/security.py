@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import zmq
 import zmq.auth
@@ -68,14 +68,17 @@ def create_keys(directory: str, name: str, *, force: bool = False) -> tuple[str,
     """Write a new key pair; returns (public key file, secret key file).  The secret one is mode 0600.
 
     An existing pair of that name is a ``ConfigError`` unless ``force``: replacing it locks out every
-    peer that holds the old public key."""
+    peer that holds the old public key.  So is a ``directory`` that cannot be made or written (one line naming it)."""
     existing = [p for p in (os.path.join(directory, f"{name}.key"), os.path.join(directory, f"{name}.key_secret")) if os.path.exists(p)]
     if existing and not force:
         raise ConfigError(f"{existing[0]} exists: a new key pair would lock out every peer holding the old public key; "
                           "pass --force to replace it, or another --name")
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    public, secret = zmq.auth.create_certificates(directory, name)
-    os.chmod(secret, 0o600)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        public, secret = zmq.auth.create_certificates(directory, name)
+        os.chmod(secret, 0o600)
+    except OSError as exc:  # a file where the directory should be, no permission, a full disk
+        raise ConfigError(f"cannot write a key pair in {directory}: {exc.strerror or exc}") from None
     return public, secret
 
 
@@ -234,10 +237,9 @@ def secure(ctx: zmq.Context, sock: zmq.Socket, curve: Optional[Curve], endpoint:
         sock.curve_secretkey = secret_key
         sock.curve_publickey = public_key
         sock.curve_serverkey = server_key
-        _watch_client(sock, endpoint, curve)
 
 
-_CLIENT_FAILED = _FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+LinkCallback = Callable[[bool], None]  # a connecting socket's link: True when a peer completes the handshake, False when it drops
 _problems: dict[str, str] = {}  # endpoint -> why this process's last CURVE handshake with it failed (cleared on success)
 
 
@@ -254,10 +256,17 @@ def _client_problem(event: int, endpoint: str, curve: CurveClient) -> str:
             "key the server holds (or the server does not use CURVE): pass the server's NAME.key as --curve-server-key")
 
 
-def _watch_client(sock: zmq.Socket, endpoint: str, curve: CurveClient) -> None:
-    """Log, on the connecting side, a CURVE handshake that fails: the server refused our key, or we hold the wrong
-    server key (at ERROR, once per minute); ``handshake_problem`` reports it to callers that time out waiting."""
-    monitor = sock.get_monitor_socket(_CLIENT_FAILED)
+def watch_link(sock: zmq.Socket, endpoint: str, curve: Optional[Curve], on_link: Optional[LinkCallback]) -> None:
+    """Watch a connecting socket's link from a thread of its own (libzmq gives a socket one monitor, so this is the
+    only one): with a ``CurveClient``, log a CURVE handshake that fails, the server refusing our key or our holding
+    the wrong server key (at ERROR, once per minute; ``handshake_problem`` reports it to callers that time out
+    waiting); with ``on_link``, call it, on that thread, with True when a peer completes the handshake and False
+    when an established link drops.  Call it before the socket connects; a no-op when there is nothing to watch."""
+    client = curve if isinstance(curve, CurveClient) else None
+    if client is None and on_link is None:
+        return
+    events = zmq.EVENT_HANDSHAKE_SUCCEEDED | (_FAILED if client is not None else 0) | (zmq.EVENT_DISCONNECTED if on_link else 0)
+    monitor = sock.get_monitor_socket(events)
 
     def run() -> None:
         last = 0.0
@@ -266,10 +275,14 @@ def _watch_client(sock: zmq.Socket, endpoint: str, curve: CurveClient) -> None:
                 event = recv_monitor_message(monitor)["event"]
                 if event == zmq.EVENT_MONITOR_STOPPED:
                     return
-                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                    _problems.pop(endpoint, None)
+                if event in (zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_DISCONNECTED):
+                    if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                        _problems.pop(endpoint, None)
+                    if on_link is not None:
+                        on_link(event == zmq.EVENT_HANDSHAKE_SUCCEEDED)
                     continue
-                why = _problems[endpoint] = _client_problem(event, endpoint, curve)
+                assert client is not None  # the handshake failures are watched only with CURVE
+                why = _problems[endpoint] = _client_problem(event, endpoint, client)
                 if time.monotonic() - last >= REFUSAL_LOG_EVERY_S:
                     last = time.monotonic()
                     log.error("qworker: %s", why)
@@ -278,7 +291,7 @@ def _watch_client(sock: zmq.Socket, endpoint: str, curve: CurveClient) -> None:
         finally:
             monitor.close(linger=0)
 
-    threading.Thread(target=run, name="qworker-curve-client-monitor", daemon=True).start()
+    threading.Thread(target=run, name="qworker-link-monitor", daemon=True).start()
 
 
 def release(ctx: zmq.Context) -> None:

@@ -7,6 +7,7 @@ in a private directory; binding beyond loopback needs CURVE or an explicit
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -16,8 +17,10 @@ from typing import Optional
 
 import zmq
 
+from .._exceptions import ConfigError
 from . import security
 from .allowlist import POLLIN, GuardedRouter
+from .endpoint import IPC_PATH_MAX
 from .security import Curve
 
 log = logging.getLogger("qworker")
@@ -35,8 +38,17 @@ def runtime_dir() -> str:
 
 
 def new_ipc_endpoint() -> str:
-    """A fresh ``ipc://`` endpoint that no other process uses."""
-    return f"ipc://{runtime_dir()}/p{os.getpid()}-{secrets.token_hex(4)}.sock"
+    """A fresh ``ipc://`` endpoint that no other process uses; ``ConfigError`` when the runtime directory's path is
+    too long for a Unix socket's (``endpoint.IPC_PATH_MAX``), naming the variable that sets it."""
+    base = runtime_dir()
+    path = f"{base}/p{os.getpid()}-{secrets.token_hex(4)}.sock"
+    size = len(path.encode("utf-8", "surrogateescape"))
+    if size > IPC_PATH_MAX:
+        source = next((name for name in ("QWORKER_RUNTIME_DIR", "XDG_RUNTIME_DIR", "TMPDIR") if os.environ.get(name)),
+                      "the temporary directory")
+        raise ConfigError(f"qworker's runtime directory {base} (from {source}) makes socket paths of {size} bytes, over the "
+                          f"{IPC_PATH_MAX} a Unix socket can hold; set QWORKER_RUNTIME_DIR to a shorter directory")
+    return f"ipc://{path}"
 
 
 def make_socket(
@@ -51,6 +63,7 @@ def make_socket(
     curve: Optional[Curve] = None,
     insecure: bool = False,
     reconnect_max_ms: int = 5000,
+    on_link: Optional[security.LinkCallback] = None,
 ) -> zmq.Socket:
     """Create a socket of ``kind`` and bind or connect it.
 
@@ -58,8 +71,10 @@ def make_socket(
     is disconnected by libzmq before the message reaches Python.  ``curve``
     authenticates and encrypts (``security``); binding beyond loopback without it
     raises ``ConfigError`` unless ``insecure``.  A connecting socket retries a lost
-    connection after 100 ms, backing off to ``reconnect_max_ms``.  A socket bound with CURVE needs
-    ``security.release(ctx)`` before its context terminates.
+    connection after 100 ms, backing off to ``reconnect_max_ms``; ``on_link`` is told, from a thread of its own,
+    when a peer takes its connection (True) and when that link drops (False) (``security.watch_link``, which also
+    logs a CURVE client's failed handshakes).  A socket bound with CURVE needs ``security.release(ctx)`` before its
+    context terminates.
     """
     if (bind is None) == (connect is None):
         raise ValueError("give exactly one of bind= or connect=")
@@ -81,16 +96,39 @@ def make_socket(
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, reconnect_max_ms)
             security.secure(ctx, sock, curve, connect)
+            security.watch_link(sock, connect, curve, on_link)
             sock.connect(connect)
         else:
             assert bind is not None
             security.check_bind(bind, curve, insecure=insecure)
             security.secure(ctx, sock, curve, bind)
-            sock.bind(bind)
+            _bind(sock, bind)
     except BaseException:
         sock.close(linger=0)
         raise
     return sock
+
+
+_BIND_HINTS = {
+    errno.EADDRINUSE: "another process holds it (another qworker? 'qworker status --connect {endpoint}' asks it); pick another port",
+    errno.EADDRNOTAVAIL: "no interface of this host has that address; bind one of its own (or 0.0.0.0 / * for all)",
+}
+
+
+def bind_refusal(endpoint: str, code: int, text: Optional[str] = None) -> str:
+    """The line that says why ``endpoint`` cannot be bound: the error number ``code`` (``errno``), described by ``text``
+    (default: the system's words for it) and, for the usual ones, what to do."""
+    hint = _BIND_HINTS.get(code)
+    return f"cannot bind {endpoint}: {text or zmq.strerror(code)}" + (": " + hint.format(endpoint=endpoint) if hint else "")
+
+
+def _bind(sock: zmq.Socket, endpoint: str) -> None:
+    """``sock.bind(endpoint)``; a failure the user can fix (a port in use, an address of another host, a name that does
+    not resolve, no permission) is a ``ConfigError`` naming the endpoint (``bind_refusal``), not a ``ZMQError``."""
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise ConfigError(bind_refusal(endpoint, exc.errno or 0)) from None
 
 
 REDIAL_EVERY_S = 5.0  # a connecting socket with no connection is re-dialled at most this often

@@ -36,7 +36,7 @@ replayed report is harmless and a restarted producer can resynchronise.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Generic, Literal, Optional, TypeVar, Union, cast
+from typing import Annotated, Any, ClassVar, Generic, Literal, Optional, Sequence, TypeVar, Union, cast
 
 import msgspec
 
@@ -47,7 +47,8 @@ from .._version import __version__
 __all__ = [
     "Fault", "Task", "TaskResult", "Message", "Ready", "Tasks", "Results", "Giveback", "Revoke", "Bye", "WorkerReport",
     "Lost", "PoolReport", "StatusRequest", "StatusReply", "Decoder", "PRODUCER", "WORKER", "STATUS_CLIENT", "encode",
-    "decode", "WireError", "KEY_BYTES", "PROTOCOL", "STAMP", "Stamped", "Refused", "ProtocolMismatch", "SUPERVISOR", "refusal", "mismatch",
+    "decode", "encode_results", "WireError", "KEY_BYTES", "PROTOCOL", "STAMP", "Stamped", "Refused", "ProtocolMismatch", "SUPERVISOR",
+    "refusal", "mismatch",
 ]
 
 PROTOCOL = 1  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``), with qworker's version
@@ -199,6 +200,11 @@ class Results(Message):
     results: list[TaskResult]
 
 
+# ``encode_results`` writes Results' fields in this order: a field added to it must be added there too
+if Results.__struct_fields__ != ("granted", "received", "results"):
+    raise ImportError("wire: Results changed: update encode_results to match")
+
+
 class Giveback(Message):
     KIND: ClassVar[bytes] = GIVEBACK
     granted: Count
@@ -279,6 +285,12 @@ def encode(msg: Message) -> list[bytes]:
     if not isinstance(msg, Message):
         raise TypeError(f"not a wire message: {type(msg).__name__}")
     return [msg.KIND, _ENCODER.encode(msg)]
+
+
+def encode_results(granted: int, received: int, results: Sequence[Union[TaskResult, msgspec.Raw]]) -> list[bytes]:
+    """The frames of ``Results(granted, received, results)``, where a result may come encoded already (a
+    ``msgspec.Raw`` of its ``encode_body``, placed in the message as it is): the same bytes as ``encode`` makes."""
+    return [RESULTS, _ENCODER.encode((granted, received, results))]
 
 
 _M = TypeVar("_M", bound=Message)

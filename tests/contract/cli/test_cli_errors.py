@@ -65,6 +65,24 @@ def test_a_second_serve_on_a_busy_port_fails_before_starting_workers():
         assert rc == 2 and f"HTTP port {http} on 127.0.0.1 is already in use" in line and "qworker status" not in line
 
 
+def test_an_address_of_another_host_is_refused_before_any_worker_starts():
+    endpoint = f"tcp://192.0.2.1:{free_port()}"  # TEST-NET-1 (RFC 5737): an address no host of ours has
+    rc, _, err = run(["qworker", "serve", "--listen", endpoint, "--insecure", "--workers", "1"])
+    assert rc == 2 and f"cannot bind {endpoint}: " in one_line(err) and "no interface of this host has that address" in err
+
+
+def test_score_binding_a_busy_port_for_pools_is_one_line(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"response": "#### 1", "ground_truth": "1"}\n')
+    port = free_port()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", port))
+        busy.listen()
+        rc, _, err = run(["qworker", "score", str(src), "--reward", "gsm8k", "--bind", f"tcp://127.0.0.1:{port}", "--workers", "1",
+                          "--out", str(tmp_path / "o.jsonl")])
+    assert rc == 2 and f"cannot bind tcp://127.0.0.1:{port}: Address already in use" in one_line(err) and "pick another port" in err
+
+
 def test_metrics_port_without_prometheus_client_names_the_extra(tmp_path):
     rc, _, err = run(["qworker", "serve", "--listen", f"tcp://127.0.0.1:{free_port()}", "--workers", "1", "--metrics-port",
                       str(free_port())], without="prometheus_client", tmp=tmp_path)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import msgspec
 import zmq
 
 from qworker._errors import ErrorKind
@@ -15,6 +16,8 @@ from qworker.host.slot import TaskSlot
 from qworker.host.worker import fit_frame, result_bytes, to_score
 from qworker.transport import wire
 from qworker.transport.sockets import make_socket
+
+RESULT = msgspec.msgpack.Decoder(wire.TaskResult)  # a result fit_frame encoded (msgspec.Raw)
 
 
 def test_numbers_and_dicts_become_scores():
@@ -25,10 +28,15 @@ def test_numbers_and_dicts_become_scores():
 
 
 def test_bad_outputs_are_named():
-    for out, named in [({"value": 1}, "without 'score'"), ("0.5", "str, not a number"), (None, "NoneType"), (math.nan, "non-finite"),
-                       ({"score": 1, "obj": object()}, "cannot be encoded")]:
+    for out, named in [({"value": 1}, "without 'score'"), ("0.5", "str, not a number"), (None, "NoneType"), (math.nan, "non-finite")]:
         error = to_score(out)[2]
         assert error is not None and error.kind is ErrorKind.BAD_RESULT and named in error.detail, out
+    # an extra that does not encode is named where the result is encoded, keeping the endpoint call's outcome
+    score, extra, error = to_score({"score": 1, "obj": object()})
+    packed, size = fit_frame(wire.TaskResult(b"k" * 16, score, extra, error, 0.1, {"status": 200}, None), 1 << 20)
+    failed = RESULT.decode(packed)
+    assert failed.error is not None and failed.error.kind is ErrorKind.BAD_RESULT and "extra cannot be encoded" in failed.error.detail
+    assert failed.score is None and failed.extra is None and failed.meta == {"status": 200} and size == result_bytes(failed)
 
 
 def recv(sock, timeout=10.0):
@@ -89,9 +97,10 @@ def test_worker_process_speaks_the_protocol(tmp_path):
 def test_a_result_that_fits_a_frame_passes_and_one_that_does_not_becomes_a_small_bad_result():
     key = b"k" * 16
     small = wire.TaskResult(key, 1.0, {"blob": b"x" * 1000}, None, 0.1, None, "\0ran 0123456789abcdef")
-    assert fit_frame(small, 1 << 20) == (small, result_bytes(small))
+    assert fit_frame(small, 1 << 20) == (msgspec.Raw(wire.encode_body(small)), result_bytes(small))  # encoded once, here
     big = wire.TaskResult(key, 1.0, {"blob": b"x" * (2 << 20)}, None, 0.1, {"status": 200}, "\0ran 0123456789abcdef")
-    failed, size = fit_frame(big, 1 << 20)
+    packed, size = fit_frame(big, 1 << 20)
+    failed = RESULT.decode(packed)
     assert failed == wire.TaskResult(key, None, None, failed.error, 0.1, {"status": 200}, "\0ran 0123456789abcdef") and size < 4096
     assert failed.error is not None and failed.error.kind is ErrorKind.BAD_RESULT and f"{1 << 20}-byte message limit" in failed.error.detail
     assert f"the result is {result_bytes(big)} bytes" in failed.error.detail

@@ -32,6 +32,19 @@ def test_broken_configs_name_file_section_and_key(tmp_path, text, match):
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize("text, near", [
+    ("producer:\n  local_worker: 4\n", "local_workers"),  # a typo
+    ("producer:\n  rewards: [my_rewards]\n", "reward_modules"),  # the key's name in older configs
+    ("pool:\n  worker: 8\n", "workers"),
+])
+def test_an_unknown_key_names_the_known_key_it_is_nearest(tmp_path, text, near):
+    path = tmp_path / "old.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load(str(path))
+    assert str(info.value).endswith(f"(did you mean {near!r}?)")
+
+
 def test_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config"):
         load(str(tmp_path / "nope.yaml"))

@@ -87,6 +87,16 @@ def test_names_and_params_are_checked_against_the_rewards(section, match):
         Catalog(section, "cfg.yaml")
 
 
+def test_an_unknown_reward_near_no_known_one_says_where_rewards_come_from():
+    with pytest.raises(ConfigError) as info:
+        Catalog({"a": {"reward": "my_len", "params": {}}}, "cfg.yaml")
+    assert "'my_len' is not a known reward; known rewards: " in str(info.value)
+    assert "named in reward_modules (--reward-modules)" in str(info.value) and "(--config)" in str(info.value)
+    with pytest.raises(RewardError) as asked:
+        Catalog({}, "cfg.yaml").resolve("math_shaped_by_hand")
+    assert "'math_shaped_by_hand' is not a known reward" in str(asked.value) and "(--config)" in str(asked.value)
+
+
 def test_what_cannot_be_known_here_is_let_through_with_a_warning(caplog):
     # a module:function name that does not import here, and unknown names when remote pools may join
     Catalog({"elsewhere.mod:fn": {"alpha": 1}})

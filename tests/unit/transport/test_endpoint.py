@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from qworker import ConfigError
-from qworker.transport.endpoint import check_endpoint
+from qworker.transport.endpoint import IPC_PATH_MAX, check_endpoint
+from qworker.transport.sockets import new_ipc_endpoint
 
 
 @pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:5557", "tcp://[::1]:0", "tcp://127.0.0.1:*", "tcp://*:5555",
@@ -34,3 +35,22 @@ def test_a_client_given_a_bare_host_port_refuses_before_opening_a_socket():
 
     with pytest.raises(ConfigError, match="Client\\(connect=...\\) '127.0.0.1:5557' is not a ZeroMQ endpoint"):
         Client("127.0.0.1:5557")
+
+
+def test_an_ipc_path_too_long_for_a_unix_socket_is_a_config_error_naming_the_option():
+    fits = "ipc:///" + "a" * (IPC_PATH_MAX - 1)
+    assert check_endpoint(fits, what="--bind") == fits
+    with pytest.raises(ConfigError) as err:
+        check_endpoint(fits + "a", what="--bind")
+    assert f"--bind {fits + 'a'!r}: the path is {IPC_PATH_MAX + 1} bytes, over the {IPC_PATH_MAX}" in str(err.value)
+
+
+def test_a_runtime_directory_too_long_for_its_sockets_is_a_config_error_naming_the_variable(tmp_path, monkeypatch):
+    long_dir = tmp_path / ("d" * max(1, IPC_PATH_MAX - len(str(tmp_path))))
+    monkeypatch.setenv("QWORKER_RUNTIME_DIR", str(long_dir))
+    with pytest.raises(ConfigError) as err:
+        new_ipc_endpoint()
+    assert f"qworker's runtime directory {long_dir} (from QWORKER_RUNTIME_DIR)" in str(err.value)
+    assert "set QWORKER_RUNTIME_DIR to a shorter directory" in str(err.value)
+    monkeypatch.setenv("QWORKER_RUNTIME_DIR", str(tmp_path))
+    assert check_endpoint(new_ipc_endpoint(), what="the runtime directory")  # a short one makes a path that fits

@@ -38,6 +38,13 @@ def test_every_message_roundtrips(msg):
     assert roundtrip(msg) == msg
 
 
+def test_results_with_results_encoded_already_are_the_bytes_of_the_message():
+    results = [wire.TaskResult(KEY, 1.0, {"pred": "4"}, None, 0.01, None, "\0ran ab"),
+               wire.TaskResult(KEY, None, None, TIMEOUT, 2.0, {"status": 429}, None), wire.TaskResult(KEY, 0.5, None, None, 0.1, None, None)]
+    mixed = [msgspec.Raw(wire.encode_body(results[0])), msgspec.Raw(wire.encode_body(results[1])), results[2]]
+    assert wire.encode_results(10, 4, mixed) == wire.encode(wire.Results(10, 4, results))
+
+
 @pytest.mark.parametrize(
     "msg, decoder",
     [
