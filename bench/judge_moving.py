@@ -25,6 +25,7 @@ Medians over runs; run k of each scenario uses seed k for both systems.
     python bench/judge_moving.py              # 10 s phases, 3 runs
     python bench/judge_moving.py --runs 1     # under 2 minutes
     python bench/judge_moving.py --quick      # 5 s phases, 1 run
+    python bench/judge_moving.py --only STEP --seed 2 --seed 5   # those seeds alone
 """
 
 from __future__ import annotations
@@ -217,8 +218,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4, help="qworker's local workers")
     ap.add_argument("--quick", action="store_true", help="5 s phases, 1 run")
     ap.add_argument("--only", choices=("STEP", "TENANT", *FILLS), action="append", default=[])
+    ap.add_argument("--seed", type=int, action="append", default=[], help="run these seeds (repeatable) instead of 1..runs")
     args = ap.parse_args()
     runs, phase_s = (1, 5.0) if args.quick else (args.runs, args.phase_s)
+    seeds = args.seed or list(range(1, runs + 1))
+    runs = len(seeds)
     if runs < 1 or not 1.0 <= phase_s <= 60.0:
         ap.error(f"--runs must be >= 1 and --phase-s in [1, 60] (got {runs}, {phase_s})")
     print(f"judge benchmark on judgeserver.py: {phase_s:g} s phases, {runs} run(s), {os.cpu_count()} CPUs, "
@@ -226,7 +230,7 @@ def main() -> None:
     rows, fills = [], []
     for scenario in args.only or ["STEP", "TENANT", *FILLS]:
         got: dict[str, list[dict]] = {"qworker": [], "aiohttp": []}
-        for seed in range(1, runs + 1):
+        for seed in seeds:
             t0 = time.monotonic()
             r = one_run(scenario, seed, phase_s, args.workers)
             for name, x in r.items():

@@ -334,7 +334,8 @@ class CapacityMemory:
     slow probe); ``knee``: where queueing began; ``high``: the highest capacity
     seen (what a producer alone was answered at in steady state, Little's law, two lone refusals at one level,
     or producers together holding it).
-    ``refused_level``: in flight at the last fresh refusal (told to peers).
+    ``refused_level``: in flight at the last fresh refusal (told to peers).  ``cap_seen``: a concurrency cap
+    two lone refusals at one level showed, known within a refusal's margin (``under``).
 
     Expiry: a refusal level or knee says what the server allowed then.  The
     evidence that it moved up is the server answering a request sent with more
@@ -355,6 +356,7 @@ class CapacityMemory:
         self.knee = math.inf
         self.high = 0.0
         self.high_sustained = 0.0  # the highest concurrency the answers showed the server sustaining (``held``)
+        self.cap_seen = 0.0  # the highest concurrency cap two lone refusals at one level showed (``capped``)
         self.refused_level = math.inf
         self.refused_at = -math.inf  # when the last fresh refusal came
         self.wait = config.regain_rtts
@@ -380,6 +382,11 @@ class CapacityMemory:
         """A capacity seen: the server held ``level`` (lone refusals at one level, or peers together)."""
         self.high = max(self.high, min(self.config.ceiling, level))
 
+    def capped(self, level: float) -> None:
+        """Two lone refusals came at one level: the server refuses past ``level``, a concurrency cap (a capacity seen)."""
+        self.saw(level)
+        self.cap_seen = max(self.cap_seen, min(self.config.ceiling, level))
+
     def held(self, level: float) -> None:
         """The server sustained ``level`` requests at once over the last round trips (Little's law on its answers)."""
         self.high_sustained = max(self.high_sustained, min(self.config.ceiling, level))
@@ -392,6 +399,12 @@ class CapacityMemory:
     def below(self, limit: float) -> bool:
         """``limit`` is under a capacity seen, by more than the noise of how it was seen."""
         return limit < self.config.regain * self.high or limit < self.config.regain_sustained * self.high_sustained
+
+    def under(self, limit: float) -> bool:
+        """``limit`` is under a capacity seen by more than the margin of how it was seen: a concurrency cap seen
+        (``capped``) by more than a fresh refusal at it leaves the refusal level under it (``fair_share``) and one
+        request; any other capacity seen (Little's law, peers holding a level) as ``below`` says."""
+        return limit < self.cap_seen * (1.0 - self.config.fair_share) - 1.0 or self.below(limit)
 
     def target(self) -> float:
         """The level a climb back goes to: the highest capacity seen, however it was seen."""

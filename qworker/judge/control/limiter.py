@@ -20,8 +20,8 @@ PROBING     a fresh refusal                               HOLDING       the leve
 PROBING     ``adopt`` before its first answer, its peers  STEADY        their largest limit; their refusal level
             already refused (``peers``)                                 is its own
 STEADY      an answer, in use                             STEADY        +1 to the refusal level/knee, then a probe
-                                                                        (x2 per round trip without a refusal below
-                                                                        ``regain`` x the highest capacity seen)
+                                                                        (x2 per round trip without a refusal under
+                                                                        a capacity seen: ``CapacityMemory.under``)
 STEADY      a lone refusal                                HOLDING       capped at what was in flight, less one
 STEADY      a burst (a reaction that did not suffice)     HOLDING       what recent answers sustained, >= half
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
@@ -190,9 +190,10 @@ class AdaptiveLimit:
         return self.rtt or 0.05
 
     def _reach(self, now: float) -> float:
-        """How far above the refusal level the probe goes per round trip now: ``probe``; below the highest
-        capacity seen (``regain`` x ``high``), doubling for each round trip since the last refusal (after the
-        round trip that refusal holds), up to ``probe_max``.
+        """How far above the refusal level the probe goes per round trip now: ``probe``; under a capacity seen
+        (``CapacityMemory.under``: a concurrency cap by more than a refusal at it leaves, any other by ``regain``),
+        doubling for each round trip since the last refusal (after the round trip that refusal holds), up to
+        ``probe_max``.
 
         A refusal level under a capacity seen before measures a capacity that moved and may move back (a
         tenant that leaves, a replica that returns): each round trip the server holds it without a refusal,
@@ -200,10 +201,12 @@ class AdaptiveLimit:
         few round trips; a refusal starts it again.  Each search that finds the capacity unchanged costs a
         refusal: ``probe`` and ``probe_max`` trade how often that happens (at a capacity that moved for good:
         every few round trips) against how soon a return is found.  At the highest capacity seen, the probe
-        stays slow: there it only tracks a capacity that holds, and each crossing costs a refusal."""
+        stays slow: there it only tracks a capacity that holds, and each crossing costs a refusal.  A refusal
+        level that echoes put a few under a concurrency cap seen (an overshoot while another client's requests
+        drained) is under it: the probe doubles back to it rather than creeping for tens of round trips."""
         cfg = self.config
         quiet = (now - max(self.refusals_.last, self._last_cut)) / self._round_trip() - 1.0
-        if quiet <= 0.0 or not self.memory.below(self.limit):  # both endpoint-wide: the limit already counts peers
+        if quiet <= 0.0 or not self.memory.under(self.limit):  # both endpoint-wide: the limit already counts peers
             return cfg.probe
         return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
 
@@ -413,7 +416,7 @@ class AdaptiveLimit:
                 self.memory.overshot = True
                 self.latency.relearn()
             elif r.kind is RefusalKind.LONE and r.same_level:  # two lone refusals at one level: a concurrency cap
-                self.memory.saw(self.memory.refusal_level)
+                self.memory.capped(self.memory.refusal_level)
         if self.mode is not Mode.OUTAGE:
             # (no outage before a round trip is known: the first refusals of a latecomer to a full server are not one)
             self.mode = Mode.OUTAGE if self.rtt and self.refusals_.in_outage(now, trip) else Mode.HOLDING

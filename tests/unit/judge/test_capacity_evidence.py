@@ -124,3 +124,24 @@ def test_a_probe_is_judged_alone_by_its_neighbours_at_its_send_however_late_its_
     for i in range(3 * PROBES_KEPT):
         probes.sent(100.0 + i)
     assert len(probes._sent) <= PROBES_KEPT and probes.alone(100.0 + 3 * PROBES_KEPT - 1)
+
+
+def test_a_limit_that_echoes_left_a_few_under_a_concurrency_cap_seen_probes_back_to_it_within_a_few_round_trips():
+    # Two lone refusals at 65 showed a cap of 64 (the refusal level 2% under the 65).  Then a climb back overshoots
+    # while another client's requests still drain: refused at 65 with six of those counted refused too (echoes), the
+    # refusal level goes to 59, 7% under the cap seen (within the 10% that ``regain`` allows before climbing back).
+    # The server holds 64 again a moment later: the probe above the refusal level doubles each round trip without
+    # a refusal, as under any capacity seen, rather than creeping 0.15 a round trip (15 round trips to 61.4), up to
+    # where a fresh refusal at the cap would leave the refusal level (2% under it), less one.
+    lim = steady_below_a_capacity_seen(64, high=0)
+    lim.on_drop(65, 1.0, sent_at=0.9)
+    serve(lim, 64, 1.0, 2.0)
+    lim.on_drop(65, 2.0, sent_at=1.9)
+    assert lim.high > 63 and lim.mode is Mode.HOLDING
+    serve(lim, 64, 2.0, 3.0)
+    lim.on_drop(65, 3.0, sent_at=2.95)  # fresh
+    for k in range(6):  # sent before that reaction: echoes
+        lim.on_drop(64 - k, 3.01 + 0.01 * k, sent_at=2.9)
+    assert lim.memory.refusal_level <= 59.5 and lim.limit <= 59 and lim.regains == 0
+    refused = serve(lim, 64, 3.1, 3.1 + 8 * RTT)
+    assert lim.limit >= 0.98 * lim.high - 1 and refused == 0, (lim.limit, refused)
