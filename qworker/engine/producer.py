@@ -111,7 +111,11 @@ class Producer:
         self._table = PendingTable(cache=self.cache, fallback_score=opts.fallback_score, cache_read=opts.cache_read)
         self._versions = RunVersions()  # each reward's version as its workers report it: what cache keys rest on
         _discovery.sweep()
-        self._dispatcher = Dispatcher(bind=opts.bind or new_ipc_endpoint(), table=self._table, options=opts, versions=self._versions)
+        try:
+            self._dispatcher = Dispatcher(bind=opts.bind or new_ipc_endpoint(), table=self._table, options=opts, versions=self._versions)
+        except BaseException:  # its socket cannot be bound (ConfigError: a port in use, a runtime directory too long)
+            self.cache.close()  # the disk tier's writer thread and file: a caller that retries does not leak one each time
+            raise
         self.endpoint = self._dispatcher.endpoint
         self._dispatcher.start()
         self._note = _discovery.register(self.endpoint, f"{id(self):x}")

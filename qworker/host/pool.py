@@ -214,7 +214,8 @@ class Pool:
         """From the socket's monitor thread: a producer took this pool's connection (True: the handshake, CURVE's
         included, succeeded), or that link dropped (False)."""
         if up != self.reached:
-            self.reached, self._link_changed = up, time.monotonic()
+            self._link_changed = time.monotonic()  # before ``reached``: a reader that sees the new state sees its time
+            self.reached = up
 
     def _say_unreached(self, now: float) -> None:
         """Once ``UNREACHED_BEATS`` heartbeats have passed with no producer holding this pool's connection, say so

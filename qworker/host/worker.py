@@ -86,21 +86,25 @@ def _packed(result: wire.TaskResult) -> tuple[Packed, int]:
 
 def fit_frame(result: wire.TaskResult, max_message_bytes: int) -> tuple[Packed, int]:
     """``result`` as a RESULTS message carries it (``_packed``) and its size, if it encodes and fits one RESULTS
-    frame; else a small ``bad_result`` failure in its place (keeping the endpoint call's outcome, unless that is
-    large)."""
+    frame; else a small ``bad_result`` failure in its place, which keeps the endpoint call's outcome (``meta``) when
+    that encodes and is small, and drops it otherwise: the failure always encodes and fits."""
     key, compute_s, outcome, ran = result.key, result.compute_s, result.meta, result.ran
     try:
         packed, size = _packed(result)
-    except Exception as exc:  # an extra holding a value msgpack has no form for (an endpoint call's outcome is qworker's own)
-        return _packed(wire.TaskResult(key, None, None, _error(ErrorKind.BAD_RESULT, f"reward's extra cannot be encoded: {exc}"),
-                                       compute_s, outcome, ran))
-    if size + MESSAGE_OVERHEAD <= max_message_bytes:
-        return packed, size
-    if outcome is not None and result_bytes(wire.TaskResult(key, None, None, None, compute_s, outcome, None)) * 4 > max_message_bytes:
-        outcome = None  # an endpoint call's outcome is a few numbers; one this big is not worth keeping
-    return _packed(wire.TaskResult(key, None, None, _error(ErrorKind.BAD_RESULT, (
-        f"the result is {size} bytes encoded, over the {max_message_bytes}-byte message limit (max_message_bytes); "
-        "return a smaller extra, or raise the limit on the producer and its pools")), compute_s, outcome, ran))
+    except Exception as exc:  # the reward's extra, or a call outcome its policy set, holds a value msgpack has no form for
+        detail = f"reward's extra or call outcome cannot be encoded: {exc}"
+    else:
+        if size + MESSAGE_OVERHEAD <= max_message_bytes:
+            return packed, size
+        detail = (f"the result is {size} bytes encoded, over the {max_message_bytes}-byte message limit "
+                  "(max_message_bytes); return a smaller extra, or raise the limit on the producer and its pools")
+    if outcome is not None:
+        try:  # an endpoint call's outcome is a few numbers; one this big, or one that does not encode, is not kept
+            if result_bytes(wire.TaskResult(key, None, None, None, compute_s, outcome, None)) * 4 > max_message_bytes:
+                outcome = None
+        except Exception:
+            outcome = None
+    return _packed(wire.TaskResult(key, None, None, _error(ErrorKind.BAD_RESULT, detail), compute_s, outcome, ran))
 
 
 def to_score(out: Any) -> tuple[Optional[float], Optional[dict], Optional[wire.Fault]]:

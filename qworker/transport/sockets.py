@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import secrets
 import tempfile
 import time
@@ -119,7 +120,8 @@ def bind_refusal(endpoint: str, code: int, text: Optional[str] = None) -> str:
     """The line that says why ``endpoint`` cannot be bound: the error number ``code`` (``errno``), described by ``text``
     (default: the system's words for it) and, for the usual ones, what to do."""
     hint = _BIND_HINTS.get(code)
-    return f"cannot bind {endpoint}: {text or zmq.strerror(code)}" + (": " + hint.format(endpoint=endpoint) if hint else "")
+    reach = re.sub(r"^tcp://(\*|0\.0\.0\.0):", "tcp://127.0.0.1:", endpoint)  # one can bind to all, not connect to all
+    return f"cannot bind {endpoint}: {text or zmq.strerror(code)}" + (": " + hint.format(endpoint=reach) if hint else "")
 
 
 def _bind(sock: zmq.Socket, endpoint: str) -> None:

@@ -33,6 +33,17 @@ def wait_for_line(lines: queue.Queue, text: str, timeout: float) -> str:
             return line
 
 
+def lines_for(lines: queue.Queue, seconds: float) -> list[str]:
+    """Every line that arrives within ``seconds``."""
+    got, deadline = [], time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            got.append(lines.get(timeout=left))
+        except queue.Empty:
+            pass
+    return got
+
+
 def test_a_pool_with_no_producer_says_so_once_and_says_when_one_takes_it():
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     pool = subprocess.Popen([console_script("qworker-pool"), "--connect", endpoint, "--reward-modules", TEST_REWARDS,
@@ -43,10 +54,13 @@ def test_a_pool_with_no_producer_says_so_once_and_says_when_one_takes_it():
         for line in pool.stderr:  # type: ignore[union-attr]
             lines.put(line)
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         said = wait_for_line(lines, "has taken this pool's connection", 30)
         assert f"no producer at {endpoint} has taken this pool's connection" in said and "still trying" in said
+        later = lines_for(lines, 3.0)  # 15 more heartbeats with still no producer: no second warning
+        assert not any("has taken this pool's connection" in line for line in later), later
         with Producer(bind=endpoint, local_workers=0) as p:
             wait_for_line(lines, f"reached the producer at {endpoint}", 30)
             p.wait_for_workers(1, timeout=30)
@@ -55,6 +69,7 @@ def test_a_pool_with_no_producer_says_so_once_and_says_when_one_takes_it():
         pool.send_signal(signal.SIGTERM)
         pool.wait(30)
     assert pool.returncode == 0
+    reader.join(10)
     rest = []
     while not lines.empty():
         rest.append(lines.get())

@@ -35,7 +35,7 @@ def test_bad_outputs_are_named():
     score, extra, error = to_score({"score": 1, "obj": object()})
     packed, size = fit_frame(wire.TaskResult(b"k" * 16, score, extra, error, 0.1, {"status": 200}, None), 1 << 20)
     failed = RESULT.decode(packed)
-    assert failed.error is not None and failed.error.kind is ErrorKind.BAD_RESULT and "extra cannot be encoded" in failed.error.detail
+    assert failed.error is not None and failed.error.kind is ErrorKind.BAD_RESULT and "cannot be encoded" in failed.error.detail
     assert failed.score is None and failed.extra is None and failed.meta == {"status": 200} and size == result_bytes(failed)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from qworker.cache.hashing import encode_payload
 from qworker.config.options import WorkerOptions
-from qworker.host.worker import Worker
+from qworker.host.worker import MESSAGE_OVERHEAD, Worker, fit_frame
 from qworker.transport import wire
 
 
@@ -54,3 +54,22 @@ def test_a_result_with_an_extra_is_encoded_once_and_arrives_whole(monkeypatch: p
     results = [r for m in got if isinstance(m, wire.Results) for r in m.results]
     assert [(r.score, r.extra, r.error) for r in results] == [(float(n), {"pred": str(n)}, None) for n in range(3)]
     assert sorted(encodings) == ["0", "1", "2"]  # each extra encoded once: to learn its size, and those bytes sent
+
+
+def _fits(packed: object, size: int, limit: int) -> wire.TaskResult:
+    body = bytes(packed) if isinstance(packed, msgspec.Raw) else wire.encode_body(packed)
+    assert size + MESSAGE_OVERHEAD <= limit
+    return msgspec.msgpack.decode(body, type=wire.TaskResult)
+
+
+def test_a_result_whose_extra_does_not_encode_fails_small_even_with_a_large_call_outcome() -> None:
+    limit = 1 << 16
+    big = {"o": "x" * limit}
+    failed = _fits(*fit_frame(wire.TaskResult(b"k" * 16, 1.0, {"x": object()}, None, 0.1, big, None), limit), limit)
+    assert failed.error is not None and "cannot be encoded" in failed.error.detail and failed.meta is None
+
+
+def test_a_call_outcome_that_does_not_encode_is_a_small_failure_not_an_exception() -> None:
+    limit = 1 << 16
+    failed = _fits(*fit_frame(wire.TaskResult(b"k" * 16, 1.0, None, None, 0.1, {"o": object()}, None), limit), limit)
+    assert failed.error is not None and "call outcome cannot be encoded" in failed.error.detail and failed.meta is None

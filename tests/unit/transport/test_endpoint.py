@@ -54,3 +54,12 @@ def test_a_runtime_directory_too_long_for_its_sockets_is_a_config_error_naming_t
     assert "set QWORKER_RUNTIME_DIR to a shorter directory" in str(err.value)
     monkeypatch.setenv("QWORKER_RUNTIME_DIR", str(tmp_path))
     assert check_endpoint(new_ipc_endpoint(), what="the runtime directory")  # a short one makes a path that fits
+
+
+def test_a_port_in_use_on_every_interface_is_named_with_an_address_one_can_connect_to():
+    import errno
+
+    from qworker.transport.sockets import bind_refusal
+    for bound in ("tcp://*:5555", "tcp://0.0.0.0:5555"):
+        line = bind_refusal(bound, errno.EADDRINUSE)
+        assert line.startswith(f"cannot bind {bound}:") and "'qworker status --connect tcp://127.0.0.1:5555'" in line
