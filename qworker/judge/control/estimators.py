@@ -12,8 +12,8 @@ thread calls them.
   whether the server queues (recent latency over a baseline) and where its knee
   is.  The baseline is re-learnt whenever the capacity moves (``relearn``).
 * ``ServerLoad``: a metrics URL's running and waiting counts.  Says whether the
-  server's queue is over what refills its batch (a tenth of what it runs, or the
-  requests on their way to it), and where the knee is.
+  server's queue is over what refills its batch (a batch: what it runs, or the
+  requests on their way to it, where more), and where the knee is.
 * ``CapacityMemory``: where refusals and queueing put the capacity, and the
   highest capacity seen.  Its levels expire: a refusal level the limit has been
   in use at for round trips without a refusal no longer caps growth.
@@ -282,17 +282,23 @@ class ServerLoad:
     A queue is the server's refill: a slot its batch frees is taken at once by a waiting
     request, where a request sent in answer to it arrives only after its way back to the
     gate and out again (the gate's dispatch and the worker, and the server's front end,
-    which neither runs nor queues it).  Requests on that way, ``held - running - waiting``
-    (``held``: what the gates have in flight), are what the batch frees while a replacement
-    is under way (Little's law: they spend the refill's time on it, at the rate the batch
-    frees slots), so a queue that covers them is what keeps the batch full, not queueing.
-    Their number at one moment varies about its mean p as a Poisson count does, and one
-    reading's counts are a snapshot of the server's (running and waiting move by many
-    requests between two steps): p is a moving mean over the readings (each weighing
-    1 / ``ON_WAY_READINGS``), and the queue covers p + 2 sqrt(p) (two deviations: the most on their way at once, but
-    rarely).  A reading counts at most ``running`` on their way: more than a batch is not a refill but requests the
-    server's counts miss (a metrics URL of another or an idle server, of one replica of several).  Past the larger of that and a tenth of what runs, the server queues: the knee
-    is what keeps the queue at that allowance.  Below it, ``room`` says how far below.
+    which neither runs nor queues it).  How many slots free at once is the batch's to say:
+    replies of many lengths end one by one, but replies of one length admitted together end
+    in one step, every slot of their batch with them.  So the queue allowed is a batch: what
+    runs, the next batch waiting at the server whichever way its slots free (a request
+    queues there at most about one batch's service; throughput loses nothing).  Requests
+    on their way, ``held - running - waiting`` (``held``: what the gates have in flight),
+    are what the batch frees while a replacement is under way (Little's law: they spend the
+    refill's time on it), so where they are more than a batch's queue, the queue covers
+    them instead.  Their number at one moment varies about its mean p as a Poisson count
+    does, and one reading's counts are a snapshot of the server's (running and waiting move
+    by many requests between two steps): p is a moving mean over the readings (each
+    weighing 1 / ``ON_WAY_READINGS``), and the queue covers p + 2 sqrt(p) (two deviations:
+    the most on their way at once, but rarely).  A reading counts at most ``running`` on
+    their way: more than a batch is not a refill but requests the server's counts miss (a
+    metrics URL of another or an idle server, of one replica of several).  Past the larger
+    of the two, the server queues: the knee is what keeps the queue at that allowance.
+    Below it, ``room`` says how far below.
     """
 
     def __init__(self, config: LimitConfig) -> None:
@@ -312,7 +318,7 @@ class ServerLoad:
     def reading(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> QueueReading:
         """A queue over its allowance: queueing, the knee being what keeps it there (``in_flight``: at the server, and
         ``held``: in flight at the gates, default ``in_flight``; both of the producers that read these counts
-        together).  The allowance: the larger of a tenth of what runs and the requests on their way (``held - running
+        together).  The allowance: the larger of a batch (what runs) and the requests on their way (``held - running
         - waiting``: a server others also load counts theirs in running and waiting, which makes that smaller, never
         larger, than ours on the way)."""
         self.at = now
@@ -320,7 +326,7 @@ class ServerLoad:
         # metrics URL of another server, of one replica of several, a front end that holds requests uncounted)
         seen = min(running, max(0.0, (in_flight if held is None else held) - running - waiting))
         on_way = self.on_way = seen if self.on_way is None else self.on_way + (seen - self.on_way) / ON_WAY_READINGS
-        allowed = max((self.config.queue_target - 1.0) * max(1.0, running), on_way + 2.0 * math.sqrt(on_way))
+        allowed = max(running, on_way + 2.0 * math.sqrt(on_way))
         self.queueing = waiting > allowed and running > 0
         if self.queueing:
             return QueueReading(True, in_flight * (running + allowed) / (running + waiting))

@@ -377,12 +377,12 @@ def _window(clients: list, server: Server, lo: float, hi: float) -> tuple[list[f
 
 def test_a_latecomer_on_a_queueing_server_gets_a_share_when_its_metrics_url_steers():
     # The second producer starts while the first holds the whole server: both read running/waiting
-    # from the server, cut in proportion to what they hold, and converge; the queue stays short.
+    # from the server, cut in proportion to what they hold, and converge; the queue stays at about the next batch.
     server = Server(mode="queue", capacity=64, latency=0.3, sigma=0.6)
     clients = judgesim.run_staggered(server, 40000, [0.0, 20.0], until=60.0, metrics=True)
     shares, queued, service = _window(clients, server, 40.0, 60.0)
     assert shares[1] >= 0.3, shares
-    assert queued <= 0.25 * service
+    assert queued <= 1.3 * service  # (a batch queued: ``ServerLoad``)
     done = sum(1 for c in clients for x in c.done_at if 40.0 < x <= 60.0) / 20.0
     assert done >= 0.9 * 64 / 0.3
 

@@ -70,7 +70,8 @@ def test_a_queueing_primary_runs_at_its_knee_and_the_rest_spills():
     c = tiers([primary, fallback], 6000, metrics=True)
     assert not c.failed
     assert 0.85 * 32 / 96 < share(c, 0, 3.0, 15.0) < 0.5
-    assert primary.stats["queued_s"] / primary.stats["service_s"] < 0.3
+    # its queue is the next batch (``ServerLoad``): a request waits there about one batch's service, not more
+    assert primary.stats["queued_s"] / primary.stats["service_s"] < 1.3
 
 
 @pytest.mark.parametrize("how", ["connect", "429", "503"])

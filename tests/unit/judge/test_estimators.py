@@ -88,12 +88,22 @@ def test_latency_is_judged_per_output_token_only_where_reply_lengths_explain_it(
     assert apart.base() is not None and 0.25 <= apart.base() <= 0.4  # seconds
 
 
-def test_server_load_cuts_to_what_keeps_the_queue_at_a_tenth_of_what_runs():
+def test_server_load_cuts_to_what_keeps_a_batch_queued():
     load = ServerLoad(CFG)
-    q = load.reading(running=64, waiting=32, in_flight=96, now=1.0)
-    assert q.queueing and 70 <= q.knee <= 72  # 96 x (64 + 6.4) / 96
+    q = load.reading(running=64, waiting=96, in_flight=160, now=1.0)
+    assert q.queueing and q.knee == 128  # 160 x (64 + 64) / 160
     assert not load.reading(running=64, waiting=4, in_flight=68, now=1.5).queueing
     assert load.fresh(2.0) and not load.fresh(10.0)
+
+
+def test_server_load_allows_a_queue_of_a_batch_however_few_are_on_their_way():
+    """A batch of replies of one length frees every slot in one step: a queue of a batch refills it at once, so a
+    queue up to what runs is the batch's refill, not queueing, even with few requests on their way."""
+    load = ServerLoad(CFG)
+    for t in range(8):  # 2 on their way at each reading
+        q = load.reading(running=16, waiting=12, in_flight=28, now=0.5 * t, held=30)
+    assert not q.queueing and 3.5 <= q.room <= 4.5
+    assert load.reading(running=16, waiting=20, in_flight=36, now=4.0, held=38).queueing
 
 
 def test_server_load_allows_a_queue_that_covers_the_requests_on_their_way():
