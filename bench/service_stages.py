@@ -152,7 +152,7 @@ def one_run(requests: int, size: int, clients: int, rep: int) -> dict[str, float
             t = clock()
             msg = cw.CLIENT.decode(kind, body, max_bytes=1 << 30)
             t1 = clock()
-            c._resolve(msg.results)  # type: ignore[union-attr]
+            c._resolve(msg.requests)  # type: ignore[union-attr]
             spent["c3 decode Resolved"] += t1 - t
             spent["c4 resolve"] += clock() - t1
         t = clock()

@@ -18,11 +18,13 @@ Contract:
   it) or never handed out at all (``close`` drops it: nobody can wait on its
   futures).  So ``close`` costs O(1) per batch not handed out, whatever its
   size.
-* ``resolve(batch, results)`` sets ``(index, Result)`` pairs: **the first
-  result of a future wins** (the future's own lock decides; a later one is
-  ignored), so a result that arrives twice, or after ``close``, changes
-  nothing.  Returns how many futures this call resolved.  A batch whose every
-  future has resolved leaves the table.
+* ``resolve(batch, indexes, results)`` sets the future at each of ``indexes``
+  to the result at the same position of ``results`` (sequences of one length,
+  else ``ValueError`` and nothing set): **the first result of a
+  future wins** (the future's own lock decides; a later one is ignored), so a
+  result that arrives twice, or after ``close``, changes nothing.  Returns how
+  many futures this call resolved.  A batch whose every future has resolved
+  leaves the table.
 * ``close(why)`` refuses later registrations and hand-outs, and resolves
   every future handed out and still pending as ``cancelled``
   (``ErrorKind.CANCELLED``, naming ``why``) before it returns.  It holds the
@@ -94,10 +96,11 @@ class FutureTable:
             batch.handed_out = True
         return batch.futures
 
-    def resolve(self, batch: Batch, results: Iterable[tuple[int, Result]]) -> int:
-        """Set each ``(index, result)`` unless that future resolved before; returns how many this call set."""
-        futures = batch.futures
-        fresh = resolve_first([(futures[index], result) for index, result in results])  # one hold of the futures' lock
+    def resolve(self, batch: Batch, indexes: Iterable[int], results: Iterable[Result]) -> int:
+        """Set the future at each of ``indexes`` to the result at the same position of ``results``, unless it resolved
+        before; returns how many this call set.  ``ValueError`` (and nothing set) if the two differ in length."""
+        pairs = list(zip(map(batch.futures.__getitem__, indexes), results, strict=True))  # all checked before any is set
+        fresh = resolve_first(pairs)  # one hold of the futures' lock
         if fresh:
             with self._lock:
                 batch.left -= fresh
@@ -107,7 +110,8 @@ class FutureTable:
 
     def fail(self, batch: Batch, indexes: Iterable[int], error: str) -> int:
         """Resolve the futures at ``indexes`` (those still pending) with ``error`` and the fallback score."""
-        return self.resolve(batch, ((i, Result(score=self.fallback_score, error=error)) for i in indexes))
+        indexes = list(indexes)
+        return self.resolve(batch, indexes, [Result(score=self.fallback_score, error=error) for _ in indexes])
 
     def close(self, why: str) -> None:
         """Refuse later registrations; resolve every pending future as cancelled."""

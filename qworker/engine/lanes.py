@@ -30,6 +30,7 @@ QUEUED, or DONE and not yet dropped from the front (``Scheduler.dispatch``).
 from __future__ import annotations
 
 from collections import Counter, deque
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Iterator
 
 from ..transport import wire
@@ -153,8 +154,9 @@ class FairQueue:
         return p
 
     def take(self, n: int) -> list[Pending]:
-        """Up to ``n`` tasks, in the order as many ``popleft`` calls would give them (one call for a TASKS message;
-        with one lane and nothing at the front, in C but for one Python step per task)."""
+        """Up to ``n`` tasks, in the order as many ``popleft`` calls would give them (one call for a TASKS message).
+        With one lane and nothing at the front, in C but for one Python step per task; with several, a whole round
+        of turns at a time (``_rounds``)."""
         if not self._front and len(self._turn) == 1:
             lane = self._turn[0]
             q = self._lanes[lane]
@@ -166,8 +168,34 @@ class FairQueue:
                 self._turn.popleft()
                 del self._lanes[lane]
             return taken
-        popleft = self.popleft
-        return [popleft() for _ in range(min(n, self._len))]
+        n = min(n, self._len)
+        front = self._front
+        taken = list(map(deque.popleft, repeat(front, min(n, len(front)))))  # put back: first
+        self._len -= len(taken)
+        if len(taken) < n:
+            self._rounds(n - len(taken), taken)
+        return taken
+
+    def _rounds(self, n: int, taken: list[Pending]) -> None:
+        """Append ``n`` tasks from the lanes to ``taken`` as ``popleft`` gives them: ``r`` whole rounds (each lane in
+        turn, ``r`` times: one lane's first ``r`` tasks, interleaved with the others') while every lane has ``r`` and
+        there is room for them, each a few calls in C whatever ``r``; what is left of ``n``, fewer than one round,
+        one ``popleft`` at a time.  A whole round leaves the turns as they were, but for the lanes it emptied."""
+        turn, lanes = self._turn, self._lanes
+        while n:
+            k = len(turn)
+            r = min(n // k, min(len(lanes[lane]) for lane in turn))
+            if not r:
+                popleft = self.popleft
+                taken.extend(popleft() for _ in range(n))  # a last part of a round (fewer than k tasks)
+                return
+            columns = [list(map(deque.popleft, repeat(lanes[lane], r))) for lane in turn]
+            taken.extend(chain.from_iterable(zip(*columns, strict=True)))  # (r tasks in each column)
+            self._len -= r * k
+            n -= r * k
+            for lane in [lane for lane in turn if not lanes[lane]]:  # emptied by the last round: out of the turns
+                turn.remove(lane)
+                del lanes[lane]
 
     def untake(self, tasks: list[Pending]) -> None:
         """Tasks ``take`` just returned (still QUEUED), not sent after all: first again, in their order, at the very

@@ -47,9 +47,14 @@ _CHUNK = 1024  # tasks hashed before the dispatcher is woken
 _decode_payload = msgspec.msgpack.Decoder().decode  # an encoded payload, as a worker decodes it
 
 
-def _given_encodings(payloads: Iterable[Any]) -> list[Union[bytes, Exception]]:
+_BUFFERS = frozenset({msgspec.Raw, bytes, bytearray, memoryview})
+
+
+def _given_encodings(payloads: list[Any]) -> list[Union[bytes, Exception]]:
     """``submit_batch(encoded=True)``'s payloads as bytes, with an error in place of one that is not a buffer
     (so it fails alone as ``bad_payload``, as one that cannot be encoded does)."""
+    if set(map(type, payloads)) <= _BUFFERS:  # the usual chunk (a reward service's): converted in one pass
+        return list(map(bytes, payloads))
     out: list[Union[bytes, Exception]] = []
     for p in payloads:
         if isinstance(p, (bytes, bytearray, memoryview, msgspec.Raw)):

@@ -116,6 +116,9 @@ class Catalog:
         }
         for name, entry in self._entries.items():  # then names and params, against the rewards known here
             self._check(name, entry)
+        # a reward not in the config submitted without params, once it has passed its checks: one ``Plain`` per name,
+        # so its submissions' tasks share one params dict (callers do not change it), as a config entry's do
+        self._bare: dict[str, Plain] = {}
 
     def _check(self, name: str, entry: dict) -> None:
         where = f"{self._where}.{name}"
@@ -167,11 +170,15 @@ class Catalog:
             if JUDGE_PARAM in resolved.params and self._admits(resolved.reward):  # its policy registered since
                 resolved = self._resolved[name] = self._plain(name, {}, ())
             plain = resolved
+        elif not params and name in self._bare:
+            plain = self._bare[name]
         else:
             plain = self._plain(name, dict(params or {}), (), asked=f"params for reward {name!r}")
         self.book.check_runnable(plain.reward, name)
         # the params tasks will carry: unknown names were checked at start for the config's own
         self.book.check_params(plain.reward, plain.params, f"params for reward {name!r}", complete=True)
+        if resolved is None and not params:
+            self._bare[name] = plain  # (only a name that passed the checks: never one per unknown name asked for)
         return plain
 
     def _plain(self, name: str, params: dict, seen: tuple[str, ...], asked: Optional[str] = None) -> Plain:

@@ -190,7 +190,7 @@ class Client:
             encoded, indexes, refused = _encode(payloads)
             batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
         if refused:  # as a Producer does: those tasks fail, the others are scored
-            self._table.resolve(batch, ((i, Result(score=self.fallback_score, error=error)) for i, error in refused))
+            self._table.resolve(batch, [i for i, _ in refused], [Result(score=self.fallback_score, error=error) for _, error in refused])
             if not encoded:
                 return self._table.hand_out(batch)
         req = _Request(next(self._numbers), reward, params, encoded, timeout_s, batch, indexes, time.monotonic())
@@ -326,7 +326,7 @@ class Client:
             self._heard = time.monotonic()
             if isinstance(msg, cw.Resolved):
                 self._see(msg.instance)
-                self._resolve(msg.results)
+                self._resolve(msg.requests)
                 acks.append(msg.seq)
             elif isinstance(msg, cw.Accepted):
                 self._see(msg.instance)
@@ -403,20 +403,21 @@ class Client:
         again.taken.set()  # no caller waits on it
         self._submit(again)
 
-    def _resolve(self, rows: list[cw.ResolvedRow]) -> None:
+    def _resolve(self, groups: list[cw.ResolvedRequest]) -> None:
+        """Resolve the futures of each group's request, a request at a time (no step per result but setting its
+        latency); a group of a request answered before (a resend) or resubmitted under a new number, or that names
+        a position the request does not have, is dropped."""
         now = time.monotonic()
-        requests = self._requests
-        by_request: dict[int, list[tuple[int, Result]]] = {}
-        for row in rows:
-            number, index, result = row.request, row.index, row.result
+        requests, resolve = self._requests, self._table.resolve
+        for group in groups:
+            number, indexes, results = group.request, group.indexes, group.results
             req = requests.get(number)
-            if req is None or index >= len(req.indexes):
-                continue  # answered before (a resend), or resubmitted under a new number
-            result.latency_s = now - req.submitted  # as the caller sees it (a fresh Result, decoded from the row)
-            by_request.setdefault(number, []).append((req.indexes[index], result))
-        for number, got in by_request.items():
-            req = requests[number]
-            req.left -= self._table.resolve(req.batch, got)
+            if req is None or len(indexes) != len(results) or (indexes and max(indexes) >= len(req.indexes)):
+                continue
+            latency = now - req.submitted  # as the caller sees it (each a fresh Result, decoded from the message)
+            for result in results:
+                result.latency_s = latency
+            req.left -= resolve(req.batch, map(req.indexes.__getitem__, indexes), results)
             if req.left <= 0:
                 del requests[number]
 

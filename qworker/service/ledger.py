@@ -13,10 +13,11 @@ Contract:
   ``holds`` says whether a request is still owed (a repeated ``Submit`` of it
   is answered without taking it twice; a ``Ping`` naming one that is not held
   gets it back as unknown, and the client resubmits it).
-* ``add(peer, rows, now)`` numbers and encodes the results for ``peer``
-  (``(request, index, result)`` tuples) into ``Resolved`` messages
-  (``FLUSH_EVERY`` rows each) and keeps them; rows of a request not held are
-  dropped (counted).
+* ``add(peer, groups, now)`` numbers and encodes the results for ``peer``
+  (``(request, indexes, results)`` tuples, ``client_wire.Group``) into
+  ``Resolved`` messages (``FLUSH_EVERY`` results each, a group split between
+  two where it must) and keeps them; results of a request not held are
+  dropped (counted as ``dropped_rows``).
 * ``ack(peer, seqs)`` forgets acknowledged messages; a request is no longer
   held once every one of its results is acknowledged.
 * ``due(now)`` returns the messages to resend: unacknowledged ``resend_after_s``
@@ -38,9 +39,8 @@ Counts for ``status()``: ``sent``, ``resent``, ``acked``, ``evicted``
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Iterable, Optional
 
 from ..engine.status import LedgerInfo
@@ -54,7 +54,6 @@ RESEND_AFTER_S = 1.0  # an unacknowledged message is first resent this long afte
 MAX_RESEND_EVERY_S = 8.0
 POKE_AFTER_S = 0.5  # a client that speaks gets its messages not sent in this long at once
 FLUSH_EVERY = 512  # results per Resolved message, at most
-_request_of = itemgetter(0)  # a row's request
 
 
 @dataclass(slots=True, eq=False)
@@ -62,7 +61,7 @@ class _Message:
     peer: bytes
     seq: int
     frames: list[bytes]  # the encoded Resolved: [kind, body]
-    requests: Counter[int]  # request -> results of it in this message
+    requests: dict[int, int]  # request -> results of it in this message
     born: float
     sent: float
     every: float
@@ -134,31 +133,44 @@ class Ledger:
         return [r for r in requests if r not in owed]
 
     # messages -------------------------------------------------------------------
-    def add(self, peer: bytes, rows: list[cw.Row], now: float) -> list[list[bytes]]:
-        """Encode ``rows`` (``(request, index, result)``) for ``peer`` as Resolved messages, keep them, return
+    def add(self, peer: bytes, groups: list[cw.Group], now: float) -> list[list[bytes]]:
+        """Encode ``groups`` (``(request, indexes, results)``) for ``peer`` as Resolved messages, keep them, return
         their frames."""
         c = self._client(peer)
         owed = c.owed
-        per = Counter(map(_request_of, rows))  # request -> rows of it (usually all of them are owed, and one message)
-        if not all(request in owed for request in per):
-            kept = [row for row in rows if row[0] in owed]
-            self.counts["dropped_rows"] += len(rows) - len(kept)
-            rows = kept
-            per = Counter({request: n for request, n in per.items() if request in owed})
+        if not all(group[0] in owed for group in groups):
+            self.counts["dropped_rows"] += sum(len(group[1]) for group in groups if group[0] not in owed)
+            groups = [group for group in groups if group[0] in owed]
         out = []
-        for i in range(0, len(rows), FLUSH_EVERY):
-            chunk = rows[i : i + FLUSH_EVERY]
-            c.seq += 1
-            if len(chunk) < len(rows):  # one of several messages: its own counts
-                per = Counter(map(_request_of, chunk))
-            frames = cw.encode_resolved(self.instance, c.seq, chunk)
-            m = _Message(peer, c.seq, frames, per, now, now, self.resend_after_s)
-            c.unacked[c.seq] = m
-            self._order[(peer, c.seq)] = m
-            self.bytes += m.nbytes
-            out.append(frames)
+        chunk: list[cw.Group] = []
+        per: dict[int, int] = {}  # request -> results of it in ``chunk``
+        room = FLUSH_EVERY
+        for request, indexes, results in groups:
+            start, n = 0, len(indexes)
+            while start < n:  # (once, unless the group is split between messages)
+                take = min(room, n - start)
+                chunk.append((request, indexes, results) if take == n else
+                             (request, indexes[start : start + take], results[start : start + take]))
+                per[request] = per.get(request, 0) + take
+                start += take
+                room -= take
+                if not room:
+                    out.append(self._keep(c, peer, chunk, per, now))
+                    chunk, per, room = [], {}, FLUSH_EVERY
+        if chunk:
+            out.append(self._keep(c, peer, chunk, per, now))
         self.counts["sent"] += len(out)
         return out
+
+    def _keep(self, c: _Client, peer: bytes, chunk: list[cw.Group], per: dict[int, int], now: float) -> list[bytes]:
+        """Number and encode one Resolved message of ``chunk`` for ``peer``, and keep it until it is acknowledged."""
+        c.seq += 1
+        frames = cw.encode_resolved(self.instance, c.seq, chunk)
+        m = _Message(peer, c.seq, frames, per, now, now, self.resend_after_s)
+        c.unacked[c.seq] = m
+        self._order[(peer, c.seq)] = m
+        self.bytes += m.nbytes
+        return frames
 
     def ack(self, peer: bytes, seqs: Iterable[int]) -> None:
         c = self._clients.get(peer)

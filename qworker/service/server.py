@@ -49,12 +49,13 @@ import time
 from collections import deque
 from typing import Any, Optional, Union
 
+import msgspec
 import zmq
 
 from .._exceptions import QworkerError
 from ..engine.gc_pause import paused_gc
 from ..engine.producer import Producer
-from ..engine.result import ResultFuture, add_done_callbacks
+from ..engine.result import Result, ResultFuture, add_done_callbacks
 from ..engine.status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
 from ..transport.ration import LogRation, RefusedStamps
@@ -67,7 +68,21 @@ log = logging.getLogger("qworker")
 
 __all__ = ["RewardService"]
 
-_Owner = tuple[bytes, int, int]  # (client, request, index in the request): one asker of a future
+
+class _Asked(msgspec.Struct, eq=False, gc=False):
+    """One request of one client, while results of it are owed: those resolved and not yet sent, by position in it.
+
+    Not tracked by the cyclic GC (it refers to nothing that refers back to it), so the ``(asked, index)`` tuple that
+    says whose each future in flight is holds nothing the collector must follow, and the collector stops tracking
+    it, as it would a tuple of a client's id and two numbers."""
+
+    peer: bytes
+    request: int
+    indexes: list[int] = msgspec.field(default_factory=list)  # positions (in the request) of the results waiting, in order
+    results: list[Result] = msgspec.field(default_factory=list)  # those results
+
+
+_Owner = tuple[_Asked, int]  # (the request, the index in it): one asker of a future
 
 HOUSEKEEPING_EVERY_S = 0.25  # resends and evictions, at most this often
 CLOSING_LINGER_MS = 2000  # how long a stopping service gives its last messages to leave
@@ -92,11 +107,11 @@ class RewardService:
         self.endpoint = bound_endpoint(self._sock)
         self.ledger = Ledger(instance=self.instance, max_bytes=ledger_max_bytes, max_age_s=ledger_max_age_s)
         self._outbox: deque[ResultFuture] = deque()  # futures resolved (appended by their callback, on any thread)
-        # who asked for each future not yet resolved and sent on: (client, request, index), or a list of those when
+        # who asked for each future not yet resolved: (its client's request, index in it), or a list of those when
         # several did (the same task twice in a request, or in two clients' requests while in flight); the
         # dispatcher thread's only
         self._owners: dict[ResultFuture, Union[_Owner, list[_Owner]]] = {}
-        self._waiting: dict[bytes, list[cw.Row]] = {}  # per client: results resolved and not yet sent
+        self._waiting: dict[bytes, list[_Asked]] = {}  # per client: its requests with results resolved and not yet sent
         self._oldest: Optional[float] = None  # when the oldest result waiting (any client's) was resolved (monotonic s)
         self._in_flight: dict[bytes, int] = {}  # per client: results taken and not yet sent (resolved or not)
         self._to_answer: list[tuple[bytes, int]] = []  # (client, request) taken this turn: answered at its end
@@ -295,17 +310,17 @@ class RewardService:
         # One callback for every future (``_on_done``, registered for a whole request under one hold of the futures'
         # lock, one tuple shared by them all) and one table entry per task saying whose it is: no per-task closure
         # (made while the collector waits: see ``_receive``).
-        owners, request = self._owners, msg.request
+        owners, asked = self._owners, _Asked(peer, msg.request)
         followed = []
         for i, fut in enumerate(futures):
             held = owners.get(fut)
             if held is None:
-                owners[fut] = (peer, request, i)
+                owners[fut] = (asked, i)
                 followed.append(fut)
             elif isinstance(held, list):  # the same task twice in this request, or asked for by another one
-                held.append((peer, request, i))
+                held.append((asked, i))
             else:
-                owners[fut] = [held, (peer, request, i)]
+                owners[fut] = [held, (asked, i)]
         add_done_callbacks(followed, self._on_done)  # at once for those resolved already (cache hits)
 
     def _on_done(self, fut: Any) -> None:
@@ -337,30 +352,42 @@ class RewardService:
                 if owner is None:
                     continue  # not followed by this service (left and cleared)
                 result = fut._result  # finished: ``result()`` would take its lock again
-                for peer, request, index in (owner,) if isinstance(owner, tuple) else owner:  # one asker, or several
-                    rows = waiting.get(peer)
-                    if rows is None:
-                        rows = waiting[peer] = []
-                    rows.append((request, index, result))
+                for asked, index in (owner,) if isinstance(owner, tuple) else owner:  # one asker, or several
+                    if not asked.indexes:  # its first result waiting: the request joins its client's
+                        held = waiting.get(asked.peer)
+                        if held is None:
+                            waiting[asked.peer] = [asked]
+                        else:
+                            held.append(asked)
+                    asked.indexes.append(index)
+                    asked.results.append(result)
         if not waiting:
             return
         waited = everything or (self._oldest is not None and now - self._oldest >= RESULTS_WAIT_S)
         in_flight = self._in_flight
-        for peer in [p for p, rows in waiting.items() if waited or self._due(p, rows)]:
-            rows = waiting.pop(peer)
-            left = in_flight.get(peer, 0) - len(rows)
+        due = []
+        for peer, held in waiting.items():
+            n = sum(len(asked.indexes) for asked in held)  # (one sum per request, not per result)
+            if waited or self._due(peer, n):
+                due.append((peer, n))
+        for peer, n in due:
+            groups: list[cw.Group] = []
+            for asked in waiting.pop(peer):
+                groups.append((asked.request, asked.indexes, asked.results))
+                asked.indexes, asked.results = [], []  # sent on (the request may have more to come)
+            left = in_flight.get(peer, 0) - n
             if left > 0:
                 in_flight[peer] = left
             else:
                 in_flight.pop(peer, None)  # counted again from its next request
-            for frames in self.ledger.add(peer, rows, now):
+            for frames in self.ledger.add(peer, groups, now):
                 self._send_frames(peer, frames)
         if not waiting:
             self._oldest = None
 
-    def _due(self, peer: bytes, rows: list[cw.Row]) -> bool:
-        """Whether ``peer``'s waiting results leave before the window ends: nothing else of it in flight, or a full message."""
-        return self._in_flight.get(peer, 0) <= len(rows) or len(rows) >= FLUSH_EVERY
+    def _due(self, peer: bytes, n: int) -> bool:
+        """Whether ``peer``'s ``n`` waiting results leave before the window ends: nothing else of it in flight, or a full message."""
+        return self._in_flight.get(peer, 0) <= n or n >= FLUSH_EVERY
 
     def _next_flush(self, now: float) -> Optional[float]:
         """The reactor's deadline: seconds until the waiting results are due (None: none waits)."""

@@ -21,6 +21,12 @@ stamped with the client's wire protocol (``wire.Stamped``): a service of
 another protocol answers ``Refused``, and the client fails what it waits on
 with one line naming both versions.
 
+Results travel grouped by request: a ``Resolved`` carries, for each request
+it answers, the positions of the tasks it resolves in that request and their
+results, in two parallel arrays (``ResolvedRequest``), so a client resolves a
+request's futures in one pass and the service never writes a request number or
+an array header per result.
+
 Payloads travel as msgpack values: each is the canonical encoding of the
 caller's payload (``cache.hashing.encode_payload``, made by the client) placed in
 the message as it is, and the service takes each back out undecoded
@@ -39,7 +45,7 @@ import msgspec
 from ..engine.result import Result
 from .wire import Count, Decoder, Message, Refused, Stamped, StatusReply, StatusRequest, _Body, encode, encode_body
 
-__all__ = ["Submit", "Accepted", "Resolved", "ResolvedRow", "Row", "Ack", "Ping", "Pong", "Closing", "ClientMessage", "encode",
+__all__ = ["Submit", "Accepted", "Resolved", "ResolvedRequest", "Group", "Ack", "Ping", "Pong", "Closing", "ClientMessage", "encode",
            "encode_resolved", "SERVICE", "CLIENT"]
 
 SUBMIT = b"U"  # client -> service: score these payloads
@@ -68,31 +74,32 @@ class Accepted(Message):
     error_type: str  # the exception to raise at the client: "ConfigError", "RewardError", "ServiceUnavailable", ...
 
 
-class ResolvedRow(_Body):
-    """The result of the ``index``-th payload of request ``request``."""
+class ResolvedRequest(_Body):
+    """Results of request ``request``: ``results[i]`` is the result of its ``indexes[i]``-th payload (the two arrays
+    are of one length; a client drops a group where they are not)."""
 
     request: Count
-    index: Count
-    result: Result  # a map of Result's fields; its latency_s is the client's to set
+    indexes: list[Count]
+    results: list[Result]  # each a map of Result's fields; its latency_s is the client's to set
 
 
 class Resolved(Message):
     KIND: ClassVar[bytes] = RESOLVED
     instance: str
     seq: Count  # numbers this client's Resolved messages, from 1; acknowledged with Ack
-    results: list[ResolvedRow]
+    requests: list[ResolvedRequest]
 
 
-Row = tuple[int, int, Result]  # (request, index, result): a ResolvedRow as the service builds it, one tuple per result
+Group = tuple[int, list[int], list[Result]]  # (request, indexes, results): a ResolvedRequest as the service builds it
 # ``encode_resolved`` writes these fields in this order: a field added to either struct must be added there too
-if Resolved.__struct_fields__ != ("instance", "seq", "results") or ResolvedRow.__struct_fields__ != ("request", "index", "result"):
-    raise ImportError("client_wire: Resolved/ResolvedRow changed: update encode_resolved and Row to match")
+if Resolved.__struct_fields__ != ("instance", "seq", "requests") or ResolvedRequest.__struct_fields__ != ("request", "indexes", "results"):
+    raise ImportError("client_wire: Resolved/ResolvedRequest changed: update encode_resolved and Group to match")
 
 
-def encode_resolved(instance: str, seq: int, rows: list[Row]) -> list[bytes]:
-    """The frames of ``Resolved(instance, seq, rows)``, each row a tuple: the same bytes as ``encode`` makes from
-    ``ResolvedRow``\\s (both are arrays on the wire), without making a struct per result."""
-    return [RESOLVED, encode_body((instance, seq, rows))]
+def encode_resolved(instance: str, seq: int, groups: list[Group]) -> list[bytes]:
+    """The frames of ``Resolved(instance, seq, groups)``, each group a tuple: the same bytes as ``encode`` makes from
+    ``ResolvedRequest``\\s (both are arrays on the wire), without making a struct per group."""
+    return [RESOLVED, encode_body((instance, seq, groups))]
 
 
 class Ack(Message):

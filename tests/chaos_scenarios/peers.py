@@ -48,7 +48,7 @@ SERVICE_GARBAGE: list[list[bytes]] = [
     [cw.SUBMIT, msgpack.packb([*wire.STAMP, -1, "noop", None, [{}], None])],  # negative request id
     [cw.SUBMIT, msgpack.packb([*wire.STAMP, 1, 7, None, [{}], None])],  # reward not a string
     [b"?", msgpack.packb([])],
-    cw.encode(cw.Resolved("x", 1, [cw.ResolvedRow(1, 0, Result())])),  # wrong direction
+    cw.encode(cw.Resolved("x", 1, [cw.ResolvedRequest(1, [0], [Result()])])),  # wrong direction
     cw.encode(cw.Accepted(1, "x", None, "")),  # wrong direction
     cw.encode(cw.Pong("x", 3)),  # wrong direction
 ]

@@ -134,7 +134,7 @@ def test_a_client_submitting_on_gets_the_results_of_its_earlier_requests_meanwhi
                 kind, body = sock.recv_multipart()
                 msg = cw.CLIENT.decode(kind, body, max_bytes=1 << 26)
                 if isinstance(msg, cw.Resolved):
-                    if any(row.request == 1 for row in msg.results):
+                    if any(group.request == 1 for group in msg.requests):
                         order.append("first resolved")
                     sock.send_multipart(cw.encode(cw.Ack([msg.seq])))
                 elif isinstance(msg, cw.Accepted) and msg.request == requests:

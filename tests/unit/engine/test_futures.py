@@ -16,8 +16,8 @@ def test_the_first_result_of_a_future_wins_and_a_resolved_batch_leaves_the_table
     batch = t.register(3)
     futures = t.hand_out(batch)
     assert len(t) == 3
-    assert t.resolve(batch, [(0, Result(score=1.0)), (1, Result(score=2.0))]) == 2
-    assert t.resolve(batch, [(0, Result(score=9.0))]) == 0  # a resend: changes nothing
+    assert t.resolve(batch, [0, 1], [Result(score=1.0), Result(score=2.0)]) == 2
+    assert t.resolve(batch, [0], [Result(score=9.0)]) == 0  # a resend: changes nothing
     assert t.fail(batch, [0, 1, 2], "service_lost: gone") == 1  # only the one still pending
     assert [f.result().score for f in futures] == [1.0, 2.0, -1.0]
     assert futures[2].result().error_kind == "service_lost"
@@ -28,7 +28,7 @@ def test_close_cancels_what_was_handed_out_and_refuses_what_was_not():
     t = FutureTable(fallback_score=0.0)
     out = t.register(4)
     futures = t.hand_out(out)
-    t.resolve(out, [(0, Result(score=1.0))])
+    t.resolve(out, [0], [Result(score=1.0)])
     held = t.register(1_000)  # registered, its submission still waiting: nobody holds its futures yet
     t.close("the client closed")
     assert futures[0].result().ok

@@ -3,6 +3,8 @@ prefetched tasks when another lane waits (no processes: the scheduler driven wit
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from qworker.engine.lanes import KEEP, FairQueue
@@ -125,3 +127,26 @@ def test_a_lane_whose_tasks_were_put_back_at_the_front_still_counts_as_waiting()
     assert q.waiting() == {"a", "b"}  # so give-back still makes room for them
     taken[0].finish()  # its result came meanwhile (another delivery's): nothing of lane a waits any more
     assert q.waiting() == {"b"}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_take_gives_what_as_many_poplefts_would_and_leaves_the_same_turns(seed):
+    rng = random.Random(seed)
+
+    def fill() -> FairQueue:  # the same queue for the same state of ``rng``: lanes of any lengths, maybe a front
+        q = FairQueue()
+        for i in range(rng.randint(0, 200)):
+            q.append(task(rng.choice("abcde"[: rng.randint(1, 5)]), i))
+        for i in range(rng.choice([0, 0, 3])):
+            q.extendleft([task("a", 1000 + i)])
+        return q
+
+    state = rng.getstate()
+    q1 = fill()
+    rng.setstate(state)
+    q2 = fill()
+    for n in [rng.randint(1, 80) for _ in range(6)]:
+        want = [q1.popleft() for _ in range(min(n, len(q1)))]
+        got = q2.take(n)
+        assert [p.key for p in got] == [p.key for p in want]
+        assert len(q1) == len(q2) and [p.key for p in q1] == [p.key for p in q2]  # the same turns for what is left

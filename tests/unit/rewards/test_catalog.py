@@ -139,3 +139,15 @@ def test_kwargs_rewards_accept_anything_and_required_params_are_needed():
     with pytest.raises(ConfigError, match=r"components\[0\]: reward 't_cat_required' needs param 'k'"):
         Catalog({"s": {"components": [{"reward": "t_cat_required"}]}})
     assert c.version("t_cat_required") == "4" and c.version("t_cat_kwargs").startswith(CODE_MARK)  # unversioned: its code
+
+
+def test_submissions_of_a_reward_not_in_the_config_without_params_share_one_params_dict():
+    # the scheduler sizes a run of tasks of one params dict once: a reward service's clients' requests, served in
+    # turns, would each bring a dict of their own and have every task sized again
+    c = Catalog(SECTION)
+    first, again = c.resolve("gsm8k"), c.resolve("gsm8k", {})
+    assert first == again == Plain("gsm8k", {}) and first.params is again.params
+    assert c.resolve("gsm8k", {"score": 2}).params == {"score": 2}  # params given: their own dict, as before
+    with pytest.raises(RewardError):
+        c.resolve("no_such_reward_anywhere")
+    assert "no_such_reward_anywhere" not in c._bare  # an unknown name asked for is not kept

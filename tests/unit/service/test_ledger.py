@@ -9,8 +9,9 @@ from qworker.transport import client_wire as cw
 A, B = b"client-a", b"client-b"
 
 
-def rows(request: int, n: int, start: int = 0) -> list[cw.Row]:
-    return [(request, i, Result(score=1.0, attempts=1, worker="w")) for i in range(start, start + n)]
+def rows(request: int, n: int, start: int = 0) -> list[cw.Group]:
+    """One group: ``n`` results of ``request``, from position ``start``."""
+    return [(request, list(range(start, start + n)), [Result(score=1.0, attempts=1, worker="w") for _ in range(n)])]
 
 
 def seq_of(frames: list[bytes]) -> int:
@@ -67,7 +68,7 @@ def test_unknown_names_the_requests_a_client_waits_on_that_are_not_held():
 
 
 def test_the_byte_bound_evicts_the_oldest_and_its_requests_become_unknown():
-    one = len(cw.encode(cw.Resolved("i", 1, rows(1, 10)))[1])
+    one = len(cw.encode_resolved("i", 1, rows(1, 10))[1])
     led = Ledger(instance="i", max_bytes=int(2.5 * one))
     for r in (1, 2, 3):
         led.taken(A if r != 2 else B, r, 10)
@@ -92,14 +93,30 @@ def test_the_age_bound_evicts_and_silent_clients_are_forgotten():
     assert snap["unacked"] == 0 and snap["unacked_bytes"] == 0 and snap["evicted"] == 1 and snap["sent"] == 1
 
 
-def test_rows_kept_as_tuples_reach_the_client_as_the_resolved_rows_it_decodes():
-    """The service keeps each result as a ``(request, index, result)`` tuple: its message is byte for byte the
-    ``Resolved`` of ``ResolvedRow``\\s the client's decoder takes."""
+def test_groups_kept_as_tuples_reach_the_client_as_the_resolved_requests_it_decodes():
+    """The service keeps each request's results as a ``(request, indexes, results)`` tuple: its message is byte for
+    byte the ``Resolved`` of ``ResolvedRequest``\\s the client's decoder takes."""
     led = Ledger(instance="i")
     led.taken(A, 3, 2)
-    got = [(3, 1, Result(score=0.5, extra={"p": 1}, attempts=1, worker="w", key="ab")),
-           (3, 0, Result(score=0.0, error="timeout: x", worker="w"))]
+    led.taken(A, 4, 1)
+    got = [(3, [1, 0], [Result(score=0.5, extra={"p": 1}, attempts=1, worker="w", key="ab"), Result(score=0.0, error="timeout: x", worker="w")]),
+           (4, [0], [Result(score=1.0)])]
     [frames] = led.add(A, got, now=0.0)
-    expected = cw.Resolved("i", 1, [cw.ResolvedRow(request, index, result) for request, index, result in got])
+    expected = cw.Resolved("i", 1, [cw.ResolvedRequest(request, indexes, results) for request, indexes, results in got])
     assert frames == cw.encode(expected)
     assert cw.CLIENT.decode(*frames, max_bytes=1 << 20) == expected
+
+
+def test_a_group_larger_than_a_message_is_split_in_order_and_each_message_counts_its_own_results():
+    led = Ledger(instance="i")
+    led.taken(A, 1, FLUSH_EVERY + 10)
+    led.taken(A, 2, 5)
+    out = led.add(A, rows(2, 5) + rows(1, FLUSH_EVERY + 10), now=0.0)
+    got = [cw.CLIENT.decode(*frames, max_bytes=1 << 30) for frames in out]
+    assert [[(g.request, len(g.indexes), len(g.results)) for g in m.requests] for m in got] == [  # type: ignore[union-attr]
+        [(2, 5, 5), (1, FLUSH_EVERY - 5, FLUSH_EVERY - 5)], [(1, 15, 15)]]
+    assert [i for m in got for g in m.requests if g.request == 1 for i in g.indexes] == list(range(FLUSH_EVERY + 10))  # type: ignore[union-attr]
+    led.ack(A, [got[0].seq])  # type: ignore[union-attr]
+    assert led.holds(A, 1) and not led.holds(A, 2)  # the first message carried all of request 2, part of request 1
+    led.ack(A, [got[1].seq])  # type: ignore[union-attr]
+    assert not led.holds(A, 1)

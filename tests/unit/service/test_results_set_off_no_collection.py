@@ -76,8 +76,8 @@ def test_a_client_receiving_its_results_sets_off_no_collection():
     for number in range(1, N // PER_MESSAGE + 1):
         batch = c._table.register(PER_MESSAGE)
         c._requests[number] = cl._Request(number, "noop", None, [], None, batch, list(range(PER_MESSAGE)), time.monotonic())
-    rows = [[(number, i, _result()) for i in range(PER_MESSAGE)] for number in c._requests]
-    c._sock = _Socket(iter([cw.encode_resolved("svc", seq, chunk) for seq, chunk in enumerate(rows, 1)]))
+    groups = [(number, list(range(PER_MESSAGE)), [_result() for _ in range(PER_MESSAGE)]) for number in c._requests]
+    c._sock = _Socket(iter([cw.encode_resolved("svc", seq, [group]) for seq, group in enumerate(groups, 1)]))
     with _Collections() as collections:
         while c._requests:
             c._receive()
@@ -93,14 +93,21 @@ def test_a_service_sending_results_sets_off_no_collection():
     sent: list[Any] = []
     s._send_frames = lambda peer, frames: sent.append(frames) or True  # type: ignore[method-assign]
     futures = [ResultFuture() for _ in range(N)]
-    for request, i in enumerate(range(0, N, PER_MESSAGE), 1):
-        part = futures[i : i + PER_MESSAGE]
-        s.ledger.taken(b"client", request, len(part))
-        s._owners.update((f, (b"client", request, k)) for k, f in enumerate(part))
-    s._in_flight[b"client"] = N
-    from qworker.engine.result import add_done_callbacks
+    requests = iter([futures[i : i + PER_MESSAGE] for i in range(0, N, PER_MESSAGE)])
 
-    add_done_callbacks(futures, s._on_done)
+    class _Dispatcher:
+        workers_ready = 2
+
+    class _Producer:
+        _dispatcher = _Dispatcher()
+
+        def submit_batch(self, reward: str, payloads: list, **kw: Any) -> list:
+            return next(requests)
+
+    s.producer, s.requests = _Producer(), 0  # type: ignore[assignment]
+    for request in range(1, N // PER_MESSAGE + 1):
+        s._on_submit(b"client", cw.Submit(*wire.STAMP, request, "noop", None, [], None))
+    s._to_answer.clear()
     results = [_result() for _ in range(N)]
     with _Collections() as collections:
         for i in range(0, N, 64):  # as a worker's results arrive, a turn each

@@ -53,7 +53,7 @@ def test_results_with_results_encoded_already_are_the_bytes_of_the_message():
         (cw.Ping([3]), cw.SERVICE),
         (wire.StatusRequest(), cw.SERVICE),
         (cw.Accepted(1, "inst", "no workers", "ServiceUnavailable"), cw.CLIENT),
-        (cw.Resolved("inst", 4, [cw.ResolvedRow(1, 0, Result(score=0.5, extra={"p": 1}, error=None, attempts=1, key="ab"))]), cw.CLIENT),
+        (cw.Resolved("inst", 4, [cw.ResolvedRequest(1, [0], [Result(score=0.5, extra={"p": 1}, error=None, attempts=1, key="ab")])]), cw.CLIENT),
         (cw.Pong("inst", 2, [5]), cw.CLIENT),
         (cw.Closing("inst", "stopping"), cw.CLIENT),
         (wire.StatusReply({"service": {}}), cw.CLIENT),
@@ -64,12 +64,13 @@ def test_every_client_message_roundtrips_through_the_decoder_of_the_socket_that_
     assert decoder.decode(kind, body, max_bytes=LIMIT) == msg
 
 
-def test_a_resolved_row_decodes_into_a_result_whose_error_text_is_unchanged():
-    row = cw.ResolvedRow(7, 2, Result(score=0.0, error="timeout: reward ran past its 2 s hard limit", worker="w"))
-    msg = cw.CLIENT.decode(*cw.encode(cw.Resolved("i", 1, [row])), max_bytes=LIMIT)
-    [got] = msg.results
-    assert isinstance(got.result, Result) and got.result.error == "timeout: reward ran past its 2 s hard limit"
-    assert got.result.error_kind == ErrorKind.TIMEOUT and (got.request, got.index) == (7, 2)
+def test_a_resolved_request_decodes_into_results_whose_error_text_is_unchanged():
+    group = cw.ResolvedRequest(7, [2], [Result(score=0.0, error="timeout: reward ran past its 2 s hard limit", worker="w")])
+    msg = cw.CLIENT.decode(*cw.encode(cw.Resolved("i", 1, [group])), max_bytes=LIMIT)
+    [got] = msg.requests
+    [result] = got.results
+    assert isinstance(result, Result) and result.error == "timeout: reward ran past its 2 s hard limit"
+    assert result.error_kind == ErrorKind.TIMEOUT and (got.request, got.indexes) == (7, [2])
 
 
 def test_a_fault_renders_as_the_result_error_text():
@@ -202,7 +203,7 @@ def test_damaged_bodies_of_every_message_decode_or_raise_wire_error_and_nothing_
                                         [wire.Lost("p/w1.1", TIMEOUT, KEY)])),
         (wire.WORKER, wire.Tasks([wire.Task(KEY, "math", {"a": [1, {"b": 2.5}]}, b"\x80", 2.5, 1, -1)])),
         (cw.SERVICE, cw.Submit(*wire.STAMP, 1, "noop", {"k": "v"}, [{"a": 1}, [1, 2], "x"], 2.0)),
-        (cw.CLIENT, cw.Resolved("inst", 4, [cw.ResolvedRow(1, 0, Result(score=0.5, extra={"p": 1}, error="timeout: x"))])),
+        (cw.CLIENT, cw.Resolved("inst", 4, [cw.ResolvedRequest(1, [0], [Result(score=0.5, extra={"p": 1}, error="timeout: x")])])),
     ]
     for decoder, msg in valid:
         kind, body = wire.encode(msg)
