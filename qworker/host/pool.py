@@ -192,8 +192,8 @@ class Pool:
                 self._stop_requested = True
 
     def _hear(self) -> None:
-        """Read what the producer sent: only ever a ``Refused`` (it speaks another wire protocol), which stops the pool
-        with ``refused`` set.  At most ``HEARD_PER_TURN`` frames a turn: what is left makes the next turn come at once."""
+        """Read what the producer sent: only ever a ``Refused`` (it speaks another wire protocol, or it is a reward
+        service's client endpoint), which stops the pool with ``refused`` set.  At most ``HEARD_PER_TURN`` frames a turn: what is left makes the next turn come at once."""
         for _ in range(HEARD_PER_TURN):
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK)
@@ -207,7 +207,7 @@ class Pool:
                 log.warning("pool %s: dropped a bad frame from the producer: %s", self.pool_id, exc)
                 continue
             if self.refused is None:
-                self.refused = wire.mismatch(f"the producer at {self.options.connect}", "this pool", msg)
+                self.refused = wire.refused_line(f"the producer at {self.options.connect}", "this pool", msg)
                 self._stop_requested = True
 
     def _on_link(self, up: bool) -> None:

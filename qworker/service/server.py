@@ -61,10 +61,25 @@ from ..transport import client_wire as cw
 from ..transport.ration import LogRation, RefusedStamps
 from ..transport.reactor import Reactor, Step
 from ..transport.sockets import bind_server, bound_endpoint, close_server
-from ..transport.wire import ProtocolMismatch, StatusReply, StatusRequest, WireError, refusal
+from ..transport.wire import (
+    BYE,
+    GIVEBACK,
+    POOL,
+    READY,
+    RESULTS,
+    STAMP,
+    ProtocolMismatch,
+    Refused,
+    StatusReply,
+    StatusRequest,
+    WireError,
+    refusal,
+)
 from .ledger import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, FLUSH_EVERY, Ledger
 
 log = logging.getLogger("qworker")
+
+_POOL_KINDS = frozenset((READY, POOL, RESULTS, GIVEBACK, BYE))  # what pools and workers send a producer
 
 __all__ = ["RewardService"]
 
@@ -129,6 +144,7 @@ class RewardService:
         self.clients: set[bytes] = set()
         self.requests = 0
         self.dropped_frames = 0
+        self._pools_refused = LogRation()  # pools and workers that connected to the clients' endpoint (``_refuse_pool``)
         self._bad_frames = LogRation()  # frames dropped as not valid messages (``_drop``): what its log lines are rationed by
         self._refused = RefusedStamps()  # the stamps of the clients refused, a line for each of the first
 
@@ -248,7 +264,10 @@ class RewardService:
                 self._refuse(peer, exc)
                 continue
             except WireError as exc:
-                self._drop(peer, str(exc))
+                if len(frames) == 3 and frames[1] in _POOL_KINDS:
+                    self._refuse_pool(peer)
+                else:
+                    self._drop(peer, str(exc))
                 continue
             self.clients.add(peer)
             now = time.monotonic()
@@ -278,6 +297,16 @@ class RewardService:
             log.error("qworker service: refused client %r: %s; install the same qworker version on both",
                       peer[:32].decode(errors="replace"), exc)
         self._send(peer, refusal())
+
+    def _refuse_pool(self, peer: bytes) -> None:
+        """A pool or worker pointed at the clients' endpoint: answer ``Refused`` naming where pools connect (the pool
+        stops with that line), count the frame as dropped, and log the first ten such frames, then one in a thousand."""
+        self.dropped_frames += 1
+        where = f"pools connect to {self.producer.endpoint}"
+        if self._pools_refused.tick():
+            log.error("qworker service: refused %r: a pool or worker at the clients' endpoint %s (%s)",
+                      peer[:32].decode(errors="replace"), self.endpoint, where)
+        self._send(peer, Refused(*STAMP, f"{self.endpoint} is a reward service's clients' endpoint; {where}"))
 
     def _drop(self, peer: bytes, why: str) -> None:
         """Count a bad frame; log the first ten, then one in a thousand (refused clients, counted in ``dropped_frames``

@@ -149,11 +149,12 @@ def refusal() -> Refused:
     return Refused(*STAMP, "another wire protocol")
 
 
-def printable(version: str) -> str:
-    """A peer's version as it may go into one log line: at most 64 characters, printable ASCII (any other character
-    escaped as ``ascii`` writes it, then cut), so a peer cannot break the line or forge another."""
-    version = version[:64]
-    return version if version.isprintable() and version.isascii() else ascii(version)[1:-1][:64]
+def printable(text: str, limit: int = 64) -> str:
+    """A peer's words (its version, a reason) as they may go into one log line: at most ``limit`` characters,
+    printable ASCII (any other character escaped as ``ascii`` writes it, then cut), so a peer cannot break the line
+    or forge another."""
+    text = text[:limit]
+    return text if text.isprintable() and text.isascii() else ascii(text)[1:-1][:limit]
 
 
 class ProtocolMismatch(WireError):
@@ -172,6 +173,14 @@ def mismatch(who: str, here: str, theirs: Refused) -> str:
     different wire protocols, naming both versions."""
     return (f"{who} refused {here}: it runs qworker {printable(theirs.qworker)} (wire protocol {theirs.protocol}), {here} qworker "
             f"{STAMP[1]} (wire protocol {STAMP[0]}); install the same qworker version on both")
+
+
+def refused_line(who: str, here: str, theirs: Refused) -> str:
+    """The line that says why ``who`` refused ``here``: another wire protocol (``mismatch``), or, from a peer of this
+    protocol, the reason it gave (a reward service's client endpoint refusing a pool)."""
+    if theirs.protocol != STAMP[0]:
+        return mismatch(who, here, theirs)
+    return f"{who} refused {here}: {printable(theirs.reason, 300)}"
 
 
 class Ready(Stamped):

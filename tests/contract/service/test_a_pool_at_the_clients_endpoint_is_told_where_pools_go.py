@@ -1,0 +1,33 @@
+"""A ``qworker-pool`` pointed at a reward service's clients' endpoint (``--listen``) is refused at once and exits 2
+with one line naming where pools connect, and the service still serves its clients.  Real processes over tcp."""
+
+from __future__ import annotations
+
+import subprocess
+
+from qworker import Client
+from tests.conftest import TEST_REWARDS, console_script
+from tests.contract.service.test_service import free_port, serve, stop
+
+
+def test_a_pool_at_the_clients_endpoint_exits_with_one_line_naming_where_pools_connect():
+    port = free_port()
+    listen = f"tcp://127.0.0.1:{port}"
+    service = serve(port, "--workers", "1", "--bind", f"tcp://127.0.0.1:{free_port()}")
+    try:
+        pool = subprocess.Popen([console_script("qworker-pool"), "--connect", listen, "--reward-modules", TEST_REWARDS,
+                                 "--workers", "1"], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = pool.communicate(timeout=60)  # it stops by itself
+        finally:
+            if pool.poll() is None:
+                pool.kill()
+                pool.wait()
+        refused = [line for line in err.splitlines() if "refused" in line]
+        assert pool.returncode == 2, err
+        assert len(refused) == 1, err
+        assert f"refused this pool: {listen} is a reward service's clients' endpoint; pools connect to tcp://127.0.0.1:" in refused[0]
+        with Client(listen) as client:  # its clients are served as before
+            assert client.map("noop", [{"i": 1}], timeout=30)[0].ok
+    finally:
+        stop(service)
