@@ -98,7 +98,8 @@ class FutureTable:
 
     def resolve(self, batch: Batch, indexes: Iterable[int], results: Iterable[Result]) -> int:
         """Set the future at each of ``indexes`` to the result at the same position of ``results``, unless it resolved
-        before; returns how many this call set.  ``ValueError`` (and nothing set) if the two differ in length."""
+        before; returns how many this call set.  ``ValueError`` if the two differ in length, ``IndexError`` if an index is
+        not one of the batch's positions: in either case nothing is set."""
         pairs = list(zip(map(batch.futures.__getitem__, indexes), results, strict=True))  # all checked before any is set
         fresh = resolve_first(pairs)  # one hold of the futures' lock
         if fresh:

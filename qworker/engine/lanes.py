@@ -184,7 +184,9 @@ class FairQueue:
         turn, lanes = self._turn, self._lanes
         while n:
             k = len(turn)
-            r = min(n // k, min(len(lanes[lane]) for lane in turn))
+            r = n // k
+            if r:  # (the lanes are scanned only when a whole round fits in ``n``)
+                r = min(r, min(len(lanes[lane]) for lane in turn))
             if not r:
                 popleft = self.popleft
                 taken.extend(popleft() for _ in range(n))  # a last part of a round (fewer than k tasks)
@@ -193,9 +195,13 @@ class FairQueue:
             taken.extend(chain.from_iterable(zip(*columns, strict=True)))  # (r tasks in each column)
             self._len -= r * k
             n -= r * k
-            for lane in [lane for lane in turn if not lanes[lane]]:  # emptied by the last round: out of the turns
-                turn.remove(lane)
-                del lanes[lane]
+            emptied = [lane for lane in turn if not lanes[lane]]  # by the last round: out of the turns, in one pass
+            if emptied:
+                kept = [lane for lane in turn if lanes[lane]]
+                turn.clear()
+                turn.extend(kept)
+                for lane in emptied:
+                    del lanes[lane]
 
     def untake(self, tasks: list[Pending]) -> None:
         """Tasks ``take`` just returned (still QUEUED), not sent after all: first again, in their order, at the very

@@ -177,8 +177,8 @@ class Catalog:
         self.book.check_runnable(plain.reward, name)
         # the params tasks will carry: unknown names were checked at start for the config's own
         self.book.check_params(plain.reward, plain.params, f"params for reward {name!r}", complete=True)
-        if resolved is None and not params:
-            self._bare[name] = plain  # (only a name that passed the checks: never one per unknown name asked for)
+        if resolved is None and not params and self.book.spec(plain.reward) is not None:
+            self._bare[name] = plain  # only a reward known here: never one per name a remote catalog lets through
         return plain
 
     def _plain(self, name: str, params: dict, seen: tuple[str, ...], asked: Optional[str] = None) -> Plain:

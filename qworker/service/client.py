@@ -405,8 +405,10 @@ class Client:
 
     def _resolve(self, groups: list[cw.ResolvedRequest]) -> None:
         """Resolve the futures of each group's request, a request at a time (no step per result but setting its
-        latency); a group of a request answered before (a resend) or resubmitted under a new number, or that names
-        a position the request does not have, is dropped."""
+        latency); a group of a request answered before (a resend) or resubmitted under a new number, that names a
+        position the request does not have, or whose positions and results differ in number, is dropped (the message
+        is still acknowledged: once the service no longer holds the request, a Ping finds it unknown and what is still
+        pending is resubmitted)."""
         now = time.monotonic()
         requests, resolve = self._requests, self._table.resolve
         for group in groups:

@@ -151,3 +151,11 @@ def test_submissions_of_a_reward_not_in_the_config_without_params_share_one_para
     with pytest.raises(RewardError):
         c.resolve("no_such_reward_anywhere")
     assert "no_such_reward_anywhere" not in c._bare  # an unknown name asked for is not kept
+
+
+def test_a_remote_catalog_keeps_no_entry_per_unknown_name_it_lets_through():
+    # with remote pools, a name unknown here may be known there: it passes, but many such names keep nothing each
+    c = Catalog({}, remote=True)
+    for step in range(3):
+        assert c.resolve(f"rm_{step}").reward == f"rm_{step}"
+    assert c._bare == {}
