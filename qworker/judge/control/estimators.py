@@ -80,7 +80,8 @@ class RefusalKind(enum.Enum):
 class Refusal:
     kind: RefusalKind
     level: float  # what was in flight when it came (this request included)
-    same_level: bool = False  # LONE: the previous lone refusal came at about this level (a concurrency cap)
+    same_level: bool = False  # LONE: the previous lone refusal came at about this level (5% and one request)
+    exact_level: bool = False  # LONE: ... at this very level, within one request (a concurrency cap, not a bucket)
 
 
 class Refusals:
@@ -127,9 +128,9 @@ class Refusals:
         if since < rtt:
             return Refusal(RefusalKind.BURST if self.episode > self.config.burst_drops else RefusalKind.REPEAT, level)
         self.episode = 1
-        same = abs(level - self.lone_level) <= 1.0 + 0.05 * level
+        apart = abs(level - self.lone_level)
         self.lone_level = level
-        return Refusal(RefusalKind.LONE, level, same)
+        return Refusal(RefusalKind.LONE, level, apart <= 1.0 + 0.05 * level, apart <= 1.0)
 
     def on_answer(self, now: float, sent_at: float, rtt: float) -> bool:
         """An answer to a request sent at ``sent_at``; True when it ends an outage."""
@@ -363,6 +364,7 @@ class CapacityMemory:
         self.high = 0.0
         self.high_sustained = 0.0  # the highest concurrency the answers showed the server sustaining (``held``)
         self.cap_seen = 0.0  # the highest concurrency cap two lone refusals at one level showed (``capped``)
+        self.echoed_down = False  # echoes lowered ``refusal_level`` since the last fresh refusal (``under``)
         self.refused_level = math.inf
         self.refused_at = -math.inf  # when the last fresh refusal came
         self.wait = config.regain_rtts
@@ -372,11 +374,13 @@ class CapacityMemory:
     def refused(self, level: float, *, probing: bool, now: float = -math.inf) -> None:
         """A fresh refusal at ``level`` in flight, at ``now``."""
         self.refusal_level = level if probing else level * (1.0 - self.config.fair_share)
+        self.echoed_down = False
         self.refused_level = level
         self.refused_at = now
         self.quiet_since = math.inf
 
     def echoed(self, echo_level: float) -> None:
+        self.echoed_down = self.echoed_down or echo_level < self.refusal_level
         self.refusal_level = min(self.refusal_level, echo_level)
         self.quiet_since = math.inf
 
@@ -389,7 +393,8 @@ class CapacityMemory:
         self.high = max(self.high, min(self.config.ceiling, level))
 
     def capped(self, level: float) -> None:
-        """Two lone refusals came at one level: the server refuses past ``level``, a concurrency cap (a capacity seen)."""
+        """Two lone refusals came at one level, within one request: the server refuses past about ``level`` (the
+        refusal level under them), a concurrency cap (a capacity seen)."""
         self.saw(level)
         self.cap_seen = max(self.cap_seen, min(self.config.ceiling, level))
 
@@ -407,10 +412,12 @@ class CapacityMemory:
         return limit < self.config.regain * self.high or limit < self.config.regain_sustained * self.high_sustained
 
     def under(self, limit: float) -> bool:
-        """``limit`` is under a capacity seen by more than the margin of how it was seen: a concurrency cap seen
-        (``capped``) by more than a fresh refusal at it leaves the refusal level under it (``fair_share``) and one
-        request; any other capacity seen (Little's law, peers holding a level) as ``below`` says."""
-        return limit < self.cap_seen * (1.0 - self.config.fair_share) - 1.0 or self.below(limit)
+        """``limit`` is under a capacity seen by more than the margin of how it was seen: while echoes have put the
+        refusal level under a concurrency cap seen (``capped``; those are the refusals of requests sent before the
+        last fresh one, not news of the cap), by more than a fresh refusal at it leaves the refusal level under it
+        (``fair_share``) and one request; any other capacity seen (Little's law, peers holding a level) as ``below``
+        says."""
+        return (self.echoed_down and limit < self.cap_seen * (1.0 - self.config.fair_share) - 1.0) or self.below(limit)
 
     def target(self) -> float:
         """The level a climb back goes to: the highest capacity seen, however it was seen."""
@@ -462,8 +469,10 @@ class CapacityMemory:
         self.wait = min(self.config.regain_rtts_max, 2 * self.wait)
 
     def forget(self) -> None:
-        """Back to knowing nothing but ``high`` (an endpoint back from down)."""
+        """Back to knowing nothing but the capacities seen (``high``, ``high_sustained``, ``cap_seen``: an endpoint
+        back from down)."""
         self.refusal_level = self.knee = self.refused_level = math.inf
+        self.echoed_down = False
         self.quiet_since = math.inf
         self.overshot = False
 

@@ -39,7 +39,8 @@ any         for a round trip, everything sent refused     OUTAGE        only cap
 OUTAGE      an answer to a request sent a round trip or   RECOVERING    back to what held before the refusals began
             more after the refusals began
 OUTAGE      an answer to one sent less than that after    HOLDING       (it was not an outage)
-not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee x ``queue_target``
+not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee: latency's x ``queue_target``;
+                                                                        metrics', ``ServerLoad``'s allowance queued
 not OUTAGE  a burst from idle answered in the order of    STEADY        the batch x ``queue_target`` (one more at
             its levels, or latency rising in proportion                 least); the latency base is learnt afresh
             to the level, past a batch under the starting
@@ -415,8 +416,10 @@ class AdaptiveLimit:
                 self._cut(max(cfg.backoff_again * level, min(level, 0.95 * self.sustained(now))), now, Mode.HOLDING)
                 self.memory.overshot = True
                 self.latency.relearn()
-            elif r.kind is RefusalKind.LONE and r.same_level:  # two lone refusals at one level: a concurrency cap
+            elif r.kind is RefusalKind.LONE and r.exact_level:  # two lone refusals at one level: a concurrency cap
                 self.memory.capped(self.memory.refusal_level)
+            elif r.kind is RefusalKind.LONE and r.same_level:  # about one level (a bucket's vary): a capacity seen
+                self.memory.saw(self.memory.refusal_level)
         if self.mode is not Mode.OUTAGE:
             # (no outage before a round trip is known: the first refusals of a latecomer to a full server are not one)
             self.mode = Mode.OUTAGE if self.rtt and self.refusals_.in_outage(now, trip) else Mode.HOLDING

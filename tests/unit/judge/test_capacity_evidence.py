@@ -145,3 +145,26 @@ def test_a_limit_that_echoes_left_a_few_under_a_concurrency_cap_seen_probes_back
     assert lim.memory.refusal_level <= 59.5 and lim.limit <= 59 and lim.regains == 0
     refused = serve(lim, 64, 3.1, 3.1 + 8 * RTT)
     assert lim.limit >= 0.98 * lim.high - 1 and refused == 0, (lim.limit, refused)
+
+
+def test_lone_refusals_a_few_requests_apart_are_a_capacity_seen_not_a_concurrency_cap():
+    # A token bucket refuses at whatever is in flight when it runs dry: two lone refusals at 62 and 64.5 (within 5%
+    # and one request, not within one) say the server held about that much, not that it refuses past one count
+    lim = steady_below_a_capacity_seen(64, high=0)
+    lim.on_drop(62, 1.0, sent_at=0.9)
+    serve(lim, 64, 1.0, 2.0)
+    lim.on_drop(64.5, 2.0, sent_at=1.9)
+    assert lim.high > 60 and lim.memory.cap_seen == 0
+
+
+def test_a_limit_held_under_a_cap_seen_without_echoes_does_not_probe_fast():
+    # A cap seen at 64 that then drops for good to 60: fresh refusals at 61 put the refusal level 2% under them
+    # with no echo below it, so the margin for a cap seen (a refusal's own) does not apply: the limit stays near
+    # the new cap and probes above it as under any refusal level, not doubling each round trip into refusals
+    lim = steady_below_a_capacity_seen(64, high=0)
+    lim.on_drop(65, 1.0, sent_at=0.9)
+    serve(lim, 64, 1.0, 2.0)
+    lim.on_drop(65, 2.0, sent_at=1.9)
+    assert lim.memory.cap_seen > 63
+    refused = serve(lim, 60, 2.0, 2.0 + 40 * RTT)
+    assert refused <= 12, refused  # a probe every few round trips, each one refusal (doubling: 15)
