@@ -165,12 +165,13 @@ class Scheduler:
                 self.policies.append(policy)
             policy.add(batch)
 
-    def drop(self, peer: bytes, why: str) -> None:
-        """Count frames that were not valid messages, and log the first ten of them, then one in a thousand (a peer
-        refused for its protocol counts in ``dropped_frames`` too, but not in that ration: it has lines of its own)."""
+    def drop(self, peer: bytes, why: str, *, what: str = "a bad frame") -> None:
+        """Count frames that were not valid messages (``what``: how the line names the frame), and log the first ten
+        of them, then one in a thousand (a peer refused for its protocol counts in ``dropped_frames`` too, but not in
+        that ration: it has lines of its own)."""
         self.stats["dropped_frames"] += 1
         if self._bad_frames.tick():
-            log.warning("qworker: dropped a bad frame from %r (%s); %d bad so far", peer[:32], why, self._bad_frames.count)
+            log.warning("qworker: dropped %s from %r (%s); %d dropped so far", what, peer[:32], why, self._bad_frames.count)
 
     def handle(self, peer: bytes, msg: wire.Message, now: float) -> None:
         fleet = self.fleet
@@ -180,7 +181,8 @@ class Scheduler:
                 # Its leases were released and redelivered when it was lost or quarantined; what it says
                 # about them now (a stranger's or a rogue's word) must not resolve a task.
                 self.stats["dropped_results"] += len(msg.results)
-                self.drop(peer, f"{len(msg.results)} results from a {'quarantined' if w else 'unknown'} peer")
+                self.drop(peer, ("a quarantined worker" if w else "not a worker this producer holds: one lost earlier, "
+                                 "whose tasks were redelivered, or a stranger"), what=f"{len(msg.results)} results")
                 if w is not None:
                     w.last_seen = now
                 return

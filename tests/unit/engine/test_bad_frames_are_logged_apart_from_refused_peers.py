@@ -23,3 +23,20 @@ def test_a_bad_frame_after_many_refused_ones_is_still_logged(caplog: pytest.LogC
         s.drop(b"peer", "malformed Ready")
     assert s.stats["dropped_frames"] == 51
     assert any("dropped a bad frame" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_results_from_a_worker_not_held_are_named_as_results_not_a_bad_frame(caplog: pytest.LogCaptureFixture) -> None:
+    # a worker lost earlier (a failed send) whose results arrive after: they resolve nothing (its tasks went back to
+    # the queue) and the line says what they are, not that the frame was malformed
+    from qworker.transport import wire
+
+    table = PendingTable(cache=ResultCache(max_entries=10, ttl_s=None, path=None), fallback_score=0.0)
+    s = Scheduler(send=StubTransport(), table=table, max_attempts=3, heartbeat_timeout_s=3.0, max_message_bytes=1 << 20)
+    late = wire.Results(3, 3, [wire.TaskResult(b"k" * 16, 1.0, None, None, 0.01, None, None)] * 3)
+    with caplog.at_level(logging.WARNING, logger="qworker"):
+        s.handle(b"pool-1/w0.1", late, 0.0)
+    lines = [r.getMessage() for r in caplog.records]
+    assert s.stats["dropped_results"] == 3 and s.stats["dropped_frames"] == 1
+    assert any(line.startswith("qworker: dropped 3 results from") and "one lost earlier, whose tasks were redelivered" in line
+               for line in lines), lines
+    assert not any("bad frame" in line for line in lines), lines
