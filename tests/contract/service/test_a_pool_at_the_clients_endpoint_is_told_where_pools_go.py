@@ -3,11 +3,10 @@ with one line naming where pools connect, and the service still serves its clien
 
 from __future__ import annotations
 
-import subprocess
-
 from qworker import Client
-from tests.conftest import TEST_REWARDS, console_script
+from tests.conftest import TEST_REWARDS
 from tests.contract.service.test_service import free_port, serve, stop
+from tests.contract.transport.test_peers_of_another_wire_protocol import run_pool_until_it_stops
 
 
 def test_a_pool_at_the_clients_endpoint_exits_with_one_line_naming_where_pools_connect():
@@ -15,16 +14,9 @@ def test_a_pool_at_the_clients_endpoint_exits_with_one_line_naming_where_pools_c
     listen = f"tcp://127.0.0.1:{port}"
     service = serve(port, "--workers", "1", "--bind", f"tcp://127.0.0.1:{free_port()}")
     try:
-        pool = subprocess.Popen([console_script("qworker-pool"), "--connect", listen, "--reward-modules", TEST_REWARDS,
-                                 "--workers", "1"], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = pool.communicate(timeout=60)  # it stops by itself
-        finally:
-            if pool.poll() is None:
-                pool.kill()
-                pool.wait()
+        returncode, err = run_pool_until_it_stops("--connect", listen, "--reward-modules", TEST_REWARDS, "--workers", "1")
         refused = [line for line in err.splitlines() if "refused" in line]
-        assert pool.returncode == 2, err
+        assert returncode == 2, err
         assert len(refused) == 1, err
         assert f"refused this pool: {listen} is a reward service's clients' endpoint; pools connect to tcp://127.0.0.1:" in refused[0]
         with Client(listen) as client:  # its clients are served as before

@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+from typing import Optional
 
 import pytest
 
@@ -32,22 +33,28 @@ def names_both_versions(line: str) -> bool:
             and "install the same qworker version on both" in line)
 
 
+def run_pool_until_it_stops(*args: str, env: Optional[dict[str, str]] = None) -> tuple[int, str]:
+    """A ``qworker-pool`` with ``args``, expected to stop by itself within 60 s (killed if not): its exit status and
+    its stderr."""
+    pool = subprocess.Popen([console_script("qworker-pool"), *args], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        _, err = pool.communicate(timeout=60)
+    finally:
+        if pool.poll() is None:
+            pool.kill()
+            pool.wait()
+    return pool.returncode, err
+
+
 def test_a_pool_of_another_version_is_refused_and_exits_with_one_line(tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="qworker")
     with Producer(bind="tcp://127.0.0.1:0", local_workers=0) as p:
-        pool = subprocess.Popen(
-            [console_script("qworker-pool"), "--connect", p.endpoint, "--rewards", TEST_REWARDS, "--workers", "2", "--id", "other"],
-            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=other_version_env(tmp_path),
-        )
-        try:
-            _, err = pool.communicate(timeout=60)  # it stops by itself
-        finally:
-            if pool.poll() is None:
-                pool.kill()
-                pool.wait()
+        returncode, err = run_pool_until_it_stops("--connect", p.endpoint, "--rewards", TEST_REWARDS, "--workers", "2",
+                                                  "--id", "other", env=other_version_env(tmp_path))
         status = p.status()
     refused = [line for line in err.splitlines() if "refused" in line]
-    assert pool.returncode == 2, err
+    assert returncode == 2, err
     assert len(refused) == 1 and refused[0].startswith(f"qworker-pool: the producer at {p.endpoint} refused this pool: "), err
     assert names_both_versions(refused[0]), refused[0]
     assert status["pools"] == [] and p._dispatcher.workers_ready == 0  # neither it nor a worker of it was taken
