@@ -299,8 +299,8 @@ class Worker:
                 self.inbox.extend(msg.tasks)
             elif isinstance(msg, wire.Revoke):
                 self._give_back(min(msg.n, len(self.inbox)))
-            elif isinstance(msg, wire.Refused):  # a producer of another wire protocol sends no task; the pool hears it too and stops us
-                log.debug("%s: refused: %s", self.options.worker_id, wire.mismatch("the producer", "this worker", msg))
+            elif isinstance(msg, wire.Refused):  # another wire protocol, or a reward service's clients' endpoint: the pool hears it too and stops us
+                log.debug("%s: refused: %s", self.options.worker_id, wire.refused_line("the producer", "this worker", msg))
 
     def _give_back(self, n: int) -> None:
         """Hand the last ``n`` unstarted tasks back, for an idle worker to take."""

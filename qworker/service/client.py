@@ -340,7 +340,7 @@ class Client:
             elif isinstance(msg, cw.Closing):
                 self._on_closing(msg.reason)
             elif isinstance(msg, wire.Refused):  # a service of another wire protocol: it serves none of ours
-                self._on_closing(wire.mismatch(f"the reward service at {self.endpoint}", "this client", msg))
+                self._on_closing(wire.refused_line(f"the reward service at {self.endpoint}", "this client", msg))
             elif isinstance(msg, StatusReply):
                 while self._status_waiters and self._status_waiters[0][0].is_set():
                     self._status_waiters.popleft()  # its caller timed out
