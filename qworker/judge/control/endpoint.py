@@ -228,15 +228,18 @@ _METRIC = re.compile(r"^(vllm:num_requests_(?:running|waiting))(?:\{[^}]*\})?\s+
 
 
 def parse_vllm_load(text: str) -> Optional[tuple[float, float]]:
-    """(running, waiting) summed over label sets from vLLM's Prometheus text; None when absent."""
+    """(running, waiting) summed over label sets from vLLM's Prometheus text; None when absent.  A value that is not
+    a count (negative, infinite, NaN: a proxy's or exporter's, not vLLM's) is skipped as if absent."""
     got = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
     seen = False
     for name, value in _METRIC.findall(text):
         try:
-            got[name] += float(value)
-            seen = True
+            count = float(value)
         except ValueError:
             continue
+        if math.isfinite(count) and count >= 0:
+            got[name] += count
+            seen = True
     return (got["vllm:num_requests_running"], got["vllm:num_requests_waiting"]) if seen else None
 
 

@@ -54,7 +54,7 @@ class LimitConfig:
     fair_share: float = 0.02  # a fresh refusal puts the refusal level this fraction under what was in flight
     slow_start_step: float = 0.5  # per success while probing: x1.5 per round trip (x1.25 beyond twice ``initial``)
     queue_cut: float = 1.3  # recent / base latency above this: the server queues
-    queue_target: float = 1.1  # a queueing cut goes to the knee estimate times this
+    queue_target: float = 1.1  # a queueing cut read from latency or a batch goes to the knee times this (not metrics')
     window: int = 128  # answers in the recent latency window
     base_samples: int = 128  # answers at the lowest levels that make the latency baseline
     stale_base: float = 0.8  # recent / base below this: the base was measured under someone else's load; rebuilt
@@ -286,8 +286,8 @@ class ServerLoad:
     which neither runs nor queues it).  How many slots free at once is the batch's to say:
     replies of many lengths end one by one, but replies of one length admitted together end
     in one step, every slot of their batch with them.  So the queue allowed is a batch: what
-    runs, the next batch waiting at the server whichever way its slots free (a request
-    queues there at most about one batch's service; throughput loses nothing).  Requests
+    runs, the next batch waiting at the server whichever way its slots free (what that costs
+    a request's wait and a shared server's other clients: ``docs/judges.md``).  Requests
     on their way, ``held - running - waiting`` (``held``: what the gates have in flight),
     are what the batch frees while a replacement is under way (Little's law: they spend the
     refill's time on it), so where they are more than a batch's queue, the queue covers

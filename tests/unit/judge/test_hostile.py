@@ -133,3 +133,14 @@ def test_a_busy_or_paced_endpoint_is_not_taken_for_a_stuck_one():
     g.settle(sent[0], {"endpoint": 0, "status": 200, "failure": "", "latency_s": 0.1, "retry_after_s": None}, None, 1.1)
     sent, failed = g.admit(1.1, 10)
     assert not sent and not failed and g.next_wake(1.1) is not None
+
+
+def test_metrics_values_that_are_not_counts_are_skipped_not_fed_to_the_limit():
+    # a proxy or exporter in front of the server may print -1, +Inf or NaN: a negative count reached sqrt in
+    # ServerLoad and raised on the dispatcher thread; an infinite queue cut the limit to its floor
+    from qworker.judge.control.endpoint import parse_vllm_load
+
+    text = ("vllm:num_requests_running{model=\"a\"} -1\nvllm:num_requests_waiting{model=\"a\"} +Inf\n"
+            "vllm:num_requests_running{model=\"b\"} 12\nvllm:num_requests_waiting{model=\"b\"} NaN\n")
+    assert parse_vllm_load(text) == (12.0, 0.0)
+    assert parse_vllm_load("vllm:num_requests_running -1\n") is None
