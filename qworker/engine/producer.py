@@ -123,28 +123,30 @@ class Producer:
             raise
         self.endpoint = self._dispatcher.endpoint
         self._dispatcher.start()
-        self._note = _discovery.register(self.endpoint, f"{id(self):x}")
-        self._metrics: Optional[_metrics.MetricsServer] = (
-            _metrics.serve(self.status, opts.metrics_port) if opts.metrics_port is not None else None  # on loopback
-        )
+        self._note = ""
+        self._metrics: Optional[_metrics.MetricsServer] = None
         self._pool: Optional[PoolProcess] = None
-        n = opts.workers_to_start()
-        if n:
-            forwarded = tuple(m for m in modules_to_forward() if m not in opts.reward_modules)
-            self._pool = PoolProcess(PoolOptions(
-                connect=self.endpoint, workers=n, reward_modules=(*opts.reward_modules, *forwarded),
-                pool_id=f"local-{os.getpid()}-{next(_local_pool_numbers)}", parent_pid=os.getpid(),
-                task_timeout_s=opts.task_timeout_s, heartbeat_s=opts.heartbeat_s, max_message_bytes=opts.max_message_bytes,
-                log_level=logging.getLevelName(log.getEffectiveLevel()),  # the trainer's logging decides
-                # with CURVE, the local pool uses the producer's own key pair, which the producer admits
-                curve_secret_key=opts.curve_secret_key if opts.curve() else None,
-                curve_server_key=opts.curve_secret_key if opts.curve() else None,
-            ))
-            try:
+        try:  # the dispatcher, its socket, the pool and the cache writer must not outlive a failed start (a busy
+            # metrics port, a pool that cannot start, no workers ready in time): a caller that retries finds them gone
+            self._note = _discovery.register(self.endpoint, f"{id(self):x}")
+            if opts.metrics_port is not None:
+                self._metrics = _metrics.serve(self.status, opts.metrics_port)  # on loopback
+            n = opts.workers_to_start()
+            if n:
+                forwarded = tuple(m for m in modules_to_forward() if m not in opts.reward_modules)
+                self._pool = PoolProcess(PoolOptions(
+                    connect=self.endpoint, workers=n, reward_modules=(*opts.reward_modules, *forwarded),
+                    pool_id=f"local-{os.getpid()}-{next(_local_pool_numbers)}", parent_pid=os.getpid(),
+                    task_timeout_s=opts.task_timeout_s, heartbeat_s=opts.heartbeat_s, max_message_bytes=opts.max_message_bytes,
+                    log_level=logging.getLevelName(log.getEffectiveLevel()),  # the trainer's logging decides
+                    # with CURVE, the local pool uses the producer's own key pair, which the producer admits
+                    curve_secret_key=opts.curve_secret_key if opts.curve() else None,
+                    curve_server_key=opts.curve_secret_key if opts.curve() else None,
+                ))
                 self.wait_for_workers(n, timeout=opts.ready_timeout_s)
-            except BaseException:  # the dispatcher, socket, pool and cache writer started above must not outlive a failed start
-                self.close()
-                raise
+        except BaseException:
+            self.close()
+            raise
 
     def wait_for_workers(self, n: int, timeout: float = 60.0) -> None:
         """Block until ``n`` workers have said READY (woken by each READY, not polled)."""
