@@ -133,6 +133,7 @@ class Scheduler:
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0, "policy_errors": 0}
         self._import_errors_logged: set[str] = set()
         self._bad_frames = LogRation()  # frames dropped as not valid messages (``drop``): what its log lines are rationed by
+        self._stray_results = LogRation()  # results from workers not held (``_drop_results``), rationed apart from those
         self._sizer = _TaskSizer()
         self._turns = Turns(every_s=REVOKE_EVERY_S)
         # Workers lost with no task blamed (given up for silent, or gone with nothing known running): the tasks
@@ -165,13 +166,24 @@ class Scheduler:
                 self.policies.append(policy)
             policy.add(batch)
 
-    def drop(self, peer: bytes, why: str, *, what: str = "a bad frame") -> None:
-        """Count frames that were not valid messages (``what``: how the line names the frame), and log the first ten
-        of them, then one in a thousand (a peer refused for its protocol counts in ``dropped_frames`` too, but not in
-        that ration: it has lines of its own)."""
+    def drop(self, peer: bytes, why: str) -> None:
+        """Count frames that were not valid messages, and log the first ten of them, then one in a thousand (a peer
+        refused for its protocol, or results from a worker not held, count in ``dropped_frames`` too, but not in that
+        ration: they have lines of their own)."""
         self.stats["dropped_frames"] += 1
         if self._bad_frames.tick():
-            log.warning("qworker: dropped %s from %r (%s); %d dropped so far", what, peer[:32], why, self._bad_frames.count)
+            log.warning("qworker: dropped a bad frame from %r (%s); %d bad so far", peer[:32], why, self._bad_frames.count)
+
+    def _drop_results(self, peer: bytes, n: int, quarantined: bool) -> None:
+        """Count ``n`` results from a worker not held (lost earlier, or a stranger) or quarantined: they resolve
+        nothing; log the first ten such messages, then one in a thousand."""
+        self.stats["dropped_frames"] += 1
+        self.stats["dropped_results"] += n
+        if self._stray_results.tick():
+            why = ("a quarantined worker" if quarantined else
+                   "not a worker this producer holds: one lost earlier, whose tasks were redelivered, or a stranger")
+            log.warning("qworker: dropped %d results from %r (%s); %d such messages so far", n, peer[:32], why,
+                        self._stray_results.count)
 
     def handle(self, peer: bytes, msg: wire.Message, now: float) -> None:
         fleet = self.fleet
@@ -180,9 +192,7 @@ class Scheduler:
             if w is None or w.quarantined:
                 # Its leases were released and redelivered when it was lost or quarantined; what it says
                 # about them now (a stranger's or a rogue's word) must not resolve a task.
-                self.stats["dropped_results"] += len(msg.results)
-                self.drop(peer, ("a quarantined worker" if w else "not a worker this producer holds: one lost earlier, "
-                                 "whose tasks were redelivered, or a stranger"), what=f"{len(msg.results)} results")
+                self._drop_results(peer, len(msg.results), quarantined=w is not None)
                 if w is not None:
                     w.last_seen = now
                 return

@@ -40,3 +40,16 @@ def test_results_from_a_worker_not_held_are_named_as_results_not_a_bad_frame(cap
     assert any(line.startswith("qworker: dropped 3 results from") and "one lost earlier, whose tasks were redelivered" in line
                for line in lines), lines
     assert not any("bad frame" in line for line in lines), lines
+
+
+def test_a_bad_frame_after_many_late_results_is_still_logged(caplog: pytest.LogCaptureFixture) -> None:
+    from qworker.transport import wire
+
+    table = PendingTable(cache=ResultCache(max_entries=10, ttl_s=None, path=None), fallback_score=0.0)
+    s = Scheduler(send=StubTransport(), table=table, max_attempts=3, heartbeat_timeout_s=3.0, max_message_bytes=1 << 20)
+    late = wire.Results(1, 1, [wire.TaskResult(b"k" * 16, 1.0, None, None, 0.01, None, None)])
+    for _ in range(50):  # a worker lost with many messages still on their way
+        s.handle(b"pool-1/w0.1", late, 0.0)
+    with caplog.at_level(logging.WARNING, logger="qworker"):
+        s.drop(b"peer", "malformed Ready")
+    assert any("dropped a bad frame" in r.getMessage() for r in caplog.records), caplog.text
