@@ -86,9 +86,6 @@ def check_free(endpoint: str, *, http: bool = False) -> None:
             if exc.errno == errno.EADDRINUSE and http:
                 raise ConfigError(f"HTTP port {port} on {host} is already in use (another 'qworker serve --http', or any "
                                   f"other server: 'curl http://{host}:{port}/health' shows a qworker one); pick another --http port") from None
-            if exc.errno == errno.EADDRINUSE:
-                raise ConfigError(f"{endpoint} is already in use (another 'qworker serve'? 'qworker status --connect "
-                                  f"{endpoint}' asks it); pick another port") from None
             raise ConfigError(bind_refusal(endpoint, exc.errno or 0, exc.strerror)) from None
 
 

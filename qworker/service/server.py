@@ -302,7 +302,8 @@ class RewardService:
         """A pool or worker pointed at the clients' endpoint: answer ``Refused`` naming where pools connect (the pool
         stops with that line), count the frame as dropped, and log the first ten such frames, then one in a thousand."""
         self.dropped_frames += 1
-        where = f"pools connect to {self.producer.endpoint}"
+        where = (f"pools connect to {self.producer.endpoint}" if self.producer.options.bind else
+                 "this service takes no remote pools: serve it with --bind tcp://HOST:PORT for them")
         if self._pools_refused.tick():
             log.error("qworker service: refused %r: a pool or worker at the clients' endpoint %s (%s)",
                       peer[:32].decode(errors="replace"), self.endpoint, where)

@@ -23,3 +23,17 @@ def test_a_pool_at_the_clients_endpoint_exits_with_one_line_naming_where_pools_c
             assert client.map("noop", [{"i": 1}], timeout=30)[0].ok
     finally:
         stop(service)
+
+
+def test_a_pool_at_the_clients_endpoint_of_a_service_without_bind_is_told_it_takes_no_remote_pools():
+    port = free_port()
+    listen = f"tcp://127.0.0.1:{port}"
+    service = serve(port, "--workers", "1")  # its own pool on a private socket: no endpoint a remote pool could use
+    try:
+        returncode, err = run_pool_until_it_stops("--connect", listen, "--reward-modules", TEST_REWARDS, "--workers", "1")
+        refused = [line for line in err.splitlines() if "refused" in line]
+        assert returncode == 2 and len(refused) == 1, err
+        assert "this service takes no remote pools: serve it with --bind tcp://HOST:PORT" in refused[0], refused[0]
+        assert "ipc://" not in refused[0]
+    finally:
+        stop(service)
