@@ -55,7 +55,7 @@ def pool_options(args: argparse.Namespace, prog: str) -> PoolOptions:
     options = PoolOptions.from_args(args, _config.load(args.config)["pool"], where=args.config or prog)
     if not options.connect:
         raise ConfigError("no producer endpoint: pass --connect tcp://HOST:PORT or set pool.connect in the config")
-    check_endpoint(options.connect, what="--connect / pool.connect")
+    check_endpoint(options.connect, what="--connect / pool.connect", connect=True)
     return options
 
 
@@ -146,7 +146,7 @@ def status_main(args: argparse.Namespace) -> int:
         if not (args.curve_secret_key and args.curve_server_key):
             raise ConfigError("CURVE needs both --curve-secret-key and --curve-server-key")
         curve = CurveClient(args.curve_secret_key, args.curve_server_key)
-    endpoints = [check_endpoint(args.connect, what="--connect")] if args.connect else local_endpoints()
+    endpoints = [check_endpoint(args.connect, what="--connect", connect=True)] if args.connect else local_endpoints()
     if not endpoints:
         print("qworker status: no running producer found on this host; pass --connect ENDPOINT", file=sys.stderr)
         if args.json:

@@ -18,10 +18,11 @@ MAX_PORT = 65535
 IPC_PATH_MAX = 107  # bytes of an ipc:// path: a Unix socket address holds 108 with its NUL (libzmq's IPC_PATH_MAX_LEN)
 
 
-def check_endpoint(endpoint: object, *, what: str) -> str:
+def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str:
     """``endpoint`` when it names one of libzmq's transports (``tcp://HOST:PORT`` with PORT 0-65535 or ``*`` to
     bind any, ``ipc://PATH`` with PATH at most ``IPC_PATH_MAX`` bytes, ``inproc://NAME``, ...); else ``ConfigError``
-    naming ``what`` (the option it came from) and what to write."""
+    naming ``what`` (the option it came from) and what to write.  With ``connect``, an address to connect to: not
+    ``*`` (any interface, or any port) nor port 0, which only a bind can take."""
     if not isinstance(endpoint, str) or not endpoint.startswith(SCHEMES):
         shown = endpoint if isinstance(endpoint, str) else type(endpoint).__name__
         hint = f"tcp://{endpoint}" if isinstance(endpoint, str) and "://" not in endpoint and ":" in endpoint else "tcp://HOST:PORT"
@@ -30,6 +31,9 @@ def check_endpoint(endpoint: object, *, what: str) -> str:
         host, _, port = endpoint[len("tcp://"):].rpartition(":")
         if not host or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):
             raise ConfigError(f"{what} {endpoint!r}: expected tcp://HOST:PORT with a port from 0 to {MAX_PORT} (or * to bind any)")
+        if connect and (host in ("*", "0.0.0.0") or port in ("*", "0")):
+            raise ConfigError(f"{what} {endpoint!r} is an address to bind, not to connect to: write the producer's or "
+                              "service's host and port, e.g. tcp://127.0.0.1:5555")
     if endpoint.startswith("ipc://"):
         size = len(endpoint[len("ipc://"):].encode("utf-8", "surrogateescape"))
         if size > IPC_PATH_MAX:

@@ -63,3 +63,10 @@ def test_a_port_in_use_on_every_interface_is_named_with_an_address_one_can_conne
     for bound in ("tcp://*:5555", "tcp://0.0.0.0:5555"):
         line = bind_refusal(bound, errno.EADDRINUSE)
         assert line.startswith(f"cannot bind {bound}:") and "'qworker status --connect tcp://127.0.0.1:5555'" in line
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://*:5555", "tcp://0.0.0.0:5555", "tcp://127.0.0.1:*", "tcp://127.0.0.1:0"])
+def test_a_bind_address_given_to_connect_to_is_a_config_error_naming_what_to_write(endpoint):
+    assert check_endpoint(endpoint, what="--bind") == endpoint  # a bind takes it
+    with pytest.raises(ConfigError, match="an address to bind, not to connect to"):
+        check_endpoint(endpoint, what="--connect", connect=True)
