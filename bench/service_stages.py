@@ -20,7 +20,7 @@ and a Client, in its process:
   c1 encode             each payload's canonical encoding (as a producer hashes it)
   c2 register           the client's futures for a request (FutureTable)
   c3 decode Resolved    the client socket's decoder on the service's Resolved messages
-  c4 resolve            Client._resolve: match rows to requests, set the futures
+  c4 resolve            Client._resolve: each group's request, then its futures set in one pass
   c5 gather             gather(): read every future's Result
 
 What this leaves out, and ``bench/service.py`` measures in a real run (its CPU per task rows): the
