@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .._exceptions import ConfigError
 
-__all__ = ["check_endpoint", "IPC_PATH_MAX"]
+__all__ = ["check_endpoint", "reachable", "IPC_PATH_MAX"]
 
 # libzmq's transports; qworker's own sockets use tcp, ipc and inproc, and the others are refused without CURVE
 # or ``insecure`` where they are bound (``security.check_bind``), not here
@@ -40,3 +40,16 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
             raise ConfigError(f"{what} {endpoint!r}: the path is {size} bytes, over the {IPC_PATH_MAX} a Unix socket can hold; "
                               "use a shorter path (or tcp://127.0.0.1:PORT)")
     return endpoint
+
+
+ANY_INTERFACE = ("*", "0.0.0.0", "[::]", "::")  # hosts of a bind to every interface: one binds to them, never connects
+
+
+def reachable(bound: str) -> str:
+    """A bound endpoint as a peer is told to connect to it: as it is, or, bound to every interface
+    (``tcp://*:P``, ``tcp://0.0.0.0:P``), "port P of this host (tcp://0.0.0.0:P)"."""
+    if bound.startswith("tcp://"):
+        host, _, port = bound[len("tcp://"):].rpartition(":")
+        if host in ANY_INTERFACE:
+            return f"port {port} of this host ({bound})"
+    return bound

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qworker import ConfigError
-from qworker.transport.endpoint import IPC_PATH_MAX, check_endpoint
+from qworker.transport.endpoint import IPC_PATH_MAX, check_endpoint, reachable
 from qworker.transport.sockets import new_ipc_endpoint
 
 
@@ -70,3 +70,10 @@ def test_a_bind_address_given_to_connect_to_is_a_config_error_naming_what_to_wri
     assert check_endpoint(endpoint, what="--bind") == endpoint  # a bind takes it
     with pytest.raises(ConfigError, match="an address to bind, not to connect to"):
         check_endpoint(endpoint, what="--connect", connect=True)
+
+
+def test_a_bound_endpoint_on_every_interface_is_named_by_its_port_when_a_peer_is_told_to_connect():
+    assert reachable("tcp://0.0.0.0:5557") == "port 5557 of this host (tcp://0.0.0.0:5557)"
+    assert reachable("tcp://*:5557") == "port 5557 of this host (tcp://*:5557)"
+    assert reachable("tcp://127.0.0.1:5557") == "tcp://127.0.0.1:5557"
+    assert reachable("ipc:///tmp/q.sock") == "ipc:///tmp/q.sock"
