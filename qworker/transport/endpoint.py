@@ -7,15 +7,24 @@ out of range or an ``ipc://`` path too long for a Unix socket is one ``ConfigErr
 
 from __future__ import annotations
 
+from typing import Optional
+
 from .._exceptions import ConfigError
 
-__all__ = ["check_endpoint", "reachable", "IPC_PATH_MAX"]
+__all__ = ["check_endpoint", "reachable", "oversize_ipc_path", "IPC_PATH_MAX"]
 
 # libzmq's transports; qworker's own sockets use tcp, ipc and inproc, and the others are refused without CURVE
 # or ``insecure`` where they are bound (``security.check_bind``), not here
 SCHEMES = tuple(f"{name}://" for name in ("tcp", "ipc", "inproc", "pgm", "epgm", "tipc", "vmci", "udp", "ws", "wss", "norm"))
 MAX_PORT = 65535
 IPC_PATH_MAX = 107  # bytes of an ipc:// path: a Unix socket address holds 108 with its NUL (libzmq's IPC_PATH_MAX_LEN)
+
+
+def oversize_ipc_path(path: str) -> Optional[int]:
+    """The size in bytes of ``path`` (an ``ipc://`` endpoint's, as the system encodes file names) when it is over the
+    ``IPC_PATH_MAX`` a Unix socket's address holds; None when it fits."""
+    size = len(path.encode("utf-8", "surrogateescape"))
+    return size if size > IPC_PATH_MAX else None
 
 
 def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str:
@@ -35,8 +44,8 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
             raise ConfigError(f"{what} {endpoint!r} is an address to bind, not to connect to: write the producer's or "
                               "service's host and port, e.g. tcp://127.0.0.1:5555")
     if endpoint.startswith("ipc://"):
-        size = len(endpoint[len("ipc://"):].encode("utf-8", "surrogateescape"))
-        if size > IPC_PATH_MAX:
+        size = oversize_ipc_path(endpoint[len("ipc://"):])
+        if size is not None:
             raise ConfigError(f"{what} {endpoint!r}: the path is {size} bytes, over the {IPC_PATH_MAX} a Unix socket can hold; "
                               "use a shorter path (or tcp://127.0.0.1:PORT)")
     return endpoint

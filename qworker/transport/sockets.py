@@ -21,7 +21,7 @@ import zmq
 from .._exceptions import ConfigError
 from . import security
 from .allowlist import POLLIN, GuardedRouter
-from .endpoint import IPC_PATH_MAX
+from .endpoint import IPC_PATH_MAX, oversize_ipc_path
 from .security import Curve
 
 log = logging.getLogger("qworker")
@@ -40,11 +40,11 @@ def runtime_dir() -> str:
 
 def new_ipc_endpoint() -> str:
     """A fresh ``ipc://`` endpoint that no other process uses; ``ConfigError`` when the runtime directory's path is
-    too long for a Unix socket's (``endpoint.IPC_PATH_MAX``), naming the variable that sets it."""
+    too long for a Unix socket's (``endpoint.oversize_ipc_path``), naming the variable that sets it."""
     base = runtime_dir()
     path = f"{base}/p{os.getpid()}-{secrets.token_hex(4)}.sock"
-    size = len(path.encode("utf-8", "surrogateescape"))
-    if size > IPC_PATH_MAX:
+    size = oversize_ipc_path(path)
+    if size is not None:
         source = next((name for name in ("QWORKER_RUNTIME_DIR", "XDG_RUNTIME_DIR", "TMPDIR") if os.environ.get(name)),
                       "the temporary directory")
         raise ConfigError(f"qworker's runtime directory {base} (from {source}) makes socket paths of {size} bytes, over the "
