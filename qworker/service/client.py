@@ -302,8 +302,9 @@ class Client:
     def _receive(self) -> None:
         # Decoding and resolving a Resolved makes a few objects per result that the cyclic GC counts, all gone by the
         # end: the collector waits, so that they set off no collection that would move the futures still in flight
-        # to older generations (see ``submit_batch``).
-        with paused_gc():
+        # to older generations (see ``submit_batch``).  The callbacks users add to the futures resolved run after the
+        # pause, never inside it (user code could allocate without bound there).
+        with self._table.callbacks_after(), paused_gc():
             self._receive_some()
 
     def _receive_some(self) -> None:
