@@ -34,7 +34,12 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
     ``*`` (any interface, or any port) nor port 0, which only a bind can take."""
     if not isinstance(endpoint, str) or not endpoint.startswith(SCHEMES):
         shown = endpoint if isinstance(endpoint, str) else type(endpoint).__name__
-        hint = f"tcp://{endpoint}" if isinstance(endpoint, str) and "://" not in endpoint and ":" in endpoint else "tcp://HOST:PORT"
+        if isinstance(endpoint, str) and "://" not in endpoint and ":" in endpoint:
+            hint = f"tcp://{endpoint}"  # a host and port
+        elif (type(endpoint) is int and 0 <= endpoint <= MAX_PORT) or (isinstance(endpoint, str) and endpoint.isdigit()):
+            hint = f"tcp://127.0.0.1:{endpoint}"  # a port alone: this host's
+        else:
+            hint = "tcp://HOST:PORT"
         raise ConfigError(f"{what} {shown!r} is not a ZeroMQ endpoint: write {hint} (or ipc://PATH)")
     if endpoint.startswith("tcp://"):
         host, _, port = endpoint[len("tcp://"):].rpartition(":")

@@ -24,7 +24,8 @@ def test_well_formed_endpoints_pass_unchanged(endpoint):
     ("tcp://127.0.0.1:65536", "a port from 0 to 65535"),
     ("tcp://127.0.0.1", "expected tcp://HOST:PORT"),
     ("tcp://:5557", "expected tcp://HOST:PORT"),
-    (5557, "--connect 'int' is not a ZeroMQ endpoint"),
+    (5557, "--connect 'int' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
+    ("5557", "--connect '5557' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
 ])
 def test_a_malformed_endpoint_is_a_config_error_naming_the_option(endpoint, says):
     with pytest.raises(ConfigError) as err:
