@@ -26,8 +26,9 @@ import zmq
 
 from ..cache.identity import RunVersions
 from ..config.options import ProducerOptions
-from ..transport import wire
-from ..transport.ration import RefusedStamps
+from ..transport import client_wire, wire
+from ..transport.endpoint import reachable
+from ..transport.ration import LogRation, RefusedStamps
 from ..transport.reactor import Reactor
 from ..transport.sockets import bind_server, bound_endpoint, close_server, readable
 from .pending import PendingTable
@@ -40,6 +41,7 @@ log = logging.getLogger("qworker")
 __all__ = ["Dispatcher"]
 
 HOUSEKEEPING_S = 0.25
+_CLIENT_KINDS = frozenset((client_wire.SUBMIT, client_wire.PING, client_wire.ACK))  # what a ``Client`` sends a reward service
 _T = TypeVar("_T")
 
 
@@ -78,6 +80,10 @@ class Dispatcher(threading.Thread):
         self._reactor.deadline(self._next_timer)
         self._wake = self._reactor.wake
         self._refused = RefusedStamps()  # the stamps of the peers refused, a line for each of the first
+        self._clients_refused = LogRation()  # Clients that connected here (``_refuse_client``)
+        # where a reward service serving this producer takes Clients (its bound endpoint), while it serves: named to
+        # a Client that connected here instead; the dispatcher thread's (set by the service's handlers)
+        self.clients_endpoint: Optional[str] = None
 
     # called from other threads ----------------------------------------------
     def submit(self, tasks: Iterable[Pending]) -> None:
@@ -196,7 +202,10 @@ class Dispatcher(threading.Thread):
                 self._refuse(peer, exc)
                 continue
             except wire.WireError as exc:
-                s.drop(peer, str(exc))
+                if kind in _CLIENT_KINDS:
+                    self._refuse_client(peer)
+                else:
+                    s.drop(peer, str(exc))
                 continue
             if isinstance(msg, wire.StatusRequest):
                 self._send(peer, wire.StatusReply(dict(self._status())))
@@ -211,6 +220,19 @@ class Dispatcher(threading.Thread):
             log.error("qworker: the producer at %s refused %r: %s; install the same qworker version on both",
                       self.endpoint, peer[:64].decode(errors="replace"), exc)
         self._send(peer, wire.refusal())
+
+    def _refuse_client(self, peer: bytes) -> None:
+        """A reward service's ``Client`` pointed at this endpoint (where pools connect): answer ``Refused`` naming what
+        this endpoint is and where Clients connect (the Client raises that line at once), count the frame as dropped,
+        and log the first ten such frames, then one in a thousand."""
+        self.scheduler.stats["dropped_frames"] += 1
+        where = (f"Clients connect to {reachable(self.clients_endpoint)}" if self.clients_endpoint else
+                 "this producer serves no Clients ('qworker serve' does: connect a Client to its --listen)")
+        if self._clients_refused.tick():
+            log.error("qworker: the producer at %s refused %r: a Client at the pools' endpoint (%s)", self.endpoint,
+                      peer[:32].decode(errors="replace"), where)
+        self._send(peer, wire.Refused(*wire.STAMP, f"it is a producer's endpoint for pools and workers ('qworker-pool "
+                                                   f"--connect'), not a reward service's; {where}"))
 
     def _send(self, peer: bytes, msg: wire.Message) -> bool:
         try:

@@ -31,18 +31,23 @@ Contract:
   lock only to take the batches out: it never waits on a registration in
   progress.
 * Thread-safe: any thread may call any method.  Futures are resolved outside
-  the lock; their callbacks run on the resolving thread.
+  the lock; their callbacks run on the resolving thread, as each resolves, or,
+  for what a thread resolves inside its ``callbacks_after()``, at the end of
+  it, in the order their futures resolved (threads sleeping on them are woken
+  at once): so a region where user code must not run (the collector paused)
+  can resolve futures.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import Iterable, Optional
+from contextlib import contextmanager
+from typing import Iterable, Iterator, Optional
 
 from .._errors import ErrorKind
 from .._exceptions import ProducerClosed
-from .result import Result, ResultFuture, resolve_first
+from .result import Callbacks, Result, ResultFuture, resolve_first, run_callbacks
 
 __all__ = ["Batch", "FutureTable", "CHECK_EVERY"]
 
@@ -67,6 +72,7 @@ class FutureTable:
         self._lock = threading.Lock()
         self._live: set[Batch] = set()  # registered, with futures not yet resolved
         self._closed: Optional[str] = None  # why, once closed
+        self._held: dict[int, Callbacks] = {}  # thread ident -> the callbacks it holds (``callbacks_after``); each its own
 
     def __len__(self) -> int:
         """Futures registered (handed out or not yet) and not yet resolved."""
@@ -101,13 +107,26 @@ class FutureTable:
         before; returns how many this call set.  ``ValueError`` if the two differ in length, ``IndexError`` if an index is
         not one of the batch's positions: in either case nothing is set."""
         pairs = list(zip(map(batch.futures.__getitem__, indexes), results, strict=True))  # all checked before any is set
-        fresh = resolve_first(pairs)  # one hold of the futures' lock
+        fresh = resolve_first(pairs, self._held.get(threading.get_ident()))  # one hold of the futures' lock
         if fresh:
             with self._lock:
                 batch.left -= fresh
                 if batch.left <= 0:
                     self._live.discard(batch)
         return fresh
+
+    @contextmanager
+    def callbacks_after(self) -> Iterator[None]:
+        """Inside, the callbacks of the futures this thread resolves (``resolve``, ``fail``) are held; they run at its
+        end, on this thread, in order, even when it ends by an exception.  Not nested."""
+        me = threading.get_ident()
+        held: Callbacks = []
+        self._held[me] = held
+        try:
+            yield
+        finally:
+            del self._held[me]
+            run_callbacks(held)
 
     def fail(self, batch: Batch, indexes: Iterable[int], error: str) -> int:
         """Resolve the futures at ``indexes`` (those still pending) with ``error`` and the fallback score."""

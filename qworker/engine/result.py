@@ -206,9 +206,13 @@ class ResultFuture(concurrent.futures.Future):
         return asyncio.wrap_future(self).__await__()
 
 
-def _resolve(pairs: Iterable[tuple[ResultFuture, Result]]) -> tuple[int, Optional[ResultFuture]]:
+Callbacks = list[tuple[ResultFuture, Sequence[Callable[[concurrent.futures.Future], object]]]]  # futures and their callbacks, to run
+
+
+def _resolve(pairs: Iterable[tuple[ResultFuture, Result]], later: Optional[Callbacks] = None) -> tuple[int, Optional[ResultFuture]]:
     """Resolve each future not resolved yet with its result, under one hold of the state lock; then wake its
-    waiters and run its callbacks.  Returns how many this call resolved, and one that was resolved already (or None)."""
+    waiters and run its callbacks (or, given ``later``, append them there, for ``run_callbacks``).  Returns how many
+    this call resolved, and one that was resolved already (or None)."""
     woken: list[tuple[ResultFuture, Optional[threading.Condition], Optional[Sequence]]] = []
     again: Optional[ResultFuture] = None
     fresh = 0
@@ -224,7 +228,12 @@ def _resolve(pairs: Iterable[tuple[ResultFuture, Result]]) -> tuple[int, Optiona
                 woken.append((fut, fut._cond, fut._callbacks))
                 fut._callbacks = None
     for fut, cond, callbacks in woken:
-        _wake(fut, cond, callbacks)
+        if later is not None:
+            _wake(fut, cond, None)
+            if callbacks:
+                later.append((fut, callbacks))
+        else:
+            _wake(fut, cond, callbacks)
     return fresh, again
 
 
@@ -236,10 +245,19 @@ def resolve_many(pairs: Iterable[tuple[ResultFuture, Result]]) -> None:
         raise concurrent.futures.InvalidStateError(f"{again!r} is resolved already")
 
 
-def resolve_first(pairs: Iterable[tuple[ResultFuture, Result]]) -> int:
+def resolve_first(pairs: Iterable[tuple[ResultFuture, Result]], later: Optional[Callbacks] = None) -> int:
     """``resolve_many`` where the first result of a future wins: one already resolved is left as it is (no
-    error).  Returns how many this call resolved."""
-    return _resolve(pairs)[0]
+    error).  Returns how many this call resolved.  Given ``later``, the threads sleeping on the futures are woken at
+    once, and their callbacks appended to ``later`` instead of run: the caller runs them (``run_callbacks``)."""
+    return _resolve(pairs, later)[0]
+
+
+def run_callbacks(later: Callbacks) -> None:
+    """Run the callbacks ``resolve_first`` put in ``later``, in order (each as ``add_done_callback``'s: one that raises
+    is logged), and empty it."""
+    for fut, callbacks in later:
+        _wake(fut, None, callbacks)
+    later.clear()
 
 
 def add_done_callbacks(futures: Iterable[ResultFuture], fn: Callable[[concurrent.futures.Future], object]) -> None:

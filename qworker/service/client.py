@@ -302,8 +302,9 @@ class Client:
     def _receive(self) -> None:
         # Decoding and resolving a Resolved makes a few objects per result that the cyclic GC counts, all gone by the
         # end: the collector waits, so that they set off no collection that would move the futures still in flight
-        # to older generations (see ``submit_batch``).
-        with paused_gc():
+        # to older generations (see ``submit_batch``).  The callbacks users add to the futures resolved run after the
+        # pause, never inside it (user code could allocate without bound there).
+        with self._table.callbacks_after(), paused_gc():
             self._receive_some()
 
     def _receive_some(self) -> None:
@@ -339,8 +340,8 @@ class Client:
                         self._resubmit(req, "the service no longer holds it")
             elif isinstance(msg, cw.Closing):
                 self._on_closing(msg.reason)
-            elif isinstance(msg, wire.Refused):  # a service of another wire protocol: it serves none of ours
-                self._on_closing(wire.refused_line(f"the reward service at {self.endpoint}", "this client", msg))
+            elif isinstance(msg, wire.Refused):  # a service of another wire protocol, or not a service (a producer's pools' endpoint)
+                self._on_closing(wire.refused_line(self.endpoint, "this client", msg))
             elif isinstance(msg, StatusReply):
                 while self._status_waiters and self._status_waiters[0][0].is_set():
                     self._status_waiters.popleft()  # its caller timed out

@@ -58,6 +58,7 @@ from ..engine.producer import Producer
 from ..engine.result import Result, ResultFuture, add_done_callbacks
 from ..engine.status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
+from ..transport.endpoint import reachable
 from ..transport.ration import LogRation, RefusedStamps
 from ..transport.reactor import Reactor, Step
 from ..transport.sockets import bind_server, bound_endpoint, close_server
@@ -192,6 +193,7 @@ class RewardService:
         ]
         r.deadline(self._next_flush)
         r.at_exit(self._reactor_ended)
+        self._dispatcher.clients_endpoint = self.endpoint  # named to a Client that connects to the pools' endpoint
         self._attached = self._joined = True
 
     def _reactor_ended(self) -> None:
@@ -207,6 +209,7 @@ class RewardService:
         if self._left.is_set():
             return
         self._attached = False
+        self._dispatcher.clients_endpoint = None
         try:
             for step in self._steps:
                 self._reactor.cancel(step)
@@ -302,7 +305,7 @@ class RewardService:
         """A pool or worker pointed at the clients' endpoint: answer ``Refused`` naming where pools connect (the pool
         stops with that line), count the frame as dropped, and log the first ten such frames, then one in a thousand."""
         self.dropped_frames += 1
-        where = (f"pools connect to {self.producer.endpoint}" if self.producer.options.bind else
+        where = (f"pools connect to {reachable(self.producer.endpoint)}" if self.producer.options.bind else
                  "this service takes no remote pools: serve it with --bind tcp://HOST:PORT for them")
         if self._pools_refused.tick():
             log.error("qworker service: refused %r: a pool or worker at the clients' endpoint %s (%s)",

@@ -7,15 +7,24 @@ out of range or an ``ipc://`` path too long for a Unix socket is one ``ConfigErr
 
 from __future__ import annotations
 
+from typing import Optional
+
 from .._exceptions import ConfigError
 
-__all__ = ["check_endpoint", "IPC_PATH_MAX"]
+__all__ = ["check_endpoint", "reachable", "oversize_ipc_path", "IPC_PATH_MAX"]
 
 # libzmq's transports; qworker's own sockets use tcp, ipc and inproc, and the others are refused without CURVE
 # or ``insecure`` where they are bound (``security.check_bind``), not here
 SCHEMES = tuple(f"{name}://" for name in ("tcp", "ipc", "inproc", "pgm", "epgm", "tipc", "vmci", "udp", "ws", "wss", "norm"))
 MAX_PORT = 65535
 IPC_PATH_MAX = 107  # bytes of an ipc:// path: a Unix socket address holds 108 with its NUL (libzmq's IPC_PATH_MAX_LEN)
+
+
+def oversize_ipc_path(path: str) -> Optional[int]:
+    """The size in bytes of ``path`` (an ``ipc://`` endpoint's, as the system encodes file names) when it is over the
+    ``IPC_PATH_MAX`` a Unix socket's address holds; None when it fits."""
+    size = len(path.encode("utf-8", "surrogateescape"))
+    return size if size > IPC_PATH_MAX else None
 
 
 def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str:
@@ -25,7 +34,12 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
     ``*`` (any interface, or any port) nor port 0, which only a bind can take."""
     if not isinstance(endpoint, str) or not endpoint.startswith(SCHEMES):
         shown = endpoint if isinstance(endpoint, str) else type(endpoint).__name__
-        hint = f"tcp://{endpoint}" if isinstance(endpoint, str) and "://" not in endpoint and ":" in endpoint else "tcp://HOST:PORT"
+        if isinstance(endpoint, str) and "://" not in endpoint and ":" in endpoint:
+            hint = f"tcp://{endpoint}"  # a host and port
+        elif (type(endpoint) is int and 0 <= endpoint <= MAX_PORT) or (isinstance(endpoint, str) and endpoint.isdigit()):
+            hint = f"tcp://127.0.0.1:{endpoint}"  # a port alone: this host's
+        else:
+            hint = "tcp://HOST:PORT"
         raise ConfigError(f"{what} {shown!r} is not a ZeroMQ endpoint: write {hint} (or ipc://PATH)")
     if endpoint.startswith("tcp://"):
         host, _, port = endpoint[len("tcp://"):].rpartition(":")
@@ -35,8 +49,21 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
             raise ConfigError(f"{what} {endpoint!r} is an address to bind, not to connect to: write the producer's or "
                               "service's host and port, e.g. tcp://127.0.0.1:5555")
     if endpoint.startswith("ipc://"):
-        size = len(endpoint[len("ipc://"):].encode("utf-8", "surrogateescape"))
-        if size > IPC_PATH_MAX:
+        size = oversize_ipc_path(endpoint[len("ipc://"):])
+        if size is not None:
             raise ConfigError(f"{what} {endpoint!r}: the path is {size} bytes, over the {IPC_PATH_MAX} a Unix socket can hold; "
                               "use a shorter path (or tcp://127.0.0.1:PORT)")
     return endpoint
+
+
+ANY_INTERFACE = ("*", "0.0.0.0", "[::]", "::")  # hosts of a bind to every interface: one binds to them, never connects
+
+
+def reachable(bound: str) -> str:
+    """A bound endpoint as a peer is told to connect to it: as it is, or, bound to every interface
+    (``tcp://*:P``, ``tcp://0.0.0.0:P``), "port P of this host (tcp://0.0.0.0:P)"."""
+    if bound.startswith("tcp://"):
+        host, _, port = bound[len("tcp://"):].rpartition(":")
+        if host in ANY_INTERFACE:
+            return f"port {port} of this host ({bound})"
+    return bound

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -114,13 +115,49 @@ def is_loopback(endpoint: str) -> bool:
         return False  # "*", an interface name, or a host name: it may reach beyond this host
 
 
+def _addresses(host: str) -> list[str]:
+    """The addresses ``host`` (a name) resolves to on this host, as ``getaddrinfo`` gives them; [] when it does not."""
+    try:
+        return [str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
+    except (OSError, UnicodeError):
+        return []
+
+
+def _loopback_name(endpoint: str) -> Optional[str]:
+    """For ``tcp://NAME:PORT`` where NAME is a host name (not ``localhost``) that resolves only to loopback addresses
+    on this host (``vm`` in ``/etc/hosts`` as 127.0.0.1, Debian's 127.0.1.1 for the host's own name): the first of
+    them; else None.  Such a name is not taken as loopback (``is_loopback``): this only names what it is."""
+    if not endpoint.startswith("tcp://"):
+        return None
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0]
+    if host in ("*", "localhost") or host.startswith("["):
+        return None
+    try:
+        ipaddress.ip_address(host)
+        return None  # an address, not a name
+    except ValueError:
+        pass
+    found = _addresses(host)
+    return found[0] if found and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found) else None
+
+
 def check_bind(endpoint: str, curve: Optional[Curve], *, insecure: bool) -> None:
     """Refuse an endpoint that is not one (``check_endpoint``), and binding beyond loopback without CURVE
-    unless ``insecure``."""
+    unless ``insecure``; a host name that resolves to loopback only is refused with a line saying so (no other host
+    reaches it, and only ``localhost`` or an address counts as loopback)."""
     check_endpoint(endpoint, what="bind endpoint")
     if is_loopback(endpoint) or isinstance(curve, CurveServer):
         return
     if not insecure:
+        address = _loopback_name(endpoint)
+        if address is not None:
+            host, _, port = endpoint[len("tcp://"):].rpartition(":")
+            shown = f"[{address}]" if ":" in address else address
+            raise ConfigError(
+                f"refusing to bind {endpoint}: {host!r} names this host's loopback address {address}, which no other host "
+                f"reaches, and only localhost or an address counts as loopback: write tcp://{shown}:{port} to serve this "
+                "host alone; for other hosts, bind an address they reach, with CURVE keys ('qworker keys') or --insecure"
+            )
         raise ConfigError(
             f"refusing to bind {endpoint} without authentication: any process that can reach it could join and feed "
             "results into the cache. Give CURVE keys (curve_secret_key + curve_allowed_keys; see 'qworker keys'), "

@@ -21,7 +21,7 @@ import zmq
 from .._exceptions import ConfigError
 from . import security
 from .allowlist import POLLIN, GuardedRouter
-from .endpoint import IPC_PATH_MAX
+from .endpoint import IPC_PATH_MAX, oversize_ipc_path
 from .security import Curve
 
 log = logging.getLogger("qworker")
@@ -40,11 +40,11 @@ def runtime_dir() -> str:
 
 def new_ipc_endpoint() -> str:
     """A fresh ``ipc://`` endpoint that no other process uses; ``ConfigError`` when the runtime directory's path is
-    too long for a Unix socket's (``endpoint.IPC_PATH_MAX``), naming the variable that sets it."""
+    too long for a Unix socket's (``endpoint.oversize_ipc_path``), naming the variable that sets it."""
     base = runtime_dir()
     path = f"{base}/p{os.getpid()}-{secrets.token_hex(4)}.sock"
-    size = len(path.encode("utf-8", "surrogateescape"))
-    if size > IPC_PATH_MAX:
+    size = oversize_ipc_path(path)
+    if size is not None:
         source = next((name for name in ("QWORKER_RUNTIME_DIR", "XDG_RUNTIME_DIR", "TMPDIR") if os.environ.get(name)),
                       "the temporary directory")
         raise ConfigError(f"qworker's runtime directory {base} (from {source}) makes socket paths of {size} bytes, over the "
@@ -71,7 +71,8 @@ def make_socket(
     ``max_message_bytes`` becomes ``MAXMSGSIZE``: a peer sending a larger message
     is disconnected by libzmq before the message reaches Python.  ``curve``
     authenticates and encrypts (``security``); binding beyond loopback without it
-    raises ``ConfigError`` unless ``insecure``.  A connecting socket retries a lost
+    raises ``ConfigError`` unless ``insecure``.  An IPv6 address is written in brackets (``tcp://[::1]:5557``).  A
+    connecting socket retries a lost
     connection after 100 ms, backing off to ``reconnect_max_ms``; ``on_link`` is told, from a thread of its own,
     when a peer takes its connection (True) and when that link drops (False) (``security.watch_link``, which also
     logs a CURVE client's failed handshakes).  A socket bound with CURVE needs ``security.release(ctx)`` before its
@@ -92,6 +93,8 @@ def make_socket(
     if kind == zmq.ROUTER:
         # An unroutable send raises EHOSTUNREACH instead of vanishing.
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    if (bind or connect or "").startswith("tcp://["):  # an IPv6 address (tcp://[::1]:P): libzmq takes one only with IPV6 set
+        sock.setsockopt(zmq.IPV6, 1)
     try:
         if connect is not None:
             sock.setsockopt(zmq.RECONNECT_IVL, 100)

@@ -63,7 +63,7 @@ BYE = b"B"  # worker -> producer: leaving; drop my leases
 POOL = b"P"  # pool -> producer: supervisor report (liveness, losses)
 STATUS = b"S"  # client -> producer: what do you see?
 STATUS_REPLY = b"s"  # producer -> client
-REFUSED = b"!"  # producer -> worker or pool, service -> client: your wire protocol is not mine
+REFUSED = b"!"  # producer -> worker, pool or client, service -> client or pool: your wire protocol is not mine, or I am not what you take me for
 
 KEY_BYTES = 16  # blake2b-128 task keys
 
@@ -135,7 +135,9 @@ class _Stamp(msgspec.Struct, array_like=True):
 
 
 class Refused(Message, forbid_unknown_fields=False):
-    """The answer to a ``Stamped`` message of another protocol: the refuser's stamp and why.  Its fields never change
+    """The answer to a ``Stamped`` message of another protocol, or to a peer at an endpoint that is not for its kind
+    (a pool at a reward service's clients' endpoint, a ``Client`` at a producer's endpoint for pools): the refuser's
+    stamp and why.  Its fields never change
     (a later version may only add some after them, which this one ignores), so every version reads it."""
 
     KIND: ClassVar[bytes] = REFUSED

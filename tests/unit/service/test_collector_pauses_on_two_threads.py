@@ -3,6 +3,7 @@ thread in ``submit_batch`` and its I/O thread in ``_receive``) leave it on once 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
 import threading
@@ -54,6 +55,9 @@ def test_a_clients_user_and_io_threads_pausing_together_leave_the_collector_on()
     class _Table:
         def register(self, n: int) -> None:
             raise ProducerClosed("closed")  # submit_batch leaves its pause by an exception, as after close()
+
+        def callbacks_after(self) -> contextlib.nullcontext:
+            return contextlib.nullcontext()
 
     class _Sock:
         def recv_multipart(self, flags: int = 0, copy: bool = True) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from qworker import ConfigError
-from qworker.transport.endpoint import IPC_PATH_MAX, check_endpoint
+from qworker.transport.endpoint import IPC_PATH_MAX, check_endpoint, oversize_ipc_path, reachable
 from qworker.transport.sockets import new_ipc_endpoint
 
 
@@ -22,7 +24,8 @@ def test_well_formed_endpoints_pass_unchanged(endpoint):
     ("tcp://127.0.0.1:65536", "a port from 0 to 65535"),
     ("tcp://127.0.0.1", "expected tcp://HOST:PORT"),
     ("tcp://:5557", "expected tcp://HOST:PORT"),
-    (5557, "--connect 'int' is not a ZeroMQ endpoint"),
+    (5557, "--connect 'int' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
+    ("5557", "--connect '5557' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
 ])
 def test_a_malformed_endpoint_is_a_config_error_naming_the_option(endpoint, says):
     with pytest.raises(ConfigError) as err:
@@ -56,6 +59,28 @@ def test_a_runtime_directory_too_long_for_its_sockets_is_a_config_error_naming_t
     assert check_endpoint(new_ipc_endpoint(), what="the runtime directory")  # a short one makes a path that fits
 
 
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_path_qworker_makes_and_one_a_user_gives_are_held_to_one_ipc_length_rule(tmp_path, monkeypatch, over):
+    """At the limit, in bytes of multibyte names: the runtime directory's socket path and the same path given as an
+    endpoint fit, or are refused, together."""
+    suffix = len(f"/p{os.getpid()}-") + 8 + len(".sock")  # what new_ipc_endpoint adds to the directory
+    room = IPC_PATH_MAX + over - suffix - len(str(tmp_path).encode()) - 1  # bytes left for one more directory name
+    assert room >= 2, f"pytest's tmp_path {tmp_path} leaves no room under the limit"
+    name = "é" * (room // 2) + "d" * (room % 2)  # two bytes each
+    monkeypatch.setenv("QWORKER_RUNTIME_DIR", str(tmp_path / name))
+    given = "ipc://" + str(tmp_path / name / f"p{os.getpid()}-{'0' * 8}.sock")
+    assert len(given[len("ipc://"):].encode()) == IPC_PATH_MAX + over
+    if over:
+        with pytest.raises(ConfigError):
+            new_ipc_endpoint()
+        with pytest.raises(ConfigError):
+            check_endpoint(given, what="--bind")
+    else:
+        assert check_endpoint(new_ipc_endpoint(), what="the runtime directory")
+        assert check_endpoint(given, what="--bind") == given
+    assert (oversize_ipc_path(given[len("ipc://"):]) is None) is not bool(over)
+
+
 def test_a_port_in_use_on_every_interface_is_named_with_an_address_one_can_connect_to():
     import errno
 
@@ -70,3 +95,10 @@ def test_a_bind_address_given_to_connect_to_is_a_config_error_naming_what_to_wri
     assert check_endpoint(endpoint, what="--bind") == endpoint  # a bind takes it
     with pytest.raises(ConfigError, match="an address to bind, not to connect to"):
         check_endpoint(endpoint, what="--connect", connect=True)
+
+
+def test_a_bound_endpoint_on_every_interface_is_named_by_its_port_when_a_peer_is_told_to_connect():
+    assert reachable("tcp://0.0.0.0:5557") == "port 5557 of this host (tcp://0.0.0.0:5557)"
+    assert reachable("tcp://*:5557") == "port 5557 of this host (tcp://*:5557)"
+    assert reachable("tcp://127.0.0.1:5557") == "tcp://127.0.0.1:5557"
+    assert reachable("ipc:///tmp/q.sock") == "ipc:///tmp/q.sock"
