@@ -27,6 +27,9 @@ def oversize_ipc_path(path: str) -> Optional[int]:
     return size if size > IPC_PATH_MAX else None
 
 
+ANY_INTERFACE = ("*", "0.0.0.0", "[::]")  # hosts of a bind to every interface: one binds to them, never connects
+
+
 def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str:
     """``endpoint`` when it names one of libzmq's transports (``tcp://HOST:PORT`` with PORT 0-65535 or ``*`` to
     bind any, ``ipc://PATH`` with PATH at most ``IPC_PATH_MAX`` bytes, ``inproc://NAME``, ...); else ``ConfigError``
@@ -36,8 +39,8 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
         shown = endpoint if isinstance(endpoint, str) else type(endpoint).__name__
         if isinstance(endpoint, str) and "://" not in endpoint and ":" in endpoint:
             hint = f"tcp://{endpoint}"  # a host and port
-        elif (type(endpoint) is int and 0 <= endpoint <= MAX_PORT) or (isinstance(endpoint, str) and endpoint.isdigit()):
-            hint = f"tcp://127.0.0.1:{endpoint}"  # a port alone: this host's
+        elif (type(endpoint) is int or (isinstance(endpoint, str) and endpoint.isdigit())) and 0 < int(endpoint) <= MAX_PORT:
+            hint = f"tcp://127.0.0.1:{int(endpoint)}"  # a port alone: this host's
         else:
             hint = "tcp://HOST:PORT"
         raise ConfigError(f"{what} {shown!r} is not a ZeroMQ endpoint: write {hint} (or ipc://PATH)")
@@ -45,7 +48,7 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
         host, _, port = endpoint[len("tcp://"):].rpartition(":")
         if not host or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):
             raise ConfigError(f"{what} {endpoint!r}: expected tcp://HOST:PORT with a port from 0 to {MAX_PORT} (or * to bind any)")
-        if connect and (host in ("*", "0.0.0.0") or port in ("*", "0")):
+        if connect and (host in ANY_INTERFACE or port in ("*", "0")):
             raise ConfigError(f"{what} {endpoint!r} is an address to bind, not to connect to: write the producer's or "
                               "service's host and port, e.g. tcp://127.0.0.1:5555")
     if endpoint.startswith("ipc://"):
@@ -54,9 +57,6 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
             raise ConfigError(f"{what} {endpoint!r}: the path is {size} bytes, over the {IPC_PATH_MAX} a Unix socket can hold; "
                               "use a shorter path (or tcp://127.0.0.1:PORT)")
     return endpoint
-
-
-ANY_INTERFACE = ("*", "0.0.0.0", "[::]", "::")  # hosts of a bind to every interface: one binds to them, never connects
 
 
 def reachable(bound: str) -> str:

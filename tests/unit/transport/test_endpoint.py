@@ -26,6 +26,8 @@ def test_well_formed_endpoints_pass_unchanged(endpoint):
     ("tcp://:5557", "expected tcp://HOST:PORT"),
     (5557, "--connect 'int' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
     ("5557", "--connect '5557' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
+    ("99999", "--connect '99999' is not a ZeroMQ endpoint: write tcp://HOST:PORT"),  # no port: not told to write one
+    (0, "--connect 'int' is not a ZeroMQ endpoint: write tcp://HOST:PORT"),
 ])
 def test_a_malformed_endpoint_is_a_config_error_naming_the_option(endpoint, says):
     with pytest.raises(ConfigError) as err:
@@ -90,7 +92,8 @@ def test_a_port_in_use_on_every_interface_is_named_with_an_address_one_can_conne
         assert line.startswith(f"cannot bind {bound}:") and "'qworker status --connect tcp://127.0.0.1:5555'" in line
 
 
-@pytest.mark.parametrize("endpoint", ["tcp://*:5555", "tcp://0.0.0.0:5555", "tcp://127.0.0.1:*", "tcp://127.0.0.1:0"])
+@pytest.mark.parametrize("endpoint", ["tcp://*:5555", "tcp://0.0.0.0:5555", "tcp://[::]:5555", "tcp://127.0.0.1:*",
+                                      "tcp://127.0.0.1:0"])
 def test_a_bind_address_given_to_connect_to_is_a_config_error_naming_what_to_write(endpoint):
     assert check_endpoint(endpoint, what="--bind") == endpoint  # a bind takes it
     with pytest.raises(ConfigError, match="an address to bind, not to connect to"):
@@ -100,5 +103,6 @@ def test_a_bind_address_given_to_connect_to_is_a_config_error_naming_what_to_wri
 def test_a_bound_endpoint_on_every_interface_is_named_by_its_port_when_a_peer_is_told_to_connect():
     assert reachable("tcp://0.0.0.0:5557") == "port 5557 of this host (tcp://0.0.0.0:5557)"
     assert reachable("tcp://*:5557") == "port 5557 of this host (tcp://*:5557)"
+    assert reachable("tcp://[::]:5557") == "port 5557 of this host (tcp://[::]:5557)"
     assert reachable("tcp://127.0.0.1:5557") == "tcp://127.0.0.1:5557"
     assert reachable("ipc:///tmp/q.sock") == "ipc:///tmp/q.sock"
