@@ -120,12 +120,14 @@ class FutureTable:
         """Inside, the callbacks of the futures this thread resolves (``resolve``, ``fail``) are held; they run at its
         end, on this thread, in order, even when it ends by an exception.  Not nested."""
         me = threading.get_ident()
+        if me in self._held:
+            raise RuntimeError("callbacks_after() entered twice on one thread")
         held: Callbacks = []
         self._held[me] = held
         try:
             yield
         finally:
-            del self._held[me]
+            self._held.pop(me, None)
             run_callbacks(held)
 
     def fail(self, batch: Batch, indexes: Iterable[int], error: str) -> int:

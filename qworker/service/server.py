@@ -209,7 +209,8 @@ class RewardService:
         if self._left.is_set():
             return
         self._attached = False
-        self._dispatcher.clients_endpoint = None
+        if self._dispatcher.clients_endpoint == self.endpoint:  # not a successor's, attached meanwhile
+            self._dispatcher.clients_endpoint = None
         try:
             for step in self._steps:
                 self._reactor.cancel(step)

@@ -179,7 +179,8 @@ def mismatch(who: str, here: str, theirs: Refused) -> str:
 
 def refused_line(who: str, here: str, theirs: Refused) -> str:
     """The line that says why ``who`` refused ``here``: another wire protocol (``mismatch``), or, from a peer of this
-    protocol, the reason it gave (a reward service's client endpoint refusing a pool)."""
+    protocol, the reason it gave (an endpoint not for ``here``'s kind: a reward service's clients' endpoint refusing a
+    pool, a producer's endpoint for pools refusing a ``Client``)."""
     if theirs.protocol != STAMP[0]:
         return mismatch(who, here, theirs)
     return f"{who} refused {here}: {printable(theirs.reason, 300)}"

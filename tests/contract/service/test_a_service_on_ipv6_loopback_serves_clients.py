@@ -3,8 +3,24 @@
 
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from qworker import Client, Producer
 from tests.contract.service.test_service import free_port, serve, stop
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _ipv6_loopback(), reason="this host has no IPv6 loopback (::1)")
 
 
 def test_a_service_listening_on_ipv6_loopback_serves_a_client_there():

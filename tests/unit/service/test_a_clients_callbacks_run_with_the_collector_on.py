@@ -1,7 +1,7 @@
 """A ``Client`` pauses the cyclic collector while it decodes and resolves what the service sent (``_receive``), but the
 callbacks users add to its futures (``add_done_callback``, ``asyncio.wrap_future``'s) run after that pause ends, on the
-same thread, in the order their futures resolved: user code never runs with the collector off (it could allocate
-without bound).  The socket is a stub: no process or socket is started."""
+same thread, in the order their futures resolved: user code never runs inside the I/O thread's own pause (where it
+could allocate without bound).  The socket is a stub: no process or socket is started."""
 
 from __future__ import annotations
 

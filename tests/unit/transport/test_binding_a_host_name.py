@@ -15,7 +15,7 @@ HOSTS = {"vm": ["127.0.0.1"], "debian": ["127.0.1.1", "127.0.1.1"], "v6": ["::1"
 
 @pytest.fixture(autouse=True)
 def hosts(monkeypatch):
-    monkeypatch.setattr(security, "_addresses", lambda host: HOSTS.get(host, []), raising=False)
+    monkeypatch.setattr(security, "_addresses", lambda host: HOSTS.get(host, []))
 
 
 @pytest.mark.parametrize("name, write", [("vm", "tcp://127.0.0.1:5557"), ("debian", "tcp://127.0.1.1:5557"),
