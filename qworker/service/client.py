@@ -8,11 +8,27 @@ futures are the producer's (``concurrent.futures``-compatible and awaitable).
 
 Contract:
 
-* ``submit_batch`` returns once the service has *taken* the request (one round
-  trip).  A service that does not answer within ``connect_timeout_s``, that
-  has no workers, or that refuses this client (another wire protocol: one line
-  naming both versions), raises ``ServiceUnavailable``; a bad reward name or params
-  raise as they would at a ``Producer``.
+* A *target* is a request's reward, params and ``timeout_s`` together.  The
+  first ``submit_batch`` of a target returns once the service has *taken* the
+  request (one round trip).  A service that does not answer within
+  ``connect_timeout_s``, that has no workers, or that refuses this client
+  (another wire protocol: one line naming both versions), raises
+  ``ServiceUnavailable``; a bad reward name or params raise as they would at a
+  ``Producer``.
+* Once the service (this instance of it) has taken a request of a target, a
+  later ``submit_batch`` of it is *pipelined*: it returns its futures as soon
+  as the request is handed to the I/O thread, without waiting for the
+  service's answer.  At most ``PIPELINE_WINDOW`` pipelined requests of a
+  client are unanswered at once: beyond that, ``submit_batch`` waits for the
+  oldest to be answered (up to ``connect_timeout_s``, then it raises
+  ``ServiceUnavailable`` as a first request does; the older requests are kept
+  and resent).  A pipelined request the service refuses (it lost its workers,
+  it restarted with another config) resolves its futures as ``service_lost``
+  naming the refusal, and the target needs a round trip again: the next
+  ``submit_batch`` of it waits for the service's answer, and raises.  The
+  targets taken are remembered per client, the ``KNOWN_TARGETS`` most recently
+  used, and forgotten when the service restarts, says it is stopping, or is
+  silent for ``service_timeout_s``.
 * A link that breaks and comes back loses nothing, whatever the break's length
   up to ``service_timeout_s``: the client acknowledges every result message,
   and the service resends what is not acknowledged; a submission is resent
@@ -46,7 +62,7 @@ import os
 import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, cast
 
@@ -80,6 +96,9 @@ LINK_SILENT_S = 5.0  # pinging and hearing nothing this long: the connection is 
 _ERRORS: dict[str, type[QworkerError]] = {"ConfigError": ConfigError, "RewardError": RewardError}
 _MAX_BYTES = 256 * 1024 * 1024
 RECEIVE_PER_TURN = 16  # messages read per turn of the I/O thread (a Resolved carries up to 512 results)
+PIPELINE_WINDOW = 8  # pipelined requests of a client handed to the I/O thread and not yet answered by the service, at most
+KNOWN_TARGETS = 64  # targets (reward, params, timeout_s) the service has taken a request of, remembered per client
+_TARGET_ENCODER = msgspec.msgpack.Encoder(order="deterministic")  # a params dict's bytes, whatever its keys' order
 
 
 def _encode(payloads: list[Any]) -> tuple[list[msgspec.Raw], list[int], list[tuple[int, str]]]:
@@ -112,6 +131,7 @@ class _Request:
     batch: Batch  # the futures of the submission it is part of (the table owns them)
     indexes: list[int]  # the batch index of each payload, in order
     submitted: float
+    target: Optional[bytes] = None  # its target's key (``_target_key``); None: one that cannot be keyed (never pipelined)
     instance: str = ""  # the service instance that took it
     answered: Optional[cw.Accepted] = None
     taken: threading.Event = field(default_factory=threading.Event)
@@ -126,6 +146,51 @@ class _Request:
         """Positions (in this request) of the tasks whose futures have not resolved."""
         futures, at = self.batch.futures, self.indexes
         return [i for i in range(len(at)) if not futures[at[i]].done()]
+
+
+def _target_key(reward: str, params: Optional[dict], timeout_s: Optional[float]) -> Optional[bytes]:
+    """The key of a request's target: its reward, params and timeout, encoded with the params' keys sorted (one target,
+    one key, whatever the order its params were built in); None if they cannot be encoded."""
+    try:
+        return _TARGET_ENCODER.encode((reward, params, timeout_s))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+class _KnownTargets:
+    """The targets the service has taken a request of: at most ``size`` of them, the least recently used forgotten
+    first.  Thread-safe: callers' threads look up, the I/O thread adds and forgets."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._keys: OrderedDict[bytes, None] = OrderedDict()
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            if key not in self._keys:
+                return False
+            self._keys.move_to_end(cast(bytes, key))
+            return True
+
+    def add(self, key: bytes) -> None:
+        with self._lock:
+            self._keys[key] = None
+            self._keys.move_to_end(key)
+            while len(self._keys) > self.size:
+                self._keys.popitem(last=False)
+
+    def discard(self, key: bytes) -> bool:
+        """Forget ``key``; whether it was known."""
+        with self._lock:
+            if key not in self._keys:
+                return False
+            del self._keys[key]
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._keys.clear()
 
 
 class Client:
@@ -149,6 +214,9 @@ class Client:
         self._requests: dict[int, _Request] = {}  # the I/O thread's
         self._outbox: deque[Any] = deque()  # messages from the callers' threads
         self._status_waiters: deque[tuple[threading.Event, list]] = deque()
+        self._known = _KnownTargets(KNOWN_TARGETS)  # targets the service has taken (``submit_batch``)
+        self._window_lock = threading.Lock()
+        self._unanswered: deque[_Request] = deque()  # pipelined requests, oldest first, maybe answered (callers' threads)
         self._instance = ""
         self._heard = time.monotonic()
         self.resubmitted = 0  # requests sent again: not taken in time, restarted or unknown to the service
@@ -176,13 +244,15 @@ class Client:
     def submit_batch(
         self, reward: str, payloads: Iterable[Any], *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None
     ) -> list[ResultFuture]:
-        """One future per payload, in order, once the service has taken the request."""
+        """One future per payload, in order: once the service has taken the request, or at once for a target it has
+        taken a request of before (pipelined; see the module's docstring)."""
         if self._closed:
             raise ProducerClosed("submit_batch() on a closed Client")
         payloads = list(payloads)
         if not payloads:
             return []
         params = dict(params) if params else None
+        target = _target_key(reward, params, timeout_s)
         # a future per payload, which lives until its result comes: collections set off while they are made would
         # move every future in flight to older generations (and full collections rescan them all); none of it is
         # cyclic garbage, so the collector waits until they are made (as ``Producer.submit_batch`` does)
@@ -193,7 +263,9 @@ class Client:
             self._table.resolve(batch, [i for i, _ in refused], [Result(score=self.fallback_score, error=error) for _, error in refused])
             if not encoded:
                 return self._table.hand_out(batch)
-        req = _Request(next(self._numbers), reward, params, encoded, timeout_s, batch, indexes, time.monotonic())
+        req = _Request(next(self._numbers), reward, params, encoded, timeout_s, batch, indexes, time.monotonic(), target)
+        if target is not None and target in self._known:
+            return self._pipeline(req)
         self._outbox.append(req)  # to the I/O thread
         self._wake()
         if self._closed:  # close() may have passed over the outbox before this request reached it
@@ -201,17 +273,44 @@ class Client:
         if not req.taken.wait(self.connect_timeout_s):
             self._outbox.append(("forget", req.number))
             self._wake()
-            why = handshake_problem(self.endpoint) or (
-                f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
-                "(is 'qworker serve' running there?)")
-            self._fail(req, ErrorKind.SERVICE_LOST.error(why))  # never handed out, but the table resolves all it owns
-            raise ServiceUnavailable(why)
+            raise self._unanswered_error(req)
         answer = req.answered
         if answer is None:
             raise ProducerClosed("the Client closed while submitting")
         if answer.error is not None:
             raise _ERRORS.get(answer.error_type, ServiceUnavailable)(answer.error)
         return self._table.hand_out(batch)  # raises ProducerClosed if close() came first
+
+    def _pipeline(self, req: _Request) -> list[ResultFuture]:
+        """Hand ``req`` (of a target the service has taken) to the I/O thread and its futures to the caller, once fewer
+        than ``PIPELINE_WINDOW`` pipelined requests are unanswered; ``ServiceUnavailable`` if the oldest is not
+        answered within ``connect_timeout_s`` (``req`` is then not sent, and its futures are never handed out)."""
+        deadline = time.monotonic() + self.connect_timeout_s
+        while True:
+            with self._window_lock:
+                unanswered = self._unanswered
+                while unanswered and unanswered[0].taken.is_set():
+                    unanswered.popleft()
+                if len(unanswered) < PIPELINE_WINDOW:
+                    futures = self._table.hand_out(req.batch)  # raises ProducerClosed if close() came first
+                    unanswered.append(req)
+                    self._outbox.append(req)  # to the I/O thread, in the order of the window
+                    break
+                oldest = unanswered[0]
+            if not oldest.taken.wait(max(0.0, deadline - time.monotonic())):
+                raise self._unanswered_error(req)
+        self._wake()
+        if self._closed:  # close() may have passed over the outbox before this request reached it: nobody waits on
+            req.taken.set()  # it but a later caller's window, which then finds the client closed
+        return futures
+
+    def _unanswered_error(self, req: _Request) -> ServiceUnavailable:
+        """The service did not answer in time: ``req``'s futures (never handed out) resolve, and this is raised."""
+        why = handshake_problem(self.endpoint) or (
+            f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
+            "(is 'qworker serve' running there?)")
+        self._fail(req, ErrorKind.SERVICE_LOST.error(why))  # never handed out, but the table resolves all it owns
+        return ServiceUnavailable(why)
 
     def gather(self, futures: Sequence[Any], timeout: Optional[float] = None) -> list[Result]:
         """The ``Result`` of each future, in order; see ``Producer.gather``."""
@@ -357,17 +456,26 @@ class Client:
         if req is None or req.answered is not None:
             return  # forgotten, or the answer to a resend
         req.instance, req.answered = msg.instance, msg
-        if msg.error is not None:
+        if msg.error is None:
+            if req.target is not None:
+                self._known.add(req.target)  # its target's later requests are pipelined
+        else:
             del self._requests[msg.request]
-            # A resubmission has no caller waiting to raise this: its futures are out, so they fail
-            # (a first submission's futures were never handed out; its caller raises).
-            self._fail(req, ErrorKind.SERVICE_LOST.error(f"the reward service refused the request: {msg.error}"))
+            # A pipelined request or a resubmission has no caller waiting to raise this: its futures are out, so they
+            # fail (a first submission's futures were never handed out; its caller raises).
+            why = f"the reward service refused the request: {msg.error}"
+            forgot = req.target is not None and self._known.discard(req.target)
+            if forgot and req.batch.handed_out:  # once per target taken, then refused
+                log.error("qworker client: %s; its tasks fail as service_lost (as may those of the requests of its reward "
+                          "and params already sent); the next submit_batch of them waits for the service's answer", why)
+            self._fail(req, ErrorKind.SERVICE_LOST.error(why))
         req.taken.set()
 
     def _on_closing(self, reason: str) -> None:
         """The service is stopping (``Closing``), or refused this client (``Refused``), for ``reason``: what it took
         fails at once; a submission it had not answered raises ``ServiceUnavailable(reason)``."""
         why = ErrorKind.SERVICE_LOST.error(reason)
+        self._known.clear()  # a later request waits for an answer (and raises without one), as a first one does
         if self._requests:
             log.error("qworker client: %s; failing %d requests", reason, len(self._requests))
         for req in self._requests.values():
@@ -385,6 +493,7 @@ class Client:
         self._instance = instance
         if not restarted:
             return
+        self._known.clear()  # the new instance may serve other rewards: each target's next request waits for its answer
         stale = [r for r in self._requests.values() if r.instance and r.instance != instance]
         if stale:
             log.warning("qworker client: the reward service at %s restarted; resubmitting %d requests", self.endpoint, len(stale))
@@ -400,7 +509,7 @@ class Client:
         log.info("qworker client: resubmitting %d tasks of request %d (%s)", len(left), req.number, why)
         self.resubmitted += 1
         again = _Request(next(self._numbers), req.reward, req.params, [req.payloads[i] for i in left], req.timeout_s,
-                         req.batch, [req.indexes[i] for i in left], req.submitted)
+                         req.batch, [req.indexes[i] for i in left], req.submitted, req.target)
         again.taken.set()  # no caller waits on it
         self._submit(again)
 
@@ -439,6 +548,7 @@ class Client:
             return
         why = ErrorKind.SERVICE_LOST.error(f"the reward service at {self.endpoint} did not answer for {silent:.0f} s")
         log.error("qworker client: %s; failing %d requests", why, len(self._requests))
+        self._known.clear()  # a later request waits for an answer (and raises without one), as a first one does
         for req in self._requests.values():
             self._fail(req, why)
             req.taken.set()

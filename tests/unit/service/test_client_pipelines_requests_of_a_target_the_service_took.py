@@ -1,0 +1,169 @@
+"""A Client pipelines the requests of a target (reward, params, timeout) once the service has taken one: the first
+request of a target waits for the service's answer (a bad name or params raise there), later ones return their futures
+at once, at most ``PIPELINE_WINDOW`` of them unanswered; a pipelined request the service refuses resolves its futures
+with the refusal and the target waits again; a restarted service is asked again.  No socket: the test plays the I/O
+thread (it takes requests from the outbox and answers them as the service would)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+
+from qworker import ErrorKind, RewardError, ServiceUnavailable
+from qworker.engine.futures import FutureTable
+from qworker.service import client as cl
+from qworker.transport import client_wire as cw
+
+INSTANCE = "instance-1"
+
+
+def _client() -> cl.Client:
+    """A Client with no I/O thread and no socket: its requests wait in ``_outbox`` for the test to take them."""
+    c = cl.Client.__new__(cl.Client)
+    c.endpoint = "tcp://127.0.0.1:1"
+    c.connect_timeout_s = 5.0
+    c.fallback_score = 0.0
+    c._closed = False
+    c._numbers = itertools.count(1)
+    c._table = FutureTable(fallback_score=0.0)
+    c._requests = {}
+    c._outbox = deque()
+    c._known = cl._KnownTargets(cl.KNOWN_TARGETS)
+    c._window_lock = threading.Lock()
+    c._unanswered = deque()
+    c._instance = INSTANCE
+    c._wake = lambda: None
+    return c
+
+
+def _taken(c: cl.Client, within_s: float = 5.0) -> cl._Request:
+    """The next request handed to the I/O thread, now held by it (as ``_submit`` holds it)."""
+    deadline = time.monotonic() + within_s
+    while not c._outbox:
+        assert time.monotonic() < deadline, "no request reached the I/O thread"
+        time.sleep(0.001)
+    req = c._outbox.popleft()
+    c._requests[req.number] = req
+    return req
+
+
+def _answer(c: cl.Client, req: cl._Request, error: Optional[str] = None, error_type: str = "",
+            instance: str = INSTANCE) -> None:
+    c._see(instance)
+    c._on_accepted(cw.Accepted(req.number, instance, error, error_type))
+
+
+@pytest.fixture
+def caller() -> Iterator[Callable[..., Future]]:
+    """Runs a call on another thread (a caller that may wait for the service's answer)."""
+    with ThreadPoolExecutor(1) as pool:
+        yield lambda fn, *args, **kw: pool.submit(fn, *args, **kw)
+
+
+def _first(c: cl.Client, caller: Callable[..., Future], reward: str = "noop", **kw: Any) -> list:
+    """A first request of a target, answered as taken: its futures."""
+    call = caller(c.submit_batch, reward, [{"i": 0}], **kw)
+    _answer(c, _taken(c))
+    return call.result(5)
+
+
+def test_the_first_request_of_a_target_waits_for_the_service_and_later_ones_return_at_once(caller):
+    c = _client()
+    call = caller(c.submit_batch, "noop", [{"i": 0}])
+    req = _taken(c)
+    assert not call.done()  # waits for the service's answer
+    _answer(c, req)
+    assert len(call.result(5)) == 1
+    futures = c.submit_batch("noop", [{"i": 1}, {"i": 2}])  # on this thread: it returns before any answer
+    assert len(futures) == 2 and not any(f.done() for f in futures)
+    later = _taken(c, within_s=0)
+    assert later.target == req.target and later.answered is None
+
+
+def test_a_first_bad_reward_raises_at_its_submission_and_again_at_the_next(caller):
+    c = _client()
+    for _ in range(2):
+        call = caller(c.submit_batch, "nope", [{"i": 0}])
+        _answer(c, _taken(c), "unknown reward 'nope'", "RewardError")
+        with pytest.raises(RewardError, match="unknown reward"):
+            call.result(5)
+
+
+def test_a_pipelined_request_the_service_refuses_resolves_its_futures_with_the_refusal_once_logged(caller, caplog):
+    c = _client()
+    _first(c, caller)
+    first = c.submit_batch("noop", [{"i": 1}, {"i": 2}])
+    second = c.submit_batch("noop", [{"i": 3}])
+    refusal = "the reward service has no workers (none connected for 12 s)"
+    with caplog.at_level(logging.ERROR, logger="qworker"):
+        _answer(c, _taken(c), refusal, "ServiceUnavailable")
+        _answer(c, _taken(c), refusal, "ServiceUnavailable")
+    for fut in [*first, *second]:
+        result = fut.result(0)
+        assert result.error_kind == ErrorKind.SERVICE_LOST and refusal in result.error
+    assert sum(refusal in r.getMessage() for r in caplog.records) == 1
+    # the target needs the service's answer again: the next request waits for it, and raises with the refusal
+    call = caller(c.submit_batch, "noop", [{"i": 4}])
+    _answer(c, _taken(c), refusal, "ServiceUnavailable")
+    with pytest.raises(ServiceUnavailable, match="no workers"):
+        call.result(5)
+
+
+def test_the_window_bounds_the_pipelined_requests_unanswered(caller):
+    c = _client()
+    _first(c, caller)
+    c.connect_timeout_s = 0.05
+    window = [c.submit_batch("noop", [{"i": i}]) for i in range(cl.PIPELINE_WINDOW)]
+    held = [_taken(c, within_s=0) for _ in window]
+    # one more, with the oldest unanswered: the caller waits for it, up to connect_timeout_s, then raises; the
+    # request is neither sent nor handed out
+    with pytest.raises(ServiceUnavailable, match="did not answer"):
+        c.submit_batch("noop", [{"i": 99}])
+    assert not c._outbox
+    _answer(c, held[0])  # the oldest answered: there is room for one more
+    assert len(c.submit_batch("noop", [{"i": 100}])) == 1
+    with pytest.raises(ServiceUnavailable):
+        c.submit_batch("noop", [{"i": 101}])
+
+
+@pytest.mark.parametrize("news", ["restarted", "stopping", "silent"])
+def test_a_service_that_restarted_stopped_or_went_silent_is_asked_again_before_pipelining(caller, news):
+    c = _client()
+    _first(c, caller)
+    c._requests.clear()  # (its results came)
+    if news == "restarted":
+        c._see("instance-2")  # a reply from a new instance
+    elif news == "stopping":
+        c._on_closing("the reward service stopped")
+    else:
+        c.service_timeout_s, c._heard = 1.0, time.monotonic() - 2.0
+        c._check_silence(time.monotonic())
+    c.connect_timeout_s = 0.05
+    with pytest.raises(ServiceUnavailable):  # the target is not known to it: the request waits for an answer
+        c.submit_batch("noop", [{"i": 5}])
+
+
+def test_a_target_is_its_reward_params_and_timeout_whatever_the_params_order(caller):
+    c = _client()
+    _first(c, caller, "spin", params={"ms": 1, "n": 2})
+    c.connect_timeout_s = 0.05
+    assert len(c.submit_batch("spin", [{"i": 1}], params={"n": 2, "ms": 1})) == 1  # the same target: pipelined
+    for other in ({"params": {"ms": 2, "n": 2}}, {"params": {"ms": 1, "n": 2}, "timeout_s": 5.0}, {}):
+        with pytest.raises(ServiceUnavailable):  # another target: it waits for the service's answer
+            c.submit_batch("spin", [{"i": 2}], **other)
+
+
+def test_the_targets_remembered_are_the_most_recently_used():
+    known = cl._KnownTargets(2)
+    for key in (b"a", b"b"):
+        known.add(key)
+    assert b"a" in known  # used: b is now the least recently used
+    known.add(b"c")
+    assert b"a" in known and b"c" in known and b"b" not in known
