@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections import deque
 from typing import Iterator
 
 import pytest
@@ -45,6 +46,7 @@ def _client(requests: int, per_request: int) -> tuple[cl.Client, list[list]]:
     c._closed, c._instance, c._heard, c.endpoint = False, "svc", time.monotonic(), "tcp://127.0.0.1:1"
     c._table = FutureTable(fallback_score=0.0)
     c._requests = {}
+    c._known, c._window_lock, c._unanswered = cl._KnownTargets(cl.KNOWN_TARGETS), threading.Lock(), deque()
     handed = []
     for number in range(1, requests + 1):
         batch = c._table.register(per_request)
