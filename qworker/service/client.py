@@ -97,8 +97,10 @@ _ERRORS: dict[str, type[QworkerError]] = {"ConfigError": ConfigError, "RewardErr
 _MAX_BYTES = 256 * 1024 * 1024
 RECEIVE_PER_TURN = 16  # messages read per turn of the I/O thread (a Resolved carries up to 512 results)
 PIPELINE_WINDOW = 8  # pipelined requests of a client handed to the I/O thread and not yet answered by the service, at most
+REFUSALS_LOGGED = 10  # distinct refusals of pipelined requests logged between two requests taken, at most
 KNOWN_TARGETS = 64  # targets (reward, params, timeout_s) the service has taken a request of, remembered per client
-_TARGET_ENCODER = msgspec.msgpack.Encoder(order="deterministic")  # a params dict's bytes, whatever its keys' order
+_TARGET_ENCODER = msgspec.msgpack.Encoder(order="deterministic", enc_hook=wire._as_builtin)  # a params dict's bytes,
+# whatever its keys' order; numbers and strings of a subclass (numpy's float64) as the wire encodes them
 
 
 def _encode(payloads: list[Any]) -> tuple[list[msgspec.Raw], list[int], list[tuple[int, str]]]:
@@ -215,6 +217,7 @@ class Client:
         self._outbox: deque[Any] = deque()  # messages from the callers' threads
         self._status_waiters: deque[tuple[threading.Event, list]] = deque()
         self._known = _KnownTargets(KNOWN_TARGETS)  # targets the service has taken (``submit_batch``)
+        self._refusals_logged: set[str] = set()  # refusals logged since the service last took a request (I/O thread)
         self._window_lock = threading.Lock()
         self._unanswered: deque[_Request] = deque()  # pipelined requests, oldest first, maybe answered (callers' threads)
         self._instance = ""
@@ -298,17 +301,23 @@ class Client:
                     break
                 oldest = unanswered[0]
             if not oldest.taken.wait(max(0.0, deadline - time.monotonic())):
-                raise self._unanswered_error(req)
+                raise self._unanswered_error(req, waiting_on=oldest)
         self._wake()
         if self._closed:  # close() may have passed over the outbox before this request reached it: nobody waits on
             req.taken.set()  # it but a later caller's window, which then finds the client closed
         return futures
 
-    def _unanswered_error(self, req: _Request) -> ServiceUnavailable:
-        """The service did not answer in time: ``req``'s futures (never handed out) resolve, and this is raised."""
-        why = handshake_problem(self.endpoint) or (
-            f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
-            "(is 'qworker serve' running there?)")
+    def _unanswered_error(self, req: _Request, waiting_on: Optional[_Request] = None) -> ServiceUnavailable:
+        """The service did not answer in time (``req``, or ``waiting_on``: the oldest request of a full window):
+        ``req``'s futures (never handed out) resolve, and this is raised."""
+        why = handshake_problem(self.endpoint)
+        if not why and waiting_on is not None:
+            why = (f"{PIPELINE_WINDOW} requests sent to the reward service at {self.endpoint} were still unanswered after "
+                   f"{self.connect_timeout_s:.0f} s (the oldest: request {waiting_on.number}); they are kept and resent, "
+                   "this one was not sent")
+        elif not why:
+            why = (f"the reward service at {self.endpoint} did not answer within {self.connect_timeout_s:.0f} s "
+                   "(is 'qworker serve' running there?)")
         self._fail(req, ErrorKind.SERVICE_LOST.error(why))  # never handed out, but the table resolves all it owns
         return ServiceUnavailable(why)
 
@@ -455,20 +464,32 @@ class Client:
         req = self._requests.get(msg.request)
         if req is None or req.answered is not None:
             return  # forgotten, or the answer to a resend
-        req.instance, req.answered = msg.instance, msg
         if msg.error is None:
-            if req.target is not None:
-                self._known.add(req.target)  # its target's later requests are pipelined
-        else:
-            del self._requests[msg.request]
-            # A pipelined request or a resubmission has no caller waiting to raise this: its futures are out, so they
-            # fail (a first submission's futures were never handed out; its caller raises).
-            why = f"the reward service refused the request: {msg.error}"
-            forgot = req.target is not None and self._known.discard(req.target)
-            if forgot and req.batch.handed_out:  # once per target taken, then refused
-                log.error("qworker client: %s; its tasks fail as service_lost (as may those of the requests of its reward "
-                          "and params already sent); the next submit_batch of them waits for the service's answer", why)
-            self._fail(req, ErrorKind.SERVICE_LOST.error(why))
+            self._on_taken(req, msg.instance, msg)
+            return
+        req.instance, req.answered = msg.instance, msg
+        del self._requests[msg.request]
+        # A pipelined request or a resubmission has no caller waiting to raise this: its futures are out, so they
+        # fail (a first submission's futures were never handed out; its caller raises).
+        why = f"the reward service refused the request: {msg.error}"
+        if req.target is not None:
+            self._known.discard(req.target)
+        logged = self._refusals_logged
+        if req.batch.handed_out and msg.error not in logged and len(logged) < REFUSALS_LOGGED:  # once each
+            logged.add(msg.error)
+            log.error("qworker client: %s; its tasks fail as service_lost (as may those of the requests of its reward "
+                      "and params already sent); the next submit_batch of them waits for the service's answer", why)
+        self._fail(req, ErrorKind.SERVICE_LOST.error(why))
+        req.taken.set()
+
+    def _on_taken(self, req: _Request, instance: str, answer: Optional[cw.Accepted] = None) -> None:
+        """``req`` was taken by ``instance`` (its ``Accepted``, or all its results, came): its caller, or the window,
+        stops waiting on it, and its target's later requests are pipelined."""
+        req.instance, req.answered = instance, answer or cw.Accepted(req.number, instance, None, "")
+        if self._refusals_logged:  # a refusal after this one is news again
+            self._refusals_logged.clear()
+        if req.target is not None:
+            self._known.add(req.target)
         req.taken.set()
 
     def _on_closing(self, reason: str) -> None:
@@ -532,6 +553,8 @@ class Client:
             req.left -= resolve(req.batch, map(req.indexes.__getitem__, indexes), results)
             if req.left <= 0:
                 del requests[number]
+                if req.answered is None:  # its results came before its answer (lost, or not yet resent): it was taken
+                    self._on_taken(req, self._instance)
 
     def _check_link(self, now: float) -> None:
         """Pings unanswered for ``LINK_SILENT_S``: a connection can stay open yet carry nothing (its stream

@@ -18,6 +18,7 @@ import pytest
 
 from qworker import ErrorKind, RewardError, ServiceUnavailable
 from qworker.engine.futures import FutureTable
+from qworker.engine.result import Result
 from qworker.service import client as cl
 from qworker.transport import client_wire as cw
 
@@ -36,6 +37,7 @@ def _client() -> cl.Client:
     c._requests = {}
     c._outbox = deque()
     c._known = cl._KnownTargets(cl.KNOWN_TARGETS)
+    c._refusals_logged = set()
     c._window_lock = threading.Lock()
     c._unanswered = deque()
     c._instance = INSTANCE
@@ -124,7 +126,7 @@ def test_the_window_bounds_the_pipelined_requests_unanswered(caller):
     held = [_taken(c, within_s=0) for _ in window]
     # one more, with the oldest unanswered: the caller waits for it, up to connect_timeout_s, then raises; the
     # request is neither sent nor handed out
-    with pytest.raises(ServiceUnavailable, match="did not answer"):
+    with pytest.raises(ServiceUnavailable, match="still unanswered"):
         c.submit_batch("noop", [{"i": 99}])
     assert not c._outbox
     _answer(c, held[0])  # the oldest answered: there is room for one more
@@ -167,3 +169,65 @@ def test_the_targets_remembered_are_the_most_recently_used():
     assert b"a" in known  # used: b is now the least recently used
     known.add(b"c")
     assert b"a" in known and b"c" in known and b"b" not in known
+
+
+def _results_of(req: cl._Request) -> list[cw.ResolvedRequest]:
+    return [cw.ResolvedRequest(req.number, list(range(len(req.indexes))), [Result(score=1.0) for _ in req.indexes])]
+
+
+def test_a_request_whose_results_come_before_its_answer_frees_its_place_in_the_window(caller):
+    c = _client()
+    _first(c, caller)
+    c.connect_timeout_s = 0.05
+    window = [c.submit_batch("noop", [{"i": i}]) for i in range(cl.PIPELINE_WINDOW)]
+    held = [_taken(c, within_s=0) for _ in window]
+    c._resolve(_results_of(held[0]))  # its Accepted was lost; a Ping's poke resent its results, and it is done
+    assert held[0].number not in c._requests and window[0][0].result(0).ok
+    for req in held[1:]:
+        _answer(c, req)
+    for i in range(3 * cl.PIPELINE_WINDOW):  # every later request is answered at once: the window never stays full
+        c.submit_batch("noop", [{"i": 100 + i}])
+        _answer(c, _taken(c, within_s=0))
+
+
+def test_a_first_request_whose_results_come_before_its_answer_hands_its_futures_out(caller):
+    c = _client()
+    call = caller(c.submit_batch, "noop", [{"i": 0}, {"i": 1}])
+    req = _taken(c)
+    c._see(INSTANCE)
+    c._resolve(_results_of(req))
+    assert [f.result(0).ok for f in call.result(5)] == [True, True]
+
+
+def test_a_refusal_after_the_service_restarted_is_logged(caller, caplog):
+    c = _client()
+    _first(c, caller)
+    c._requests.clear()  # (its results came)
+    pipelined = c.submit_batch("noop", [{"i": 1}])
+    refusal = "unknown reward 'noop' (the service restarted with another config)"
+    with caplog.at_level(logging.ERROR, logger="qworker"):
+        _answer(c, _taken(c), refusal, "RewardError", instance="instance-2")
+    assert pipelined[0].result(0).error_kind == ErrorKind.SERVICE_LOST
+    assert sum(refusal in r.getMessage() for r in caplog.records) == 1
+
+
+def test_params_of_a_subclass_of_a_number_or_string_name_a_target():
+    class Float(float):  # numpy's float64 is one
+        pass
+
+    class Text(str):
+        pass
+
+    key = cl._target_key("spin", {"ms": Float(1.5), "tag": Text("a")}, Float(5.0))
+    assert key is not None and key == cl._target_key("spin", {"tag": "a", "ms": 1.5}, 5.0)
+
+
+def test_a_full_window_that_times_out_says_the_requests_are_unanswered_and_kept(caller):
+    c = _client()
+    _first(c, caller)
+    c.connect_timeout_s = 0.05
+    for i in range(cl.PIPELINE_WINDOW):
+        c.submit_batch("noop", [{"i": i}])
+    with pytest.raises(ServiceUnavailable, match=f"{cl.PIPELINE_WINDOW} requests sent to the reward service .* still "
+                                                  "unanswered .* they are kept and resent, this one was not sent"):
+        c.submit_batch("noop", [{"i": 99}])
