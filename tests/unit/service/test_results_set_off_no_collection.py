@@ -71,6 +71,7 @@ class _Socket:
 def test_a_client_receiving_its_results_sets_off_no_collection():
     c = cl.Client.__new__(cl.Client)
     c._closed, c._instance, c._heard, c.endpoint = False, "svc", time.monotonic(), "tcp://127.0.0.1:1"
+    c._refusals_logged, c._known = set(), cl._KnownTargets(cl.KNOWN_TARGETS)
     c._table = FutureTable(fallback_score=0.0)
     c._requests = {}
     for number in range(1, N // PER_MESSAGE + 1):
