@@ -115,7 +115,8 @@ class AdaptiveLimit:
         self.throughput = Throughput()
         self.probes = Probes()
         self.batch = BatchKnee(below=self.limit)  # a queueing server's batch under the starting limit, without metrics
-        self.answers_scale = 1.0  # the endpoint's load / this client's: its answers are that share (``peers``)
+        self.answers_scale = 1.0  # the endpoint's load / this client's, at least 1: its answers are that share (``peers``)
+        self.peers = 0  # other producers sharing the endpoint, as the last notes said (``peers``): 0, alone
         self.queue_cuts = 0
         self.regains = 0
         self._last_cut = -math.inf
@@ -219,7 +220,7 @@ class AdaptiveLimit:
         mem = self.memory
         if mem.outgrew(level, arrived):
             return True
-        return self.answers_scale == 1.0 and mem.outgrew(level, arrived, alone=True) and self.probes.alone(sent_at)
+        return self.peers == 0 and mem.outgrew(level, arrived, alone=True) and self.probes.alone(sent_at)
 
     def _in_use(self, in_flight: float) -> bool:
         """Growth is earned only by a limit that is in use."""
@@ -327,7 +328,7 @@ class AdaptiveLimit:
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
-        if self.mode is Mode.STEADY and self.answers_scale == 1.0 and now - self._last_cut >= max(1.0, 4 * trip):
+        if self.mode is Mode.STEADY and self.peers == 0 and now - self._last_cut >= max(1.0, 4 * trip):
             # What the server sustained (Little's law on the answers of the last round trips, no more than this
             # limit allowed), once those answers are all from after slow start and the last cut: a burst
             # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with

@@ -276,7 +276,9 @@ class Peers:
                 lim = e.limit
                 e.peers = peers = [n for n in board.read(key) if n.producer != self.producer]
                 # This producer's answers are its share of the endpoint's: Little's law on them, scaled up, is the endpoint's
-                lim.answers_scale = min(1.0 + len(peers), e.total_at_server() / max(1, e.at_server())) if peers else 1.0
+                # (each answer stands for itself at least: with nothing at the server, the share says nothing)
+                lim.peers = len(peers)
+                lim.answers_scale = max(1.0, min(1.0 + len(peers), e.total_at_server() / max(1, e.at_server())))
                 if peers:
                     lim.adopt(max(n.limit for n in peers), max(self._held_level(i, e, at), *(n.high for n in peers)),
                               max(n.regain for n in peers), max(n.refused_level for n in peers))
@@ -294,7 +296,7 @@ class Peers:
             self.close()  # (its notes, if it can still remove them, and the files it holds open)
             for e in self.endpoints:
                 e.peers = []
-                e.limit.answers_scale = 1.0
+                e.limit.answers_scale, e.limit.peers = 1.0, 0
 
     def close(self) -> None:
         """This producer leaves: its notes go at once, so peers take back its share now rather than when the notes go stale."""

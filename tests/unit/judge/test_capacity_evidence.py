@@ -7,7 +7,10 @@ where it last refused, for a request sent after that refusal.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from qworker.judge.control.limiter import AdaptiveLimit, Mode
+from qworker.judge.control.peers import MemoryBoard, Note, Peers, endpoint_key
 
 RTT = 0.3  # seconds
 
@@ -168,3 +171,34 @@ def test_a_limit_held_under_a_cap_seen_without_echoes_does_not_probe_fast():
     assert lim.memory.cap_seen > 63
     refused = serve(lim, 60, 2.0, 2.0 + 40 * RTT)
     assert refused <= 12, refused  # a probe every few round trips, each one refusal (doubling: 15)
+
+
+def _sharing(lim: AdaptiveLimit, at: float, peer_in_flight: int, mine: int = 16) -> None:
+    """One note read with a peer on the endpoint that holds ``peer_in_flight`` (``Peers.tick``); this producer holds ``mine``."""
+    board = MemoryBoard(clock=lambda: at)
+    url = "http://judge/v1/chat/completions"
+    board.publish(endpoint_key(url), Note("other", peer_in_flight, lim.limit, True, at))
+    endpoint = SimpleNamespace(url=url, peers=[], limit=lim, down_reason="", turn=0, at_server=lambda: mine,
+                               total_at_server=lambda: mine + sum(n.in_flight for n in endpoint.peers))
+    Peers(board, [endpoint]).tick(at, True)
+    assert endpoint.peers and lim.peers == 1
+
+
+def test_a_probe_out_alone_is_no_evidence_while_a_peer_shares_the_endpoint_even_one_that_held_nothing_at_its_note():
+    # Out alone means among this producer's probes: a peer's requests above the refusal level are not watched, so
+    # with a peer on the endpoint an answer at the level that refused is no evidence, whatever the peer held at its
+    # last note (holding nothing then, its load does not scale this producer's answers, and it may send the next moment)
+    lim = steady_below_a_capacity_seen(16, high=64)
+    t = refused_probe_then_held(lim)
+    _sharing(lim, t, peer_in_flight=0)
+    lim.on_send(17, t)
+    lim.on_success(RTT, 17, t + RTT, level=17, sent_at=t)
+    assert lim.regains == 0 and lim.mode is Mode.STEADY
+
+
+def test_answers_stand_for_at_least_themselves_when_no_producer_holds_anything_at_a_note():
+    # A note read when neither this producer nor its peer has a request at the server: the endpoint's load over
+    # this producer's is 0 / 0; its answers still count as its own (a scale of 0 would stop every climb)
+    lim = steady_below_a_capacity_seen(16, high=64)
+    _sharing(lim, 1.0, peer_in_flight=0, mine=0)
+    assert lim.answers_scale >= 1.0
