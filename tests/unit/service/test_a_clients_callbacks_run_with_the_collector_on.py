@@ -12,12 +12,12 @@ from collections import deque
 from typing import Iterator
 
 import pytest
-import zmq
 
 from qworker.engine.futures import FutureTable
 from qworker.engine.result import Result
 from qworker.service import client as cl
 from qworker.transport import client_wire as cw
+from tests.unit.service.stub_socket import StubSocket
 
 
 @pytest.fixture(autouse=True)
@@ -27,18 +27,6 @@ def _collector_on() -> Iterator[None]:
     gc.enable()
 
 
-class _Socket:
-    def __init__(self, messages: list[list[bytes]]) -> None:
-        self.messages = iter(messages)
-        self.sent: list[list[bytes]] = []
-
-    def recv_multipart(self, flags: int = 0, copy: bool = True) -> list[bytes]:
-        for frames in self.messages:
-            return frames
-        raise zmq.Again()
-
-    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
-        self.sent.append(frames)
 
 
 def _client(requests: int, per_request: int) -> tuple[cl.Client, list[list]]:
@@ -69,7 +57,7 @@ def test_callbacks_of_futures_resolved_by_results_run_with_the_collector_on_in_o
     c, futures = _client(requests=2, per_request=3)
     seen = _follow(futures)
     results = [Result(score=1.0) for _ in range(3)]
-    c._sock = _Socket([cw.encode_resolved("svc", 1, [(1, [0, 1, 2], results)]),
+    c._sock = StubSocket([cw.encode_resolved("svc", 1, [(1, [0, 1, 2], results)]),
                        cw.encode_resolved("svc", 2, [(2, [2, 0, 1], results)])])
     c._receive()
     assert [n for n, _, _ in seen] == [0, 1, 2, 5, 3, 4]
@@ -81,7 +69,7 @@ def test_callbacks_of_futures_resolved_by_results_run_with_the_collector_on_in_o
 def test_callbacks_of_futures_failed_by_a_closing_service_run_with_the_collector_on():
     c, futures = _client(requests=1, per_request=2)
     seen = _follow(futures)
-    c._sock = _Socket([cw.encode(cw.Closing("svc", "the reward service stopped"))])
+    c._sock = StubSocket([cw.encode(cw.Closing("svc", "the reward service stopped"))])
     c._receive()
     assert [n for n, _, _ in seen] == [0, 1] and all(on for _, on, _ in seen), seen
     assert all(f.result().error for f in futures[0])

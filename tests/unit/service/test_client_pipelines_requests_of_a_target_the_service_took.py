@@ -118,12 +118,18 @@ def test_a_pipelined_request_the_service_refuses_resolves_its_futures_with_the_r
         call.result(5)
 
 
-def test_the_window_bounds_the_pipelined_requests_unanswered(caller):
-    c = _client()
+def _full_window(c: cl.Client, caller: Callable[..., Future]) -> tuple[list[list], list[cl._Request]]:
+    """A target taken, then a window of its requests sent and unanswered (their futures, the requests);
+    ``connect_timeout_s`` short, for a caller the window makes wait."""
     _first(c, caller)
     c.connect_timeout_s = 0.05
     window = [c.submit_batch("noop", [{"i": i}]) for i in range(cl.PIPELINE_WINDOW)]
-    held = [_taken(c, within_s=0) for _ in window]
+    return window, [_taken(c, within_s=0) for _ in window]
+
+
+def test_the_window_bounds_the_pipelined_requests_unanswered(caller):
+    c = _client()
+    window, held = _full_window(c, caller)
     # one more, with the oldest unanswered: the caller waits for it, up to connect_timeout_s, then raises; the
     # request is neither sent nor handed out
     with pytest.raises(ServiceUnavailable, match="still unanswered"):
@@ -177,10 +183,7 @@ def _results_of(req: cl._Request) -> list[cw.ResolvedRequest]:
 
 def test_a_request_whose_results_come_before_its_answer_frees_its_place_in_the_window(caller):
     c = _client()
-    _first(c, caller)
-    c.connect_timeout_s = 0.05
-    window = [c.submit_batch("noop", [{"i": i}]) for i in range(cl.PIPELINE_WINDOW)]
-    held = [_taken(c, within_s=0) for _ in window]
+    window, held = _full_window(c, caller)
     c._resolve(_results_of(held[0]))  # its Accepted was lost; a Ping's poke resent its results, and it is done
     assert held[0].number not in c._requests and window[0][0].result(0).ok
     for req in held[1:]:

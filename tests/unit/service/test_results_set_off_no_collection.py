@@ -10,10 +10,9 @@ import gc
 import threading
 import time
 from collections import deque
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
-import zmq
 
 from qworker.engine.futures import FutureTable
 from qworker.engine.result import Result, ResultFuture, resolve_many
@@ -22,6 +21,7 @@ from qworker.service.ledger import Ledger
 from qworker.service.server import RewardService
 from qworker.transport import client_wire as cw
 from qworker.transport import wire
+from tests.unit.service.stub_socket import StubSocket
 
 N = 20_000
 PER_MESSAGE = 512
@@ -54,18 +54,6 @@ class _Collections:
         gc.set_threshold(*self._thresholds)
 
 
-class _Socket:
-    def __init__(self, messages: Iterator[list[bytes]]) -> None:
-        self.messages = messages
-        self.sent: list[list[bytes]] = []
-
-    def recv_multipart(self, flags: int = 0, copy: bool = True) -> list[bytes]:
-        for frames in self.messages:
-            return frames
-        raise zmq.Again()
-
-    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
-        self.sent.append(frames)
 
 
 def test_a_client_receiving_its_results_sets_off_no_collection():
@@ -78,7 +66,7 @@ def test_a_client_receiving_its_results_sets_off_no_collection():
         batch = c._table.register(PER_MESSAGE)
         c._requests[number] = cl._Request(number, "noop", None, [], None, batch, list(range(PER_MESSAGE)), time.monotonic())
     groups = [(number, list(range(PER_MESSAGE)), [_result() for _ in range(PER_MESSAGE)]) for number in c._requests]
-    c._sock = _Socket(iter([cw.encode_resolved("svc", seq, [group]) for seq, group in enumerate(groups, 1)]))
+    c._sock = StubSocket(iter([cw.encode_resolved("svc", seq, [group]) for seq, group in enumerate(groups, 1)]))
     with _Collections() as collections:
         while c._requests:
             c._receive()
@@ -145,7 +133,7 @@ def test_a_service_taking_a_turns_requests_sets_off_one_collection_at_most_after
     s._dispatcher, s._dispatcher_ident, s._attached, s._stopped = _Dispatcher(), threading.get_ident(), True, False  # type: ignore[assignment]
     payloads = [cw.encode(cw.Submit(*wire.STAMP, r, "noop", None, [msgspec.Raw(msgspec.msgpack.encode({"i": i})) for i in range(256)], None))
                 for r in range(1, requests + 1)]
-    s._sock = _Socket(iter([b"client", *frames] for frames in payloads))  # type: ignore[assignment]
+    s._sock = StubSocket(iter([b"client", *frames] for frames in payloads))  # type: ignore[assignment]
     with _Collections() as collections:
         s._receive()
         during = list(collections.seen)
