@@ -25,6 +25,7 @@ import math
 import re
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import weakref
@@ -303,11 +304,18 @@ class LoadPoller(threading.Thread):
                     return None
                 try:
                     text = self.fetch(candidate, timeout)
-                except (OSError, ValueError):
-                    continue
+                except (urllib.error.HTTPError, ValueError):
+                    continue  # an answer, not to this query: the next candidate
+                except OSError:  # no answer at all (down, hung): one try a reading, not one per candidate
+                    self.failures += 1
+                    return None
                 if only_load(text):
                     self.read_url = candidate
                     return parse_vllm_load(text)
+                whole = parse_vllm_load(text)
+                if whole is not None:  # the query ignored (vLLM's /metrics route): its whole text, read as it is
+                    self.read_url = self.url
+                    return whole
             self.read_url = self.url
         try:
             load = parse_vllm_load(self.fetch(self.read_url, timeout))

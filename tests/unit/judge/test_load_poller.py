@@ -81,3 +81,19 @@ def test_only_the_counts_and_nothing_else_count_as_a_filtered_answer():
     assert not only_load(WHOLE)
     assert not only_load("# HELP x\n")  # no counts: not an answer to the filter
     assert filtered_urls("http://h/m?a=1")[0].startswith("http://h/m/?a=1&name%5B%5D=")
+
+
+def test_a_server_that_does_not_answer_costs_one_get_a_reading():
+    server = Server(honours=filtered_urls(URL)[0])
+    poller = LoadPoller(endpoint(), URL, fetch=server)
+    server.down = True
+    for n in range(1, 4):
+        assert poller.read() is None and poller.failures == n
+    assert len(server.got) == 3  # one per reading, not one per candidate URL and the URL as given
+
+
+def test_a_server_that_ignores_the_filter_is_read_once_when_the_url_is_chosen():
+    server = Server(with_query="ignores")
+    poller = LoadPoller(endpoint(), URL, fetch=server)
+    assert poller.read() == (3.0, 5.0) and poller.read_url == URL
+    assert len(server.got) == 1  # its whole text already held the counts: not fetched again without the query
