@@ -182,13 +182,10 @@ class _KnownTargets:
             while len(self._keys) > self.size:
                 self._keys.popitem(last=False)
 
-    def discard(self, key: bytes) -> bool:
-        """Forget ``key``; whether it was known."""
+    def discard(self, key: bytes) -> None:
+        """Forget ``key`` (known or not)."""
         with self._lock:
-            if key not in self._keys:
-                return False
-            del self._keys[key]
-            return True
+            self._keys.pop(key, None)
 
     def clear(self) -> None:
         with self._lock:
@@ -493,8 +490,8 @@ class Client:
         req.taken.set()
 
     def _on_closing(self, reason: str) -> None:
-        """The service is stopping (``Closing``), or refused this client (``Refused``), for ``reason``: what it took
-        fails at once; a submission it had not answered raises ``ServiceUnavailable(reason)``."""
+        """The service is stopping (``Closing``), refused this client (``Refused``), or went silent, for ``reason``:
+        what it took fails at once; a submission it had not answered raises ``ServiceUnavailable(reason)``."""
         why = ErrorKind.SERVICE_LOST.error(reason)
         self._known.clear()  # a later request waits for an answer (and raises without one), as a first one does
         if self._requests:
@@ -569,13 +566,8 @@ class Client:
         silent = now - self._heard
         if silent < self.service_timeout_s:
             return
-        why = ErrorKind.SERVICE_LOST.error(f"the reward service at {self.endpoint} did not answer for {silent:.0f} s")
-        log.error("qworker client: %s; failing %d requests", why, len(self._requests))
-        self._known.clear()  # a later request waits for an answer (and raises without one), as a first one does
-        for req in self._requests.values():
-            self._fail(req, why)
-            req.taken.set()
-        self._requests.clear()
+        # as a service that says it is stopping: what it took fails, a submission waiting on it raises
+        self._on_closing(f"the reward service at {self.endpoint} did not answer for {silent:.0f} s")
 
     def _fail(self, req: _Request, error: str) -> None:
         """Resolve what ``req`` still waits for with ``error`` (a result that came first stays)."""

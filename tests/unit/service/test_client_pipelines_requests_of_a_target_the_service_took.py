@@ -234,3 +234,13 @@ def test_a_full_window_that_times_out_says_the_requests_are_unanswered_and_kept(
     with pytest.raises(ServiceUnavailable, match=f"{cl.PIPELINE_WINDOW} requests sent to the reward service .* still "
                                                   "unanswered .* they are kept and resent, this one was not sent"):
         c.submit_batch("noop", [{"i": 99}])
+
+
+def test_a_first_submission_waiting_on_a_service_that_goes_silent_raises_service_unavailable(caller):
+    c = _client()
+    call = caller(c.submit_batch, "noop", [{"i": 0}])
+    _taken(c)
+    c.service_timeout_s, c._heard = 1.0, time.monotonic() - 2.0
+    c._check_silence(time.monotonic())
+    with pytest.raises(ServiceUnavailable, match="did not answer for"):
+        call.result(5)
