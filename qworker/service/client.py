@@ -446,7 +446,8 @@ class Client:
             elif isinstance(msg, cw.Closing):
                 self._on_closing(msg.reason)
             elif isinstance(msg, wire.Refused):  # a service of another wire protocol, or not a service (a producer's pools' endpoint)
-                self._on_closing(wire.refused_line(self.endpoint, "this client", msg))
+                who = wire.refuser(msg, self.endpoint, f"the reward service at {self.endpoint}")
+                self._on_closing(wire.refused_line(who, "this client", msg))
             elif isinstance(msg, StatusReply):
                 while self._status_waiters and self._status_waiters[0][0].is_set():
                     self._status_waiters.popleft()  # its caller timed out
