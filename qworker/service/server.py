@@ -285,7 +285,8 @@ class RewardService:
                 else:
                     self._on_submit(peer, msg)
             elif isinstance(msg, cw.Ping):
-                self._send(peer, cw.Pong(self.instance, self._workers(), self.ledger.unknown(peer, msg.waiting)))
+                self._send(peer, cw.Pong(self.instance, self._workers(), self.ledger.unknown(peer, msg.waiting),
+                                         self.producer.options.max_message_bytes))
                 for frames in self.ledger.poke(peer, now):  # it is (back) in touch: what it has not acknowledged
                     self._send_frames(peer, frames)
             elif isinstance(msg, StatusRequest):

@@ -51,7 +51,7 @@ __all__ = [
     "refusal", "mismatch",
 ]
 
-PROTOCOL = 2  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``), with qworker's version
+PROTOCOL = 3  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``), with qworker's version
 STAMP: tuple[int, str] = (PROTOCOL, __version__)  # the first fields of every ``Stamped`` message this process sends
 
 READY = b"R"  # worker -> producer: hello, and idle heartbeat carrying credit
