@@ -282,6 +282,7 @@ class Client:
         self._wake = self._reactor.wake
         self._thread = threading.Thread(target=self._run, name="qworker-client", daemon=True)
         self._thread.start()
+        self._wake()  # its first turn at once: the ping that asks the service's frame limit goes now
 
     # the Producer's API ---------------------------------------------------------
     def submit(self, reward: str, payload: Any, *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None) -> ResultFuture:
