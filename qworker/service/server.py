@@ -312,7 +312,7 @@ class RewardService:
         if self._pools_refused.tick():
             log.error("qworker service: refused %r: a pool or worker at the clients' endpoint %s (%s)",
                       peer[:32].decode(errors="replace"), self.endpoint, where)
-        self._send(peer, Refused(*STAMP, f"{self.endpoint} is a reward service's clients' endpoint; {where}"))
+        self._send(peer, Refused(*STAMP, f"it is for qworker.Clients, not pools; {where}", "the reward service's clients' endpoint"))
 
     def _drop(self, peer: bytes, why: str) -> None:
         """Count a bad frame; log the first ten, then one in a thousand (refused clients, counted in ``dropped_frames``
