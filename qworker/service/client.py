@@ -434,9 +434,8 @@ class Client:
 
     def _keep_in_touch(self, now: float) -> None:
         """Until the service first answers (its ``Pong`` states its frame limit), and while requests are out: ping
-        (naming those waited on), then
-        resend those not taken (behind the ping: an oversize one drops the link, and the ping's answer with it, only
-        after the ping was read), watch the link."""
+        (naming those waited on), then resend those not taken (behind the ping: an oversize one drops the link, and
+        the ping's answer with it, only after the ping was read), watch the link."""
         if (self._requests or not self._answered.is_set()) and now >= self._next_ping:
             self._next_ping = now + PING_EVERY_S
             self._send(cw.Ping([n for n, r in self._requests.items() if r.answered is not None]))
