@@ -26,7 +26,7 @@ from ..engine.producer import Producer
 from ..service.client import DEFAULT_SERVICE_ENDPOINT
 from ..service.http import ON_FAILURE, HttpFront, check_http_reward
 from ..service.server import RewardService
-from ..transport.endpoint import check_endpoint
+from ..transport.endpoint import check_endpoint, tcp_host_port
 from ..transport.sockets import bind_refusal
 from .args import Parser, add_log_level, bool_flag, hidden_alias, setup_logging, tcp_port
 from .score import check_modules, resolve_reward
@@ -71,9 +71,10 @@ def check_free(endpoint: str, *, http: bool = False) -> None:
     """``ConfigError`` when a ``tcp://HOST:PORT`` endpoint (a fixed port) cannot be bound on this host (already taken,
     an address of another host, a name that does not resolve), so ``qworker serve`` stops before it starts any worker
     (a second one on a taken port, most often); ``http``: the port is the HTTP front's."""
-    if not endpoint.startswith("tcp://"):
+    tcp = tcp_host_port(endpoint)
+    if tcp is None:
         return
-    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    host, port = tcp
     if not port.isdigit() or int(port) == 0:
         return
     host = host.strip("[]")

@@ -28,7 +28,7 @@ from ..cache.identity import RunVersions
 from ..config.options import ProducerOptions
 from ..transport import client_wire, wire
 from ..transport.endpoint import reachable
-from ..transport.ration import LogRation, RefusedStamps
+from ..transport.ration import PeerRation, RefusedStamps
 from ..transport.reactor import Reactor
 from ..transport.sockets import bind_server, bound_endpoint, close_server, readable
 from .pending import PendingTable
@@ -43,6 +43,7 @@ __all__ = ["Dispatcher"]
 HOUSEKEEPING_S = 0.25
 _CLIENT_KINDS = frozenset((client_wire.SUBMIT, client_wire.PING, client_wire.ACK))  # what a ``Client`` sends a reward service
 _T = TypeVar("_T")
+POOL_ENDPOINT = "the producer's pool endpoint"  # what this socket is, as a peer it refuses is told (``Refused.by``)
 
 
 class _Raised:
@@ -80,7 +81,7 @@ class Dispatcher(threading.Thread):
         self._reactor.deadline(self._next_timer)
         self._wake = self._reactor.wake
         self._refused = RefusedStamps()  # the stamps of the peers refused, a line for each of the first
-        self._clients_refused = LogRation()  # Clients that connected here (``_refuse_client``)
+        self._clients_refused = PeerRation()  # Clients that connected here (``_refuse_client``): a line each
         # where a reward service serving this producer takes Clients (its bound endpoint), while it serves: named to
         # a Client that connected here instead; the dispatcher thread's (set by the service's handlers)
         self.clients_endpoint: Optional[str] = None
@@ -199,7 +200,7 @@ class Dispatcher(threading.Thread):
             try:
                 msg = wire.PRODUCER.decode(kind, body, max_bytes=self.options.max_message_bytes)
             except wire.ProtocolMismatch as exc:
-                self._refuse(peer, exc)
+                self._refuse(peer, exc, client=kind in _CLIENT_KINDS)
                 continue
             except wire.WireError as exc:
                 if kind in _CLIENT_KINDS:
@@ -212,27 +213,29 @@ class Dispatcher(threading.Thread):
             else:
                 s.handle(peer, msg, time.monotonic())
 
-    def _refuse(self, peer: bytes, exc: wire.ProtocolMismatch) -> None:
-        """A worker or pool of another wire protocol: answer ``Refused`` (a pool stops on hearing it, and its workers with
-        it; none of them is registered); count the frame as dropped, and log one line per version refused (the first ten versions)."""
+    def _refuse(self, peer: bytes, exc: wire.ProtocolMismatch, *, client: bool) -> None:
+        """A worker or pool of another wire protocol (or, ``client``, a ``Client`` of another, at this endpoint for pools):
+        answer ``Refused`` (a pool stops on hearing it, and its workers with it; none of them is registered; a Client is
+        told what refused it, not the service it dialled); count the frame as dropped, and log one line per version
+        refused (the first ten versions)."""
         self.scheduler.stats["dropped_frames"] += 1
         if self._refused.first(exc):
             log.error("qworker: the producer at %s refused %r: %s; install the same qworker version on both",
                       self.endpoint, peer[:64].decode(errors="replace"), exc)
-        self._send(peer, wire.refusal())
+        self._send(peer, wire.refusal(by=POOL_ENDPOINT if client else ""))
 
     def _refuse_client(self, peer: bytes) -> None:
-        """A reward service's ``Client`` pointed at this endpoint (where pools connect): answer ``Refused`` naming what
-        this endpoint is and where Clients connect (the Client raises that line at once), count the frame as dropped,
-        and log the first ten such frames, then one in a thousand."""
+        """A reward service's ``Client`` pointed at this endpoint (where pools connect): answer each of its frames
+        ``Refused``, naming what this endpoint is and where Clients connect (the Client raises that line at once), count
+        each as dropped, and log one line per Client (``PeerRation``: its submission and its ping are one line)."""
         self.scheduler.stats["dropped_frames"] += 1
         where = (f"Clients connect to {reachable(self.clients_endpoint)}" if self.clients_endpoint else
                  "this producer serves no Clients ('qworker serve' does: connect a Client to its --listen)")
-        if self._clients_refused.tick():
+        if self._clients_refused.tick(peer):
             log.error("qworker: the producer at %s refused %r: a Client at the pools' endpoint (%s)", self.endpoint,
                       peer[:32].decode(errors="replace"), where)
-        self._send(peer, wire.Refused(*wire.STAMP, f"it is a producer's endpoint for pools and workers ('qworker-pool "
-                                                   f"--connect'), not a reward service's; {where}"))
+        self._send(peer, wire.Refused(*wire.STAMP, f"it is for pools and workers ('qworker-pool --connect'), not a reward "
+                                                   f"service's Clients; {where}", POOL_ENDPOINT))
 
     def _send(self, peer: bytes, msg: wire.Message) -> bool:
         try:

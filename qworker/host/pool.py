@@ -207,7 +207,9 @@ class Pool:
                 log.warning("pool %s: dropped a bad frame from the producer: %s", self.pool_id, exc)
                 continue
             if self.refused is None:
-                self.refused = wire.refused_line(f"the producer at {self.options.connect}", "this pool", msg)
+                connect = self.options.connect or ""  # set: checked at start
+                who = wire.refuser(msg, connect, f"the producer at {connect}")  # what refused, if it says
+                self.refused = wire.refused_line(who, "this pool", msg)
                 self._stop_requested = True
 
     def _on_link(self, up: bool) -> None:

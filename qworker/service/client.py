@@ -40,6 +40,16 @@ Contract:
   stops says so, and what waits on it fails at once as ``service_lost``.  A
   service silent for ``service_timeout_s`` while tasks are pending fails them
   with ``service_lost``: no future hangs.
+* A ``submit_batch`` of any size is taken, as at a ``Producer``: a request
+  whose ``Submit`` would be over the service's frame limit (its
+  ``max_message_bytes``, which the service states in every ``Pong``; the
+  client pings once on starting, and a first submission waits for that answer
+  within its ``connect_timeout_s``) is sent as several, each under it, their
+  futures one list in order.  A payload over the limit by itself resolves as
+  ``bad_payload`` naming its size and the limit; the rest are scored.  A
+  request already out that is over a limit learned after it was split (a
+  service restarted with a lower one) is never sent: it fails once, as a
+  refused one does, naming its size and the limit.
 * Each payload is encoded once, here, exactly as a ``Producer`` encodes it
   (``cache.hashing.encode_payload``): the service hashes and forwards those
   bytes without decoding them, so a task's key is the one a producer computes.
@@ -80,7 +90,7 @@ from ..transport import wire
 from ..transport.endpoint import check_endpoint
 from ..transport.reactor import Reactor
 from ..transport.security import CurveClient, handshake_problem
-from ..transport.sockets import Redialer, make_socket
+from ..transport.sockets import DEFAULT_MAX_MESSAGE_BYTES, Redialer, make_socket
 from ..transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -148,6 +158,38 @@ class _Request:
         """Positions (in this request) of the tasks whose futures have not resolved."""
         futures, at = self.batch.futures, self.indexes
         return [i for i in range(len(at)) if not futures[at[i]].done()]
+
+
+def _split(encoded: list[msgspec.Raw], indexes: list[int], room: int) -> tuple[list[tuple[list[msgspec.Raw], list[int]]], list[tuple[int, int]]]:
+    """``encoded`` payloads (the batch index of each in ``indexes``) as consecutive parts of at most ``room`` bytes of
+    payloads each, in order, as ``(payloads, indexes)``; and ``(index, size)`` for each payload over ``room`` by itself
+    (in no part)."""
+    parts: list[tuple[list[msgspec.Raw], list[int]]] = []
+    over: list[tuple[int, int]] = []
+    part: list[msgspec.Raw] = []
+    at: list[int] = []
+    size = 0
+    for payload, index in zip(encoded, indexes, strict=True):
+        n = len(payload)
+        if n > room:
+            over.append((index, n))
+            continue
+        if part and size + n > room:
+            parts.append((part, at))
+            part, at, size = [], [], 0
+        part.append(payload)
+        at.append(index)
+        size += n
+    if part:
+        parts.append((part, at))
+    return parts, over
+
+
+def _submit_overhead(reward: str, params: Optional[dict], timeout_s: Optional[float]) -> int:
+    """Bytes of a ``Submit`` body beyond its payloads' own, at most (the largest request number, an array header for
+    any number of payloads)."""
+    empty = cw.Submit(*wire.STAMP, 2**64 - 1, reward, params, [], timeout_s)
+    return len(cw.encode(empty)[1]) + 4  # an array header is 1 byte empty, 5 at most
 
 
 def _target_key(reward: str, params: Optional[dict], timeout_s: Optional[float]) -> Optional[bytes]:
@@ -219,6 +261,10 @@ class Client:
         self._unanswered: deque[_Request] = deque()  # pipelined requests, oldest first, maybe answered (callers' threads)
         self._instance = ""
         self._heard = time.monotonic()
+        # the service's frame limit (``Pong.max_message_bytes``), assumed the default until it says; ``_answered`` is
+        # set once anything answers the pings the I/O thread sends from its start (a Pong, a refusal, ...)
+        self._frame_limit = DEFAULT_MAX_MESSAGE_BYTES
+        self._answered = threading.Event()
         self.resubmitted = 0  # requests sent again: not taken in time, restarted or unknown to the service
         self._ctx = zmq.Context(io_threads=1)
         if (curve_secret_key is None) != (curve_server_key is None):
@@ -236,6 +282,7 @@ class Client:
         self._wake = self._reactor.wake
         self._thread = threading.Thread(target=self._run, name="qworker-client", daemon=True)
         self._thread.start()
+        self._wake()  # its first turn at once: the ping that asks the service's frame limit goes now
 
     # the Producer's API ---------------------------------------------------------
     def submit(self, reward: str, payload: Any, *, params: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None) -> ResultFuture:
@@ -259,18 +306,39 @@ class Client:
         with paused_gc():
             encoded, indexes, refused = _encode(payloads)
             batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
+        deadline = time.monotonic() + self.connect_timeout_s
+        self._answered.wait(self.connect_timeout_s)  # the service's frame limit (at once, but in a client's first instant)
+        limit = self._frame_limit
+        room = limit - _submit_overhead(reward, params, timeout_s)
+        parts, over = ([(encoded, indexes)], []) if sum(map(len, encoded)) <= room else _split(encoded, indexes, room)
+        refused += [(i, ErrorKind.BAD_PAYLOAD.error(
+            f"the payload is {size} bytes encoded, over the {limit}-byte message limit of the reward service at "
+            f"{self.endpoint} (its max_message_bytes)")) for i, size in over]
         if refused:  # as a Producer does: those tasks fail, the others are scored
             self._table.resolve(batch, [i for i, _ in refused], [Result(score=self.fallback_score, error=error) for _, error in refused])
-            if not encoded:
+            if not parts:
                 return self._table.hand_out(batch)
-        req = _Request(next(self._numbers), reward, params, encoded, timeout_s, batch, indexes, time.monotonic(), target)
-        if target is not None and target in self._known:
+        now = time.monotonic()
+        requests = [_Request(next(self._numbers), reward, params, part, timeout_s, batch, at, now, target) for part, at in parts]
+        for sent, req in enumerate(requests):  # one list of futures (``hand_out`` gives the batch's each time)
+            try:
+                futures = self._send_request(req, deadline)
+            except BaseException:
+                for unsent in requests[sent + 1:]:  # never sent: their futures (never handed out) resolve too
+                    self._fail(unsent, ErrorKind.SERVICE_LOST.error("an earlier part of its submission raised"))
+                raise
+        return futures
+
+    def _send_request(self, req: _Request, deadline: float) -> list[ResultFuture]:
+        """Send ``req``: pipelined (``_pipeline``) if the service has taken a request of its target, else waiting for
+        the service's answer until ``deadline`` (``time.monotonic``) and raising what it refuses; the batch's futures."""
+        if req.target is not None and req.target in self._known:
             return self._pipeline(req)
         self._outbox.append(req)  # to the I/O thread
         self._wake()
         if self._closed:  # close() may have passed over the outbox before this request reached it
             req.taken.set()
-        if not req.taken.wait(self.connect_timeout_s):
+        if not req.taken.wait(max(0.0, deadline - time.monotonic())):
             self._outbox.append(("forget", req.number))
             self._wake()
             raise self._unanswered_error(req)
@@ -279,7 +347,7 @@ class Client:
             raise ProducerClosed("the Client closed while submitting")
         if answer.error is not None:
             raise _ERRORS.get(answer.error_type, ServiceUnavailable)(answer.error)
-        return self._table.hand_out(batch)  # raises ProducerClosed if close() came first
+        return self._table.hand_out(req.batch)  # raises ProducerClosed if close() came first
 
     def _pipeline(self, req: _Request) -> list[ResultFuture]:
         """Hand ``req`` (of a target the service has taken) to the I/O thread and its futures to the caller, once fewer
@@ -341,6 +409,7 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        self._answered.set()  # a caller waiting for the frame limit goes on, and finds the client closed
         self._reactor.stop()
         self._thread.join(10.0)
         self._table.close("the client closed")  # later submissions raise ProducerClosed
@@ -364,28 +433,42 @@ class Client:
             self._ctx.term()
 
     def _keep_in_touch(self, now: float) -> None:
-        """While requests are out: resend those not taken, ping (naming those waited on), watch the link."""
-        if self._requests and now >= self._next_ping:
+        """Until the service first answers (its ``Pong`` states its frame limit), and while requests are out: ping
+        (naming those waited on), then resend those not taken (behind the ping: an oversize one drops the link, and
+        the ping's answer with it, only after the ping was read), watch the link."""
+        if (self._requests or not self._answered.is_set()) and now >= self._next_ping:
             self._next_ping = now + PING_EVERY_S
-            self._resend_untaken(now)
             self._send(cw.Ping([n for n, r in self._requests.items() if r.answered is not None]))
-            self._check_link(now)
-            self._check_silence(now)
+            if self._requests:
+                self._resend_untaken(now)
+                self._check_link(now)
+                self._check_silence(now)
 
     def _send(self, msg: cw.ClientMessage) -> None:
+        self._send_frames(cw.encode(msg))
+
+    def _send_frames(self, frames: list[bytes]) -> None:
         try:
-            self._sock.send_multipart(cw.encode(msg), flags=zmq.NOBLOCK)
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK)
         except zmq.Again:
             pass  # not connected yet: a ping or resubmission will follow
 
     def _submit(self, req: _Request) -> None:
+        """Send ``req`` (held until taken); one over the service's frame limit, which the transport would drop unread
+        (and the link with it) however often it is sent, is refused here instead, once (``_on_accepted``)."""
         self._requests[req.number] = req
         req.resend_at = time.monotonic() + req.resend_every
-        self._send(cw.Submit(*wire.STAMP, req.number, req.reward, req.params, req.payloads, req.timeout_s))
+        frames = cw.encode(cw.Submit(*wire.STAMP, req.number, req.reward, req.params, req.payloads, req.timeout_s))
+        if len(frames[1]) > self._frame_limit:
+            self._on_accepted(cw.Accepted(req.number, self._instance, (
+                f"the request is {len(frames[1])} bytes encoded, over the {self._frame_limit}-byte message limit of the "
+                f"reward service at {self.endpoint} (its max_message_bytes); it was not sent"), "ServiceUnavailable"))
+            return
+        self._send_frames(frames)
 
     def _resend_untaken(self, now: float) -> None:
         """Submissions the service has not taken (lost on a broken link, or it is slow): send them again."""
-        for req in self._requests.values():
+        for req in list(self._requests.values()):
             if req.answered is None and now >= req.resend_at:
                 req.resend_every = min(2 * req.resend_every, RESUBMIT_MAX_S)
                 self.resubmitted += 1
@@ -438,15 +521,20 @@ class Client:
                 self._see(msg.instance)
                 self._on_accepted(msg)
             elif isinstance(msg, cw.Pong):
+                self._frame_limit = msg.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
+                self._answered.set()  # a caller waiting for the frame limit goes on
                 self._see(msg.instance)
                 for number in msg.unknown:  # taken, yet the service no longer holds it: ask again
                     req = self._requests.get(number)
                     if req is not None and req.answered is not None:
                         self._resubmit(req, "the service no longer holds it")
             elif isinstance(msg, cw.Closing):
+                self._answered.set()  # a caller waiting for the frame limit goes on, to meet this
                 self._on_closing(msg.reason)
             elif isinstance(msg, wire.Refused):  # a service of another wire protocol, or not a service (a producer's pools' endpoint)
-                self._on_closing(wire.refused_line(self.endpoint, "this client", msg))
+                self._answered.set()  # a caller waiting for the frame limit goes on, to meet this
+                who = wire.refuser(msg, self.endpoint, f"the reward service at {self.endpoint}")
+                self._on_closing(wire.refused_line(who, "this client", msg))
             elif isinstance(msg, StatusReply):
                 while self._status_waiters and self._status_waiters[0][0].is_set():
                     self._status_waiters.popleft()  # its caller timed out

@@ -285,7 +285,8 @@ class RewardService:
                 else:
                     self._on_submit(peer, msg)
             elif isinstance(msg, cw.Ping):
-                self._send(peer, cw.Pong(self.instance, self._workers(), self.ledger.unknown(peer, msg.waiting)))
+                self._send(peer, cw.Pong(self.instance, self._workers(), self.ledger.unknown(peer, msg.waiting),
+                                         self.producer.options.max_message_bytes))
                 for frames in self.ledger.poke(peer, now):  # it is (back) in touch: what it has not acknowledged
                     self._send_frames(peer, frames)
             elif isinstance(msg, StatusRequest):
@@ -311,7 +312,7 @@ class RewardService:
         if self._pools_refused.tick():
             log.error("qworker service: refused %r: a pool or worker at the clients' endpoint %s (%s)",
                       peer[:32].decode(errors="replace"), self.endpoint, where)
-        self._send(peer, Refused(*STAMP, f"{self.endpoint} is a reward service's clients' endpoint; {where}"))
+        self._send(peer, Refused(*STAMP, f"it is for qworker.Clients, not pools; {where}", "the reward service's clients' endpoint"))
 
     def _drop(self, peer: bytes, why: str) -> None:
         """Count a bad frame; log the first ten, then one in a thousand (refused clients, counted in ``dropped_frames``

@@ -14,7 +14,10 @@ answers ``Ack`` with the numbers it received, and the service resends what is
 not acknowledged (``service.ledger``).  A ``Ping`` names the requests the
 client still waits on; the ``Pong`` names those the service does not hold (never
 taken, or their results dropped from a full ledger), which the client
-resubmits.  A client resends a ``Submit`` until it is ``Accepted``; the service
+resubmits; it also states the service's frame limit (``max_message_bytes``), which
+a client learns (it pings once on starting) and sends no ``Submit`` over: the
+transport drops a larger one unread, and the link with it.  A client resends a
+``Submit`` until it is ``Accepted``; the service
 answers a repeated one without taking it twice.  ``Closing`` tells clients the
 service is stopping, so their waiting futures fail at once.  A ``Submit`` is
 stamped with the client's wire protocol (``wire.Stamped``): a service of
@@ -117,6 +120,7 @@ class Pong(Message):
     instance: str
     workers: Count
     unknown: list[Count] = []  # of the Ping's requests, those this instance does not hold
+    max_message_bytes: Count = 0  # the service's frame limit (a larger Submit is dropped unread); 0: not said
 
 
 class Closing(Message):

@@ -11,7 +11,7 @@ from typing import Optional
 
 from .._exceptions import ConfigError
 
-__all__ = ["check_endpoint", "reachable", "oversize_ipc_path", "IPC_PATH_MAX"]
+__all__ = ["check_endpoint", "reachable", "tcp_host_port", "oversize_ipc_path", "IPC_PATH_MAX"]
 
 # libzmq's transports; qworker's own sockets use tcp, ipc and inproc, and the others are refused without CURVE
 # or ``insecure`` where they are bound (``security.check_bind``), not here
@@ -30,6 +30,16 @@ def oversize_ipc_path(path: str) -> Optional[int]:
 ANY_INTERFACE = ("*", "0.0.0.0", "[::]")  # hosts of a bind to every interface: one binds to them, never connects
 
 
+def tcp_host_port(endpoint: str) -> Optional[tuple[str, str]]:
+    """``(HOST, PORT)`` of a ``tcp://HOST:PORT`` endpoint, as written: split at its last colon, so an IPv6 host keeps
+    its brackets (``[::1]``); either may be empty, and PORT may be ``*`` or no number (``check_endpoint`` judges them).
+    None for another transport."""
+    if not endpoint.startswith("tcp://"):
+        return None
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    return host, port
+
+
 def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str:
     """``endpoint`` when it names one of libzmq's transports (``tcp://HOST:PORT`` with PORT 0-65535 or ``*`` to
     bind any, ``ipc://PATH`` with PATH at most ``IPC_PATH_MAX`` bytes, ``inproc://NAME``, ...); else ``ConfigError``
@@ -44,8 +54,9 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
         else:
             hint = "tcp://HOST:PORT"
         raise ConfigError(f"{what} {shown!r} is not a ZeroMQ endpoint: write {hint} (or ipc://PATH)")
-    if endpoint.startswith("tcp://"):
-        host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    tcp = tcp_host_port(endpoint)
+    if tcp is not None:
+        host, port = tcp
         if not host or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):
             raise ConfigError(f"{what} {endpoint!r}: expected tcp://HOST:PORT with a port from 0 to {MAX_PORT} (or * to bind any)")
         if connect and (host in ANY_INTERFACE or port in ("*", "0")):
@@ -62,8 +73,7 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
 def reachable(bound: str) -> str:
     """A bound endpoint as a peer is told to connect to it: as it is, or, bound to every interface
     (``tcp://*:P``, ``tcp://0.0.0.0:P``), "port P of this host (tcp://0.0.0.0:P)"."""
-    if bound.startswith("tcp://"):
-        host, _, port = bound[len("tcp://"):].rpartition(":")
-        if host in ANY_INTERFACE:
-            return f"port {port} of this host ({bound})"
+    tcp = tcp_host_port(bound)
+    if tcp is not None and tcp[0] in ANY_INTERFACE:
+        return f"port {tcp[1]} of this host ({bound})"
     return bound

@@ -4,17 +4,23 @@
 in a thousand.  ``RefusedStamps`` holds the stamps of the peers a socket refused for
 their wire protocol and says which refusal is the first of its stamp (one line per
 version), for the first ten stamps: a peer inventing versions cannot flood the log.
+``PeerRation`` says which events to log when a peer sends several of one kind (a
+refused ``Client``'s submission and its ping): a peer's first, rationed as
+``LogRation`` over the peers.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from .wire import ProtocolMismatch
 
-__all__ = ["LogRation", "RefusedStamps"]
+__all__ = ["LogRation", "RefusedStamps", "PeerRation"]
 
 FIRST = 10  # events logged before the ration thins out
 THEN_EVERY = 1000  # after them, one logged in this many
 STAMPS = 10  # refused stamps logged, at most
+PEERS = 1024  # peers a ``PeerRation`` remembers (the most recently heard)
 
 
 class LogRation:
@@ -41,3 +47,24 @@ class RefusedStamps:
             return False
         self._seen.add(stamp)
         return True
+
+
+class PeerRation:
+    """Events of one kind from peers, each named by its identity: ``tick`` says whether to log this one, which is so
+    for a peer's first event (among the ``PEERS`` peers heard most recently), rationed as ``LogRation`` over those
+    firsts.  A peer sending many frames is one line; many peers are ten lines, then one in a thousand."""
+
+    def __init__(self) -> None:
+        self.count = 0  # events, all peers together
+        self._firsts = LogRation()
+        self._peers: OrderedDict[bytes, None] = OrderedDict()
+
+    def tick(self, peer: bytes) -> bool:
+        self.count += 1
+        if peer in self._peers:
+            self._peers.move_to_end(peer)
+            return False
+        self._peers[peer] = None
+        if len(self._peers) > PEERS:
+            self._peers.popitem(last=False)
+        return self._firsts.tick()

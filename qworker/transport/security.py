@@ -39,7 +39,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from .._exceptions import ConfigError
 from .allowlist import RELOAD_EVERY_S, AllowList, GuardedRouter, reload_all
-from .endpoint import check_endpoint
+from .endpoint import check_endpoint, tcp_host_port
 
 log = logging.getLogger("qworker")
 
@@ -104,9 +104,10 @@ def is_loopback(endpoint: str) -> bool:
     """
     if endpoint.startswith(LOCAL_SCHEMES):
         return True
-    if not endpoint.startswith("tcp://"):
+    tcp = tcp_host_port(endpoint)
+    if tcp is None:
         return False
-    host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    host = tcp[0].strip("[]")
     if host == "localhost":
         return True
     try:
@@ -123,13 +124,10 @@ def _addresses(host: str) -> list[str]:
         return []
 
 
-def _loopback_name(endpoint: str) -> Optional[str]:
-    """For ``tcp://NAME:PORT`` where NAME is a host name (not ``localhost``) that resolves only to loopback addresses
+def _loopback_name(host: str) -> Optional[str]:
+    """For a ``tcp://`` endpoint's ``host`` that is a name (not ``localhost``) resolving only to loopback addresses
     on this host (``vm`` in ``/etc/hosts`` as 127.0.0.1, Debian's 127.0.1.1 for the host's own name): the first of
     them; else None.  Such a name is not taken as loopback (``is_loopback``): this only names what it is."""
-    if not endpoint.startswith("tcp://"):
-        return None
-    host = endpoint[len("tcp://"):].rsplit(":", 1)[0]
     if host in ("*", "localhost") or host.startswith("["):
         return None
     try:
@@ -149,9 +147,10 @@ def check_bind(endpoint: str, curve: Optional[Curve], *, insecure: bool) -> None
     if is_loopback(endpoint) or isinstance(curve, CurveServer):
         return
     if not insecure:
-        address = _loopback_name(endpoint)
-        if address is not None:
-            host, _, port = endpoint[len("tcp://"):].rpartition(":")
+        tcp = tcp_host_port(endpoint)
+        address = _loopback_name(tcp[0]) if tcp is not None else None
+        if tcp is not None and address is not None:
+            host, port = tcp
             shown = f"[{address}]" if ":" in address else address
             raise ConfigError(
                 f"refusing to bind {endpoint}: {host!r} names this host's loopback address {address}, which no other host "

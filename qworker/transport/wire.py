@@ -51,7 +51,7 @@ __all__ = [
     "refusal", "mismatch",
 ]
 
-PROTOCOL = 2  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``), with qworker's version
+PROTOCOL = 3  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``), with qworker's version
 STAMP: tuple[int, str] = (PROTOCOL, __version__)  # the first fields of every ``Stamped`` message this process sends
 
 READY = b"R"  # worker -> producer: hello, and idle heartbeat carrying credit
@@ -144,11 +144,19 @@ class Refused(Message, forbid_unknown_fields=False):
     protocol: int
     qworker: str
     reason: str
+    by: str = ""  # what refused, as the refused peer names it ("the producer's pool endpoint"); "": not said (``refuser``)
 
 
-def refusal() -> Refused:
-    """The answer to a ``Stamped`` message of another protocol."""
-    return Refused(*STAMP, "another wire protocol")
+def refusal(by: str = "") -> Refused:
+    """The answer to a ``Stamped`` message of another protocol; ``by``: what refuses (``Refused.by``)."""
+    return Refused(*STAMP, "another wire protocol", by)
+
+
+def refuser(theirs: Refused, endpoint: str, expected: str) -> str:
+    """Who refused, for ``refused_line``: what the refuser says it is (``by``) and ``endpoint``
+    ("the producer's pool endpoint tcp://H:P"), or, when it does not say, ``expected`` (what the refused peer dialled
+    ``endpoint`` for: "the reward service at tcp://H:P")."""
+    return f"{printable(theirs.by)} {endpoint}" if theirs.by else expected
 
 
 def printable(text: str, limit: int = 64) -> str:

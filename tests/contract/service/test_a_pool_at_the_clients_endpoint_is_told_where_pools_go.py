@@ -18,7 +18,8 @@ def test_a_pool_at_the_clients_endpoint_exits_with_one_line_naming_where_pools_c
         refused = [line for line in err.splitlines() if "refused" in line]
         assert returncode == 2, err
         assert len(refused) == 1, err
-        assert f"refused this pool: {listen} is a reward service's clients' endpoint; pools connect to tcp://127.0.0.1:" in refused[0]
+        assert (f"the reward service's clients' endpoint {listen} refused this pool: it is for qworker.Clients, not pools; "
+                "pools connect to tcp://127.0.0.1:") in refused[0], refused[0]
         with Client(listen) as client:  # its clients are served as before
             assert client.map("noop", [{"i": 1}], timeout=30)[0].ok
     finally:
@@ -33,6 +34,7 @@ def test_a_pool_at_the_clients_endpoint_of_a_service_without_bind_is_told_it_tak
         returncode, err = run_pool_until_it_stops("--connect", listen, "--reward-modules", TEST_REWARDS, "--workers", "1")
         refused = [line for line in err.splitlines() if "refused" in line]
         assert returncode == 2 and len(refused) == 1, err
+        assert f"the reward service's clients' endpoint {listen} refused this pool" in refused[0], refused[0]
         assert "this service takes no remote pools: serve it with --bind tcp://HOST:PORT" in refused[0], refused[0]
         assert "ipc://" not in refused[0]
     finally:

@@ -18,6 +18,7 @@ import pytest
 
 from qworker import Client, ProducerClosed, RewardError, ServiceUnavailable
 from qworker.testing import MockJudge
+from qworker.transport import client_wire as cw
 from tests.conftest import REPO, TEST_REWARDS
 
 
@@ -324,7 +325,12 @@ def test_close_while_a_large_submission_waits_to_be_taken_returns_at_once():
     th.start()
     try:
         assert silent.poll(120_000), "the submission never reached the service"
-        silent.recv_multipart()  # every task is registered and sent: the request waits to be taken
+        frames = silent.recv_multipart()
+        while frames[1] == cw.PING:  # the Client's first ping asks its frame limit: answered, as a service does
+            silent.send_multipart([frames[0], *cw.encode(cw.Pong("silent", 1, [], 64 * 2**20))])
+            assert silent.poll(120_000), "the submission never reached the service"
+            frames = silent.recv_multipart()
+        assert frames[1] == cw.SUBMIT  # every task is registered and sent: the request waits to be taken
         closed = threading.Event()
         threading.Thread(target=lambda: (c.close(), closed.set()), daemon=True).start()
         assert closed.wait(2.0), f"close() did not return within 2 s while a {n:,}-task submission waited to be taken"

@@ -80,7 +80,7 @@ def test_a_client_of_another_version_is_refused_at_its_first_request(tmp_path):
                 with pytest.raises(ServiceUnavailable) as refused:
                     c.submit_batch("noop", [{"i": 1}])
                 line = str(refused.value)
-                assert line.startswith(f"tcp://127.0.0.1:{port} refused this client: "), line
+                assert line.startswith(f"the reward service at tcp://127.0.0.1:{port} refused this client: "), line
                 assert names_both_versions(line), line
     finally:
         stop(proc)

@@ -35,6 +35,7 @@ def _client(requests: int, per_request: int) -> tuple[cl.Client, list[list]]:
     c._table = FutureTable(fallback_score=0.0)
     c._requests = {}
     c._known, c._window_lock, c._unanswered = cl._KnownTargets(cl.KNOWN_TARGETS), threading.Lock(), deque()
+    c._answered = threading.Event()
     handed = []
     for number in range(1, requests + 1):
         batch = c._table.register(per_request)

@@ -11,8 +11,8 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterator, Optional
+from concurrent.futures import Future
+from typing import Any, Callable, Optional
 
 import pytest
 
@@ -41,6 +41,9 @@ def _client() -> cl.Client:
     c._window_lock = threading.Lock()
     c._unanswered = deque()
     c._instance = INSTANCE
+    c._frame_limit = cl.DEFAULT_MAX_MESSAGE_BYTES
+    c._answered = threading.Event()
+    c._answered.set()  # the service stated its frame limit
     c._wake = lambda: None
     return c
 
@@ -60,13 +63,6 @@ def _answer(c: cl.Client, req: cl._Request, error: Optional[str] = None, error_t
             instance: str = INSTANCE) -> None:
     c._see(instance)
     c._on_accepted(cw.Accepted(req.number, instance, error, error_type))
-
-
-@pytest.fixture
-def caller() -> Iterator[Callable[..., Future]]:
-    """Runs a call on another thread (a caller that may wait for the service's answer)."""
-    with ThreadPoolExecutor(1) as pool:
-        yield lambda fn, *args, **kw: pool.submit(fn, *args, **kw)
 
 
 def _first(c: cl.Client, caller: Callable[..., Future], reward: str = "noop", **kw: Any) -> list:

@@ -79,9 +79,20 @@ def test_a_message_of_this_protocol_decodes():
 @pytest.mark.parametrize("decoder", [wire.WORKER, wire.SUPERVISOR, cw.CLIENT])
 def test_refused_is_read_by_each_refused_side_even_with_fields_a_later_version_adds(decoder):
     assert decoder.decode(*wire.encode(wire.refusal()), max_bytes=LIMIT) == wire.Refused(*wire.STAMP, "another wire protocol")
-    later = msgpack.packb([*OTHER, "another wire protocol", {"new": 1}, [2]])
+    later = msgpack.packb([*OTHER, "another wire protocol", "the producer's pool endpoint", {"new": 1}, [2]])
     msg = decoder.decode(wire.REFUSED, later, max_bytes=LIMIT)
-    assert msg == wire.Refused(*OTHER, "another wire protocol")
+    assert msg == wire.Refused(*OTHER, "another wire protocol", "the producer's pool endpoint")
+    earlier = msgpack.packb([*OTHER, "another wire protocol"])  # a version before ``by``
+    assert decoder.decode(wire.REFUSED, earlier, max_bytes=LIMIT) == wire.Refused(*OTHER, "another wire protocol")
+
+
+def test_a_refused_line_names_what_refused_as_the_refuser_says_it_is():
+    said = wire.Refused(*wire.STAMP, "it is for pools", "the producer's pool endpoint")
+    who = wire.refuser(said, "tcp://h:5555", "the reward service at tcp://h:5555")
+    assert wire.refused_line(who, "this client", said) == "the producer's pool endpoint tcp://h:5555 refused this client: it is for pools"
+    unsaid = wire.Refused(*OTHER, "another wire protocol")  # a refuser that does not say: the one the peer dialled
+    assert wire.refused_line(wire.refuser(unsaid, "tcp://h:5555", "the reward service at tcp://h:5555"), "this client",
+                             unsaid).startswith("the reward service at tcp://h:5555 refused this client: it runs qworker 9.9.9")
 
 
 def test_the_refused_sides_line_names_both_versions():

@@ -1,0 +1,75 @@
+"""A ``submit_batch`` of any size is taken, as at a ``Producer``: a request whose ``Submit`` would be over the service's
+frame limit (which libzmq enforces by dropping the message unread, and the link with it) goes as several under it, its
+futures one list in order; a payload over the limit by itself fails as ``bad_payload`` naming its size and the limit; a
+request over a limit learned after it was split is never sent and fails once, naming both.  No socket: the test plays
+the I/O thread (``test_client_pipelines_requests_of_a_target_the_service_took``'s harness)."""
+
+from __future__ import annotations
+
+import time
+
+from qworker import ErrorKind
+from qworker.engine.result import Result
+from qworker.service import client as cl
+from qworker.transport import client_wire as cw
+from qworker.transport import wire
+from tests.unit.service.stub_socket import StubSocket
+from tests.unit.service.test_client_pipelines_requests_of_a_target_the_service_took import _answer, _client, _taken
+
+LIMIT = 4096
+
+
+def _body_size(req: cl._Request) -> int:
+    return len(cw.encode(cw.Submit(*wire.STAMP, req.number, req.reward, req.params, req.payloads, req.timeout_s))[1])
+
+
+def _resolve(c: cl.Client, req: cl._Request) -> None:
+    c._resolve([cw.ResolvedRequest(req.number, list(range(len(req.indexes))),
+                                   [Result(score=float(i)) for i in req.indexes])])
+
+
+def test_a_submission_over_the_frame_limit_goes_in_parts_under_it_and_resolves_in_order(caller):
+    c = _client()
+    c._frame_limit = LIMIT
+    payloads = [{"text": "x" * 100, "i": i} for i in range(200)]  # about 22 kB: six parts or so
+    call = caller(c.submit_batch, "noop", payloads)
+    first = _taken(c)
+    _answer(c, first)  # the first part waits for the service; the others are pipelined behind it
+    futures = call.result(5)
+    parts = [first]
+    while sum(len(p.indexes) for p in parts) < len(payloads):
+        parts.append(_taken(c))
+    assert len(parts) > 1 and all(_body_size(p) <= LIMIT for p in parts), [_body_size(p) for p in parts]
+    assert [i for p in parts for i in p.indexes] == list(range(len(payloads)))  # each payload once, in order
+    for part in parts:
+        _resolve(c, part)
+    assert [f.result(0).score for f in futures] == [float(i) for i in range(len(payloads))]
+
+
+def test_a_payload_over_the_frame_limit_by_itself_fails_naming_its_size_and_the_limit(caller):
+    c = _client()
+    c._frame_limit = LIMIT
+    call = caller(c.submit_batch, "noop", [{"i": 0}, {"big": "y" * 2 * LIMIT}, {"i": 2}])
+    req = _taken(c)
+    _answer(c, req)
+    futures = call.result(5)
+    assert req.indexes == [0, 2]  # the others are sent
+    big = futures[1].result(0)
+    assert big.error_kind == ErrorKind.BAD_PAYLOAD and f"over the {LIMIT}-byte message limit" in big.error, big.error
+    assert f"the payload is {len(cl._encode([{'big': 'y' * 2 * LIMIT}])[0][0])} bytes" in big.error, big.error
+
+
+def test_a_request_over_a_limit_learned_after_it_was_split_is_never_sent_and_fails_once(caplog):
+    c = _client()
+    c._sock, c._next_ping = StubSocket([]), 0.0
+    c._refusals_logged, c._heard = set(), time.monotonic()
+    batch = c._table.register(1)
+    c._table.hand_out(batch)  # a pipelined request: its caller holds its futures
+    payload = cl._encode([{"big": "z" * 2 * LIMIT}])[0]
+    req = cl._Request(1, "noop", None, payload, None, batch, [0], time.monotonic(), b"target")
+    c._frame_limit = LIMIT  # the service restarted with a lower limit
+    c._submit(req)
+    assert c._sock.sent == [] and c._requests == {}  # never sent, nothing left to resend
+    result = batch.futures[0].result(0)
+    assert result.error_kind == ErrorKind.SERVICE_LOST
+    assert f"over the {LIMIT}-byte message limit of the reward service" in result.error and "it was not sent" in result.error
