@@ -246,6 +246,23 @@ def test_a_producer_refuses_a_zero_task_timeout():
         ProducerOptions.from_mapping({"task_timeout_s": 0})
 
 
+@pytest.mark.parametrize("command", [
+    ["qworker", "serve", "--max-message-bytes", "0"],
+    ["qworker-pool", "--connect", "tcp://127.0.0.1:1", "--max-message-bytes", "0"],
+])
+def test_a_frame_limit_that_is_not_above_0_is_refused_in_one_line_before_anything_starts(command):
+    rc, _, err = run(command, timeout=60)  # it waited 60 s for workers that could receive nothing, then blamed them
+    assert rc == 2 and "max_message_bytes: must be above 0, got 0" in one_line(err), err
+
+
+def test_a_producer_refuses_a_frame_limit_of_zero():
+    from qworker import ProducerOptions
+    from qworker._exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="max_message_bytes: must be above 0, got 0"):
+        ProducerOptions.from_mapping({"max_message_bytes": 0})
+
+
 @pytest.mark.parametrize("verb", ["score", "serve"])
 def test_a_reward_module_that_does_not_import_stops_before_any_worker_starts(tmp_path, verb):
     src = tmp_path / "in.jsonl"
