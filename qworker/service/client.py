@@ -43,9 +43,12 @@ Contract:
 * A ``submit_batch`` of any size is taken, as at a ``Producer``: a request
   whose ``Submit`` would be over the service's frame limit (its
   ``max_message_bytes``, which the service states in every ``Pong``; the
-  client pings once on starting, and a first submission waits for that answer
-  within its ``connect_timeout_s``) is sent as several, each under it, their
-  futures one list in order.  A payload over the limit by itself resolves as
+  client pings from its start until the service answers, and a first
+  submission waits for that answer within its ``connect_timeout_s``) is sent
+  as several, each under it less ``CURVE_FRAME_BYTES``, their futures one list
+  in order.  Only the first part's refusal raises; a later part's fails its
+  own and the following parts' futures as ``service_lost``, the caller holding
+  every future.  A payload over the limit by itself resolves as
   ``bad_payload`` naming its size and the limit; the rest are scored.  A
   request already out that is over a limit learned after it was split (a
   service restarted with a lower one) is never sent: it fails once, as a
@@ -90,7 +93,7 @@ from ..transport import wire
 from ..transport.endpoint import check_endpoint
 from ..transport.reactor import Reactor
 from ..transport.security import CurveClient, handshake_problem
-from ..transport.sockets import DEFAULT_MAX_MESSAGE_BYTES, Redialer, make_socket
+from ..transport.sockets import CURVE_FRAME_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Redialer, make_socket
 from ..transport.wire import StatusReply, StatusRequest, WireError
 
 log = logging.getLogger("qworker")
@@ -300,31 +303,50 @@ class Client:
             return []
         params = dict(params) if params else None
         target = _target_key(reward, params, timeout_s)
+        deadline = time.monotonic() + self.connect_timeout_s
+        self._answered.wait(self.connect_timeout_s)  # the service's frame limit (at once, but in a client's first instant)
+        limit = self._frame_limit
+        envelope = _submit_overhead(reward, params, timeout_s) + CURVE_FRAME_BYTES  # raises on params it cannot encode
+        room = limit - envelope  # bytes of payloads a Submit may carry
+        if room <= 0:
+            raise ConfigError(f"this request's params encode to {envelope - CURVE_FRAME_BYTES} bytes, over the {limit}-byte "
+                              f"message limit of the reward service at {self.endpoint} (its max_message_bytes)")
         # a future per payload, which lives until its result comes: collections set off while they are made would
         # move every future in flight to older generations (and full collections rescan them all); none of it is
         # cyclic garbage, so the collector waits until they are made (as ``Producer.submit_batch`` does)
         with paused_gc():
             encoded, indexes, refused = _encode(payloads)
             batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
-        deadline = time.monotonic() + self.connect_timeout_s
-        self._answered.wait(self.connect_timeout_s)  # the service's frame limit (at once, but in a client's first instant)
-        limit = self._frame_limit
-        room = limit - _submit_overhead(reward, params, timeout_s)
         parts, over = ([(encoded, indexes)], []) if sum(map(len, encoded)) <= room else _split(encoded, indexes, room)
         refused += [(i, ErrorKind.BAD_PAYLOAD.error(
-            f"the payload is {size} bytes encoded, over the {limit}-byte message limit of the reward service at "
-            f"{self.endpoint} (its max_message_bytes)")) for i, size in over]
+            f"the payload is {size} bytes encoded; with its request's {envelope} (reward, params, framing) that is over "
+            f"the {limit}-byte message limit of the reward service at {self.endpoint} (its max_message_bytes)"))
+            for i, size in over]
         if refused:  # as a Producer does: those tasks fail, the others are scored
             self._table.resolve(batch, [i for i, _ in refused], [Result(score=self.fallback_score, error=error) for _, error in refused])
             if not parts:
                 return self._table.hand_out(batch)
         now = time.monotonic()
         requests = [_Request(next(self._numbers), reward, params, part, timeout_s, batch, at, now, target) for part, at in parts]
+        futures: list[ResultFuture] = []
         for sent, req in enumerate(requests):  # one list of futures (``hand_out`` gives the batch's each time)
             try:
-                futures = self._send_request(req, deadline)
+                # each part waits for its own answer (the first also for the frame limit, within the same bound)
+                futures = self._send_request(req, deadline if not sent else time.monotonic() + self.connect_timeout_s)
+            except Exception as e:
+                if not sent:  # nothing of the submission was taken: it raises, as an unsplit one does
+                    for unsent in requests[1:]:  # never sent: their futures (never handed out) resolve too
+                        self._fail(unsent, ErrorKind.SERVICE_LOST.error("an earlier part of its submission raised"))
+                    raise
+                # earlier parts were taken and are being scored: the caller gets every future, and those of this
+                # part and the ones after it fail as results (as a pipelined request's refusal does), never silently
+                for unsent in requests[sent:]:
+                    self._fail(unsent, ErrorKind.SERVICE_LOST.error(
+                        f"part {sent + 1} of {len(requests)} of its submission (split under the service's frame limit) was "
+                        f"not taken: {e}"))
+                return self._table.hand_out(batch)  # raises ProducerClosed if close() came first
             except BaseException:
-                for unsent in requests[sent + 1:]:  # never sent: their futures (never handed out) resolve too
+                for unsent in requests[sent + 1:]:
                     self._fail(unsent, ErrorKind.SERVICE_LOST.error("an earlier part of its submission raised"))
                 raise
         return futures
@@ -459,10 +481,11 @@ class Client:
         self._requests[req.number] = req
         req.resend_at = time.monotonic() + req.resend_every
         frames = cw.encode(cw.Submit(*wire.STAMP, req.number, req.reward, req.params, req.payloads, req.timeout_s))
-        if len(frames[1]) > self._frame_limit:
+        if len(frames[1]) + CURVE_FRAME_BYTES > self._frame_limit:
             self._on_accepted(cw.Accepted(req.number, self._instance, (
-                f"the request is {len(frames[1])} bytes encoded, over the {self._frame_limit}-byte message limit of the "
-                f"reward service at {self.endpoint} (its max_message_bytes); it was not sent"), "ServiceUnavailable"))
+                f"the request is {len(frames[1])} bytes encoded, over the {self._frame_limit}-byte message limit (with "
+                f"{CURVE_FRAME_BYTES} bytes of framing) of the reward service at {self.endpoint} (its max_message_bytes); "
+                "this client did not send it"), "ServiceUnavailable"))
             return
         self._send_frames(frames)
 

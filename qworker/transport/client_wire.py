@@ -115,7 +115,7 @@ class Ping(Message):
     waiting: list[Count] = []  # request numbers taken and not fully answered
 
 
-class Pong(Message):
+class Pong(Message, forbid_unknown_fields=False):  # a newer service's Pong may carry more: read what this one knows
     KIND: ClassVar[bytes] = PONG
     instance: str
     workers: Count

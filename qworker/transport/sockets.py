@@ -52,6 +52,11 @@ def new_ipc_endpoint() -> str:
     return f"ipc://{path}"
 
 
+CURVE_FRAME_BYTES = 33  # bytes CURVE's MESSAGE command adds to each frame on the wire; MAXMSGSIZE counts them, so a
+# sender fitting a frame to its peer's ``max_message_bytes`` leaves this much room (measured with libzmq over CURVE:
+# at a limit of 1000, a 967-byte frame passes and a 968-byte one is dropped with the link)
+
+
 def make_socket(
     ctx: zmq.Context,
     kind: int,

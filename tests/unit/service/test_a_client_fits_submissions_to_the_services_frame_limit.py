@@ -1,18 +1,24 @@
 """A ``submit_batch`` of any size is taken, as at a ``Producer``: a request whose ``Submit`` would be over the service's
 frame limit (which libzmq enforces by dropping the message unread, and the link with it) goes as several under it, its
-futures one list in order; a payload over the limit by itself fails as ``bad_payload`` naming its size and the limit; a
-request over a limit learned after it was split is never sent and fails once, naming both.  No socket: the test plays
+futures one list in order, each part leaving room for CURVE's framing (which the limit counts); a payload over the limit by
+itself fails as ``bad_payload`` naming its size and the limit; params over it raise ``ConfigError`` before anything is
+registered; a later part that is not taken fails as results, the caller holding every future; a request over a limit
+learned after it was split is never sent and fails once, naming both.  No socket: the test plays
 the I/O thread (``test_client_pipelines_requests_of_a_target_the_service_took``'s harness)."""
 
 from __future__ import annotations
 
 import time
 
-from qworker import ErrorKind
+import msgspec
+import pytest
+
+from qworker import ConfigError, ErrorKind
 from qworker.engine.result import Result
 from qworker.service import client as cl
 from qworker.transport import client_wire as cw
 from qworker.transport import wire
+from qworker.transport.sockets import CURVE_FRAME_BYTES
 from tests.unit.service.stub_socket import StubSocket
 from tests.unit.service.test_client_pipelines_requests_of_a_target_the_service_took import _answer, _client, _taken
 
@@ -31,7 +37,7 @@ def _resolve(c: cl.Client, req: cl._Request) -> None:
 def test_a_submission_over_the_frame_limit_goes_in_parts_under_it_and_resolves_in_order(caller):
     c = _client()
     c._frame_limit = LIMIT
-    payloads = [{"text": "x" * 100, "i": i} for i in range(200)]  # about 22 kB: six parts or so
+    payloads = [{"i": i} for i in range(3000)]  # about 20 kB of small payloads: parts filled to within a few bytes
     call = caller(c.submit_batch, "noop", payloads)
     first = _taken(c)
     _answer(c, first)  # the first part waits for the service; the others are pipelined behind it
@@ -39,7 +45,7 @@ def test_a_submission_over_the_frame_limit_goes_in_parts_under_it_and_resolves_i
     parts = [first]
     while sum(len(p.indexes) for p in parts) < len(payloads):
         parts.append(_taken(c))
-    assert len(parts) > 1 and all(_body_size(p) <= LIMIT for p in parts), [_body_size(p) for p in parts]
+    assert len(parts) > 1 and all(_body_size(p) + CURVE_FRAME_BYTES <= LIMIT for p in parts), [_body_size(p) for p in parts]
     assert [i for p in parts for i in p.indexes] == list(range(len(payloads)))  # each payload once, in order
     for part in parts:
         _resolve(c, part)
@@ -72,4 +78,36 @@ def test_a_request_over_a_limit_learned_after_it_was_split_is_never_sent_and_fai
     assert c._sock.sent == [] and c._requests == {}  # never sent, nothing left to resend
     result = batch.futures[0].result(0)
     assert result.error_kind == ErrorKind.SERVICE_LOST
-    assert f"over the {LIMIT}-byte message limit of the reward service" in result.error and "it was not sent" in result.error
+    assert f"over the {LIMIT}-byte message limit" in result.error and "this client did not send it" in result.error
+
+
+def test_params_over_the_frame_limit_raise_a_config_error_and_register_nothing():
+    c = _client()
+    c._frame_limit = LIMIT
+    with pytest.raises(ConfigError, match=f"params encode to .* over the {LIMIT}-byte message limit"):
+        c.submit_batch("noop", [{"i": 0}], params={"blob": "p" * LIMIT})
+    assert len(c._table) == 0 and not c._outbox
+
+
+def test_a_later_part_that_is_not_taken_fails_as_results_and_the_caller_gets_every_future(caller):
+    c = _client()
+    c._frame_limit = LIMIT
+    params = {1: "a", "b": 2}  # a target the client cannot key: every part waits for its own answer
+    payloads = [{"text": "x" * 100, "i": i} for i in range(100)]
+    call = caller(c.submit_batch, "noop", payloads, params=params)
+    first = _taken(c)
+    _answer(c, first)
+    second = _taken(c)
+    _answer(c, second, error="the service stopped taking requests of this reward", error_type="ServiceUnavailable")
+    futures = call.result(5)  # the first part is being scored: its futures are the caller's, not lost to a raise
+    assert len(futures) == len(payloads) and not any(f.done() for f in futures[: len(first.indexes)])
+    rest = [futures[i].result(0) for i in range(len(first.indexes), len(payloads))]
+    assert all(r.error_kind == ErrorKind.SERVICE_LOST and "the service stopped taking requests" in r.error for r in rest), rest
+    assert "part 2 of 3 of its submission" in rest[-1].error  # the parts after it were never sent, and say which failed
+
+
+def test_a_pong_of_a_newer_service_with_more_fields_still_tells_the_frame_limit():
+    kind, body = cw.encode(cw.Pong("instance", 2, [], LIMIT))
+    longer = msgspec.msgpack.encode([*msgspec.msgpack.decode(body), "a field of a later protocol"])
+    msg = cw.CLIENT.decode(kind, longer, max_bytes=LIMIT)
+    assert isinstance(msg, cw.Pong) and msg.max_message_bytes == LIMIT
