@@ -303,20 +303,25 @@ class Client:
             return []
         params = dict(params) if params else None
         target = _target_key(reward, params, timeout_s)
-        deadline = time.monotonic() + self.connect_timeout_s
-        self._answered.wait(self.connect_timeout_s)  # the service's frame limit (at once, but in a client's first instant)
-        limit = self._frame_limit
-        envelope = _submit_overhead(reward, params, timeout_s) + CURVE_FRAME_BYTES  # raises on params it cannot encode
-        room = limit - envelope  # bytes of payloads a Submit may carry
-        if room <= 0:
-            raise ConfigError(f"this request's params encode to {envelope - CURVE_FRAME_BYTES} bytes, over the {limit}-byte "
-                              f"message limit of the reward service at {self.endpoint} (its max_message_bytes)")
+        try:
+            envelope = _submit_overhead(reward, params, timeout_s) + CURVE_FRAME_BYTES  # a Submit's bytes besides its payloads
+        except (TypeError, ValueError, OverflowError) as e:
+            raise ConfigError(f"params cannot be sent to the reward service: {e}") from None
         # a future per payload, which lives until its result comes: collections set off while they are made would
         # move every future in flight to older generations (and full collections rescan them all); none of it is
         # cyclic garbage, so the collector waits until they are made (as ``Producer.submit_batch`` does)
         with paused_gc():
             encoded, indexes, refused = _encode(payloads)
             batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
+        deadline = time.monotonic() + self.connect_timeout_s
+        self._answered.wait(self.connect_timeout_s)  # the service's frame limit (at once, but in a client's first instant)
+        limit = self._frame_limit
+        room = limit - envelope  # bytes of payloads a Submit may carry
+        if room <= 0:
+            why = (f"this request's params encode to {envelope - CURVE_FRAME_BYTES} bytes, over the {limit}-byte message "
+                   f"limit of the reward service at {self.endpoint} (its max_message_bytes)")
+            self._table.fail(batch, range(len(payloads)), ErrorKind.BAD_PAYLOAD.error(why))  # never handed out
+            raise ConfigError(why)
         parts, over = ([(encoded, indexes)], []) if sum(map(len, encoded)) <= room else _split(encoded, indexes, room)
         refused += [(i, ErrorKind.BAD_PAYLOAD.error(
             f"the payload is {size} bytes encoded; with its request's {envelope} (reward, params, framing) that is over "

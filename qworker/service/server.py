@@ -273,6 +273,9 @@ class RewardService:
                 else:
                     self._drop(peer, str(exc))
                 continue
+            if isinstance(msg, StatusRequest):  # ``qworker status``, a peer of its own each time: no client of the ledger's
+                self._send(peer, StatusReply(dict(self.status())))
+                continue
             self.clients.add(peer)
             now = time.monotonic()
             self.ledger.heard(peer, now)
@@ -289,8 +292,6 @@ class RewardService:
                                          self.producer.options.max_message_bytes))
                 for frames in self.ledger.poke(peer, now):  # it is (back) in touch: what it has not acknowledged
                     self._send_frames(peer, frames)
-            elif isinstance(msg, StatusRequest):
-                self._send(peer, StatusReply(dict(self.status())))
             else:
                 self._drop(peer, f"a {type(msg).__name__} is not a request")
 

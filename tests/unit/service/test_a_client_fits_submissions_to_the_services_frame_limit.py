@@ -111,3 +111,10 @@ def test_a_pong_of_a_newer_service_with_more_fields_still_tells_the_frame_limit(
     longer = msgspec.msgpack.encode([*msgspec.msgpack.decode(body), "a field of a later protocol"])
     msg = cw.CLIENT.decode(kind, longer, max_bytes=LIMIT)
     assert isinstance(msg, cw.Pong) and msg.max_message_bytes == LIMIT
+
+
+def test_params_that_cannot_be_encoded_raise_a_config_error_and_register_nothing():
+    c = _client()
+    with pytest.raises(ConfigError, match="params cannot be sent"):
+        c.submit_batch("noop", [{"i": 0}], params={"x": object()})
+    assert len(c._table) == 0 and not c._outbox
