@@ -14,8 +14,13 @@ arrived; the clients run on the other cores.
 Printed per run: tasks/s, **arrival groups per task** (arrivals more than
 ``GAP_S`` apart start a new group: an upper bound on the wakes they cost a
 front end that reads whatever has arrived when it wakes) and how long after
-the batch end before it each request arrived (p10/p50/p90, ms), over the
-middle three fifths of the arrivals (no start, no tail).  Systems, in
+the batch end before it each request arrived (p10/p50/p90, ms), and the
+**sequences per batch end** (16 when the batches stay in step: every answered
+request was replaced before the next step, so a batch's successors start
+together and end together; fewer when the server's queue ran short at an end,
+so the next batch started in pieces and its ends, and the arrivals they cause,
+spread over steps), over the middle three fifths of the arrivals (no start,
+no tail).  Systems, in
 interleaved rounds: ``sem(K)``, an aiohttp client holding K requests in flight
 (it reads every ready answer in one loop turn, then sends their successors),
 and ``qworker`` (``llm_judge`` on 4 workers with ``max_concurrency`` ``--hint``,
@@ -23,7 +28,10 @@ the same depth in every round); ``--before TREE`` also runs the qworker of
 another checkout, in the same rounds.
 
 Measured on 2 cores (server on one, clients on the other), 16 x 16 steps of
-5 ms: aiohttp sem(64) 0.07-0.08 groups per task; qworker at b9a422d 0.53-0.69.
+5 ms: aiohttp sem(64) 0.07-0.10 groups per task and 16.2 sequences per batch
+end, sem(32) 0.14 and 8.1; qworker at b9a422d 0.43-0.89 and 3.0-4.0 (with
+``--hint`` 64 or 128); urllib3 threads in one process, 64 in a closed loop,
+0.06-0.07 (in 4 processes of 16, 0.21-0.27).
 Run it under the benchmark lock; it writes nothing under ``docs/bench``.
 """
 
@@ -109,7 +117,9 @@ def arrival_stats(arrivals: list[float], ends: list[float]) -> dict[str, float]:
     groups = 1 + sum(1 for a, b in zip(mid, mid[1:], strict=False) if b - a > GAP_S)
     after = [a - ends[i] for a in mid if (i := bisect.bisect_right(ends, a) - 1) >= 0]
     q = statistics.quantiles(after, n=10) if len(after) > 1 else [float("nan")] * 9
-    return {"groups": groups / max(1, len(mid)), "p10": 1000 * q[0], "p50": 1000 * q[4], "p90": 1000 * q[8]}
+    in_window = [e for e in ends if mid and mid[0] <= e <= mid[-1]]
+    return {"groups": groups / max(1, len(mid)), "p10": 1000 * q[0], "p50": 1000 * q[4], "p90": 1000 * q[8],
+            "per_end": len(mid) / max(1, len(in_window))}
 
 
 def payload(tag: str, i: int) -> dict:
@@ -205,7 +215,8 @@ def main() -> None:
                 got = {"rate": args.tasks / elapsed, **arrival_stats(*dump(port))}
                 rows[system].append(got)
                 print(f"  round {r + 1} {system:<22} {got['rate']:6.1f} tasks/s  arrival groups/task {got['groups']:4.2f}  "
-                      f"after the batch end ms p10 {got['p10']:4.1f} p50 {got['p50']:4.1f} p90 {got['p90']:5.1f}", flush=True)
+                      f"after the batch end ms p10 {got['p10']:4.1f} p50 {got['p50']:4.1f} p90 {got['p90']:5.1f}  "
+                      f"sequences per batch end {got['per_end']:4.1f}", flush=True)
     finally:
         server.kill()
         server.wait()
