@@ -41,6 +41,11 @@ and the share of the server's cores that other tenants took (busy, but not with
 the server); then per system the medians and qworker's ratio to the best
 semaphore's median in the same run.
 
+``QWORKER_VLLM_SYSTEMS`` may also name ``sem(K) ramp M ms``: sem(K) opening
+its K places one every M ms, not at once (a diagnosis: every reply has 16
+tokens, so the server keeps the phases a start gives its sequences; a
+gradual start, as a limiter's, spreads their ends and the arrivals that
+follow over the steps for the whole run: ``bench/judge_arrivals.py``).
 ``QWORKER_VLLM_HINT=N`` gives qworker's endpoint ``max_concurrency`` N (a
 diagnosis: the same depth in every round, without the limiter's run-to-run
 spread; the recorded tables use no hint).
@@ -82,6 +87,7 @@ ONLY = [x for x in os.environ.get("QWORKER_VLLM_SYSTEMS", "").split(",") if x]  
 HINT = int(os.environ.get("QWORKER_VLLM_HINT", "0"))  # a diagnosis: qworker's endpoint gets this max_concurrency (0: none, as recorded)
 VLLM_PYTHON = Path(os.environ.get("QWORKER_VLLM_PYTHON", ROOT / ".venv" / "vllm" / "bin" / "python"))  # make test-vllm builds it
 SEMAPHORES = (8, 16, 32, 64)
+_RAMPED = re.compile(r"sem\((\d+)\) ramp (\d+(?:\.\d+)?) ms")  # a diagnosis system, by name (QWORKER_VLLM_SYSTEMS)
 REPLY_TOKENS = 16
 START_TIMEOUT_S = 300.0
 _RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})?\s+([0-9.eE+-]+)", re.M)
@@ -335,13 +341,21 @@ def run_qworker_of(tree: str, server: VllmServer, request: dict, n: int, tag: st
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-async def _semaphore(url: str, bodies: list[dict], k: int, answered: list[float]) -> int:
+async def _semaphore(url: str, bodies: list[dict], k: int, answered: list[float], ramp_s: float = 0.0) -> int:
     """Send every body with ``k`` in flight; returns the failures (a non-200 is retried after 0.1 s doubling, 4 tries);
-    appends to ``answered`` the monotonic time each body was done with."""
+    appends to ``answered`` the monotonic time each body was done with.  ``ramp_s``: the ``k`` places are opened one
+    every ``ramp_s`` seconds, not all at once (a client that starts gradually, as a limiter does)."""
     import aiohttp
 
-    sem = asyncio.Semaphore(k)
+    sem = asyncio.Semaphore(0 if ramp_s else k)
     failed = 0
+
+    async def ramp() -> None:
+        for _ in range(k):
+            await asyncio.sleep(ramp_s)
+            sem.release()
+
+    opening = asyncio.ensure_future(ramp()) if ramp_s else None  # (kept referenced while it runs)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=k)) as session:
         async def one(body: dict) -> None:
             nonlocal failed
@@ -350,10 +364,12 @@ async def _semaphore(url: str, bodies: list[dict], k: int, answered: list[float]
             answered.append(time.monotonic())
 
         await asyncio.gather(*(one(b) for b in bodies))
+    if opening is not None:
+        await opening
     return failed
 
 
-def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int) -> dict:
+def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int, ramp_s: float = 0.0) -> dict:
     bodies = [{**request, "model": "judge", "messages": [{"role": "user", "content": render(DEFAULT_TEMPLATE, payload(tag, i), "")}]}
               for i in range(n)]
     with sampled(server) as load:
@@ -362,7 +378,7 @@ def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int) -
         meter.start()
         t0 = time.monotonic()
         answered: list[float] = []
-        failed = asyncio.run(_semaphore(server.url, bodies, k, answered))
+        failed = asyncio.run(_semaphore(server.url, bodies, k, answered, ramp_s))
         elapsed = time.monotonic() - t0
         cpu = meter.stop()
         steps1 = engine_steps(server.metrics_url)
@@ -446,6 +462,8 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
     ours = [f"qworker [{here}]", f"qworker+metrics [{here}]"] if before else ["qworker", "qworker+metrics"]
     theirs = [f"qworker [{Path(before).name}]", f"qworker+metrics [{Path(before).name}]"] if before else []
     systems = [*theirs, *ours, *(f"sem({k})" for k in SEMAPHORES)]
+    # ``sem(K) ramp M ms`` (named in QWORKER_VLLM_SYSTEMS only): sem(K) opening its places one every M ms
+    systems += [s for s in ONLY if _RAMPED.fullmatch(s)]
     systems = [s for s in systems if not ONLY or s in ONLY]
     # a SIGTERM (a timeout around the benchmark) unwinds through the ``finally`` that stops the server's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -476,6 +494,8 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                                 out = run_qworker_of(before, server, request, n, tag, metrics="+metrics" in system)
                             elif system.startswith("qworker"):
                                 out = run_qworker(server, request, n, tag, metrics="+metrics" in system)
+                            elif (ramped := _RAMPED.fullmatch(system)) is not None:
+                                out = run_semaphore(server, request, n, tag, int(ramped[1]), float(ramped[2]) / 1000)
                             else:
                                 out = run_semaphore(server, request, n, tag, int(system[4:-1]))
                             rate = out["done"] / out["elapsed_s"]

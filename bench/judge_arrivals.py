@@ -31,7 +31,11 @@ Measured on 2 cores (server on one, clients on the other), 16 x 16 steps of
 5 ms: aiohttp sem(64) 0.07-0.10 groups per task and 16.2 sequences per batch
 end, sem(32) 0.14 and 8.1; qworker at b9a422d 0.43-0.89 and 3.0-4.0 (with
 ``--hint`` 64 or 128); urllib3 threads in one process, 64 in a closed loop,
-0.06-0.07 (in 4 processes of 16, 0.21-0.27).
+0.06-0.07 (in 4 processes of 16, 0.21-0.27); and aiohttp sem(64) opening its
+64 places one every 2 ms, not at once, 0.50 and 2.0 (every 5 ms: 1.00 and 1.0),
+with 48 waiting at each end as at once.  Sequences of one length keep the phases
+their start gave them: a client that starts gradually (a limiter's ramp) sends
+its successors spread over the steps for the whole run, however fast it sends.
 Run it under the benchmark lock; it writes nothing under ``docs/bench``.
 """
 
@@ -66,6 +70,7 @@ class BatchServer:
         self.batch, self.steps, self.step_s = batch, steps, step_s
         self.arrivals: list[float] = []
         self.ends: list[float] = []
+        self.queued: list[int] = []  # requests waiting at each batch end
         self.waiting: list[asyncio.Future] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -75,8 +80,8 @@ class BatchServer:
             except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
                 return
             if head.startswith(b"GET /dump"):
-                out = json.dumps([self.arrivals, self.ends]).encode()
-                self.arrivals, self.ends = [], []
+                out = json.dumps([self.arrivals, self.ends, self.queued]).encode()
+                self.arrivals, self.ends, self.queued = [], [], []
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(out), out))
                 continue
             size = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0)
@@ -98,6 +103,7 @@ class BatchServer:
             if ended:
                 running = [(at, f) for at, f in running if at > step]
                 self.ends.append(time.monotonic())
+                self.queued.append(len(self.waiting))
                 for f in ended:
                     f.set_result(None)
             while len(running) < self.batch and self.waiting:
@@ -109,8 +115,9 @@ class BatchServer:
         await server.serve_forever()
 
 
-def arrival_stats(arrivals: list[float], ends: list[float]) -> dict[str, float]:
-    """Groups per task and the delay after the preceding batch end (p10/p50/p90, ms) of the middle three fifths."""
+def arrival_stats(arrivals: list[float], ends: list[float], queued: list[int]) -> dict[str, float]:
+    """Of the middle three fifths of the arrivals: groups per task, the delay after the preceding batch end
+    (p10/p50/p90, ms), sequences per batch end, and the median of the requests waiting at those ends."""
     got = sorted(arrivals)
     n = len(got)
     mid = got[n // 5: n - n // 5]
@@ -118,8 +125,9 @@ def arrival_stats(arrivals: list[float], ends: list[float]) -> dict[str, float]:
     after = [a - ends[i] for a in mid if (i := bisect.bisect_right(ends, a) - 1) >= 0]
     q = statistics.quantiles(after, n=10) if len(after) > 1 else [float("nan")] * 9
     in_window = [e for e in ends if mid and mid[0] <= e <= mid[-1]]
+    waiting = [w for e, w in zip(ends, queued, strict=True) if mid and mid[0] <= e <= mid[-1]]
     return {"groups": groups / max(1, len(mid)), "p10": 1000 * q[0], "p50": 1000 * q[4], "p90": 1000 * q[8],
-            "per_end": len(mid) / max(1, len(in_window))}
+            "per_end": len(mid) / max(1, len(in_window)), "queued": statistics.median(waiting) if waiting else float("nan")}
 
 
 def payload(tag: str, i: int) -> dict:
@@ -158,10 +166,11 @@ def run_semaphore(url: str, n: int, tag: str, k: int) -> float:
     return time.monotonic() - t0
 
 
-def dump(port: int) -> tuple[list[float], list[float]]:
+def dump(port: int) -> tuple[list[float], list[float], list[int]]:
+    """The stand-in's arrivals, batch ends and the requests waiting at each end, since the last dump."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/dump", timeout=5) as r:  # noqa: S310 (loopback)
-        arrivals, ends = json.loads(r.read())
-    return arrivals, ends
+        arrivals, ends, queued = json.loads(r.read())
+    return arrivals, ends, queued
 
 
 def main() -> None:
@@ -216,7 +225,7 @@ def main() -> None:
                 rows[system].append(got)
                 print(f"  round {r + 1} {system:<22} {got['rate']:6.1f} tasks/s  arrival groups/task {got['groups']:4.2f}  "
                       f"after the batch end ms p10 {got['p10']:4.1f} p50 {got['p50']:4.1f} p90 {got['p90']:5.1f}  "
-                      f"sequences per batch end {got['per_end']:4.1f}", flush=True)
+                      f"sequences per batch end {got['per_end']:4.1f}, waiting at it {got['queued']:4.1f}", flush=True)
     finally:
         server.kill()
         server.wait()
