@@ -32,12 +32,23 @@ the last fifth; the start and the tail: the seconds the first and the last fifth
 took beyond that rate, ``phases``), the
 server's mean running and waiting counts (``/metrics`` read every 0.25 s by the
 benchmark), qworker's limit and in-flight count, CPU ms per task of the client
-(its process tree) and of the server (its process tree), the engine's steps per
+(its process tree) and of the server (its process tree), the context switches
+per task of the server's front end (its HTTP process, every thread: each
+arrival that finds it asleep wakes it, on the core its model computes on), the engine's steps per
 task and tokens per step (its ``iteration_tokens_total`` histogram: how full its
 batches ran), the share of time the server's cores and the clients' were idle,
 and the share of the server's cores that other tenants took (busy, but not with
 the server); then per system the medians and qworker's ratio to the best
 semaphore's median in the same run.
+
+``QWORKER_VLLM_SYSTEMS`` may also name ``sem(K) ramp M ms``: sem(K) opening
+its K places one every M ms, not at once (a diagnosis: every reply has 16
+tokens, so the server keeps the phases a start gives its sequences; a
+gradual start, as a limiter's, spreads their ends and the arrivals that
+follow over the steps for the whole run: ``bench/judge_arrivals.py``).
+``QWORKER_VLLM_HINT=N`` gives qworker's endpoint ``max_concurrency`` N (a
+diagnosis: the same depth in every round, without the limiter's run-to-run
+spread; the recorded tables use no hint).
 
 Reading them: the server's core is busy throughout every run (idle 0%), so its
 CPU ms per task is its wall time per task, not a cost of its own; two systems
@@ -73,8 +84,10 @@ from qworker.judge.prompt import DEFAULT_TEMPLATE, render
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = os.environ.get("QWORKER_VLLM_TRACE", "")  # a folder: each run's samples go there as JSON
 ONLY = [x for x in os.environ.get("QWORKER_VLLM_SYSTEMS", "").split(",") if x]  # run only these systems (names as printed)
+HINT = int(os.environ.get("QWORKER_VLLM_HINT", "0"))  # a diagnosis: qworker's endpoint gets this max_concurrency (0: none, as recorded)
 VLLM_PYTHON = Path(os.environ.get("QWORKER_VLLM_PYTHON", ROOT / ".venv" / "vllm" / "bin" / "python"))  # make test-vllm builds it
 SEMAPHORES = (8, 16, 32, 64)
+_RAMPED = re.compile(r"sem\((\d+)\) ramp (\d+(?:\.\d+)?) ms")  # a diagnosis system, by name (QWORKER_VLLM_SYSTEMS)
 REPLY_TOKENS = 16
 START_TIMEOUT_S = 300.0
 _RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})?\s+([0-9.eE+-]+)", re.M)
@@ -115,6 +128,17 @@ def cpu_seconds(root: int, *, besides: int = 0) -> dict[int, float]:
     return out
 
 
+def ctx_switches(pid: int) -> float:
+    """Context switches so far (voluntary + involuntary, all its threads) of process ``pid``; nan if it cannot be read."""
+    import psutil
+
+    try:
+        c = psutil.Process(pid).num_ctx_switches()
+    except psutil.Error:
+        return float("nan")
+    return float(c.voluntary + c.involuntary)
+
+
 def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     """CPU seconds spent between two ``cpu_seconds`` readings (a process born meanwhile counts from 0; one that
     ended meanwhile is not counted)."""
@@ -133,18 +157,21 @@ class CpuMeter:
         import psutil
 
         self._client, self._server = cpu_seconds(os.getpid(), besides=self.server_pid), cpu_seconds(self.server_pid)
+        self._switches = ctx_switches(self.server_pid)
         self._cores = psutil.cpu_times(percpu=True)
         self._t0 = time.monotonic()
 
     def stop(self) -> dict:
-        """``client_cpu_s``, ``server_cpu_s``, ``idle`` (per core, by CPU id) and ``span_s`` (wall seconds measured)."""
+        """``client_cpu_s``, ``server_cpu_s``, ``server_switches`` (the server's front end's context switches: each wakes it), ``idle`` (per
+        core, by CPU id) and ``span_s`` (wall seconds measured)."""
         import psutil
 
         cores, span = psutil.cpu_times(percpu=True), max(1e-6, time.monotonic() - self._t0)
         idle = [min(1.0, ((c1.idle + getattr(c1, "iowait", 0.0)) - (c0.idle + getattr(c0, "iowait", 0.0))) / span)
                 for c0, c1 in zip(self._cores, cores, strict=True)]
         return {"client_cpu_s": cpu_spent(self._client, cpu_seconds(os.getpid(), besides=self.server_pid)),
-                "server_cpu_s": cpu_spent(self._server, cpu_seconds(self.server_pid)), "idle": idle, "span_s": span}
+                "server_cpu_s": cpu_spent(self._server, cpu_seconds(self.server_pid)),
+                "server_switches": ctx_switches(self.server_pid) - self._switches, "idle": idle, "span_s": span}
 
 
 def engine_steps(metrics_url: str) -> tuple[float, float]:
@@ -282,7 +309,7 @@ def phases(answered: list[float], elapsed: float) -> tuple[float, float, float]:
 
 def run_qworker(server: VllmServer | Remote, request: dict, n: int, tag: str, metrics: bool) -> dict:
     meter = CpuMeter(server.pid)
-    ep = {"url": server.url, **({"metrics_url": server.metrics_url} if metrics else {})}
+    ep = {"url": server.url, **({"metrics_url": server.metrics_url} if metrics else {}), **({"max_concurrency": HINT} if HINT else {})}
     cfg = {"rewards": {"llm_judge": {"model": "judge", "endpoints": [ep], "request": request, "score_pattern": r"(\d)",
                                      "score_max": 9, "timeout_s": 60}}}
     with Producer(local_workers=4, config=cfg) as p:
@@ -314,13 +341,21 @@ def run_qworker_of(tree: str, server: VllmServer, request: dict, n: int, tag: st
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-async def _semaphore(url: str, bodies: list[dict], k: int, answered: list[float]) -> int:
+async def _semaphore(url: str, bodies: list[dict], k: int, answered: list[float], ramp_s: float = 0.0) -> int:
     """Send every body with ``k`` in flight; returns the failures (a non-200 is retried after 0.1 s doubling, 4 tries);
-    appends to ``answered`` the monotonic time each body was done with."""
+    appends to ``answered`` the monotonic time each body was done with.  ``ramp_s``: the ``k`` places are opened one
+    every ``ramp_s`` seconds, not all at once (a client that starts gradually, as a limiter does)."""
     import aiohttp
 
-    sem = asyncio.Semaphore(k)
+    sem = asyncio.Semaphore(0 if ramp_s else k)
     failed = 0
+
+    async def ramp() -> None:
+        for _ in range(k):
+            await asyncio.sleep(ramp_s)
+            sem.release()
+
+    opening = asyncio.ensure_future(ramp()) if ramp_s else None  # (kept referenced while it runs)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=k)) as session:
         async def one(body: dict) -> None:
             nonlocal failed
@@ -329,10 +364,12 @@ async def _semaphore(url: str, bodies: list[dict], k: int, answered: list[float]
             answered.append(time.monotonic())
 
         await asyncio.gather(*(one(b) for b in bodies))
+    if opening is not None:
+        await opening
     return failed
 
 
-def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int) -> dict:
+def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int, ramp_s: float = 0.0) -> dict:
     bodies = [{**request, "model": "judge", "messages": [{"role": "user", "content": render(DEFAULT_TEMPLATE, payload(tag, i), "")}]}
               for i in range(n)]
     with sampled(server) as load:
@@ -341,7 +378,7 @@ def run_semaphore(server: VllmServer, request: dict, n: int, tag: str, k: int) -
         meter.start()
         t0 = time.monotonic()
         answered: list[float] = []
-        failed = asyncio.run(_semaphore(server.url, bodies, k, answered))
+        failed = asyncio.run(_semaphore(server.url, bodies, k, answered, ramp_s))
         elapsed = time.monotonic() - t0
         cpu = meter.stop()
         steps1 = engine_steps(server.metrics_url)
@@ -425,6 +462,8 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
     ours = [f"qworker [{here}]", f"qworker+metrics [{here}]"] if before else ["qworker", "qworker+metrics"]
     theirs = [f"qworker [{Path(before).name}]", f"qworker+metrics [{Path(before).name}]"] if before else []
     systems = [*theirs, *ours, *(f"sem({k})" for k in SEMAPHORES)]
+    # ``sem(K) ramp M ms`` (named in QWORKER_VLLM_SYSTEMS only): sem(K) opening its places one every M ms
+    systems += [s for s in ONLY if _RAMPED.fullmatch(s)]
     systems = [s for s in systems if not ONLY or s in ONLY]
     # a SIGTERM (a timeout around the benchmark) unwinds through the ``finally`` that stops the server's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -455,6 +494,8 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                                 out = run_qworker_of(before, server, request, n, tag, metrics="+metrics" in system)
                             elif system.startswith("qworker"):
                                 out = run_qworker(server, request, n, tag, metrics="+metrics" in system)
+                            elif (ramped := _RAMPED.fullmatch(system)) is not None:
+                                out = run_semaphore(server, request, n, tag, int(ramped[1]), float(ramped[2]) / 1000)
                             else:
                                 out = run_semaphore(server, request, n, tag, int(system[4:-1]))
                             rate = out["done"] / out["elapsed_s"]
@@ -467,20 +508,21 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                                 with open(Path(TRACE) / f"vllm{seqs}-r{r + 1}-{re.sub(r'[^a-z0-9+]+', '_', system)}.json", "w") as f:
                                     json.dump(out["load"], f)
                             cpu = {k: 1000 * out[k] / max(1, out["done"]) for k in ("client_cpu_s", "server_cpu_s")}
+                            switches = out.get("server_switches", float("nan")) / max(1, out["done"])
                             idle = idle_text(out["idle"], server_cpus, client_cpus)
                             others = taken_by_others(out, server_cpus)
                             steps = out["steps"] / max(1, out["done"])  # nan when /metrics had no step histogram
                             per_step = out["step_tokens"] / out["steps"] if out["steps"] > 0 else float("nan")
                             rows[system].append({"rate": rate, "steady": steady, "start": start, "tail": tail, "running": running, "waiting": waiting, "failed": n - out["done"],
                                                  "limit": statistics.fmean(x[2] for x in mine) if mine else None,
-                                                 "client_ms": cpu["client_cpu_s"], "server_ms": cpu["server_cpu_s"], "idle": out["idle"],
+                                                 "client_ms": cpu["client_cpu_s"], "server_ms": cpu["server_cpu_s"], "switches": switches, "idle": out["idle"],
                                                  "others": others, "steps": steps})
                             limit = (f"  its limit {statistics.fmean(x[2] for x in mine):5.1f} in flight {statistics.fmean(x[3] for x in mine):5.1f}"
                                      if mine else "")
                             print(f"    round {r + 1} {system:<24} {rate:6.1f} tasks/s in {out['elapsed_s']:4.1f} s (steady {steady:6.1f}/s, start "
                                   f"+{start:4.2f} s, tail +{tail:4.2f} s)  server running {running:5.1f} "
                                   f"(full {full:4.0%}) waiting {waiting:5.1f}{limit}  CPU ms/task client {cpu['client_cpu_s']:5.2f} "
-                                  f"server {cpu['server_cpu_s']:5.2f}  engine steps/task {steps:5.3f} ({per_step:3.0f} tokens/step)  idle {idle}"
+                                  f"server {cpu['server_cpu_s']:5.2f}  front end's context switches/task {switches:4.1f}  engine steps/task {steps:5.3f} ({per_step:3.0f} tokens/step)  idle {idle}"
                                   f"  others took {others:4.0%} of the server's cores  failed {n - out['done']}"
                                   + (f"  first error: {out['first_error']}" if out["first_error"] else ""), flush=True)
                 finally:
@@ -490,7 +532,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                 print(f"\nVLLM --max-num-seqs {seqs}: medians of {runs} interleaved rounds (tasks/s); the best semaphore is {best or 'not run'}")
                 limits = {s: [x["limit"] for x in rows[s] if x["limit"] is not None] for s in systems}
                 print(table(["system", "tasks/s", "x best semaphore", "steady tasks/s", "start s", "tail s", "server running", "server waiting", "qworker's limit",
-                             "client CPU ms/task", "server CPU ms/task", "engine steps/task", "idle", "others on server's cores", "failed"],
+                             "client CPU ms/task", "server CPU ms/task", "front end switches/task", "engine steps/task", "idle", "others on server's cores", "failed"],
                             [[f"VLLM{seqs}: {s}", f"{med[s]:.1f}", f"{med[s] / med[best]:.2f}x" if best else "",
                               *(f"{statistics.median(x[k] for x in rows[s]):{f}}" for k, f in (("steady", ".1f"), ("start", ".2f"), ("tail", ".2f"))),
                               f"{statistics.median(x['running'] for x in rows[s]):.1f}",
@@ -498,6 +540,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                               f"{statistics.median(limits[s]):.1f}" if limits[s] else "",
                               f"{statistics.median(x['client_ms'] for x in rows[s]):.2f}",
                               f"{statistics.median(x['server_ms'] for x in rows[s]):.2f}",
+                              f"{statistics.median(x['switches'] for x in rows[s]):.1f}",
                               f"{statistics.median(x['steps'] for x in rows[s]):.3f}",
                               idle_text([statistics.median(x["idle"][i] for x in rows[s]) for i in range(len(rows[s][0]["idle"]))], server_cpus, client_cpus),
                               f"{statistics.median(x['others'] for x in rows[s]):.0%}",
