@@ -458,6 +458,9 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
         return
     import qworker
 
+    if HINT:
+        print(f"  VLLM: qworker's endpoint has max_concurrency {HINT} (QWORKER_VLLM_HINT): a diagnosis, not the yardstick "
+              "(which gives no capacity hint)")
     here = Path(qworker.__file__).resolve().parents[1].name
     ours = [f"qworker [{here}]", f"qworker+metrics [{here}]"] if before else ["qworker", "qworker+metrics"]
     theirs = [f"qworker [{Path(before).name}]", f"qworker+metrics [{Path(before).name}]"] if before else []
