@@ -22,6 +22,26 @@ from typing import Callable, Iterator
 DOCS_BENCH = Path(__file__).resolve().parent.parent / "docs" / "bench"
 
 
+def _children_import_the_qworker_measured() -> None:
+    """Exit with one line if the working directory holds a ``qworker/`` other than the one this process imports: the
+    child processes a benchmark starts as ``python -m qworker ...`` (a service, pools, every Producer's workers) put
+    the working directory first on their path, so they would run that other tree's code (a before/after comparison
+    would measure one side's workers under both).  Run a benchmark from the tree it measures; a child that runs
+    another tree's qworker gets ``cwd=`` that tree."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("qworker")
+    measured = Path(spec.origin).resolve().parent.parent if spec is not None and spec.origin else None
+    cwd = Path.cwd().resolve()
+    if measured is not None and (cwd / "qworker" / "__init__.py").exists() and cwd != measured:
+        sys.exit(f"{sys.argv[0]}: the working directory {cwd} holds a qworker/ of its own, which this benchmark's child "
+                 f"processes (python -m qworker ...) would import instead of the one measured ({measured}): "
+                 f"run it from {measured}")
+
+
+_children_import_the_qworker_measured()
+
+
 def timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -176,7 +196,7 @@ def stages_alternated(script: str, argv: list[str], against: str | None) -> dict
     for _ in range(3 if against else 1):
         for name, tree in trees.items():
             out = subprocess.run([sys.executable, os.path.abspath(script), "--json", *argv], env=dict(os.environ, PYTHONPATH=tree),
-                                 check=True, capture_output=True, text=True).stdout
+                                 check=True, capture_output=True, text=True, cwd=tree).stdout  # its children import ``tree``'s
             got[name].append(json.loads(out))
     return got
 

@@ -335,7 +335,7 @@ def run_qworker_of(tree: str, server: VllmServer, request: dict, n: int, tag: st
     """``run_qworker`` in a child process importing qworker from ``tree`` (an older checkout, for before/after in one run)."""
     env = {**os.environ, "PYTHONPATH": tree}
     out = subprocess.run([sys.executable, __file__, server.url, server.metrics_url, str(server.pid), str(n), tag, "1" if metrics else "0", json.dumps(request)],
-                         env=env, capture_output=True, text=True, timeout=900)
+                         env=env, capture_output=True, text=True, timeout=900, cwd=tree)  # its workers import ``tree``'s too
     if out.returncode:
         raise RuntimeError(f"qworker from {tree} failed ({out.returncode}): {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -217,7 +217,8 @@ def main() -> None:
                     elapsed = run_qworker(url, args.tasks, tag, args.hint)
                 else:
                     out = subprocess.run([sys.executable, __file__, "--client", url, str(args.tasks), tag, str(args.hint)],
-                                         env={**os.environ, "PYTHONPATH": args.before}, capture_output=True, text=True, timeout=600)
+                                         env={**os.environ, "PYTHONPATH": args.before}, capture_output=True, text=True, timeout=600,
+                                         cwd=args.before)  # its workers import that tree's qworker too
                     if out.returncode:
                         raise RuntimeError(f"qworker from {args.before} failed ({out.returncode}): {out.stderr[-2000:]}")
                     elapsed = float(out.stdout.strip().splitlines()[-1])
