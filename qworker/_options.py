@@ -94,7 +94,8 @@ class _Options:
                 raise ConfigError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(fields))}{hint}")
             f, tp = fields[key]
             if value is not None:
-                value = _coerce(value, tp, f"{where}.{key}", signed=f.metadata["signed"], positive=f.metadata["positive"])
+                value = _coerce(value, tp, f"{where}.{key}", signed=f.metadata["signed"], positive=f.metadata["positive"],
+                                minimum=f.metadata.get("minimum"))
             out[key] = value
         return out
 
@@ -183,7 +184,9 @@ def _parser_type(tp: Any) -> Any:
     return tp
 
 
-def _coerce(value: Any, tp: Any, where: str, *, signed: bool, positive: bool = False) -> Any:
+def _coerce(value: Any, tp: Any, where: str, *, signed: bool, positive: bool = False, minimum: Optional[float] = None) -> Any:
+    """``value`` as an option of type ``tp`` (``where`` names it in errors): not negative unless ``signed``, above 0 if
+    ``positive``, at least ``minimum`` (the field's ``_opt(..., minimum=...)``) if given."""
     if tp is list:  # a list of mappings (a judge's endpoints); that it has some, and what each holds, is the family's own check
         if not isinstance(value, list):
             raise ConfigError(f"{where}: expected a non-empty list of mappings, got {type(value).__name__} {value!r}")
@@ -206,4 +209,6 @@ def _coerce(value: Any, tp: Any, where: str, *, signed: bool, positive: bool = F
         raise ConfigError(f"{where}: must not be negative, got {value!r}")
     if positive and not value > 0:
         raise ConfigError(f"{where}: must be above 0{' seconds' if tp is float else ''}, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{where}: must be at least {minimum:,}, got {value!r}")
     return value

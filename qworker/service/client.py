@@ -46,9 +46,11 @@ Contract:
   client pings from its start until the service answers, and a first
   submission waits for that answer within its ``connect_timeout_s``) is sent
   as several, each under it less ``CURVE_FRAME_BYTES``, their futures one list
-  in order.  Only the first part's refusal raises; a later part's fails its
-  own and the following parts' futures as ``service_lost``, the caller holding
-  every future.  A payload over the limit by itself resolves as
+  in order.  A part sent after the first is handled as a pipelined request
+  (a refusal fails its futures as ``service_lost``); where one cannot be sent
+  (a full window that times out, a service that restarted and refuses it),
+  ``submit_batch`` returns every future, and that part's and the following
+  parts' fail as ``service_lost`` naming why.  A payload over the limit by itself resolves as
   ``bad_payload`` naming its size and the limit; the rest are scored.  A
   request already out that is over a limit learned after it was split (a
   service restarted with a lower one) is never sent: it fails once, as a
@@ -107,7 +109,10 @@ RESUBMIT_MAX_S = 8.0
 RECONNECT_MAX_MS = 1000  # after a broken link, the socket redials at least this often
 LINK_SILENT_S = 5.0  # pinging and hearing nothing this long: the connection is dead or damaged, dial again
 _ERRORS: dict[str, type[QworkerError]] = {"ConfigError": ConfigError, "RewardError": RewardError}
-_MAX_BYTES = 256 * 1024 * 1024
+# a message from the service, at most: whatever size its results come in (a Resolved is at most 512 results, split below
+# 16 MiB where it can; one result is bounded by the service's own frame limit), as the socket's MAXMSGSIZE: a smaller bound
+# here would drop the link with such a message, or the message, and the service would resend it until it gave up
+_MAX_BYTES = -1
 RECEIVE_PER_TURN = 16  # messages read per turn of the I/O thread (a Resolved carries up to 512 results)
 PIPELINE_WINDOW = 8  # pipelined requests of a client handed to the I/O thread and not yet answered by the service, at most
 REFUSALS_LOGGED = 10  # distinct refusals of pipelined requests logged between two requests taken, at most
@@ -274,7 +279,7 @@ class Client:
             raise ConfigError("CURVE needs both curve_secret_key and curve_server_key (or neither)")
         curve = CurveClient(curve_secret_key, curve_server_key) if curve_secret_key and curve_server_key else None
         self._sock = make_socket(self._ctx, zmq.DEALER, connect=self.endpoint, identity=f"client-{secrets.token_hex(6)}".encode(),
-                                 curve=curve, reconnect_max_ms=RECONNECT_MAX_MS)
+                                 curve=curve, reconnect_max_ms=RECONNECT_MAX_MS, max_message_bytes=_MAX_BYTES)
         self._redialer = Redialer(self._sock, self.endpoint)
         self.redials = 0  # connections dropped and dialled again after LINK_SILENT_S of silence
         self._next_ping = 0.0
@@ -339,7 +344,7 @@ class Client:
                 # each part waits for its own answer (the first also for the frame limit, within the same bound)
                 futures = self._send_request(req, deadline if not sent else time.monotonic() + self.connect_timeout_s)
             except Exception as e:
-                if not sent:  # nothing of the submission was taken: it raises, as an unsplit one does
+                if not sent or isinstance(e, ProducerClosed):  # nothing was taken, or the Client closed: it raises
                     for unsent in requests[1:]:  # never sent: their futures (never handed out) resolve too
                         self._fail(unsent, ErrorKind.SERVICE_LOST.error("an earlier part of its submission raised"))
                     raise
@@ -536,7 +541,7 @@ class Client:
             try:
                 if len(frames) != 2:
                     raise WireError(f"expected 2 frames, got {len(frames)}")
-                msg = cw.CLIENT.decode(frames[0], frames[1], max_bytes=_MAX_BYTES)
+                msg = cw.CLIENT.decode(frames[0], frames[1], max_bytes=len(frames[1]))  # any size (``_MAX_BYTES``)
             except WireError as exc:
                 log.warning("qworker client: dropped a bad frame from the service: %s", exc)
                 continue

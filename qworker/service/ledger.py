@@ -16,7 +16,8 @@ Contract:
 * ``add(peer, groups, now)`` numbers and encodes the results for ``peer``
   (``(request, indexes, results)`` tuples, ``client_wire.Group``) into
   ``Resolved`` messages (``FLUSH_EVERY`` results each, a group split between
-  two where it must) and keeps them; results of a request not held are
+  two where it must, and fewer where those would encode to more than
+  ``RESOLVED_MAX_BYTES``) and keeps them; results of a request not held are
   dropped (counted as ``dropped_rows``).
 * ``ack(peer, seqs)`` forgets acknowledged messages; a request is no longer
   held once every one of its results is acknowledged.
@@ -46,7 +47,7 @@ from typing import Iterable, Optional
 from ..engine.status import LedgerInfo
 from ..transport import client_wire as cw
 
-__all__ = ["Ledger", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_AGE_S", "FLUSH_EVERY"]
+__all__ = ["Ledger", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_AGE_S", "FLUSH_EVERY", "RESOLVED_MAX_BYTES"]
 
 DEFAULT_MAX_BYTES = 64 << 20
 DEFAULT_MAX_AGE_S = 300.0
@@ -54,6 +55,7 @@ RESEND_AFTER_S = 1.0  # an unacknowledged message is first resent this long afte
 MAX_RESEND_EVERY_S = 8.0
 POKE_AFTER_S = 0.5  # a client that speaks gets its messages not sent in this long at once
 FLUSH_EVERY = 512  # results per Resolved message, at most
+RESOLVED_MAX_BYTES = 16 << 20  # a Resolved of more results than one is split in halves until each encodes to at most this
 
 
 @dataclass(slots=True, eq=False)
@@ -155,22 +157,26 @@ class Ledger:
                 start += take
                 room -= take
                 if not room:
-                    out.append(self._keep(c, peer, chunk, per, now))
+                    out.extend(self._keep(c, peer, chunk, per, now))
                     chunk, per, room = [], {}, FLUSH_EVERY
         if chunk:
-            out.append(self._keep(c, peer, chunk, per, now))
+            out.extend(self._keep(c, peer, chunk, per, now))
         self.counts["sent"] += len(out)
         return out
 
-    def _keep(self, c: _Client, peer: bytes, chunk: list[cw.Group], per: dict[int, int], now: float) -> list[bytes]:
-        """Number and encode one Resolved message of ``chunk`` for ``peer``, and keep it until it is acknowledged."""
+    def _keep(self, c: _Client, peer: bytes, chunk: list[cw.Group], per: dict[int, int], now: float) -> list[list[bytes]]:
+        """Number and encode ``chunk`` for ``peer`` as one Resolved message, or, if that is over ``RESOLVED_MAX_BYTES``
+        and holds more than one result, as the messages of each half of its results; keep each until it is
+        acknowledged; their frames."""
+        frames = cw.encode_resolved(self.instance, c.seq + 1, chunk)
+        if len(frames[1]) > RESOLVED_MAX_BYTES and sum(per.values()) > 1:
+            return [frames for half in _halves(chunk) for frames in self._keep(c, peer, half, _counts(half), now)]
         c.seq += 1
-        frames = cw.encode_resolved(self.instance, c.seq, chunk)
         m = _Message(peer, c.seq, frames, per, now, now, self.resend_after_s)
         c.unacked[c.seq] = m
         self._order[(peer, c.seq)] = m
         self.bytes += m.nbytes
-        return frames
+        return [frames]
 
     def ack(self, peer: bytes, seqs: Iterable[int]) -> None:
         c = self._clients.get(peer)
@@ -259,3 +265,26 @@ class Ledger:
         return {"clients": len(self._clients), "unacked": len(self._order), "unacked_bytes": self.bytes, "sent": n["sent"],
                 "resent": n["resent"], "acked": n["acked"], "evicted": n["evicted"], "dropped_rows": n["dropped_rows"],
                 "repeats": n["repeats"]}
+
+
+def _halves(chunk: list[cw.Group]) -> tuple[list[cw.Group], list[cw.Group]]:
+    """``chunk``'s results in two parts of (nearly) equal count, in order, a group split between them where it must."""
+    half = sum(len(group[1]) for group in chunk) // 2
+    first: list[cw.Group] = []
+    second: list[cw.Group] = []
+    for request, indexes, results in chunk:
+        take = max(0, min(len(indexes), half))
+        if take:
+            first.append((request, indexes[:take], results[:take]))
+        if take < len(indexes):
+            second.append((request, indexes[take:], results[take:]))
+        half -= take
+    return first, second
+
+
+def _counts(chunk: list[cw.Group]) -> dict[int, int]:
+    """Request -> results of it in ``chunk``."""
+    per: dict[int, int] = {}
+    for request, indexes, _ in chunk:
+        per[request] = per.get(request, 0) + len(indexes)
+    return per

@@ -15,7 +15,7 @@ not acknowledged (``service.ledger``).  A ``Ping`` names the requests the
 client still waits on; the ``Pong`` names those the service does not hold (never
 taken, or their results dropped from a full ledger), which the client
 resubmits; it also states the service's frame limit (``max_message_bytes``), which
-a client learns (it pings once on starting) and sends no ``Submit`` over: the
+a client learns (it pings from its start until the service answers) and sends no ``Submit`` over: the
 transport drops a larger one unread, and the link with it.  A client resends a
 ``Submit`` until it is ``Accepted``; the service
 answers a repeated one without taking it twice.  ``Closing`` tells clients the

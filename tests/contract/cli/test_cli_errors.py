@@ -255,6 +255,11 @@ def test_a_frame_limit_that_is_not_above_0_is_refused_in_one_line_before_anythin
     assert rc == 2 and "max_message_bytes: must be above 0, got 0" in one_line(err), err
 
 
+def test_a_frame_limit_too_small_for_a_workers_hello_is_refused_in_one_line():
+    rc, _, err = run(["qworker", "serve", "--max-message-bytes", "50"], timeout=60)  # a worker's Ready is ~100+ bytes
+    assert rc == 2 and "max_message_bytes: must be at least 65,536, got 50" in one_line(err), err
+
+
 def test_a_producer_refuses_a_frame_limit_of_zero():
     from qworker import ProducerOptions
     from qworker._exceptions import ConfigError

@@ -60,7 +60,7 @@ def test_argv_round_trips(cls):
         elif tp is float or f.name in ("max_rss_mb", "cache_ttl_s"):
             changed[f.name] = 0.125
         elif tp is int or f.name in ("workers", "parent_pid", "local_workers", "metrics_port"):
-            changed[f.name] = 7
+            changed[f.name] = 7 + (f.metadata.get("minimum") or 0)  # above any least value the option takes
         elif f.name == "log_level":  # one of the levels the flag accepts
             changed[f.name] = "DEBUG"
         else:

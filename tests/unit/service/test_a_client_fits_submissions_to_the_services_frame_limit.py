@@ -13,7 +13,7 @@ import time
 import msgspec
 import pytest
 
-from qworker import ConfigError, ErrorKind
+from qworker import ConfigError, ErrorKind, ProducerClosed
 from qworker.engine.result import Result
 from qworker.service import client as cl
 from qworker.transport import client_wire as cw
@@ -118,3 +118,22 @@ def test_params_that_cannot_be_encoded_raise_a_config_error_and_register_nothing
     with pytest.raises(ConfigError, match="params cannot be sent"):
         c.submit_batch("noop", [{"i": 0}], params={"x": object()})
     assert len(c._table) == 0 and not c._outbox
+
+
+def test_a_client_closed_while_a_later_part_is_sent_raises_producer_closed(caller, monkeypatch):
+    c = _client()
+    c._frame_limit = LIMIT
+    send = c._send_request
+    calls = []
+
+    def closing_on_the_second(req, deadline):
+        calls.append(req.number)
+        if len(calls) == 2:
+            raise ProducerClosed("the Client closed while submitting")
+        return send(req, deadline)
+
+    monkeypatch.setattr(c, "_send_request", closing_on_the_second)
+    call = caller(c.submit_batch, "noop", [{"text": "x" * 100, "i": i} for i in range(100)])
+    _answer(c, _taken(c))
+    with pytest.raises(ProducerClosed):
+        call.result(5)

@@ -120,3 +120,21 @@ def test_a_group_larger_than_a_message_is_split_in_order_and_each_message_counts
     assert led.holds(A, 1) and not led.holds(A, 2)  # the first message carried all of request 2, part of request 1
     led.ack(A, [got[1].seq])  # type: ignore[union-attr]
     assert not led.holds(A, 1)
+
+
+def test_results_too_big_for_one_message_go_in_several_each_under_the_bound_in_order(monkeypatch):
+    import qworker.service.ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "RESOLVED_MAX_BYTES", 20_000)
+    led = Ledger(instance="i")
+    led.taken(A, 1, 30)
+    led.taken(A, 2, 30)
+    big = [(r, list(range(30)), [Result(score=float(i), extra={"blob": "x" * 2000}) for i in range(30)]) for r in (1, 2)]
+    out = led.add(A, big, now=0.0)  # 60 results of ~2 kB: one message would be ~120 kB
+    msgs = [cw.CLIENT.decode(f[0], f[1], max_bytes=1 << 30) for f in out]
+    assert len(msgs) > 1 and all(len(f[1]) <= 20_000 for f in out), [len(f[1]) for f in out]
+    assert [m.seq for m in msgs] == list(range(1, len(msgs) + 1))  # numbered in order, none skipped
+    got = [(g.request, i, r.score) for m in msgs for g in m.requests for i, r in zip(g.indexes, g.results, strict=True)]
+    assert got == [(r, i, float(i)) for r in (1, 2) for i in range(30)]  # every result once, in order
+    led.ack(A, [m.seq for m in msgs])
+    assert not led.holds(A, 1) and not led.holds(A, 2) and led.bytes == 0
