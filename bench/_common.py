@@ -34,9 +34,9 @@ def _children_import_the_qworker_measured() -> None:
     measured = Path(spec.origin).resolve().parent.parent if spec is not None and spec.origin else None
     cwd = Path.cwd().resolve()
     if measured is not None and (cwd / "qworker" / "__init__.py").exists() and cwd != measured:
+        where = f"run it from {measured}" if (measured / "bench").is_dir() else "run it from another directory"
         sys.exit(f"{sys.argv[0]}: the working directory {cwd} holds a qworker/ of its own, which this benchmark's child "
-                 f"processes (python -m qworker ...) would import instead of the one measured ({measured}): "
-                 f"run it from {measured}")
+                 f"processes (python -m qworker ...) would import instead of the one measured ({measured}): {where}")
 
 
 _children_import_the_qworker_measured()

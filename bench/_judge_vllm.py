@@ -129,14 +129,17 @@ def cpu_seconds(root: int, *, besides: int = 0) -> dict[int, float]:
 
 
 def ctx_switches(pid: int) -> float:
-    """Context switches so far (voluntary + involuntary, all its threads) of process ``pid``; nan if it cannot be read."""
-    import psutil
-
+    """Context switches so far (voluntary + involuntary) of every thread of process ``pid``, from
+    ``/proc/PID/task/*/status`` (psutil's count is the main thread's alone); nan if they cannot be read."""
+    total = 0
     try:
-        c = psutil.Process(pid).num_ctx_switches()
-    except psutil.Error:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/status") as f:  # a thread that ended
+                total += sum(int(line.split()[1]) for line in f if line.startswith(("voluntary_ctxt_switches",
+                                                                                    "nonvoluntary_ctxt_switches")))
+    except OSError:
         return float("nan")
-    return float(c.voluntary + c.involuntary)
+    return float(total)
 
 
 def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
@@ -462,6 +465,11 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
         print(f"  VLLM: qworker's endpoint has max_concurrency {HINT} (QWORKER_VLLM_HINT): a diagnosis, not the yardstick "
               "(which gives no capacity hint)")
     here = Path(qworker.__file__).resolve().parents[1].name
+    if before:
+        before = os.path.abspath(before)  # the child runs in that tree: a relative path would resolve again there
+        if Path(before).name == here:
+            sys.exit(f"VLLM: --vllm-before {before} and this tree are both named {here!r}: the rows could not be told "
+                     "apart; give a tree of another name")
     ours = [f"qworker [{here}]", f"qworker+metrics [{here}]"] if before else ["qworker", "qworker+metrics"]
     theirs = [f"qworker [{Path(before).name}]", f"qworker+metrics [{Path(before).name}]"] if before else []
     systems = [*theirs, *ours, *(f"sem({k})" for k in SEMAPHORES)]

@@ -194,6 +194,11 @@ def main() -> None:
     import qworker
 
     here = Path(qworker.__file__).resolve().parents[1].name
+    if args.before:
+        args.before = os.path.abspath(args.before)  # the child runs in that tree: a relative path would resolve again there
+        if Path(args.before).name == here:
+            sys.exit(f"judge_arrivals: --before {args.before} and this tree are both named {here!r}: the rows could not "
+                     "be told apart; give a tree of another name")
     systems = [*(f"sem({k})" for k in args.sem or [64]), *([f"qworker [{Path(args.before).name}]"] if args.before else []),
                f"qworker [{here}]"]
     rows: dict[str, list[dict[str, float]]] = {s: [] for s in systems}

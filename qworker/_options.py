@@ -48,8 +48,10 @@ def _opt(
     ``aliases`` (still accepted, hidden from ``--help``), whether a YAML section may
     set it, whether users see it on the command line, whether it may be negative,
     whether it must be above 0 (a duration for which 0 would mean nothing), and the
-    values a string may take (given in any case, kept upper-case).  ``more``: metadata of a
-    family of options of its own (``judge.settings``: where a setting applies, its bounds)."""
+    values a string may take (given in any case, kept upper-case).  ``more``: further metadata:
+    ``minimum``, the least value a number may take (checked as it is coerced, from YAML, a
+    flag or a keyword), and a family of options' own (``judge.settings``: where a setting
+    applies, its bounds)."""
     meta = {"help": help, "flag": flag, "aliases": aliases, "yaml": yaml, "cli": cli, "signed": signed, "positive": positive,
             "choices": choices, **more}
     return field(default=default, metadata=meta)

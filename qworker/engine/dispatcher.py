@@ -200,7 +200,7 @@ class Dispatcher(threading.Thread):
             try:
                 msg = wire.PRODUCER.decode(kind, body, max_bytes=self.options.max_message_bytes)
             except wire.ProtocolMismatch as exc:
-                self._refuse(peer, exc, client=kind in _CLIENT_KINDS)
+                self._refuse(peer, exc)
                 continue
             except wire.WireError as exc:
                 if kind in _CLIENT_KINDS:
@@ -213,16 +213,15 @@ class Dispatcher(threading.Thread):
             else:
                 s.handle(peer, msg, time.monotonic())
 
-    def _refuse(self, peer: bytes, exc: wire.ProtocolMismatch, *, client: bool) -> None:
-        """A worker or pool of another wire protocol (or, ``client``, a ``Client`` of another, at this endpoint for pools):
-        answer ``Refused`` (a pool stops on hearing it, and its workers with it; none of them is registered; a Client is
-        told what refused it, not the service it dialled); count the frame as dropped, and log one line per version
-        refused (the first ten versions)."""
+    def _refuse(self, peer: bytes, exc: wire.ProtocolMismatch) -> None:
+        """A worker or pool of another wire protocol: answer ``Refused`` (a pool stops on hearing it, and its workers with
+        it; none of them is registered); count the frame as dropped, and log one line per version refused (the first ten
+        versions).  (A Client's frame, of any protocol, is not a kind this endpoint decodes: ``_refuse_client``.)"""
         self.scheduler.stats["dropped_frames"] += 1
         if self._refused.first(exc):
             log.error("qworker: the producer at %s refused %r: %s; install the same qworker version on both",
                       self.endpoint, peer[:64].decode(errors="replace"), exc)
-        self._send(peer, wire.refusal(by=POOL_ENDPOINT if client else ""))
+        self._send(peer, wire.refusal())
 
     def _refuse_client(self, peer: bytes) -> None:
         """A reward service's ``Client`` pointed at this endpoint (where pools connect): answer each of its frames

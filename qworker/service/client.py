@@ -104,6 +104,9 @@ __all__ = ["Client", "DEFAULT_SERVICE_ENDPOINT"]
 
 DEFAULT_SERVICE_ENDPOINT = "tcp://127.0.0.1:5557"
 PING_EVERY_S = 1.0
+# a client its service never answered, with nothing out, pings ever more seldom (doubling from PING_EVERY_S to this):
+# while no service listens its pings queue in the socket, and the service answers each once it comes
+UNANSWERED_PING_MAX_S = 30.0
 RESUBMIT_AFTER_S = 1.0  # a submission not taken is resent after this, doubling up to RESUBMIT_MAX_S
 RESUBMIT_MAX_S = 8.0
 RECONNECT_MAX_MS = 1000  # after a broken link, the socket redials at least this often
@@ -283,6 +286,7 @@ class Client:
         self._redialer = Redialer(self._sock, self.endpoint)
         self.redials = 0  # connections dropped and dialled again after LINK_SILENT_S of silence
         self._next_ping = 0.0
+        self._ping_every = PING_EVERY_S  # seconds to the next ping (I/O thread; grows while the service never answered)
         self._reactor = Reactor(name="client", max_wait_s=PING_EVERY_S / 2)
         self._reactor.each_turn(lambda now: self._send_outbox(), name="sending requests")
         self._reactor.on_readable(self._sock, self._receive, name="receiving from the service")
@@ -323,8 +327,8 @@ class Client:
         limit = self._frame_limit
         room = limit - envelope  # bytes of payloads a Submit may carry
         if room <= 0:
-            why = (f"this request's params encode to {envelope - CURVE_FRAME_BYTES} bytes, over the {limit}-byte message "
-                   f"limit of the reward service at {self.endpoint} (its max_message_bytes)")
+            why = (f"this request's reward, params and framing encode to {envelope} bytes without a payload, over the "
+                   f"{limit}-byte message limit of the reward service at {self.endpoint} (its max_message_bytes)")
             self._table.fail(batch, range(len(payloads)), ErrorKind.BAD_PAYLOAD.error(why))  # never handed out
             raise ConfigError(why)
         parts, over = ([(encoded, indexes)], []) if sum(map(len, encoded)) <= room else _split(encoded, indexes, room)
@@ -345,7 +349,7 @@ class Client:
                 futures = self._send_request(req, deadline if not sent else time.monotonic() + self.connect_timeout_s)
             except Exception as e:
                 if not sent or isinstance(e, ProducerClosed):  # nothing was taken, or the Client closed: it raises
-                    for unsent in requests[1:]:  # never sent: their futures (never handed out) resolve too
+                    for unsent in requests[sent + 1:]:  # never sent: their futures (never handed out) resolve too
                         self._fail(unsent, ErrorKind.SERVICE_LOST.error("an earlier part of its submission raised"))
                     raise
                 # earlier parts were taken and are being scored: the caller gets every future, and those of this
@@ -469,7 +473,9 @@ class Client:
         (naming those waited on), then resend those not taken (behind the ping: an oversize one drops the link, and
         the ping's answer with it, only after the ping was read), watch the link."""
         if (self._requests or not self._answered.is_set()) and now >= self._next_ping:
-            self._next_ping = now + PING_EVERY_S
+            unheard = not self._requests and not self._answered.is_set()
+            self._next_ping = now + self._ping_every
+            self._ping_every = min(2 * self._ping_every, UNANSWERED_PING_MAX_S) if unheard else PING_EVERY_S
             self._send(cw.Ping([n for n, r in self._requests.items() if r.answered is not None]))
             if self._requests:
                 self._resend_untaken(now)
@@ -490,6 +496,7 @@ class Client:
         (and the link with it) however often it is sent, is refused here instead, once (``_on_accepted``)."""
         self._requests[req.number] = req
         req.resend_at = time.monotonic() + req.resend_every
+        self._ping_every, self._next_ping = PING_EVERY_S, min(self._next_ping, req.resend_at)  # a request out: ping each second
         frames = cw.encode(cw.Submit(*wire.STAMP, req.number, req.reward, req.params, req.payloads, req.timeout_s))
         if len(frames[1]) + CURVE_FRAME_BYTES > self._frame_limit:
             self._on_accepted(cw.Accepted(req.number, self._instance, (

@@ -55,7 +55,7 @@ RESEND_AFTER_S = 1.0  # an unacknowledged message is first resent this long afte
 MAX_RESEND_EVERY_S = 8.0
 POKE_AFTER_S = 0.5  # a client that speaks gets its messages not sent in this long at once
 FLUSH_EVERY = 512  # results per Resolved message, at most
-RESOLVED_MAX_BYTES = 16 << 20  # a Resolved of more results than one is split in halves until each encodes to at most this
+RESOLVED_MAX_BYTES = 16 << 20  # a Resolved of more than one result is split into parts until each encodes to at most this
 
 
 @dataclass(slots=True, eq=False)
@@ -166,11 +166,14 @@ class Ledger:
 
     def _keep(self, c: _Client, peer: bytes, chunk: list[cw.Group], per: dict[int, int], now: float) -> list[list[bytes]]:
         """Number and encode ``chunk`` for ``peer`` as one Resolved message, or, if that is over ``RESOLVED_MAX_BYTES``
-        and holds more than one result, as the messages of each half of its results; keep each until it is
-        acknowledged; their frames."""
+        and holds more than one result, as the messages of as many parts of its results (equal in count) as its size
+        calls for, each fitted the same way; keep each until it is acknowledged; their frames.  A chunk that fits is
+        encoded once; one that does not, about twice."""
         frames = cw.encode_resolved(self.instance, c.seq + 1, chunk)
-        if len(frames[1]) > RESOLVED_MAX_BYTES and sum(per.values()) > 1:
-            return [frames for half in _halves(chunk) for frames in self._keep(c, peer, half, _counts(half), now)]
+        results = sum(per.values())
+        if len(frames[1]) > RESOLVED_MAX_BYTES and results > 1:
+            parts = _parts(chunk, min(results, -(-len(frames[1]) // RESOLVED_MAX_BYTES) + 1))  # +1: sizes vary by result
+            return [frames for part in parts for frames in self._keep(c, peer, part, _counts(part), now)]
         c.seq += 1
         m = _Message(peer, c.seq, frames, per, now, now, self.resend_after_s)
         c.unacked[c.seq] = m
@@ -267,19 +270,24 @@ class Ledger:
                 "repeats": n["repeats"]}
 
 
-def _halves(chunk: list[cw.Group]) -> tuple[list[cw.Group], list[cw.Group]]:
-    """``chunk``'s results in two parts of (nearly) equal count, in order, a group split between them where it must."""
-    half = sum(len(group[1]) for group in chunk) // 2
-    first: list[cw.Group] = []
-    second: list[cw.Group] = []
+def _parts(chunk: list[cw.Group], k: int) -> list[list[cw.Group]]:
+    """``chunk``'s results in ``k`` parts (2 <= ``k`` <= its results) of (nearly) equal count, in order, a group split
+    between parts where it must."""
+    total = sum(len(group[1]) for group in chunk)
+    sizes = [total // k + (1 if i < total % k else 0) for i in range(k)]
+    parts: list[list[cw.Group]] = [[] for _ in range(k)]
+    part, room = 0, sizes[0]
     for request, indexes, results in chunk:
-        take = max(0, min(len(indexes), half))
-        if take:
-            first.append((request, indexes[:take], results[:take]))
-        if take < len(indexes):
-            second.append((request, indexes[take:], results[take:]))
-        half -= take
-    return first, second
+        start = 0
+        while start < len(indexes):
+            if not room:
+                part += 1
+                room = sizes[part]
+            take = min(room, len(indexes) - start)
+            parts[part].append((request, indexes[start:start + take], results[start:start + take]))
+            start += take
+            room -= take
+    return parts
 
 
 def _counts(chunk: list[cw.Group]) -> dict[int, int]:

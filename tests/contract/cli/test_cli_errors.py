@@ -252,7 +252,7 @@ def test_a_producer_refuses_a_zero_task_timeout():
 ])
 def test_a_frame_limit_that_is_not_above_0_is_refused_in_one_line_before_anything_starts(command):
     rc, _, err = run(command, timeout=60)  # it waited 60 s for workers that could receive nothing, then blamed them
-    assert rc == 2 and "max_message_bytes: must be above 0, got 0" in one_line(err), err
+    assert rc == 2 and "max_message_bytes: must be at least 65,536, got 0" in one_line(err), err
 
 
 def test_a_frame_limit_too_small_for_a_workers_hello_is_refused_in_one_line():
@@ -264,7 +264,7 @@ def test_a_producer_refuses_a_frame_limit_of_zero():
     from qworker import ProducerOptions
     from qworker._exceptions import ConfigError
 
-    with pytest.raises(ConfigError, match="max_message_bytes: must be above 0, got 0"):
+    with pytest.raises(ConfigError, match="max_message_bytes: must be at least 65,536, got 0"):
         ProducerOptions.from_mapping({"max_message_bytes": 0})
 
 

@@ -8,6 +8,7 @@ the I/O thread (``test_client_pipelines_requests_of_a_target_the_service_took``'
 
 from __future__ import annotations
 
+import threading
 import time
 
 import msgspec
@@ -84,7 +85,7 @@ def test_a_request_over_a_limit_learned_after_it_was_split_is_never_sent_and_fai
 def test_params_over_the_frame_limit_raise_a_config_error_and_register_nothing():
     c = _client()
     c._frame_limit = LIMIT
-    with pytest.raises(ConfigError, match=f"params encode to .* over the {LIMIT}-byte message limit"):
+    with pytest.raises(ConfigError, match=f"reward, params and framing encode to .* over the {LIMIT}-byte message limit"):
         c.submit_batch("noop", [{"i": 0}], params={"blob": "p" * LIMIT})
     assert len(c._table) == 0 and not c._outbox
 
@@ -137,3 +138,21 @@ def test_a_client_closed_while_a_later_part_is_sent_raises_producer_closed(calle
     _answer(c, _taken(c))
     with pytest.raises(ProducerClosed):
         call.result(5)
+
+
+def test_a_client_no_service_answered_pings_ever_more_seldom_and_each_second_once_a_request_is_out(monkeypatch):
+    c = _client()
+    for watch in ("_resend_untaken", "_check_link", "_check_silence"):  # the link's watch is another test's
+        monkeypatch.setattr(c, watch, lambda now: None)
+    c._sock, c._next_ping, c._ping_every, c._heard = StubSocket([]), 0.0, cl.PING_EVERY_S, 120.0
+    c._answered = threading.Event()
+    for t in range(120):  # two idle minutes with nobody there: each ping queues in the socket until a service comes
+        c._keep_in_touch(float(t))
+    idle_pings = len(c._sock.sent)
+    assert idle_pings <= 8, idle_pings  # 1, 2, 4, 8, 16, 30, 30, ... s apart (it was one a second: 120)
+    batch = c._table.register(1)
+    c._submit(cl._Request(1, "noop", None, cl._encode([{"i": 0}])[0], None, batch, [0], 120.0))
+    c._sock.sent.clear()
+    for t in range(121, 126):
+        c._keep_in_touch(float(t))
+    assert sum(1 for frames in c._sock.sent if frames[0] == cw.PING) == 5  # waiting on a request: a ping each second
