@@ -83,7 +83,8 @@ class Dispatcher(threading.Thread):
         self._refused = RefusedStamps()  # the stamps of the peers refused, a line for each of the first
         self._clients_refused = PeerRation()  # Clients that connected here (``_refuse_client``): a line each
         # where a reward service serving this producer takes Clients (its bound endpoint), while it serves: named to
-        # a Client that connected here instead; the dispatcher thread's (set by the service's handlers)
+        # a Client that connected here instead; written by the service (attaching, on the dispatcher thread; leaving,
+        # on the thread that stops it), read on the dispatcher thread
         self.clients_endpoint: Optional[str] = None
 
     # called from other threads ----------------------------------------------

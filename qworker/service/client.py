@@ -115,7 +115,7 @@ _ERRORS: dict[str, type[QworkerError]] = {"ConfigError": ConfigError, "RewardErr
 # a message from the service, at most: whatever size its results come in (a Resolved is at most 512 results, split below
 # 16 MiB where it can; one result is bounded by the service's own frame limit), as the socket's MAXMSGSIZE: a smaller bound
 # here would drop the link with such a message, or the message, and the service would resend it until it gave up
-_MAX_BYTES = -1
+_SOCKET_MAX_MESSAGE = -1
 RECEIVE_PER_TURN = 16  # messages read per turn of the I/O thread (a Resolved carries up to 512 results)
 PIPELINE_WINDOW = 8  # pipelined requests of a client handed to the I/O thread and not yet answered by the service, at most
 REFUSALS_LOGGED = 10  # distinct refusals of pipelined requests logged between two requests taken, at most
@@ -203,6 +203,13 @@ def _submit_overhead(reward: str, params: Optional[dict], timeout_s: Optional[fl
     return len(cw.encode(empty)[1]) + 4  # an array header is 1 byte empty, 5 at most
 
 
+def _envelope(reward: str, params: Optional[dict], timeout_s: Optional[float], target: Optional[bytes]) -> int:
+    """``_submit_overhead`` and CURVE's framing: from the length of ``target`` (``_target_key``'s encoding of the same
+    three, which a Submit carries at the same length) where there is one, without encoding the params again."""
+    fixed = _SUBMIT_FIXED if target is not None else _submit_overhead(reward, params, timeout_s)
+    return (len(target) if target is not None else 0) + fixed + CURVE_FRAME_BYTES
+
+
 def _target_key(reward: str, params: Optional[dict], timeout_s: Optional[float]) -> Optional[bytes]:
     """The key of a request's target: its reward, params and timeout, encoded with the params' keys sorted (one target,
     one key, whatever the order its params were built in); None if they cannot be encoded."""
@@ -210,6 +217,9 @@ def _target_key(reward: str, params: Optional[dict], timeout_s: Optional[float])
         return _TARGET_ENCODER.encode((reward, params, timeout_s))
     except (TypeError, ValueError, OverflowError):
         return None
+
+
+_SUBMIT_FIXED = _submit_overhead("", None, None) - len(_TARGET_ENCODER.encode(("", None, None)))  # a Submit's bytes besides its target's
 
 
 class _KnownTargets:
@@ -282,7 +292,7 @@ class Client:
             raise ConfigError("CURVE needs both curve_secret_key and curve_server_key (or neither)")
         curve = CurveClient(curve_secret_key, curve_server_key) if curve_secret_key and curve_server_key else None
         self._sock = make_socket(self._ctx, zmq.DEALER, connect=self.endpoint, identity=f"client-{secrets.token_hex(6)}".encode(),
-                                 curve=curve, reconnect_max_ms=RECONNECT_MAX_MS, max_message_bytes=_MAX_BYTES)
+                                 curve=curve, reconnect_max_ms=RECONNECT_MAX_MS, max_message_bytes=_SOCKET_MAX_MESSAGE)
         self._redialer = Redialer(self._sock, self.endpoint)
         self.redials = 0  # connections dropped and dialled again after LINK_SILENT_S of silence
         self._next_ping = 0.0
@@ -313,7 +323,7 @@ class Client:
         params = dict(params) if params else None
         target = _target_key(reward, params, timeout_s)
         try:
-            envelope = _submit_overhead(reward, params, timeout_s) + CURVE_FRAME_BYTES  # a Submit's bytes besides its payloads
+            envelope = _envelope(reward, params, timeout_s, target)  # a Submit's bytes besides its payloads
         except (TypeError, ValueError, OverflowError) as e:
             raise ConfigError(f"params cannot be sent to the reward service: {e}") from None
         # a future per payload, which lives until its result comes: collections set off while they are made would
@@ -323,7 +333,8 @@ class Client:
             encoded, indexes, refused = _encode(payloads)
             batch = self._table.register(len(payloads))  # raises ProducerClosed once closed
         deadline = time.monotonic() + self.connect_timeout_s
-        self._answered.wait(self.connect_timeout_s)  # the service's frame limit (at once, but in a client's first instant)
+        if not self._answered.is_set():  # the service's frame limit (known but in a client's first instant)
+            self._answered.wait(self.connect_timeout_s)
         limit = self._frame_limit
         room = limit - envelope  # bytes of payloads a Submit may carry
         if room <= 0:
@@ -347,8 +358,8 @@ class Client:
             try:
                 # each part waits for its own answer (the first also for the frame limit, within the same bound)
                 futures = self._send_request(req, deadline if not sent else time.monotonic() + self.connect_timeout_s)
-            except Exception as e:
-                if not sent or isinstance(e, ProducerClosed):  # nothing was taken, or the Client closed: it raises
+            except BaseException as e:
+                if not sent or not isinstance(e, Exception) or isinstance(e, ProducerClosed):  # the call raises
                     for unsent in requests[sent + 1:]:  # never sent: their futures (never handed out) resolve too
                         self._fail(unsent, ErrorKind.SERVICE_LOST.error("an earlier part of its submission raised"))
                     raise
@@ -359,17 +370,13 @@ class Client:
                         f"part {sent + 1} of {len(requests)} of its submission (split under the service's frame limit) was "
                         f"not taken: {e}"))
                 return self._table.hand_out(batch)  # raises ProducerClosed if close() came first
-            except BaseException:
-                for unsent in requests[sent + 1:]:
-                    self._fail(unsent, ErrorKind.SERVICE_LOST.error("an earlier part of its submission raised"))
-                raise
         return futures
 
     def _send_request(self, req: _Request, deadline: float) -> list[ResultFuture]:
         """Send ``req``: pipelined (``_pipeline``) if the service has taken a request of its target, else waiting for
         the service's answer until ``deadline`` (``time.monotonic``) and raising what it refuses; the batch's futures."""
         if req.target is not None and req.target in self._known:
-            return self._pipeline(req)
+            return self._pipeline(req, deadline)
         self._outbox.append(req)  # to the I/O thread
         self._wake()
         if self._closed:  # close() may have passed over the outbox before this request reached it
@@ -385,11 +392,10 @@ class Client:
             raise _ERRORS.get(answer.error_type, ServiceUnavailable)(answer.error)
         return self._table.hand_out(req.batch)  # raises ProducerClosed if close() came first
 
-    def _pipeline(self, req: _Request) -> list[ResultFuture]:
+    def _pipeline(self, req: _Request, deadline: float) -> list[ResultFuture]:
         """Hand ``req`` (of a target the service has taken) to the I/O thread and its futures to the caller, once fewer
         than ``PIPELINE_WINDOW`` pipelined requests are unanswered; ``ServiceUnavailable`` if the oldest is not
-        answered within ``connect_timeout_s`` (``req`` is then not sent, and its futures are never handed out)."""
-        deadline = time.monotonic() + self.connect_timeout_s
+        answered by ``deadline`` (``time.monotonic``; ``req`` is then not sent, and its futures are never handed out)."""
         while True:
             with self._window_lock:
                 unanswered = self._unanswered
@@ -470,8 +476,8 @@ class Client:
 
     def _keep_in_touch(self, now: float) -> None:
         """Until the service first answers (its ``Pong`` states its frame limit), and while requests are out: ping
-        (naming those waited on), then resend those not taken (behind the ping: an oversize one drops the link, and
-        the ping's answer with it, only after the ping was read), watch the link."""
+        (naming those waited on; each ping further apart while none is out and the service never answered), then
+        resend those not taken (behind the ping), watch the link."""
         if (self._requests or not self._answered.is_set()) and now >= self._next_ping:
             unheard = not self._requests and not self._answered.is_set()
             self._next_ping = now + self._ping_every
@@ -548,7 +554,7 @@ class Client:
             try:
                 if len(frames) != 2:
                     raise WireError(f"expected 2 frames, got {len(frames)}")
-                msg = cw.CLIENT.decode(frames[0], frames[1], max_bytes=len(frames[1]))  # any size (``_MAX_BYTES``)
+                msg = cw.CLIENT.decode(frames[0], frames[1], max_bytes=len(frames[1]))  # any size (``_SOCKET_MAX_MESSAGE``)
             except WireError as exc:
                 log.warning("qworker client: dropped a bad frame from the service: %s", exc)
                 continue

@@ -170,8 +170,7 @@ class Ledger:
         calls for, each fitted the same way; keep each until it is acknowledged; their frames.  A chunk that fits is
         encoded once; one that does not, about twice."""
         frames = cw.encode_resolved(self.instance, c.seq + 1, chunk)
-        results = sum(per.values())
-        if len(frames[1]) > RESOLVED_MAX_BYTES and results > 1:
+        if len(frames[1]) > RESOLVED_MAX_BYTES and (results := sum(per.values())) > 1:
             parts = _parts(chunk, min(results, -(-len(frames[1]) // RESOLVED_MAX_BYTES) + 1))  # +1: sizes vary by result
             return [frames for part in parts for frames in self._keep(c, peer, part, _counts(part), now)]
         c.seq += 1

@@ -147,9 +147,9 @@ class Refused(Message, forbid_unknown_fields=False):
     by: str = ""  # what refused, as the refused peer names it ("the producer's pool endpoint"); "": not said (``refuser``)
 
 
-def refusal(by: str = "") -> Refused:
-    """The answer to a ``Stamped`` message of another protocol; ``by``: what refuses (``Refused.by``)."""
-    return Refused(*STAMP, "another wire protocol", by)
+def refusal() -> Refused:
+    """The answer to a ``Stamped`` message of another protocol."""
+    return Refused(*STAMP, "another wire protocol")
 
 
 def refuser(theirs: Refused, endpoint: str, expected: str) -> str:

@@ -156,3 +156,9 @@ def test_a_client_no_service_answered_pings_ever_more_seldom_and_each_second_onc
     for t in range(121, 126):
         c._keep_in_touch(float(t))
     assert sum(1 for frames in c._sock.sent if frames[0] == cw.PING) == 5  # waiting on a request: a ping each second
+
+
+def test_a_submits_envelope_is_read_off_its_target_key_at_the_length_it_encodes_to():
+    for params, timeout_s in ((None, None), ({"b": 1, "a": [1.5, "x" * 70_000]}, 30.0), ({"n": {"deep": [None, True]}}, 0.5)):
+        target = cl._target_key("reward_name", params, timeout_s)
+        assert cl._envelope("reward_name", params, timeout_s, target) == cl._envelope("reward_name", params, timeout_s, None)
