@@ -368,7 +368,7 @@ async def _semaphore(url: str, bodies: list[dict], k: int, answered: list[float]
 
         await asyncio.gather(*(one(b) for b in bodies))
     if opening is not None:
-        await opening
+        opening.cancel()  # every body answered: places still to open would only count in the time
     return failed
 
 

@@ -126,7 +126,7 @@ class _Options:
             elif tp is bool:
                 kw["action"] = argparse.BooleanOptionalAction
             else:
-                kw["type"] = positive_number if f.metadata["positive"] and tp is float else _parser_type(tp)  # an int: checked as it is coerced
+                kw["type"] = positive_number if f.metadata["positive"] else _parser_type(tp)
                 kw["metavar"] = "S" if f.name.endswith("_s") else _flag(f)[2:].upper().replace("-", "_")
                 if f.metadata["choices"]:
                     kw["type"], kw["choices"], kw["metavar"] = str.upper, f.metadata["choices"], "LEVEL"
@@ -210,7 +210,7 @@ def _coerce(value: Any, tp: Any, where: str, *, signed: bool, positive: bool = F
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0 and not signed:
         raise ConfigError(f"{where}: must not be negative, got {value!r}")
     if positive and not value > 0:
-        raise ConfigError(f"{where}: must be above 0{' seconds' if tp is float else ''}, got {value!r}")
+        raise ConfigError(f"{where}: must be above 0 seconds, got {value!r}")
     if minimum is not None and value < minimum:
         raise ConfigError(f"{where}: must be at least {minimum:,}, got {value!r}")
     return value

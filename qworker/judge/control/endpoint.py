@@ -277,8 +277,9 @@ class LoadPoller(threading.Thread):
     gate's ``close``) or when the endpoint is gone, whichever comes first.
 
     What it reads (``read_url``): the first of ``filtered_urls`` whose answer holds the counts and nothing else
-    (``only_load``), else the configured URL; chosen at the first reading and again after any reading that fails
-    (a server that ignores the query, or answers it with an error, is read at its URL as given).  On vLLM that is a
+    (``only_load``), else the configured URL; chosen at the first reading and again when a URL that gave the counts
+    stops giving them (a server that ignores the query, or answers it with an error, is read at its URL as given; one
+    that never gives the counts costs one GET a reading once chosen).  On vLLM that is a
     reading of about 270 bytes instead of 50 KB."""
 
     def __init__(self, endpoint: Endpoint, url: str, interval_s: float = LOAD_POLL_S,
@@ -288,6 +289,7 @@ class LoadPoller(threading.Thread):
         self._ref = weakref.ref(endpoint)
         self.url, self.interval_s, self.fetch = url, interval_s, fetch
         self.read_url: Optional[str] = None  # what the readings GET; None: chosen at the next reading
+        self._read_counts = False  # the last reading at ``read_url`` gave the counts
         self.failures = 0
         self._stopped = threading.Event()
 
@@ -310,11 +312,11 @@ class LoadPoller(threading.Thread):
                     self.failures += 1
                     return None
                 if only_load(text):
-                    self.read_url = candidate
+                    self.read_url, self._read_counts = candidate, True
                     return parse_vllm_load(text)
                 whole = parse_vllm_load(text)
                 if whole is not None:  # the query ignored (vLLM's /metrics route): its whole text, read as it is
-                    self.read_url = self.url
+                    self.read_url, self._read_counts = self.url, True
                     return whole
             self.read_url = self.url
         try:
@@ -323,7 +325,9 @@ class LoadPoller(threading.Thread):
             load = None
         if load is None:
             self.failures += 1
-            self.read_url = None
+            if self._read_counts:  # the URL that gave counts gives none now (the server changed): chosen again
+                self.read_url = None
+        self._read_counts = load is not None
         return load
 
     def run(self) -> None:

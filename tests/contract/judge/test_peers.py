@@ -329,7 +329,7 @@ def test_a_board_that_fails_turns_sharing_off_once_and_dispatch_goes_on(tmp_path
             raise OSError(28, "No space left on device")
 
     g = gate_with(FullDisk())
-    g.endpoints[0].limit.answers_scale = 2.0  # as with a peer, before the board failed
+    g.endpoints[0].limit.answers_scale, g.endpoints[0].limit.peers = 2.0, 1  # as with a peer, before the board failed
     caplog.set_level(logging.WARNING, logger="qworker")
     g.tick(0.0)
     g.tick(10.0)
@@ -338,7 +338,7 @@ def test_a_board_that_fails_turns_sharing_off_once_and_dispatch_goes_on(tmp_path
         "qworker: judge endpoints' share board failed ([Errno 28] No space left on device); this producer now keeps its own "
         "limits, unaware of other producers on this host"]
     assert g.endpoints[0].free(0.0, 10.0) == 32  # its own limit, as alone
-    assert g.endpoints[0].limit.answers_scale == 1.0
+    assert g.endpoints[0].limit.answers_scale == 1.0 and g.endpoints[0].limit.peers == 0  # alone again
 
 
 def test_a_board_that_raises_anything_turns_sharing_off_and_dispatch_goes_on(caplog):

@@ -97,3 +97,12 @@ def test_a_server_that_ignores_the_filter_is_read_once_when_the_url_is_chosen():
     poller = LoadPoller(endpoint(), URL, fetch=server)
     assert poller.read() == (3.0, 5.0) and poller.read_url == URL
     assert len(server.got) == 1  # its whole text already held the counts: not fetched again without the query
+
+
+def test_a_server_that_never_gives_the_counts_costs_one_get_a_reading_once_its_url_is_chosen():
+    server = Server()
+    poller = LoadPoller(endpoint(), URL, fetch=lambda url, t: (server(url, t), "no vllm counts here\n")[1])
+    assert poller.read() is None  # the filtered URLs, then the URL as given
+    chosen = len(server.got)
+    assert poller.read() is None and poller.read() is None
+    assert server.got[chosen:] == [URL, URL] and poller.failures == 3  # one GET a reading (it was every URL each time)
