@@ -212,7 +212,9 @@ def _envelope(reward: str, params: Optional[dict], timeout_s: Optional[float], t
 
 def _target_key(reward: str, params: Optional[dict], timeout_s: Optional[float]) -> Optional[bytes]:
     """The key of a request's target: its reward, params and timeout, encoded with the params' keys sorted (one target,
-    one key, whatever the order its params were built in); None if they cannot be encoded."""
+    one key, whatever the order its params were built in); None if they cannot be encoded.  Not the cache's identity
+    (``cache.hashing.params_fingerprint``, hashed into each task's key where the service's producer submits it): this
+    one holds the timeout, lives in this client only, and is as long as a ``Submit``'s encoding of the three."""
     try:
         return _TARGET_ENCODER.encode((reward, params, timeout_s))
     except (TypeError, ValueError, OverflowError):
