@@ -77,7 +77,7 @@ import os
 import secrets
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, cast
 
@@ -86,6 +86,7 @@ import zmq
 
 from .._errors import ErrorKind
 from .._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
+from .._recent import RecentKeys
 from ..cache.hashing import encode_payload, encode_payload_array, new_packer
 from ..engine.futures import Batch, FutureTable
 from ..engine.gc_pause import paused_gc
@@ -224,39 +225,6 @@ def _target_key(reward: str, params: Optional[dict], timeout_s: Optional[float])
 _SUBMIT_FIXED = _submit_overhead("", None, None) - len(_TARGET_ENCODER.encode(("", None, None)))  # a Submit's bytes besides its target's
 
 
-class _KnownTargets:
-    """The targets the service has taken a request of: at most ``size`` of them, the least recently used forgotten
-    first.  Thread-safe: callers' threads look up, the I/O thread adds and forgets."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._keys: OrderedDict[bytes, None] = OrderedDict()
-
-    def __contains__(self, key: object) -> bool:
-        with self._lock:
-            if key not in self._keys:
-                return False
-            self._keys.move_to_end(cast(bytes, key))
-            return True
-
-    def add(self, key: bytes) -> None:
-        with self._lock:
-            self._keys[key] = None
-            self._keys.move_to_end(key)
-            while len(self._keys) > self.size:
-                self._keys.popitem(last=False)
-
-    def discard(self, key: bytes) -> None:
-        """Forget ``key`` (known or not)."""
-        with self._lock:
-            self._keys.pop(key, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._keys.clear()
-
-
 class Client:
     """Submit reward tasks to a reward service and collect their ``Result``s, as a ``Producer`` does."""
 
@@ -278,7 +246,7 @@ class Client:
         self._requests: dict[int, _Request] = {}  # the I/O thread's
         self._outbox: deque[Any] = deque()  # messages from the callers' threads
         self._status_waiters: deque[tuple[threading.Event, list]] = deque()
-        self._known = _KnownTargets(KNOWN_TARGETS)  # targets the service has taken (``submit_batch``)
+        self._known: RecentKeys[bytes] = RecentKeys(KNOWN_TARGETS)  # targets the service has taken (``submit_batch``)
         self._refusals_logged: set[str] = set()  # refusals logged since the service last took a request (I/O thread)
         self._window_lock = threading.Lock()
         self._unanswered: deque[_Request] = deque()  # pipelined requests, oldest first, maybe answered (callers' threads)

@@ -11,8 +11,7 @@ refused ``Client``'s submission and its ping): a peer's first, rationed as
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
+from .._recent import RecentKeys
 from .wire import ProtocolMismatch
 
 __all__ = ["LogRation", "RefusedStamps", "PeerRation"]
@@ -57,14 +56,8 @@ class PeerRation:
     def __init__(self) -> None:
         self.count = 0  # events, all peers together
         self._firsts = LogRation()
-        self._peers: OrderedDict[bytes, None] = OrderedDict()
+        self._peers: RecentKeys[bytes] = RecentKeys(PEERS)
 
     def tick(self, peer: bytes) -> bool:
         self.count += 1
-        if peer in self._peers:
-            self._peers.move_to_end(peer)
-            return False
-        self._peers[peer] = None
-        if len(self._peers) > PEERS:
-            self._peers.popitem(last=False)
-        return self._firsts.tick()
+        return self._peers.add(peer) and self._firsts.tick()

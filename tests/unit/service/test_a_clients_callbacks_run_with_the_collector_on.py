@@ -13,6 +13,7 @@ from typing import Iterator
 
 import pytest
 
+from qworker._recent import RecentKeys
 from qworker.engine.futures import FutureTable
 from qworker.engine.result import Result
 from qworker.service import client as cl
@@ -34,7 +35,7 @@ def _client(requests: int, per_request: int) -> tuple[cl.Client, list[list]]:
     c._closed, c._instance, c._heard, c.endpoint = False, "svc", time.monotonic(), "tcp://127.0.0.1:1"
     c._table = FutureTable(fallback_score=0.0)
     c._requests = {}
-    c._known, c._window_lock, c._unanswered = cl._KnownTargets(cl.KNOWN_TARGETS), threading.Lock(), deque()
+    c._known, c._window_lock, c._unanswered = RecentKeys(cl.KNOWN_TARGETS), threading.Lock(), deque()
     c._answered = threading.Event()
     handed = []
     for number in range(1, requests + 1):

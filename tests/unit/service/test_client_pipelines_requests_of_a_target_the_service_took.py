@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 from qworker import ErrorKind, RewardError, ServiceUnavailable
+from qworker._recent import RecentKeys
 from qworker.engine.futures import FutureTable
 from qworker.engine.result import Result
 from qworker.service import client as cl
@@ -36,7 +37,7 @@ def _client() -> cl.Client:
     c._table = FutureTable(fallback_score=0.0)
     c._requests = {}
     c._outbox = deque()
-    c._known = cl._KnownTargets(cl.KNOWN_TARGETS)
+    c._known = RecentKeys(cl.KNOWN_TARGETS)
     c._refusals_logged = set()
     c._window_lock = threading.Lock()
     c._unanswered = deque()
@@ -162,15 +163,6 @@ def test_a_target_is_its_reward_params_and_timeout_whatever_the_params_order(cal
     for other in ({"params": {"ms": 2, "n": 2}}, {"params": {"ms": 1, "n": 2}, "timeout_s": 5.0}, {}):
         with pytest.raises(ServiceUnavailable):  # another target: it waits for the service's answer
             c.submit_batch("spin", [{"i": 2}], **other)
-
-
-def test_the_targets_remembered_are_the_most_recently_used():
-    known = cl._KnownTargets(2)
-    for key in (b"a", b"b"):
-        known.add(key)
-    assert b"a" in known  # used: b is now the least recently used
-    known.add(b"c")
-    assert b"a" in known and b"c" in known and b"b" not in known
 
 
 def _results_of(req: cl._Request) -> list[cw.ResolvedRequest]:

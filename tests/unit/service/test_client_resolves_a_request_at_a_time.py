@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from qworker._recent import RecentKeys
 from qworker.engine.futures import FutureTable
 from qworker.engine.result import Result
 from qworker.service import client as cl
@@ -16,7 +17,7 @@ def _client(sizes: dict[int, int]) -> tuple[cl.Client, dict[int, list]]:
     c = cl.Client.__new__(cl.Client)
     c._table = FutureTable(fallback_score=0.0)
     c._requests = {}
-    c._instance, c._refusals_logged, c._known = "svc", set(), cl._KnownTargets(cl.KNOWN_TARGETS)
+    c._instance, c._refusals_logged, c._known = "svc", set(), RecentKeys(cl.KNOWN_TARGETS)
     futures = {}
     for number, n in sizes.items():
         batch = c._table.register(n)

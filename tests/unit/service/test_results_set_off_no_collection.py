@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from qworker._recent import RecentKeys
 from qworker.engine.futures import FutureTable
 from qworker.engine.result import Result, ResultFuture, resolve_many
 from qworker.service import client as cl
@@ -59,7 +60,7 @@ class _Collections:
 def test_a_client_receiving_its_results_sets_off_no_collection():
     c = cl.Client.__new__(cl.Client)
     c._closed, c._instance, c._heard, c.endpoint = False, "svc", time.monotonic(), "tcp://127.0.0.1:1"
-    c._refusals_logged, c._known = set(), cl._KnownTargets(cl.KNOWN_TARGETS)
+    c._refusals_logged, c._known = set(), RecentKeys(cl.KNOWN_TARGETS)
     c._table = FutureTable(fallback_score=0.0)
     c._requests = {}
     for number in range(1, N // PER_MESSAGE + 1):
