@@ -59,7 +59,7 @@ from ..engine.result import Result, ResultFuture, add_done_callbacks
 from ..engine.status import ServiceInfo, ServiceStatus
 from ..transport import client_wire as cw
 from ..transport.endpoint import reachable
-from ..transport.ration import LogRation, RefusedStamps
+from ..transport.ration import LogRation, PeerRation, RefusedStamps
 from ..transport.reactor import Reactor, Step
 from ..transport.sockets import bind_server, bound_endpoint, close_server
 from ..transport.wire import (
@@ -145,7 +145,7 @@ class RewardService:
         self.clients: set[bytes] = set()
         self.requests = 0
         self.dropped_frames = 0
-        self._pools_refused = LogRation()  # pools and workers that connected to the clients' endpoint (``_refuse_pool``)
+        self._pools_refused = PeerRation()  # pools and workers that connected to the clients' endpoint (``_refuse_pool``): a line each
         self._bad_frames = LogRation()  # frames dropped as not valid messages (``_drop``): what its log lines are rationed by
         self._refused = RefusedStamps()  # the stamps of the clients refused, a line for each of the first
 
@@ -306,11 +306,12 @@ class RewardService:
 
     def _refuse_pool(self, peer: bytes) -> None:
         """A pool or worker pointed at the clients' endpoint: answer ``Refused`` naming where pools connect (the pool
-        stops with that line), count the frame as dropped, and log the first ten such frames, then one in a thousand."""
+        stops with that line), count the frame as dropped, and log one line per pool or worker (``PeerRation``: a pool's
+        reports until it stops are one line)."""
         self.dropped_frames += 1
         where = (f"pools connect to {reachable(self.producer.endpoint)}" if self.producer.options.bind else
                  "this service takes no remote pools: serve it with --bind tcp://HOST:PORT for them")
-        if self._pools_refused.tick():
+        if self._pools_refused.tick(peer):
             log.error("qworker service: refused %r: a pool or worker at the clients' endpoint %s (%s)",
                       peer[:32].decode(errors="replace"), self.endpoint, where)
         self._send(peer, Refused(*STAMP, f"it is for qworker.Clients, not pools; {where}", "the reward service's clients' endpoint"))

@@ -1,9 +1,14 @@
 """A ``qworker-pool`` pointed at a reward service's clients' endpoint (``--listen``) is refused at once and exits 2
-with one line naming where pools connect, and the service still serves its clients.  Real processes over tcp."""
+with one line naming where pools connect, and the service still serves its clients; the service logs one line for
+that pool, whatever it sent before it stopped.  Real processes over tcp."""
 
 from __future__ import annotations
 
-from qworker import Client
+import logging
+import time
+
+from qworker import Client, Producer
+from qworker.service.server import RewardService
 from tests.conftest import TEST_REWARDS
 from tests.contract.service.test_service import free_port, serve, stop
 from tests.contract.transport.test_peers_of_another_wire_protocol import run_pool_until_it_stops
@@ -39,3 +44,21 @@ def test_a_pool_at_the_clients_endpoint_of_a_service_without_bind_is_told_it_tak
         assert "ipc://" not in refused[0]
     finally:
         stop(service)
+
+
+def test_the_service_logs_one_line_for_a_pool_at_its_clients_endpoint_whatever_it_sends(caplog):
+    caplog.set_level(logging.ERROR, logger="qworker")
+    with Producer(local_workers=0) as producer:
+        service = RewardService(producer, listen="tcp://127.0.0.1:0").start()
+        try:
+            returncode, err = run_pool_until_it_stops("--connect", service.endpoint, "--reward-modules", TEST_REWARDS,
+                                                      "--workers", "1", "--id", "astray")
+            assert returncode == 2, err
+            deadline = time.monotonic() + 30
+            while service.dropped_frames < 3 and time.monotonic() < deadline:  # its reports: running, draining, stopped
+                time.sleep(0.05)
+            assert service.dropped_frames >= 3
+        finally:
+            service.stop()
+    said = [r.getMessage() for r in caplog.records if "refused 'pool:astray'" in r.getMessage()]
+    assert len(said) == 1, said
