@@ -147,9 +147,12 @@ class Refused(Message, forbid_unknown_fields=False):
     by: str = ""  # what refused, as the refused peer names it ("the producer's pool endpoint"); "": not said (``refuser``)
 
 
+VERSION_REFUSED = "another wire protocol"  # the reason of a ``refusal``, in every version that stamps its messages
+
+
 def refusal() -> Refused:
     """The answer to a ``Stamped`` message of another protocol."""
-    return Refused(*STAMP, "another wire protocol")
+    return Refused(*STAMP, VERSION_REFUSED)
 
 
 def refuser(theirs: Refused, endpoint: str, expected: str) -> str:
@@ -178,20 +181,26 @@ class ProtocolMismatch(WireError):
         self.protocol, self.qworker = protocol, qworker
 
 
+def _versions(here: str, theirs: Refused) -> str:
+    return (f"it runs qworker {printable(theirs.qworker)} (wire protocol {theirs.protocol}), {here} qworker {STAMP[1]} "
+            f"(wire protocol {STAMP[0]}); install the same qworker version on both")
+
+
 def mismatch(who: str, here: str, theirs: Refused) -> str:
     """The line that says ``who`` (the refuser, "the producer at tcp://...") and ``here`` ("this pool") speak
     different wire protocols, naming both versions."""
-    return (f"{who} refused {here}: it runs qworker {printable(theirs.qworker)} (wire protocol {theirs.protocol}), {here} qworker "
-            f"{STAMP[1]} (wire protocol {STAMP[0]}); install the same qworker version on both")
+    return f"{who} refused {here}: {_versions(here, theirs)}"
 
 
 def refused_line(who: str, here: str, theirs: Refused) -> str:
-    """The line that says why ``who`` refused ``here``: another wire protocol (``mismatch``), or, from a peer of this
-    protocol, the reason it gave (an endpoint not for ``here``'s kind: a reward service's clients' endpoint refusing a
-    pool, a producer's endpoint for pools refusing a ``Client``)."""
-    if theirs.protocol != STAMP[0]:
+    """The line that says why ``who`` refused ``here``: another wire protocol (``mismatch``), or the reason it gave
+    (an endpoint not for ``here``'s kind: a reward service's clients' endpoint refusing a pool, a producer's endpoint
+    for pools refusing a ``Client``), then both versions where the refuser's protocol is another (the peer must
+    connect elsewhere and run the same version)."""
+    if theirs.protocol != STAMP[0] and theirs.reason == VERSION_REFUSED:
         return mismatch(who, here, theirs)
-    return f"{who} refused {here}: {printable(theirs.reason, 300)}"
+    line = f"{who} refused {here}: {printable(theirs.reason, 300)}"
+    return line if theirs.protocol == STAMP[0] else f"{line}; besides, {_versions(here, theirs)}"
 
 
 class Ready(Stamped):

@@ -1,5 +1,6 @@
 """A peer of another qworker version (another wire protocol) is refused at once, with one line naming both versions:
-a ``qworker-pool`` joining a producer, a ``Client`` talking to ``qworker serve``.  Real processes over tcp; the other
+a ``qworker-pool`` joining a producer, a ``Client`` talking to ``qworker serve``; one at an endpoint not for its kind
+is told that, then both versions.  Real processes over tcp; the other
 version is this code with its stamp changed (``wire.STAMP``) by a ``sitecustomize`` on the process's path."""
 
 from __future__ import annotations
@@ -86,3 +87,26 @@ def test_a_client_of_another_version_is_refused_at_its_first_request(tmp_path):
         stop(proc)
     said = [line for line in proc.stderr.read().splitlines() if "refused" in line]
     assert len(said) == 1 and names_both_versions(said[0]), said  # one line at the service, however many requests
+
+
+CLIENT_AT = """
+import sys
+from qworker import Client, ServiceUnavailable
+with Client(sys.argv[1], connect_timeout_s=120) as c:
+    try:
+        c.submit_batch("noop", [{"i": 1}])
+    except ServiceUnavailable as exc:
+        print(exc)
+"""
+
+
+def test_a_client_of_another_version_at_a_producers_pool_endpoint_is_told_where_clients_go_and_both_versions(tmp_path, caplog):
+    caplog.set_level(logging.ERROR, logger="qworker")
+    with Producer(bind="tcp://127.0.0.1:0", local_workers=0) as p:
+        client = subprocess.run([sys.executable, "-c", CLIENT_AT, p.endpoint], env=other_version_env(tmp_path),
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    line = client.stdout.strip()
+    assert line.startswith(f"the producer's pool endpoint {p.endpoint} refused this client: it is for pools and workers"), client
+    assert "this producer serves no Clients ('qworker serve' does" in line and names_both_versions(line), line
+    said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(said) == 1 and "a Client at the pools' endpoint" in said[0], said  # the producer: one line, naming what it is

@@ -126,3 +126,14 @@ def test_an_unstamped_submit_from_before_the_stamp_is_malformed_not_a_mismatch(r
     with pytest.raises(WireError) as exc:
         cw.SERVICE.decode(cw.SUBMIT, body, max_bytes=LIMIT)
     assert not isinstance(exc.value, ProtocolMismatch), exc.value
+
+
+def test_a_refusal_for_the_endpoint_by_another_version_gives_its_reason_then_both_versions():
+    # a Client of another version at a producer's endpoint for pools: installing one version is not enough
+    said = wire.Refused(*OTHER, "it is for pools and workers; Clients connect to tcp://h:5557", "the producer's pool endpoint")
+    line = wire.refused_line(wire.refuser(said, "tcp://h:5555", "the reward service at tcp://h:5555"), "this client", said)
+    assert line == ("the producer's pool endpoint tcp://h:5555 refused this client: it is for pools and workers; Clients connect "
+                    f"to tcp://h:5557; besides, it runs qworker 9.9.9 (wire protocol {OTHER[0]}), this client qworker "
+                    f"{wire.STAMP[1]} (wire protocol {wire.PROTOCOL}); install the same qworker version on both")
+    version_only = wire.Refused(*OTHER, "another wire protocol")
+    assert wire.refused_line("the service", "this client", version_only) == wire.mismatch("the service", "this client", version_only)
