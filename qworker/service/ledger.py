@@ -251,13 +251,6 @@ class Ledger:
                 del self._clients[peer]
         return dropped
 
-    def forget_client(self, peer: bytes) -> None:
-        """Drop everything kept for ``peer``."""
-        c = self._clients.pop(peer, None)
-        if c is not None:
-            for m in c.unacked.values():
-                self._forget(m)
-
     def peers(self) -> list[bytes]:
         return list(self._clients)
 

@@ -118,14 +118,14 @@ class Ping(Message):
 class Pong(Message, forbid_unknown_fields=False):  # a newer service's Pong may carry more: read what this one knows
     KIND: ClassVar[bytes] = PONG
     instance: str
-    workers: Count
+    workers: Count  # workers connected to the service (a Client does not read it; a field goes only with a PROTOCOL raise)
     unknown: list[Count] = []  # of the Ping's requests, those this instance does not hold
     max_message_bytes: Count = 0  # the service's frame limit (a larger Submit is dropped unread); 0: not said
 
 
 class Closing(Message):
     KIND: ClassVar[bytes] = CLOSING
-    instance: str
+    instance: str  # the stopping service's (a Client does not read it; a field goes only with a PROTOCOL raise)
     reason: str
 
 

@@ -80,7 +80,6 @@ class Reactor:
         self.name = name
         self.max_wait_s = max_wait_s
         self.errors = 0  # handler exceptions caught
-        self.turns = 0
         self._steps: list[_Step] = []
         self._deadlines: list[Callable[[float], Optional[float]]] = []
         self._at_exit: list[Callable[[], None]] = []
@@ -188,7 +187,6 @@ class Reactor:
             if pipe_fd in ready:
                 self._pipe.drain()  # drain first, then clear: a wake in between writes a fresh byte
             self._woken = False
-            self.turns += 1
             now = time.monotonic()
             for step in steps:
                 if step.cancelled:
