@@ -35,6 +35,7 @@ from typing import Callable, Optional, Union
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from .._exceptions import ConfigError
@@ -84,13 +85,29 @@ def create_keys(directory: str, name: str, *, force: bool = False) -> tuple[str,
 
 
 def _load(path: str, *, secret: bool) -> tuple[bytes, Optional[bytes]]:
+    """The (public, secret) keys of a key file ``qworker keys`` wrote (secret None in a public one); a ``ConfigError``
+    naming the file and what is wrong for one that is missing or unreadable, holds no key, holds a damaged key (one a
+    socket would refuse), or holds no secret key where ``secret`` asks for one."""
+    if not os.path.exists(path):
+        raise ConfigError(f"cannot read CURVE key file {path}: no such file")
     try:
         public_key, secret_key = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read CURVE key file {path}: {type(exc).__name__}") from None
+        raise ConfigError(f"cannot read CURVE key file {path}: {getattr(exc, 'strerror', None) or 'it holds no public key'}") from None
+    if not all(_is_key(k) for k in (public_key, secret_key) if k is not None):
+        raise ConfigError(f"{path} holds a damaged key (a key is 40 Z85 characters): copy the file again, or make a new pair "
+                          "with 'qworker keys'")
     if secret and secret_key is None:
         raise ConfigError(f"{path} holds no secret key: pass the NAME.key_secret file that 'qworker keys' wrote")
     return public_key, secret_key
+
+
+def _is_key(key: bytes) -> bool:
+    """Whether ``key`` is a CURVE key in Z85, as a socket takes one (40 characters for 32 bytes)."""
+    try:
+        return len(key) == 40 and len(z85.decode(key)) == 32
+    except (ValueError, TypeError, KeyError, UnicodeError):
+        return False
 
 
 LOCAL_SCHEMES = ("ipc://", "inproc://")  # local by construction: a path on this host, or this process
