@@ -31,7 +31,7 @@ from ..transport import wire
 from ..transport.endpoint import check_endpoint
 from ..transport.security import CurveClient, create_keys, handshake_problem, is_loopback
 from ..transport.sockets import make_socket
-from .args import Parser, add_curve_client, add_log_level, bool_flag, guard, hidden_alias, setup_logging
+from .args import EXIT_INTERRUPTED, Parser, add_curve_client, add_log_level, bool_flag, guard, hidden_alias, setup_logging
 from .score import default_cache_path, score_main
 
 log = logging.getLogger("qworker")
@@ -60,7 +60,8 @@ def pool_options(args: argparse.Namespace, prog: str) -> PoolOptions:
 
 
 def pool_main(argv: Optional[list[str]] = None, prog: str = "qworker-pool") -> int:
-    """Run a pool until SIGTERM/Ctrl-C; exit codes as ``cli.args`` documents."""
+    """Run a pool until SIGTERM or Ctrl-C, which drain it (exit 0 after SIGTERM, 130 after Ctrl-C); a second Ctrl-C
+    stops its workers at once.  Exit codes as ``cli.args`` documents."""
     return cast(int, guard(prog)(_pool_main)(argv, prog))
 
 
@@ -75,12 +76,21 @@ def _pool_main(argv: Optional[list[str]], prog: str) -> int:
         log.warning("%s: connecting to %s without CURVE: tasks and results cross the network in clear; give --curve-secret-key "
                     "and --curve-server-key, or --insecure on a network you trust", prog, options.connect)
     pool = Pool(options)
+    interrupted = False
+
+    def ctrl_c(*_: object) -> None:
+        nonlocal interrupted
+        if interrupted:  # the second: out of the drain now (``Pool.run`` kills its workers on the way out)
+            raise KeyboardInterrupt
+        interrupted = True
+        pool.request_stop()
+
     signal.signal(signal.SIGTERM, pool.request_stop)
-    signal.signal(signal.SIGINT, pool.request_stop)
+    signal.signal(signal.SIGINT, ctrl_c)
     rc = pool.run()
     if pool.refused is not None:  # a producer of another wire protocol: one line, exit 2
         raise ConfigError(pool.refused)
-    return rc
+    return EXIT_INTERRUPTED if interrupted and rc == 0 else rc
 
 
 # status ------------------------------------------------------------------------

@@ -64,6 +64,13 @@ class _Child:
     cpu_at: float = 0.0  # when that was
 
 
+def _ended(code: int) -> str:
+    """Why a worker this pool did not stop ended, from its exit status (``Popen.returncode``)."""
+    if code == 0:  # a worker returns 0 once it has drained on a SIGTERM: not a crash
+        return "exited with code 0 (a SIGTERM this pool did not send, or a reward that ended the process)"
+    return f"crashed: exit code {code}"
+
+
 class Pool:
     """A pool supervisor; ``run()`` blocks until it is asked to stop and has drained."""
 
@@ -240,7 +247,7 @@ class Pool:
         code = child.proc.wait()
         os.close(child.pidfd)
         lived = time.monotonic() - child.started
-        reason = child.kill_reason or wire.Fault(ErrorKind.WORKER_LOST, f"crashed: exit code {code}")
+        reason = child.kill_reason or wire.Fault(ErrorKind.WORKER_LOST, _ended(code))
         task = child.killed_task
         if task is None:
             running = child.slot.read()
@@ -307,7 +314,8 @@ class Pool:
 
     def _drain(self) -> None:
         self.state = "draining"
-        log.info("pool %s: draining %d workers", self.pool_id, sum(c.proc is not None for c in self.children))
+        log.info("pool %s: draining %d workers: running tasks finish within %.0f s (the drain timeout), queued ones go back",
+                 self.pool_id, sum(c.proc is not None for c in self.children), self.options.drain_timeout_s)
         for c in self.children:
             c.respawn_at = None
             if c.proc is not None and c.proc.poll() is None:

@@ -1,7 +1,8 @@
-"""Remote pools over tcp://127.0.0.1, garbage on the producer's socket, draining."""
+"""Remote pools over tcp://127.0.0.1, garbage on the producer's socket, draining (SIGTERM, Ctrl-C)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -77,6 +78,52 @@ def test_sigterm_drains_a_pool_and_another_pool_finishes_the_work(tmp_path):
     assert all(r.ok and r.attempts == 1 for r in results)  # handed back, not lost: no extra attempt
     assert count_lines(log) == n  # and nothing ran twice
     assert {r.worker.split("/")[0] for r in results} == {"first", "second"}
+
+
+def test_ctrl_c_drains_a_pool_and_exits_130_and_a_second_stops_a_running_task_at_once(tmp_path):
+    log = str(tmp_path / "evals")
+    pools: list[subprocess.Popen] = []
+    try:
+        with Producer(bind="tcp://127.0.0.1:0", local_workers=0) as p:
+            for _ in range(2):  # as a terminal's foreground job: Ctrl-C is SIGINT to the pool and its workers
+                pools.append(subprocess.Popen([console_script("qworker-pool"), "--connect", p.endpoint, "--rewards", TEST_REWARDS,
+                                               "--workers", "1", "--drain-timeout", "600"], stdin=subprocess.DEVNULL,
+                                              stderr=subprocess.PIPE, text=True, start_new_session=True))
+                p.wait_for_workers(1, timeout=30)
+                if len(pools) == 1:
+                    os.killpg(pools[0].pid, signal.SIGINT)  # idle: it drains and stops
+                    _, err = pools[0].communicate(timeout=60)
+                    assert pools[0].returncode == 130 and "stopped" in err and "Traceback" not in err, err
+            busy = pools[1]
+            p.submit_batch("count_eval", [{"log": log, "i": 0, "sleep_ms": 600_000}], timeout_s=900)
+            while count_lines(log) < 1:
+                time.sleep(0.05)
+            os.killpg(busy.pid, signal.SIGINT)  # its task would run for 10 minutes, within the drain timeout
+            while "draining" not in busy.stderr.readline():
+                pass
+            os.killpg(busy.pid, signal.SIGINT)  # the second: its worker is stopped now
+            _, err = busy.communicate(timeout=60)
+        assert busy.returncode == 130 and "Traceback" not in err, err
+    finally:
+        for pool in pools:
+            if pool.poll() is None:
+                os.killpg(pool.pid, signal.SIGKILL)
+                pool.wait()
+
+
+def test_a_worker_stopped_from_outside_its_pool_is_not_called_a_crash():
+    with Producer(bind="tcp://127.0.0.1:0", local_workers=0) as p:
+        pool = start_pool(p.endpoint, "--workers", "1")
+        try:
+            p.wait_for_workers(1, timeout=30)
+            os.kill(p.status()["pools"][0]["workers"][0]["pid"], signal.SIGTERM)  # an operator's kill, not the pool's
+            line = pool.stderr.readline()
+            while " ended after " not in line:
+                line = pool.stderr.readline()
+        finally:
+            pool.send_signal(signal.SIGTERM)
+            pool.communicate(timeout=30)
+    assert "exited with code 0 (a SIGTERM this pool did not send" in line and "crashed" not in line, line
 
 
 def test_garbage_on_the_producer_socket_is_dropped_and_counted():
