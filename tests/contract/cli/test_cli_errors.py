@@ -238,6 +238,11 @@ def test_a_duration_that_is_not_above_0_is_refused_in_one_line(command):
     assert rc == 2 and "must be above 0 seconds" in one_line(err)
 
 
+def test_a_pool_of_no_workers_is_refused_in_one_line_not_given_the_cpu_count():
+    rc, _, err = run(["qworker-pool", "--connect", "tcp://127.0.0.1:1", "--workers", "0"], timeout=60)
+    assert rc == 2 and "workers: must be at least 1, got 0" in one_line(err), err
+
+
 def test_a_producer_refuses_a_zero_task_timeout():
     from qworker import ProducerOptions
     from qworker._exceptions import ConfigError
