@@ -106,7 +106,7 @@ class _HostShared(_Shared):
 class PoolOptions(_HostShared):
     """``qworker-pool`` flags and the config's ``pool:`` section."""
 
-    workers: Optional[int] = _opt(None, "worker processes (default: CPU count)", minimum=1)
+    workers: Optional[int] = _opt(None, "worker processes, at least 1 (default: CPU count)", minimum=1)
     pool_id: Optional[str] = _opt(None, "pool name shown by 'qworker status' (default: HOST-PID)", flag="--id")
     max_rss_mb: Optional[float] = _opt(None, "recycle a worker whose resident memory passes this, MiB")
     drain_timeout_s: float = _opt(30.0, "seconds to drain on SIGTERM before workers are killed", flag="--drain-timeout")
