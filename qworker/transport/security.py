@@ -92,8 +92,10 @@ def _load(path: str, *, secret: bool) -> tuple[bytes, Optional[bytes]]:
         raise ConfigError(f"cannot read CURVE key file {path}: no such file")
     try:
         public_key, secret_key = zmq.auth.load_certificate(path)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read CURVE key file {path}: {getattr(exc, 'strerror', None) or 'it holds no public key'}") from None
+    except ValueError:  # no public-key line
+        raise ConfigError(f"cannot read CURVE key file {path}: it holds no public key") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read CURVE key file {path}: {exc.strerror or exc}") from None
     if not all(_is_key(k) for k in (public_key, secret_key) if k is not None):
         raise ConfigError(f"{path} holds a damaged key (a key is 40 Z85 characters): copy the file again, or make a new pair "
                           "with 'qworker keys'")
