@@ -207,7 +207,7 @@ def _coerce(value: Any, tp: Any, where: str, *, signed: bool, positive: bool = F
         raise ConfigError(f"{where}: expected {name}, got {type(value).__name__} {value!r}")
     if tp is float:
         value = float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0 and not signed:
+    if minimum is None and isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0 and not signed:
         raise ConfigError(f"{where}: must not be negative, got {value!r}")
     if positive and not value > 0:
         raise ConfigError(f"{where}: must be above 0 seconds, got {value!r}")

@@ -80,8 +80,11 @@ def _pool_main(argv: Optional[list[str]], prog: str) -> int:
 
     def ctrl_c(*_: object) -> None:
         nonlocal interrupted
-        if interrupted:  # the second: out of the drain now (``Pool.run`` kills its workers on the way out)
-            raise KeyboardInterrupt
+        if interrupted:  # the second, while draining: out of the drain now (``Pool.run`` kills its workers on the way
+            # out); before the drain began or once it ended, the first's stop is under way and this one is not needed
+            if pool.state == "draining":
+                raise KeyboardInterrupt
+            return
         interrupted = True
         pool.request_stop()
 

@@ -10,7 +10,7 @@ from typing import Optional
 
 from .._exceptions import ConfigError
 from ..launchers.ray import DEFAULT_POLL_S, NoRay, RayPools, import_ray
-from .args import Parser, bool_flag
+from .args import EXIT_INTERRUPTED, Parser, bool_flag
 from .main import add_pool_arguments, pool_options
 
 __all__ = ["main"]
@@ -43,12 +43,18 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker ray-pools") -> i
         print(f"{prog}: cannot join the Ray cluster at {args.address}: {exc}", file=sys.stderr)
         return 1
     stop = threading.Event()
+    stopped_by: list[int] = []  # the signal that stopped it: Ctrl-C exits 130 (``cli.args``), SIGTERM 0
+
+    def on_signal(sig: int, _frame: object) -> None:
+        stopped_by.append(sig)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers of its own
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     pools = RayPools(options=options, workers_per_node=args.workers_per_node, reserve_cpus=args.reserve_cpus, poll_s=args.poll)
     pools.start()
     log.info("ray pools: %d pool(s) serving %s; SIGTERM or Ctrl-C to stop", len(pools.pools()), options.connect)
     while not stop.wait(1.0):
         pass
     pools.stop()
-    return 0
+    return EXIT_INTERRUPTED if stopped_by[:1] == [signal.SIGINT] else 0

@@ -88,12 +88,13 @@ def _load(path: str, *, secret: bool) -> tuple[bytes, Optional[bytes]]:
     """The (public, secret) keys of a key file ``qworker keys`` wrote (secret None in a public one); a ``ConfigError``
     naming the file and what is wrong for one that is missing or unreadable, holds no key, holds a damaged key (one a
     socket would refuse), or holds no secret key where ``secret`` asks for one."""
-    if not os.path.exists(path):
-        raise ConfigError(f"cannot read CURVE key file {path}: no such file")
     try:
+        os.stat(path)  # (pyzmq's own check reads a file it may not search for as missing)
         public_key, secret_key = zmq.auth.load_certificate(path)
-    except ValueError:  # no public-key line
-        raise ConfigError(f"cannot read CURVE key file {path}: it holds no public key") from None
+    except FileNotFoundError:
+        raise ConfigError(f"cannot read CURVE key file {path}: no such file") from None
+    except (ValueError, IndexError):  # no public-key line; a key line without its '=' (pyzmq splits on it)
+        raise ConfigError(f"cannot read CURVE key file {path}: it holds no key line as 'qworker keys' writes them") from None
     except OSError as exc:
         raise ConfigError(f"cannot read CURVE key file {path}: {exc.strerror or exc}") from None
     if not all(_is_key(k) for k in (public_key, secret_key) if k is not None):

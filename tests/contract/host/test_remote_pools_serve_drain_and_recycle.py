@@ -99,8 +99,11 @@ def test_ctrl_c_drains_a_pool_and_exits_130_and_a_second_stops_a_running_task_at
             while count_lines(log) < 1:
                 time.sleep(0.05)
             os.killpg(busy.pid, signal.SIGINT)  # its task would run for 10 minutes, within the drain timeout
-            while "draining" not in busy.stderr.readline():
-                pass
+            while True:
+                line = busy.stderr.readline()
+                assert line, f"the pool ended before it drained (exit {busy.wait()})"
+                if "draining" in line:
+                    break
             os.killpg(busy.pid, signal.SIGINT)  # the second: its worker is stopped now
             _, err = busy.communicate(timeout=60)
         assert busy.returncode == 130 and "Traceback" not in err, err

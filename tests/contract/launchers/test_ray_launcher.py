@@ -202,7 +202,8 @@ def test_pools_follow_nodes_that_join_and_leave(cluster, producer, tmp_path):
     assert_nothing_left(p.endpoint, seen)
 
 
-def test_the_cli_runs_pools_until_sigterm(cluster, producer):
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)], ids=["sigterm-0", "ctrl-c-130"])
+def test_the_cli_runs_pools_until_sigterm_or_ctrl_c_which_exits_130(cluster, producer, sig, code):
     p = producer
     cli = subprocess.Popen(
         [console_script("qworker"), "ray-pools", "--address", cluster.address, "--connect", p.endpoint, "--rewards", TEST_REWARDS,
@@ -214,10 +215,10 @@ def test_the_cli_runs_pools_until_sigterm(cluster, producer):
         results = p.map("noop", [{"i": i} for i in range(100)], timeout=60)
         pools = {pl["pool"] for pl in p.status()["pools"]}
     finally:
-        cli.send_signal(signal.SIGTERM)
+        cli.send_signal(sig)
         _, err = cli.communicate(timeout=60)
     assert all(r.ok for r in results)
     assert len(pools) == 2 and all(pl.startswith("cli-") for pl in pools)
-    assert cli.returncode == 0, err
+    assert cli.returncode == code, err
     assert "stopped 2 pool(s)" in err
     assert_nothing_left(p.endpoint, [])

@@ -35,8 +35,10 @@ def test_a_missing_or_keyless_key_file_says_what_is_wrong_with_it(tmp_path):
     from qworker.transport.security import _load
 
     (tmp_path / "notes.txt").write_text("hello\n")
-    for path, why in ((tmp_path / "nope.key", "no such file"), (tmp_path / "notes.txt", "it holds no public key"),
-                      (tmp_path, "Is a directory")):
+    (tmp_path / "noeq.key").write_text('public-key "abc"\n')  # a key line without its '=' (a hand edit)
+    keyless = "it holds no key line as 'qworker keys' writes them"
+    for path, why in ((tmp_path / "nope.key", "no such file"), (tmp_path / "notes.txt", keyless),
+                      (tmp_path / "noeq.key", keyless), (tmp_path, "Is a directory")):
         with pytest.raises(ConfigError) as err:
             _load(str(path), secret=False)
         assert str(err.value) == f"cannot read CURVE key file {path}: {why}"
