@@ -43,8 +43,8 @@ class _Shared(_Options):
                                  positive=True)
     heartbeat_s: float = _opt(1.0, "liveness report interval, seconds; silent for 3 of these = lost", flag="--heartbeat",
                               positive=True)
-    max_message_bytes: int = _opt(DEFAULT_MAX_MESSAGE_BYTES, "frame size cap, bytes (at least 65,536); pools must use the "
-                                  "producer's", minimum=MIN_MESSAGE_BYTES)
+    max_message_bytes: int = _opt(DEFAULT_MAX_MESSAGE_BYTES, "frame size cap, bytes (at least 65,536): the largest message "
+                                  "received; producer and pools fit what they send to each other's", minimum=MIN_MESSAGE_BYTES)
     curve_secret_key: Optional[str] = _opt(None, "CURVE: this process's secret key file (NAME.key_secret from 'qworker keys')")
     insecure: bool = _opt(False, "bind (producer) or connect (pool) beyond loopback without CURVE (a trusted network only)")
 

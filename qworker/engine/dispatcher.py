@@ -30,7 +30,7 @@ from ..transport import client_wire, wire
 from ..transport.endpoint import reachable
 from ..transport.ration import PeerRation, RefusedStamps
 from ..transport.reactor import Reactor
-from ..transport.sockets import bind_server, bound_endpoint, close_server, readable
+from ..transport.sockets import CURVE_FRAME_BYTES, bind_server, bound_endpoint, close_server, readable
 from .pending import PendingTable
 from .scheduler import Scheduler
 from .status import ProducerStatus, Status
@@ -59,13 +59,14 @@ class Dispatcher(threading.Thread):
         self.options = options
         self.table = table
         # Made here so the endpoint is known at once; used by the dispatcher thread only from start().
-        self._ctx, self._sock = bind_server(bind, max_message_bytes=options.max_message_bytes, curve=options.curve(),
+        curve = options.curve()
+        self._ctx, self._sock = bind_server(bind, max_message_bytes=options.max_message_bytes, curve=curve,
                                             insecure=options.insecure)
         self.endpoint = bound_endpoint(self._sock)
         self.scheduler = Scheduler(
             send=self._send, table=table, max_attempts=options.max_attempts,
             heartbeat_timeout_s=3 * options.heartbeat_s, max_message_bytes=options.max_message_bytes,
-            task_timeout_s=options.task_timeout_s, versions=versions,
+            task_timeout_s=options.task_timeout_s, versions=versions, framing_bytes=CURVE_FRAME_BYTES if curve is not None else 0,
         )
         self.started = time.monotonic()
         self._inbox: deque[list[Pending]] = deque()  # batches of new tasks, appended by other threads

@@ -54,6 +54,7 @@ class Fleet:
             w = WorkerState(msg.worker, msg.pool, msg.pid, msg.host, sent=msg.received, quarantined=msg.worker in self.quarantined)
             self.workers[msg.worker] = w
         w.sync_credit(msg.granted, msg.received)
+        w.max_message_bytes = msg.max_message_bytes
         w.last_seen = now
         return w, new
 

@@ -45,9 +45,14 @@ they are counted (``dropped_results``, and one dropped frame per message).
 Tasks with an admission policy (``engine.admission``) wait in it until it admits
 them; the scheduler calls only that protocol's hooks and names no kind of policy.
 
-A TASKS message holds at most half of ``max_message_bytes`` of tasks (payload,
-reward name and params counted), or one bigger task alone; a task that fits no
-frame fails as ``bad_payload`` instead of being sent.
+A TASKS message holds at most half of its worker's frame limit of tasks (payload,
+reward name and params counted), or one bigger task alone.  A worker's frame limit is the
+lower of the ``max_message_bytes`` its ``Ready`` states and the producer's own, less the
+bytes the transport adds to a frame (``framing_bytes``: CURVE's); libzmq drops a larger
+message unread, with the link.  A task too big for one worker's frame goes to a worker
+whose frame it fits (each worker looks past at most a message's worth of such tasks);
+one that fits no frame of a worker connected, or is over the producer's own limit,
+fails at once as ``bad_payload`` naming its size and the limit, instead of being sent.
 """
 
 from __future__ import annotations
@@ -118,15 +123,18 @@ Send = Callable[[bytes, wire.Message], bool]
 class Scheduler:
     def __init__(
         self, *, send: Send, table: PendingTable, max_attempts: int, heartbeat_timeout_s: float, max_message_bytes: int,
-        task_timeout_s: float = 60.0, versions: Optional[RunVersions] = None,
+        task_timeout_s: float = 60.0, versions: Optional[RunVersions] = None, framing_bytes: int = 0,
     ) -> None:
-        """``versions`` learns the version of each reward's code that the workers report (none kept without it)."""
+        """``versions`` learns the version of each reward's code that the workers report (none kept without it).
+        ``framing_bytes``: what the transport adds to each frame sent (``transport.sockets.CURVE_FRAME_BYTES`` over
+        CURVE, else 0), counted against a worker's frame limit."""
         self.send = send
         self.versions = versions if versions is not None else RunVersions()
         self.task_timeout_s = task_timeout_s  # the hard limit of a task that names none
         self.table = table
         self.max_attempts = max_attempts
         self.max_message_bytes = max_message_bytes
+        self.framing_bytes = framing_bytes
         self.fleet = Fleet(heartbeat_timeout_s=heartbeat_timeout_s)
         self.queue = FairQueue()  # waiting for credit; retries go first, then each lane in turn
         self.policies: list[AdmissionPolicy] = []  # every policy a task was added to, in order of first use
@@ -232,7 +240,12 @@ class Scheduler:
         if msg.versions:
             self.versions.learn_many(msg.versions)
         if new:
-            log.info("qworker: worker %s ready (pool %s, pid %d, host %s)", w.id, w.pool, w.pid, w.host)
+            if 0 < w.max_message_bytes < self.max_message_bytes:
+                log.warning("qworker: worker %s ready (pool %s, pid %d, host %s), its frame limit %d bytes under this producer's "
+                            "%d: it is sent no larger message, and a task over it goes to another worker or fails",
+                            w.id, w.pool, w.pid, w.host, w.max_message_bytes, self.max_message_bytes)
+            else:
+                log.info("qworker: worker %s ready (pool %s, pid %d, host %s)", w.id, w.pool, w.pid, w.host)
         for e in msg.errors:
             if e not in self._import_errors_logged:
                 self._import_errors_logged.add(e)
@@ -524,13 +537,17 @@ class Scheduler:
         take = queue.take
         spent = self._spent
         max_bytes = self.max_message_bytes
+        widest = 0  # the largest frame limit of a worker connected (``_widest``), once a task needs it
         for w in ready:
             leased: list[Pending] = []  # what this message carries, in order
+            deferred: list[Pending] = []  # too big for this worker's frame, not for another's: first in the queue again
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
-            room = max_bytes // 2  # a batch stays well under the frame cap (a bigger task goes alone)
+            frame = min(max_bytes, w.max_message_bytes or max_bytes) - self.framing_bytes  # the largest it can receive
+            room = frame // 2  # a batch stays well under the frame cap (a bigger task goes alone)
+            alone = frame - MESSAGE_OVERHEAD  # the largest task it can receive alone
             full = False
-            while left and not full and len(leased) < limit:
+            while left and not full and len(leased) < limit and len(deferred) < limit:
                 taken = take(limit - len(leased))  # (one call, not one per task; what is not sent goes back first)
                 if not taken:
                     break
@@ -553,20 +570,27 @@ class Scheduler:
                                 self._fail_unsendable(p, exc)
                                 continue
                             params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
+                        if size > alone:  # too big for this worker's frame
+                            widest = widest or self._widest()
+                            if size + MESSAGE_OVERHEAD + self.framing_bytes > widest:  # and for every worker's
+                                self._fail_oversized(p, size, widest)
+                            else:
+                                deferred.append(p)
+                            continue
                         if leased and size > room:  # it and those after it go in the next message: first in the queue again
                             rest = taken[i:]
                             queue.untake(rest)
                             left += len(rest)
                             full = True
                             break
-                        if size + MESSAGE_OVERHEAD > max_bytes:  # no worker could receive it
-                            self._fail_oversized(p, size)
-                            continue
                         room -= size
                         leased.append(p)
                 except BaseException:  # (a policy's hook): what was taken and not yet leased is queued again, not lost
-                    queue.untake([q for q in (*leased, *taken[i:]) if q.state is not DONE])
+                    queue.untake([q for q in (*deferred, *leased, *taken[i:]) if q.state is not DONE])
                     raise
+            if deferred:
+                queue.untake(deferred)
+                left += len(deferred)
             if not leased:
                 continue
             lease_all(leased, w)
@@ -574,7 +598,7 @@ class Scheduler:
                 # ``p.as_task(meta)``, inline: once per task
                 batch = [Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts, None if p.policy is None else p.policy.meta(p))
                          for p in leased]
-                sent = self.send(w.id.encode(), wire.Tasks(batch))
+                sent = self.send(w.id.encode(), wire.Tasks(batch, max_bytes))
             except Exception as exc:  # nothing was sent (a policy's meta, or encoding the message, raised)
                 for p in leased:
                     p.undeliver()
@@ -625,10 +649,24 @@ class Scheduler:
         for p, cause in bad:
             self._fail_unsendable(p, cause)
 
-    def _fail_oversized(self, p: Pending, size: int) -> None:
+    def _widest(self) -> int:
+        """The largest frame limit of a worker connected and not quarantined (the producer's own at most), bytes: a
+        task over it, less ``framing_bytes`` and ``MESSAGE_OVERHEAD``, can be sent to none."""
+        own = self.max_message_bytes
+        return max((min(own, w.max_message_bytes or own) for w in self.fleet.workers.values() if not w.quarantined),
+                   default=own)
+
+    def _fail_oversized(self, p: Pending, size: int, limit: int) -> None:
+        """``p``, of ``size`` bytes (``_TaskSizer``), fits the frame of no worker connected, whose largest limit is
+        ``limit``: it fails."""
+        if limit >= self.max_message_bytes:  # the producer's own limit
+            where = f"the {limit}-byte message limit (max_message_bytes); keep max_payload_bytes and params well under it"
+        else:
+            where = (f"the {limit}-byte message limit of every worker connected (their pools' --max-message-bytes; this "
+                     f"producer's is {self.max_message_bytes}); start the pools with the producer's limit, or keep payloads "
+                     "under theirs")
         self._fail(p, wire.Fault(ErrorKind.BAD_PAYLOAD,
-            f"the task is {size} bytes encoded (payload, reward name and params), over the {self.max_message_bytes}-byte "
-            "message limit (max_message_bytes); keep max_payload_bytes and params well under it"))
+            f"the task is {size} bytes encoded (payload, reward name and params), over {where}"))
 
     # status ---------------------------------------------------------------------
     def in_flight(self) -> int:

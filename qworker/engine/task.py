@@ -254,6 +254,7 @@ class WorkerState:
     last_progress: float = 0.0  # when it last returned a result or a task, or was sent work while idle
     vanished: int = 0  # times its leases vanished: it took tasks and neither ran nor returned them
     quarantined: bool = False  # sent nothing more (see Scheduler)
+    max_message_bytes: int = 0  # its frame limit as its Ready states it, bytes; 0: not said (the producer's own)
 
     @property
     def credit(self) -> int:

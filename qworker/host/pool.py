@@ -108,7 +108,8 @@ class Pool:
         ]
         for child in self.children:
             self._spawn(child)
-        log.info("pool %s: %d workers connecting to %s", self.pool_id, self.n_workers, self.options.connect)
+        log.info("pool %s: %d workers connecting to %s, frame limit %d bytes (--max-message-bytes: the producer fits its "
+                 "messages to it)", self.pool_id, self.n_workers, self.options.connect, self.options.max_message_bytes)
         problem = kernel_problem()
         if problem is not None:  # said once, at start; each code_tests task then fails with the same line
             log.warning("pool %s: code_tests will refuse to run here: %s", self.pool_id, problem)

@@ -7,10 +7,13 @@ grants credit so that it holds about ``target_hold_s`` of work (by its measured
 service time), never more than ``max_hold`` tasks: a slow worker holds few tasks
 and cannot hoard a batch others could run.
 
-Results are bounded in bytes: a RESULTS message carries at most half of
-``max_message_bytes`` of results (a bigger one travels alone), so the producer's
-frame limit never drops an honest worker's batch.  A result that alone would not
-fit a frame fails its task as ``bad_result``, naming its size and the limit.  A
+Results are bounded in bytes: a RESULTS message carries at most half of the
+frame limit of results (a bigger one travels alone), so the producer's
+frame limit never drops an honest worker's batch.  The frame limit is the lower of
+this worker's ``max_message_bytes`` and the producer's, which every ``Tasks`` message
+states (libzmq drops a larger message unread, with the link).  A result that alone would not
+fit a frame fails its task as ``bad_result``, naming its size and the limit.  The worker states its own
+limit in every ``Ready``: the producer sends it no larger ``Tasks`` message.  A
 result is encoded once: one with an extra or meta when it is finished, to learn
 its size (the message then carries those bytes as they are), a bare score with
 its message.
@@ -217,7 +220,11 @@ class Worker:
         self.inbox: deque[wire.Task] = deque()
         self.results: list[Packed] = []  # finished, to send (``fit_frame``)
         self.results_bytes = 0  # result_bytes() of self.results
-        self.batch_bytes = options.max_message_bytes // 2  # a RESULTS message's results, at most (unless one alone)
+        # the largest RESULTS message, bytes: the lower of our limit and the producer's (CURVE's framing, 33 bytes, fits in
+        # the overheads that results' sizes count: ``RESULT_OVERHEAD``, ``MESSAGE_OVERHEAD``)
+        self.frame_bytes = options.max_message_bytes
+        self.producer_limit = 0  # the producer's frame limit as its last Tasks stated it; 0: not said
+        self.batch_bytes = self.frame_bytes // 2  # a RESULTS message's results, at most (unless one alone)
         self.first_unflushed = 0.0
         self.last_sent = 0.0  # when results or a heartbeat were last sent (monotonic s)
         self._slot_busy = False  # the slot still shows the last task run (see ``_run_tasks``)
@@ -265,6 +272,7 @@ class Worker:
             *wire.STAMP, self.options.worker_id, self.options.pool_id, os.getpid(), self.host,
             self.granted, self.received, self.finished, sorted(rewards), self.import_errors,
             {name: reward_version(spec.fn, spec.version) for name, spec in rewards.items()},  # each taken once per process
+            self.options.max_message_bytes,
         ))
 
     def _idle(self) -> None:
@@ -295,12 +303,21 @@ class Worker:
                 log.warning("%s: dropped a bad frame: %s", self.options.worker_id, exc)
                 continue
             if isinstance(msg, wire.Tasks):
+                if msg.max_message_bytes != self.producer_limit:
+                    self._fit_results_to(msg.max_message_bytes)
                 self.received += len(msg.tasks)
                 self.inbox.extend(msg.tasks)
             elif isinstance(msg, wire.Revoke):
                 self._give_back(min(msg.n, len(self.inbox)))
             elif isinstance(msg, wire.Refused):  # another wire protocol, or a reward service's clients' endpoint: the pool hears it too and stops us
                 log.debug("%s: refused: %s", self.options.worker_id, wire.refused_line("the producer", "this worker", msg))
+
+    def _fit_results_to(self, producer_limit: int) -> None:
+        """Bound RESULTS messages by the lower of this worker's frame limit and ``producer_limit`` (the producer's,
+        bytes, as a ``Tasks`` message states it; 0: not said, ours alone)."""
+        self.producer_limit = producer_limit
+        self.frame_bytes = min(self.options.max_message_bytes, producer_limit or self.options.max_message_bytes)
+        self.batch_bytes = self.frame_bytes // 2
 
     def _give_back(self, n: int) -> None:
         """Hand the last ``n`` unstarted tasks back, for an idle worker to take."""
@@ -316,8 +333,8 @@ class Worker:
         """Add ``result`` to the results to send (flushing those batched first if it would not fit their message).
         ``size``: its ``result_bytes`` when the caller knows it (a bare score), else 0."""
         packed: Packed = result
-        if not size or size + MESSAGE_OVERHEAD > self.options.max_message_bytes:
-            packed, size = fit_frame(result, self.options.max_message_bytes)
+        if not size or size + MESSAGE_OVERHEAD > self.frame_bytes:
+            packed, size = fit_frame(result, self.frame_bytes)
         if self.results and self.results_bytes + size > self.batch_bytes:
             self._flush()  # what is batched goes now; this one starts the next message
         self.results_bytes += size

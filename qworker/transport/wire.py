@@ -8,7 +8,8 @@ attribute (``KIND``); its body is the array of its fields, in order.
 Each socket decodes with a ``Decoder`` of the messages it accepts (``PRODUCER``,
 ``WORKER``, ``STATUS_CLIENT``; the service's are in ``client_wire``): a body is
 checked against its struct's schema as it is decoded (types, key length,
-non-negative counts, every field without a default present, none extra), and anything else (bad msgpack, a
+non-negative counts, every field without a default present, none extra unless the message reads a newer peer's
+extra fields, below), and anything else (bad msgpack, a
 schema mismatch, a kind this socket does not accept, an unknown kind) raises
 ``WireError`` naming what is wrong.  Decoding holds no other logic.
 
@@ -26,7 +27,13 @@ with a ``Refused``, whose schema never changes), never decoded message by
 message.  A peer from before protocols were numbered (qworker 0.1.0) sends no
 stamp: its messages fail their schema check as any malformed message does.
 ``StatusRequest`` is not stamped: every version reads it.  A peer's version goes
-into a log line only as ``printable`` makes it.
+into a log line only as ``printable`` makes it.  A few messages read a newer peer's extra trailing fields
+(``forbid_unknown_fields=False``: ``Refused``, ``Ready``, ``Tasks``, ``client_wire.Pong``), so a field added at the end
+of one of them, with a default, needs no ``PROTOCOL`` raise; any other change does.
+
+Frame limits: libzmq drops a message over the receiving socket's ``max_message_bytes`` (MAXMSGSIZE) unread, and the
+link with it, so each side states its own: a worker in ``Ready`` (the producer fits each ``Tasks`` message to it), the
+producer in ``Tasks`` (the worker fits its ``Results`` to it).
 
 Credit: a worker reports two running totals, ``granted`` (tasks it has ever
 agreed to hold) and ``received`` (tasks it has ever been sent).  The producer
@@ -51,7 +58,8 @@ __all__ = [
     "refusal", "mismatch",
 ]
 
-PROTOCOL = 3  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``), with qworker's version
+PROTOCOL = 4  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``; see the docstring for
+# the trailing fields that need none), with qworker's version
 STAMP: tuple[int, str] = (PROTOCOL, __version__)  # the first fields of every ``Stamped`` message this process sends
 
 READY = b"R"  # worker -> producer: hello, and idle heartbeat carrying credit
@@ -203,7 +211,10 @@ def refused_line(who: str, here: str, theirs: Refused) -> str:
     return line if theirs.protocol == STAMP[0] else f"{line}; besides, {_versions(here, theirs)}"
 
 
-class Ready(Stamped):
+class Ready(Stamped, forbid_unknown_fields=False):  # a newer worker's Ready may carry more: read what this one knows
+    """A worker's hello and idle heartbeat.  ``max_message_bytes`` is its frame limit (its socket's MAXMSGSIZE): the
+    producer sends it no ``Tasks`` message larger (``engine.scheduler``)."""
+
     KIND: ClassVar[bytes] = READY
     worker: str
     pool: str
@@ -215,11 +226,16 @@ class Ready(Stamped):
     rewards: list[str] = []
     errors: list[str] = []
     versions: dict[str, Optional[str]] = {}  # reward -> the version of the code loaded here
+    max_message_bytes: Count = 0  # the worker's frame limit, bytes; 0: not said (taken as the producer's own)
 
 
-class Tasks(Message):
+class Tasks(Message, forbid_unknown_fields=False):  # a newer producer's Tasks may carry more: read what this one knows
+    """A batch of tasks.  ``max_message_bytes`` is the producer's frame limit: the worker sends it no ``Results``
+    message larger (``host.worker``)."""
+
     KIND: ClassVar[bytes] = TASKS
     tasks: list[Task]
+    max_message_bytes: Count = 0  # the producer's frame limit, bytes; 0: not said (taken as the worker's own)
 
 
 class Results(Message):

@@ -137,3 +137,15 @@ def test_a_refusal_for_the_endpoint_by_another_version_gives_its_reason_then_bot
                     f"{wire.STAMP[1]} (wire protocol {wire.PROTOCOL}); install the same qworker version on both")
     version_only = wire.Refused(*OTHER, "another wire protocol")
     assert wire.refused_line("the service", "this client", version_only) == wire.mismatch("the service", "this client", version_only)
+
+
+def test_ready_and_tasks_read_the_fields_a_later_version_adds_and_take_a_limit_not_said_as_zero():
+    task = [b"k" * 16, "noop", {}, b"\x80", None, 1, None]
+    later_tasks = wire.WORKER.decode(wire.TASKS, msgpack.packb([[task], 65_536, "new", [1]]), max_bytes=LIMIT)
+    assert later_tasks == wire.Tasks([wire.Task(*task)], 65_536)
+    assert wire.WORKER.decode(wire.TASKS, msgpack.packb([[task]]), max_bytes=LIMIT) == wire.Tasks([wire.Task(*task)], 0)
+    fields = [*wire.STAMP, "pool/w0.1", "pool", 1, "h", 8, 0, 0, [], [], {}]
+    later_ready = wire.PRODUCER.decode(wire.READY, msgpack.packb([*fields, 65_536, {"new": 1}]), max_bytes=LIMIT)
+    assert isinstance(later_ready, wire.Ready) and later_ready.max_message_bytes == 65_536
+    unsaid = wire.PRODUCER.decode(wire.READY, msgpack.packb(fields), max_bytes=LIMIT)
+    assert isinstance(unsaid, wire.Ready) and unsaid.max_message_bytes == 0
