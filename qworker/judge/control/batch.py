@@ -406,16 +406,17 @@ class BatchKnee:
         self.source = "fit"
         return self.fit()
 
-    def one_time(self) -> bool:
+    def one_time(self, batch: float) -> bool:
         """Whether the server's replies take one time, so the sequences of its batch admitted together end together and
-        free their slots at once (a batch's worth where every reply has one length): the answers kept, sent at one level
-        (a band), spread at most ``ONE_TIME`` in log latency (a standard deviation, pooled over the bands, on ``SIDE``
-        answers at least).  Replies of many lengths (lognormal latency, a judge that writes its reasons) spread several
-        times that, and free their slots one by one."""
+        free their slots at once (a batch's worth where every reply has one length): the answers kept that were sent at
+        ``batch`` or under (served at once, not queued: a queue's wait evens out the spread of what it holds), at one
+        level (a band), spread at most ``ONE_TIME`` in log latency (a standard deviation, pooled over the bands, on
+        ``SIDE`` answers at least).  Replies of many lengths (lognormal latency, a judge that writes its reasons) spread
+        several times that, and free their slots one by one."""
         answers = 0.0
         spread = 0.0
-        for n, _, x, xx in self._bands.values():
-            if n >= 2:
+        for n, lv, x, xx in self._bands.values():
+            if n >= 2 and lv / n <= batch:
                 answers += n - 1
                 spread += max(0.0, xx - x * x / n)
         return answers >= SIDE and spread / answers <= ONE_TIME * ONE_TIME

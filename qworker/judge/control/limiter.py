@@ -260,7 +260,7 @@ class AdaptiveLimit:
         ``Saturation``'s step under a level, a bound), goes up to them, and the base is learnt afresh there."""
         if batch is None:
             return
-        together = self.batch.one_time()
+        together = self.batch.one_time(batch)
         target = batch + (batch if together else max(1.0, (self.config.queue_target - 1.0) * batch))
         if self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
             return
