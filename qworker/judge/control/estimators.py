@@ -30,12 +30,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal", "RefusalKind", "Refusals", "ServerLoad",
-           "Throughput"]
+__all__ = ["BATCH_READINGS", "CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal", "RefusalKind", "Refusals",
+           "ServerLoad", "Throughput"]
 
 LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
 PROBES_KEPT = 1024  # send instants of probes kept (``Probes``)
 ON_WAY_READINGS = 4.0  # the moving mean of the requests on a server's way (``ServerLoad``) weighs each reading 1/this
+BATCH_READINGS = 4  # a server's batch is the most it ran in its last this many readings (``ServerLoad``)
 _LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
 
 
@@ -287,7 +288,11 @@ class ServerLoad:
     replies of many lengths end one by one, but replies of one length admitted together end
     in one step, every slot of their batch with them.  So the queue allowed is a batch: what
     runs, the next batch waiting at the server whichever way its slots free (what that costs
-    a request's wait and a shared server's other clients: ``docs/judges.md``).  Requests
+    a request's wait and a shared server's other clients: ``docs/judges.md``).  The batch is what
+    runs at its high, the most of the last ``BATCH_READINGS`` readings: a server logs its counts
+    after each step, when the sequences that step ended have left and the requests it admits
+    in their place are still counted waiting, so one reading may show the batch less those
+    that just ended and the next batch waiting beside it (no queue past a batch).  Requests
     on their way, ``held - running - waiting`` (``held``: what the gates have in flight),
     are what the batch frees while a replacement is under way (Little's law: they spend the
     refill's time on it), so where they are more than a batch's queue, the queue covers
@@ -307,10 +312,12 @@ class ServerLoad:
         self.at = -math.inf
         self.queueing = False  # what the last reading said
         self.on_way: Optional[float] = None  # mean requests on their way over the last readings (None before any)
+        self._running: deque[float] = deque(maxlen=BATCH_READINGS)  # running, the last readings'
 
     def forget(self) -> None:
-        """Start the mean of the requests on their way afresh (an endpoint that came back after being down)."""
+        """Start the mean of the requests on their way and the batch afresh (an endpoint that came back after being down)."""
         self.on_way = None
+        self._running.clear()
 
     def fresh(self, now: float) -> bool:
         """Whether a reading is recent enough to steer instead of the latency signal."""
@@ -319,18 +326,20 @@ class ServerLoad:
     def reading(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> QueueReading:
         """A queue over its allowance: queueing, the knee being what keeps it there (``in_flight``: at the server, and
         ``held``: in flight at the gates, default ``in_flight``; both of the producers that read these counts
-        together).  The allowance: the larger of a batch (what runs) and the requests on their way (``held - running
-        - waiting``: a server others also load counts theirs in running and waiting, which makes that smaller, never
-        larger, than ours on the way)."""
+        together).  The allowance: the larger of a batch (what runs at its high: the most of the last
+        ``BATCH_READINGS`` readings) and the requests on their way (``held - running - waiting``: a server others also
+        load counts theirs in running and waiting, which makes that smaller, never larger, than ours on the way)."""
         self.at = now
+        self._running.append(running)
+        batch = max(self._running)
         # at most a batch: more than the server runs cannot be a refill of its batch, only requests its counts miss (a
         # metrics URL of another server, of one replica of several, a front end that holds requests uncounted)
-        seen = min(running, max(0.0, (in_flight if held is None else held) - running - waiting))
+        seen = min(batch, max(0.0, (in_flight if held is None else held) - running - waiting))
         on_way = self.on_way = seen if self.on_way is None else self.on_way + (seen - self.on_way) / ON_WAY_READINGS
-        allowed = max(running, on_way + 2.0 * math.sqrt(on_way))
+        allowed = max(batch, on_way + 2.0 * math.sqrt(on_way))
         self.queueing = waiting > allowed and running > 0
-        if self.queueing:
-            return QueueReading(True, in_flight * (running + allowed) / (running + waiting))
+        if self.queueing:  # the knee: what keeps the server at a batch running and the allowance waiting
+            return QueueReading(True, in_flight * (batch + allowed) / (running + waiting))
         return QueueReading(False, room=allowed - waiting)
 
 

@@ -97,6 +97,10 @@ class Server:
             return self.latency * math.exp(self.sigma * self.rng.gauss(0, 1) - self.sigma**2 / 2), told
         return self.latency * self.rng.uniform(0.95, 1.05), told
 
+    def counts(self) -> tuple[float, float]:
+        """(running, waiting), as a metrics URL says."""
+        return float(self.busy), float(len(self.waiting))
+
     def ratelimit(self) -> Optional[dict]:
         if not (self.headers and self.rate):
             return None
@@ -185,13 +189,65 @@ class Server:
         sim.at(t + s, done)
 
 
+@dataclass
+class BatchServer:
+    """A server that batches in steps, as vLLM does: at most ``capacity`` sequences running, each finishing ``steps``
+    steps of ``step`` seconds after the step that admitted it (so sequences admitted together end together: replies of
+    one length), the rest waiting in FIFO order, never refused.  At each step boundary the sequences ending leave, the
+    counts are logged (``counts``: what a metrics URL says, the next batch still counted waiting), then the waiting are
+    admitted.  Same ``stats``, ``waits`` and ``services`` as ``Server``; each reply says ``steps`` tokens."""
+
+    capacity: int = 16
+    step: float = 0.005
+    steps: int = 16
+    seed: int = 1
+    running: list = field(default_factory=list)  # (the boundary it ends at, reply, arrived)
+    waiting: list = field(default_factory=list)
+    logged: tuple[float, float] = (0.0, 0.0)  # (running, waiting) at the last boundary, before admitting
+    ticking: bool = False
+    stats: dict = field(default_factory=lambda: {"requests": 0, "served": 0, "refused": 0, "errors": 0, "queued_s": 0.0, "service_s": 0.0})
+    waits: list = field(default_factory=list)
+    services: list = field(default_factory=list)
+
+    def counts(self) -> tuple[float, float]:
+        return self.logged
+
+    def arrive(self, sim: Sim, t: float, reply: Callable[[float, dict], None], p: Optional[Pending] = None) -> None:
+        self.stats["requests"] += 1
+        self.waiting.append((t, reply))
+        if not self.ticking:
+            self.ticking = True
+            sim.at((math.floor(t / self.step + 1e-9) + 1) * self.step, lambda tt: self._tick(sim, tt))
+
+    def _tick(self, sim: Sim, t: float) -> None:
+        ended = [r for r in self.running if r[0] <= t + 1e-9]
+        self.running = [r for r in self.running if r[0] > t + 1e-9]
+        for _, reply, arrived in ended:
+            self.stats["served"] += 1
+            reply(t, {"status": 200, "failure": "", "latency_s": t - arrived + TRANSIT_S, "retry_after_s": None,
+                      "completion_tokens": self.steps, "ratelimit": None})
+        self.logged = (float(len(self.running)), float(len(self.waiting)))
+        service = self.steps * self.step
+        while len(self.running) < self.capacity and self.waiting:
+            arrived, reply = self.waiting.pop(0)
+            self.running.append((t + service, reply, arrived))
+            self.stats["queued_s"] += t - arrived
+            self.stats["service_s"] += service
+            self.waits.append((t, t - arrived))
+            self.services.append((t, service))
+        if self.running or self.waiting:
+            sim.at(t + self.step, lambda tt: self._tick(sim, tt))
+        else:
+            self.ticking = False
+
+
 def prompt_of(p: Pending) -> str:
     """The judge prompt ``llm_judge`` would send for ``p`` (the default template)."""
     return render(DEFAULT_TEMPLATE, msgpack.unpackb(p.payload), "")
 
 
 class Client:
-    def __init__(self, sim: Sim, server: Server | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
+    def __init__(self, sim: Sim, server: Server | BatchServer | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
                  metrics: bool = False, endpoints: Optional[list[dict]] = None, arrival_rate: Optional[float] = None,
                  payload: Optional[Callable[[int], dict]] = None, board: Optional[MemoryBoard] = None,
                  transit: tuple[float, float] = (0.0, 0.0), transit_jitter: float = 0.0, **params) -> None:
@@ -244,7 +300,7 @@ class Client:
     def _poll(self, t: float) -> None:
         if not self.finished:
             for e, srv in zip(self.gate.endpoints, self.servers, strict=True):
-                e.load = (float(srv.busy), float(len(srv.waiting)), t)
+                e.load = (*srv.counts(), t)
             self.sim.at(t + 0.5, self._poll)
 
     def pump(self, t: float) -> None:

@@ -106,6 +106,17 @@ def test_server_load_allows_a_queue_of_a_batch_however_few_are_on_their_way():
     assert load.reading(running=16, waiting=20, in_flight=36, now=4.0, held=38).queueing
 
 
+def test_a_reading_logged_as_a_batch_ends_measures_the_queue_against_the_batch_at_its_high():
+    """A server logs its counts after each step: as a batch ends, few run and the next batch is still counted waiting.
+    That is a batch queued, not a queue past one; one over the batch at its high still is."""
+    load = ServerLoad(CFG)
+    for t in range(3):
+        assert not load.reading(running=16, waiting=16, in_flight=32, now=0.5 * t).queueing
+    assert not load.reading(running=1, waiting=16, in_flight=32, now=1.5).queueing  # 15 just ended, their answers on the way
+    q = load.reading(running=4, waiting=24, in_flight=44, now=2.0)
+    assert q.queueing and q.knee == 44 * (16 + 16) / 28  # back to a batch running and a batch waiting
+
+
 def test_server_load_allows_a_queue_that_covers_the_requests_on_their_way():
     load = ServerLoad(CFG)
     # 34 in flight at the gate, 16 running and 8 waiting: 10 on their way, so a queue up to 10 + 2 sqrt(10) refills the batch
