@@ -150,3 +150,16 @@ def test_take_gives_what_as_many_poplefts_would_and_leaves_the_same_turns(seed):
         got = q2.take(n)
         assert [p.key for p in got] == [p.key for p in want]
         assert len(q1) == len(q2) and [p.key for p in q1] == [p.key for p in q2]  # the same turns for what is left
+
+
+def test_a_registered_task_is_in_its_submissions_lane_and_one_shared_keeps_the_first():
+    _, _, table = make()
+    lanes: dict[object, list[Pending]] = {}
+    for lane, keys in ((0, [1]), (b"client-a", [2, 3]), (b"client-b", [3, 4])):
+        with table.registering([(k.to_bytes(16, "big"), b"p") for k in keys], reward="noop", params={}, timeout_s=None,
+                               policy=None, now=0.0, hand_on=lambda tasks: None, lane=lane) as reg:
+            lanes[lane] = reg.new
+            reg.hand_on(reg.new)
+    by_key = {int.from_bytes(p.key, "big"): p.lane for tasks in lanes.values() for p in tasks}
+    assert by_key == {1: 0, 2: b"client-a", 3: b"client-a", 4: b"client-b"}  # 3 was client-a's first
+    assert table.get((3).to_bytes(16, "big")).lane == b"client-a"
