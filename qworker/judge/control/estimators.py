@@ -20,6 +20,9 @@ thread calls them.
 * ``Probes``: when requests were sent above the refusal level, and how long
   refusals take to come back.  Says whether a request was out alone above it:
   its level is then what the server held.
+* ``Admissions``: when requests were sent, and which of them were refused.
+  Says how many per second the server admitted over a span: while it refuses,
+  its capacity as a rate, now rather than a round trip late.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["BATCH_READINGS", "CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal", "RefusalKind", "Refusals",
-           "ServerLoad", "Throughput"]
+__all__ = ["Admissions", "BATCH_READINGS", "CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal",
+           "RefusalKind", "Refusals", "ServerLoad", "Throughput"]
 
 LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
 PROBES_KEPT = 1024  # send instants of probes kept (``Probes``)
+ADMISSIONS_KEPT = 4096  # send instants kept, and as many of refused requests (``Admissions``)
+ADMISSIONS_MIN = 8  # requests sent in a span, at least, for what was admitted in it to be read (``Admissions``)
 ON_WAY_READINGS = 4.0  # the moving mean of the requests on a server's way (``ServerLoad``) weighs each reading 1/this
 BATCH_READINGS = 4  # a server's batch is the most it ran in its last this many readings (``ServerLoad``)
 _LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
@@ -407,6 +412,14 @@ class CapacityMemory:
         self.saw(level)
         self.cap_seen = max(self.cap_seen, min(self.config.ceiling, level))
 
+    def admits(self, level: float, limit: float) -> None:
+        """While it refused, the server admitted ``level`` at once (``Admissions``): a capacity seen, and where it
+        refuses now, the limit being ``limit`` (the refusal level, and the level refused told to peers, are no higher
+        than the larger: the in-flight count at the refusals that led here is not)."""
+        self.saw(level)
+        self.refusal_level = min(self.refusal_level, max(limit, level))
+        self.refused_level = min(self.refused_level, max(limit, level))
+
     def held(self, level: float) -> None:
         """The server sustained ``level`` requests at once over the last round trips (Little's law on its answers)."""
         self.high_sustained = max(self.high_sustained, min(self.config.ceiling, level))
@@ -530,18 +543,65 @@ class Probes:
         return got is not None and got[0] == 1 and sent_at - got[1] > self.span() + 1e-9
 
 
-class Throughput:
-    """Fed by answers (when, latency); Little's law on the last few round trips: the concurrency that carried them."""
+class Admissions:
+    """Fed by the send time of every request and of every refused one; says how many per second the server admitted
+    over a span (requests sent in it, less those refused).
+
+    While a server refuses, what it admits is its capacity as a rate: a token bucket's refill once its reserve is
+    spent, a concurrency cap's slots as they free.  Little's law on the answers (``Throughput``) says the same a round
+    trip late, and after a token bucket's reserve it counts what the reserve let through as well.  A refusal comes back
+    within ``Probes.span`` of its send: the caller ends the span that long before now, so a request in it that is not
+    refused was admitted.  The last ``ADMISSIONS_KEPT`` sends and refusals are kept.  Seconds, as the gate's clock.
+    """
 
     def __init__(self) -> None:
-        self._answers: deque[tuple[float, float]] = deque()
-        self._sum = 0.0
+        self._sent: deque[float] = deque(maxlen=ADMISSIONS_KEPT)
+        self._refused: deque[float] = deque(maxlen=ADMISSIONS_KEPT)  # send instants of refused requests
 
-    def on_answer(self, now: float, rtt: float, mean_rtt: float) -> None:
-        self._answers.append((now, rtt))
+    def sent(self, now: float) -> None:
+        self._sent.append(now)
+
+    def refused(self, sent_at: float) -> None:
+        self._refused.append(sent_at)
+
+    def rate(self, since: float, until: float) -> Optional[float]:
+        """Requests admitted per second among those sent in [``since``, ``until``]; None when the span is empty, holds
+        fewer than ``ADMISSIONS_MIN`` sends, or begins before the oldest send kept."""
+        if until <= since or not self._sent or self._sent[0] > since:
+            return None
+        sent = 0
+        for t in reversed(self._sent):
+            if t < since:
+                break
+            sent += t <= until
+        if sent < ADMISSIONS_MIN:
+            return None
+        refused = sum(1 for t in self._refused if since <= t <= until)
+        return max(0, sent - refused) / (until - since)
+
+
+class Throughput:
+    """Fed by answers (when, latency, round trip from the gate); Little's law on the last few round trips: the
+    concurrency that carried them."""
+
+    def __init__(self) -> None:
+        self._answers: deque[tuple[float, float, float]] = deque()  # (when, latency, round trip from the gate)
+        self._sum = 0.0
+        self._trips = 0.0
+
+    def on_answer(self, now: float, rtt: float, mean_rtt: float, trip: Optional[float] = None) -> None:
+        """``trip``: from the gate's send to now (default ``rtt``)."""
+        self._answers.append((now, rtt, rtt if trip is None else trip))
         self._sum += rtt
+        self._trips += self._answers[-1][2]
         while self._answers[0][0] < now - max(1.0, 4 * mean_rtt):
-            self._sum -= self._answers.popleft()[1]
+            _, old, old_trip = self._answers.popleft()
+            self._sum -= old
+            self._trips -= old_trip
+
+    def trip(self) -> float:
+        """The mean round trip from the gate of the answers in the window, seconds (0 when too few)."""
+        return self._trips / len(self._answers) if len(self._answers) >= 20 else 0.0
 
     def sustained(self, now: float, mean_rtt: float) -> float:
         """Answers/s x their mean latency over the window (0 when too few)."""

@@ -23,7 +23,10 @@ STEADY      an answer, in use                             STEADY        +1 to th
                                                                         (x2 per round trip without a refusal under
                                                                         a capacity seen: ``CapacityMemory.under``)
 STEADY      a lone refusal                                HOLDING       capped at what was in flight, less one
-STEADY      a burst (a reaction that did not suffice)     HOLDING       what recent answers sustained, >= half
+STEADY      a burst (a reaction that did not suffice)     HOLDING       what recent answers sustained, >= half; in
+                                                                        the refusals that ended slow start, no more
+                                                                        than what the server admits (``_admitted``:
+                                                                        then a capacity seen and the refusal level)
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
 STEADY      the server answered more at once than where   RECOVERING    climbs +2 per answer (x3 per round trip)
             it last refused (``outgrew``; as many for a                 to the highest capacity seen
@@ -73,6 +76,7 @@ from typing import Optional
 from .batch import BatchKnee
 from .estimators import (
     LOAD_FRESH_S,
+    Admissions,
     CapacityMemory,
     Latency,
     LimitConfig,
@@ -115,12 +119,14 @@ class AdaptiveLimit:
         self.memory = CapacityMemory(cfg)
         self.throughput = Throughput()
         self.probes = Probes()
+        self.admissions = Admissions()
         self.batch = BatchKnee(below=self.limit)  # a queueing server's batch under the starting limit, without metrics
         self.answers_scale = 1.0  # the endpoint's load / this client's, at least 1: its answers are that share (``peers``)
         self.peers = 0  # other producers sharing the endpoint, as the last notes said (``peers``): 0, alone
         self.queue_cuts = 0
         self.regains = 0
         self._last_cut = -math.inf
+        self._episode_at = math.inf  # when the episode of refusals that ended slow start began (inf: none now)
         self._target = 0.0  # RECOVERING: the level climbed to
         self._then = Mode.STEADY  # RECOVERING: the mode once there
         self._regaining = False  # RECOVERING: because the capacity came back (not after an outage or reset)
@@ -188,6 +194,15 @@ class AdaptiveLimit:
     def sustained(self, now: float) -> float:
         """Little's law on the recent answers: the concurrency that carried them (0 when too few), times ``answers_scale``."""
         return self.answers_scale * self.throughput.sustained(now, self.rtt)
+
+    def _admitted(self, now: float) -> Optional[float]:
+        """In the episode of refusals that ended slow start, the concurrency the endpoint admits now, as the gate counts
+        it (None: not in one, or too few sends yet): what it admitted per second since the episode began
+        (``Admissions``, up to a refusal's way back before now) times the recent answers' mean round trip from the
+        gate, times ``answers_scale``.  It errs low, if anything: the answers back first are the short ones."""
+        admitted = self.admissions.rate(self._episode_at, now - self.probes.span())
+        trip = self.throughput.trip()
+        return None if admitted is None or not trip else self.answers_scale * admitted * trip
 
     def _round_trip(self) -> float:
         return self.rtt or 0.05
@@ -279,6 +294,7 @@ class AdaptiveLimit:
     def on_send(self, level: float, now: float) -> None:
         """A request sent at ``now`` with ``level`` at the server (every producer's, itself included)."""
         self.batch.on_send(level, now)
+        self.admissions.sent(now)
         if level > self.memory.refusal_level:
             self.probes.sent(now)
 
@@ -318,7 +334,7 @@ class AdaptiveLimit:
         sent_level = float(level if level is not None else in_flight)
         sent = now - rtt if sent_at is None else sent_at  # when the gate sent it
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
-        self.throughput.on_answer(now, rtt, self.rtt)
+        self.throughput.on_answer(now, rtt, self.rtt, now - sent)
         trip = self._round_trip()
         outage = self.refusals_.on_answer(now, now - rtt, trip)
         if outage and self._held is not None:
@@ -404,10 +420,13 @@ class AdaptiveLimit:
         self.batch.refused()
         if not timeout:
             self.probes.refused(now - sent_at)
+            self.admissions.refused(sent_at)
         if r.kind is RefusalKind.STALE:
             return
         if self.refusals_.run == 1:  # the first of a run: what held before it, should it be an outage
             self._held = held
+        if r.kind is RefusalKind.LONE:  # an episode begins: what the server admits in it is read after slow start only
+            self._episode_at = now if self.mode is Mode.PROBING else math.inf
         if r.kind is RefusalKind.ECHO:
             self.memory.echoed(r.level)
         elif self.mode is not Mode.OUTAGE:  # (an outage's refusals only cap: they say nothing of the capacity)
@@ -427,8 +446,17 @@ class AdaptiveLimit:
             elif r.kind is RefusalKind.TIMEOUT:
                 self._cut(cfg.backoff * level, now, Mode.HOLDING)
             elif r.kind is RefusalKind.BURST and self.rtt:  # (with no answer yet, "within a round trip" means nothing)
-                # What the endpoint accepts (Little's law: answers/s x latency), or half when that is unknown
-                self._cut(max(cfg.backoff_again * level, min(level, 0.95 * self.sustained(now))), now, Mode.HOLDING)
+                # What the endpoint accepts (Little's law: answers/s x latency, less a twentieth for their noise), or
+                # half when that is unknown.  Past slow start, no more than it admits now (``_admitted``): the
+                # answers lag a round trip and, past a token bucket's reserve, count what the reserve let through.
+                # What it admits is a capacity seen, and where it refuses (growth above it is a probe).
+                accepts = 0.95 * self.sustained(now)
+                admitted = self._admitted(now)
+                if admitted is not None:
+                    accepts = min(accepts, admitted) if accepts else admitted
+                self._cut(max(cfg.backoff_again * level, min(level, accepts)), now, Mode.HOLDING)
+                if admitted is not None:
+                    self.memory.admits(admitted, self.limit)
                 self.memory.overshot = True
                 self.latency.relearn()
             elif r.kind is RefusalKind.LONE and r.exact_level:  # two lone refusals at one level: a concurrency cap

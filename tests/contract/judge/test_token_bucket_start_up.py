@@ -1,0 +1,23 @@
+"""Slow start against a token bucket (simulated time): its reserve carries the limit past the rate, and the refusals
+that follow are cut by what the bucket admits, not by what its reserve let through."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.contract.judge import judgesim
+from tests.contract.judge.judgesim import Server
+
+RATE, LATENCY = 150.0, 0.3  # 150 requests/s, one second's reserve; Little's law: 45 at once
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_slow_start_past_a_token_buckets_reserve_is_cut_to_the_rate_the_bucket_admits(seed):
+    server = Server(rate=RATE, latency=LATENCY, sigma=0.6, seed=seed, retry_after="s")
+    _, (c,), _ = judgesim.run(server, 1500)
+    first = c.refused_at[0]  # the reserve ran out: slow start is well past the rate by now
+    # A round trip and a half later the limit is where the rate holds (the answers then still count the reserve's)
+    assert [lim for t, lim in c.limits if t <= first + 1.5 * LATENCY][-1] <= RATE * LATENCY
+    # so the burst of refusals ends within the second, at fewer than a round trip's excess (more than 25 before)
+    assert sum(1 for t in c.refused_at if t < first + 1.0) <= 20
+    assert not c.failed
