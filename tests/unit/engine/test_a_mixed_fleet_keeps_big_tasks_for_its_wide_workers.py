@@ -5,6 +5,7 @@ that could not take them.  On a stub transport, no sockets."""
 
 from __future__ import annotations
 
+from qworker._errors import ErrorKind
 from qworker.cache.results import ResultCache
 from qworker.engine.pending import PendingTable
 from qworker.engine.scheduler import MESSAGE_OVERHEAD, Scheduler
@@ -168,3 +169,22 @@ def test_a_limit_stated_under_the_least_a_process_accepts_counts_as_that_least()
     s.dispatch(0.0)
     assert [t.key[-1] for t in stub.tasks_to("tiny")] == [0]
     assert s.fleet.workers["tiny"].max_message_bytes == LOW
+
+
+def test_a_task_of_a_wide_worker_its_pool_reports_lost_waits_while_that_pool_reports_and_respawns_it():
+    s, stub, table = make()
+    [fut] = submit(s, table, [200_000])
+    ready(s, "wide", MiB, granted=1)
+    ready(s, "narrow", LOW, granted=0)
+    s.dispatch(0.0)
+    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0]
+    crashed = wire.Lost("wide", wire.Fault(ErrorKind.WORKER_LOST, "crashed: exit code -9"), None)
+    for i, t in enumerate((HB + 1, 2 * HB, 3 * HB)):  # the wide pool reports every heartbeat while its worker respawns
+        s.handle(b"pool-wide", wire.PoolReport(*wire.STAMP, "pool-wide", "h", 2, "running", [], [crashed] if i == 0 else []), t)
+        ready(s, "narrow", LOW, granted=5, now=t)
+        s.dispatch(t)
+        s.housekeeping(t)
+    assert not fut.done(), error(fut)
+    s.handle(b"wide-2", wire.Ready(*wire.STAMP, "wide-2", "pool-wide", 3, "h", 1, 0, 0, [], [], {}, MiB), 3 * HB + 0.5)
+    s.dispatch(3 * HB + 0.5)
+    assert [t.key[-1] for t in stub.tasks_to("wide-2")] == [0] and not stub.tasks_to("narrow")
