@@ -140,7 +140,7 @@ class Dispatcher(threading.Thread):
         s, counts = self.scheduler, self.table.counts
         producer: ProducerStatus = {
             "endpoint": self.endpoint, "pid": os.getpid(), "host": socket.gethostname(), "uptime_s": round(now - self.started, 1),
-            "queued": len(s.queue) + sum(map(len, list(self._inbox))) + s.waiting_for_admission(), "in_flight": s.in_flight(),
+            "queued": s.queued() + sum(map(len, list(self._inbox))) + s.waiting_for_admission(), "in_flight": s.in_flight(),
             "pending": len(self.table), "submitted": counts["submitted"], "rejected": counts["rejected"],
             "resolved": counts["resolved"], "failed": counts["failed"], "cache_hits": counts["cache_hits"],
             "deduplicated": counts["deduplicated"], "cache_entries": len(self.table.cache),

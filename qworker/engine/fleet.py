@@ -12,13 +12,22 @@ write it (``lease`` adds, every move out of LEASED removes): a task is in
 ``w.leases`` exactly while it is LEASED with ``holder`` ``w``.  Nothing here
 ends a lease: ``remove`` and ``held`` name the tasks, and the scheduler moves
 each one on (requeued, handed to its gate, or resolved).
+
+Pools may state different frame limits (``Ready.max_message_bytes``).  ``widest``
+is the largest a worker may soon receive: a pool's limit is remembered for a
+heartbeat timeout after the pool or one of its workers was last heard from, so a
+task too big for a narrow worker is kept while a wide pool restarts or respawns a
+worker, and the producer's own limit counts for a heartbeat timeout after the
+first worker's ``Ready`` (other pools may still be starting).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Optional
 
+from ..config.options import MIN_MESSAGE_BYTES
 from ..transport import wire
 from .status import PoolRow, WorkerRow
 from .task import Pending, WorkerState
@@ -43,6 +52,10 @@ class Fleet:
         # Quarantine is by identity and outlives the WorkerState: a peer that says BYE then READY,
         # or is lost and comes back, is still sent nothing.  (A pool's respawned worker has a new id.)
         self.quarantined: set[str] = set()
+        # pool -> (the frame limit its workers last stated, bytes, 0 for none said; when the pool or one of its workers
+        # was last heard from, s): ``widest`` counts it for a heartbeat timeout after that
+        self.limits: dict[str, tuple[int, float]] = {}
+        self.started: Optional[float] = None  # when the first worker said Ready
 
     def on_ready(self, msg: wire.Ready, now: float) -> tuple[WorkerState, bool]:
         """Record a READY; returns the worker and whether it is new."""
@@ -54,9 +67,34 @@ class Fleet:
             w = WorkerState(msg.worker, msg.pool, msg.pid, msg.host, sent=msg.received, quarantined=msg.worker in self.quarantined)
             self.workers[msg.worker] = w
         w.sync_credit(msg.granted, msg.received)
-        w.max_message_bytes = msg.max_message_bytes
+        # its socket's limit: none is under the least a process accepts (a lower one is a peer's mistake)
+        w.max_message_bytes = max(msg.max_message_bytes, MIN_MESSAGE_BYTES) if msg.max_message_bytes else 0
         w.last_seen = now
+        if not w.quarantined:
+            self.limits[w.pool] = (w.max_message_bytes, now)
+        if self.started is None:
+            self.started = now
         return w, new
+
+    def widest(self, own: int, now: float) -> int:
+        """The largest frame limit, bytes, of a worker that may receive a task soon, ``now`` (s, monotonic): the largest
+        of those of the workers connected and not quarantined, and of the limit each pool's workers last stated, for
+        ``heartbeat_timeout_s`` after that pool or one of its workers was last heard from.  ``own`` (the producer's
+        limit) is the most it returns, and it counts for a worker that states none; it is returned for
+        ``heartbeat_timeout_s`` after the first ``Ready`` (other pools may still be starting), and when no limit is
+        known (no worker heard from in that window: a task waits for the next).  A task over it, less the message's
+        overhead and the transport's framing, fits no frame a worker may soon receive."""
+        if self.started is not None and now - self.started <= self.heartbeat_timeout_s:
+            return own
+        widest = 0
+        for w in self.workers.values():
+            if not w.quarantined:
+                widest = max(widest, min(own, w.max_message_bytes or own))
+        since = now - self.heartbeat_timeout_s
+        for limit, heard in self.limits.values():
+            if heard >= since:
+                widest = max(widest, min(own, limit or own))
+        return widest or own
 
     def quarantine(self, w: WorkerState) -> None:
         """Send ``w`` nothing more, and accept no result from it, for as long as this producer runs."""
@@ -69,6 +107,9 @@ class Fleet:
             p = self.pools[msg.pool] = PoolState(msg.pool, msg.host, msg.pid)
         p.state, p.last_seen = msg.state, now
         p.reports = {r.worker: r for r in msg.workers}
+        limit = self.limits.get(msg.pool)
+        if limit is not None:
+            self.limits[msg.pool] = (limit[0], now)
         for r in msg.workers:
             w = self.workers.get(r.worker)
             if w is not None and r.alive:
@@ -89,10 +130,16 @@ class Fleet:
     def drop_silent_pools(self, now: float) -> None:
         for pid in [p.id for p in self.pools.values() if now - p.last_seen > self.heartbeat_timeout_s]:
             del self.pools[pid]
+        for pid in [pid for pid, (_, heard) in self.limits.items() if now - heard > self.heartbeat_timeout_s]:
+            del self.limits[pid]
 
     def remove(self, worker: WorkerState) -> list[Pending]:
-        """Forget a worker; returns the tasks it holds (still LEASED: the caller moves each one on)."""
+        """Forget a worker; returns the tasks it holds (still LEASED: the caller moves each one on).  Its pool's limit
+        is remembered as last heard from at its last message at the latest (``widest``)."""
         self.workers.pop(worker.id, None)
+        limit = self.limits.get(worker.pool)
+        if limit is not None and limit[1] < worker.last_seen and not worker.quarantined:
+            self.limits[worker.pool] = (limit[0], worker.last_seen)
         self.retired.add(worker.id)
         return self.held(worker)
 

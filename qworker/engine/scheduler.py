@@ -49,10 +49,14 @@ A TASKS message holds at most half of its worker's frame limit of tasks (payload
 reward name and params counted), or one bigger task alone.  A worker's frame limit is the
 lower of the ``max_message_bytes`` its ``Ready`` states and the producer's own, less the
 bytes the transport adds to a frame (``framing_bytes``: CURVE's); libzmq drops a larger
-message unread, with the link.  A task too big for one worker's frame goes to a worker
-whose frame it fits (each worker looks past at most a message's worth of such tasks);
-one that fits no frame of a worker connected, or is over the producer's own limit,
-fails at once as ``bad_payload`` naming its size and the limit, instead of being sent.
+message unread, with the link.  A task too big for the frame of the worker that takes it
+waits apart from the queue (``wide``), offered first to each worker whose frame it fits;
+it counts in no lane's turn, no worker's share and no admission budget, so it holds up
+no narrower worker.  A task over the largest limit a worker may soon receive
+(``Fleet.widest``: stated by a pool heard from within the heartbeat timeout, or the
+producer's own while the fleet starts), less ``MESSAGE_OVERHEAD`` and ``framing_bytes``,
+fails as ``bad_payload`` naming its size and that bound: at once when it is taken, and
+from the wait once the widest limit falls under it (``housekeeping``).
 """
 
 from __future__ import annotations
@@ -143,6 +147,9 @@ class Scheduler:
         self._bad_frames = LogRation()  # frames dropped as not valid messages (``drop``): what its log lines are rationed by
         self._stray_results = LogRation()  # results from workers not held (``_drop_results``), rationed apart from those
         self._sizer = _TaskSizer()
+        # QUEUED tasks too big for the frame of a worker that took them, with their sizes (``_TaskSizer``), in order:
+        # offered first to each worker whose frame they fit (``dispatch``); empty in a fleet of one frame limit
+        self.wide: list[tuple[Pending, int]] = []
         self._turns = Turns(every_s=REVOKE_EVERY_S)
         # Workers lost with no task blamed (given up for silent, or gone with nothing known running): the tasks
         # refunded, until their pool's report says which one the worker was running (the oldest forgotten first).
@@ -227,6 +234,7 @@ class Scheduler:
             w = fleet.workers.get(peer.decode(errors="replace"))
             if w is not None:
                 log.info("qworker: worker %s left (%s)", w.id, msg.reason)
+                w.last_seen = now  # heard from: its pool's frame limit is remembered from now (``Fleet.widest``)
                 self._lose(w, f"left ({msg.reason})", presume=False)
         else:
             self.drop(peer, f"{type(msg).__name__} is not a message a producer accepts")
@@ -461,6 +469,8 @@ class Scheduler:
         if self._spent:
             self._spent = {k: e for k, e in self._spent.items() if self.table.get(k) is e[0]}
         self.fleet.drop_silent_pools(now)
+        if self.wide:
+            self._expire_wide(now)
         for w in list(self.fleet.workers.values()):
             if w.leases and not w.quarantined and not self.fleet.supervised(w, now):
                 limit = max(p.timeout_s or self.task_timeout_s for p in w.leases.values()) + self.fleet.heartbeat_timeout_s
@@ -473,15 +483,30 @@ class Scheduler:
 
         Credit is granted ahead of time on a worker's past speed; when the work
         changes, a slow worker can hold tasks that idle workers could finish.  It
-        gives back up to half of what it holds beyond the task it is running.
+        gives back up to half of what it holds beyond the task it is running.  A
+        worker of a wider frame than every idle one's gives back only if each task
+        it holds fits an idle one's frame (else what it gave back would wait for it).
         """
-        if not any(not w.leases for w in self.fleet.with_credit()):  # a quarantined worker's credit is no idle worker
+        idle = [w for w in self.fleet.with_credit() if not w.leases]  # a quarantined worker's credit is no idle worker
+        if not idle:
             return
+        own = self.max_message_bytes
+        fits = max(min(own, w.max_message_bytes or own) for w in idle)  # the widest frame limit of an idle worker
         for w in self.fleet.workers.values():
             spare = (len(w.leases) - 1) // 2
             if spare > 0 and now - w.last_revoke_at >= REVOKE_EVERY_S:
+                if min(own, w.max_message_bytes or own) > fits and not self._all_fit(w, fits):
+                    continue
                 w.last_revoke_at = now
                 self.send(w.id.encode(), wire.Revoke(spare))
+
+    def _all_fit(self, w: WorkerState, limit: int) -> bool:
+        """Whether every task ``w`` holds fits alone in a frame of ``limit`` bytes."""
+        bound = limit - self.framing_bytes - MESSAGE_OVERHEAD
+        try:
+            return all(self._sizer.task_bytes(p) <= bound for p in w.leases.values())
+        except Exception:  # (sent already, so encodable; if not, kept where it is)
+            return False
 
     def _forget(self, p: Pending) -> None:
         """``p`` leaves without a result for its policy (if it has one).  A policy's ``forget`` that raises is logged
@@ -518,13 +543,16 @@ class Scheduler:
         return max(0.0, min(wakes) - now) if wakes else None
 
     def dispatch(self, now: float) -> None:
-        """Send queued tasks to workers with credit, the least loaded first."""
+        """Send queued tasks to workers with credit, the least loaded first; the tasks waiting for a wider frame
+        (``wide``) go first to each worker whose frame they fit."""
         if self.policies:
             self._admit(now)
         queue = self.queue
+        wide = self.wide
         if not queue:
             self._steal(now)
-            return
+            if not wide:
+                return
         ready = self.fleet.with_credit()
         if not ready:
             if queue.mixed:
@@ -537,17 +565,18 @@ class Scheduler:
         take = queue.take
         spent = self._spent
         max_bytes = self.max_message_bytes
-        widest = 0  # the largest frame limit of a worker connected (``_widest``), once a task needs it
+        widest = 0  # the largest frame limit a worker may soon receive (``_widest``), once a task needs it
         for w in ready:
             leased: list[Pending] = []  # what this message carries, in order
-            deferred: list[Pending] = []  # too big for this worker's frame, not for another's: first in the queue again
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
             frame = min(max_bytes, w.max_message_bytes or max_bytes) - self.framing_bytes  # the largest it can receive
             room = frame // 2  # a batch stays well under the frame cap (a bigger task goes alone)
             alone = frame - MESSAGE_OVERHEAD  # the largest task it can receive alone
+            if wide:  # (only in a fleet of several frame limits)
+                room = self._take_wide(w, alone, room, leased)
             full = False
-            while left and not full and len(leased) < limit and len(deferred) < limit:
+            while left and not full and len(leased) < limit:
                 taken = take(limit - len(leased))  # (one call, not one per task; what is not sent goes back first)
                 if not taken:
                     break
@@ -571,11 +600,11 @@ class Scheduler:
                                 continue
                             params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
                         if size > alone:  # too big for this worker's frame
-                            widest = widest or self._widest()
+                            widest = widest or self._widest(now)
                             if size + MESSAGE_OVERHEAD + self.framing_bytes > widest:  # and for every worker's
                                 self._fail_oversized(p, size, widest)
                             else:
-                                deferred.append(p)
+                                wide.append((p, size))
                             continue
                         if leased and size > room:  # it and those after it go in the next message: first in the queue again
                             rest = taken[i:]
@@ -586,11 +615,8 @@ class Scheduler:
                         room -= size
                         leased.append(p)
                 except BaseException:  # (a policy's hook): what was taken and not yet leased is queued again, not lost
-                    queue.untake([q for q in (*deferred, *leased, *taken[i:]) if q.state is not DONE])
+                    queue.untake([q for q in (*leased, *taken[i:]) if q.state is not DONE])
                     raise
-            if deferred:
-                queue.untake(deferred)
-                left += len(deferred)
             if not leased:
                 continue
             lease_all(leased, w)
@@ -604,7 +630,7 @@ class Scheduler:
                     p.undeliver()
                 self._sort_unsendable(leased, exc)
                 left = len(queue)  # with the tasks put back
-                if not left:
+                if not left and not wide:
                     return
                 continue
             if was_idle:  # its clock of progress starts now
@@ -619,7 +645,7 @@ class Scheduler:
                 self._back_to_queue(leased)
                 self._lose(w, "unreachable")
                 left = len(queue)  # with the tasks put back
-            if not left:
+            if not left and not wide:
                 return
         if queue.mixed:  # lanes wait while workers hold other lanes' tasks beyond their share: ask for those back
             self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
@@ -649,26 +675,68 @@ class Scheduler:
         for p, cause in bad:
             self._fail_unsendable(p, cause)
 
-    def _widest(self) -> int:
-        """The largest frame limit of a worker connected and not quarantined (the producer's own at most), bytes: a
+    def _take_wide(self, w: WorkerState, alone: int, room: int, leased: list[Pending]) -> int:
+        """Move to ``leased`` the tasks waiting for a wider frame (``wide``) that fit ``w``'s (``alone`` bytes a task
+        alone, ``room`` bytes for a message of several), in order, as many as its credit allows; drop those resolved
+        meanwhile.  Returns the room left."""
+        limit = min(w.credit, MAX_BATCH)
+        keep: list[tuple[Pending, int]] = []
+        for p, size in self.wide:
+            if p.state is DONE:  # resolved while waiting (a late result of an earlier delivery)
+                self._forget(p)
+            elif size > alone or len(leased) >= limit or (leased and size > room):
+                keep.append((p, size))
+            elif not (self._spent and self._fail_if_spent(p)):
+                room -= size
+                leased.append(p)
+        self.wide[:] = keep
+        return room
+
+    def _expire_wide(self, now: float) -> None:
+        """Fail the tasks waiting for a wider frame that fit no frame a worker may soon receive (``_widest``)."""
+        widest = self._widest(now)
+        over = MESSAGE_OVERHEAD + self.framing_bytes
+        keep: list[tuple[Pending, int]] = []
+        failed: list[tuple[Pending, int]] = []
+        for p, size in self.wide:
+            if p.state is DONE:
+                self._forget(p)
+            elif size + over > widest:
+                failed.append((p, size))
+            else:
+                keep.append((p, size))
+        self.wide[:] = keep
+        for p, size in failed:
+            self._fail_oversized(p, size, widest)
+
+    def _widest(self, now: float) -> int:
+        """The largest frame limit, bytes, a worker may soon receive (``Fleet.widest``: the producer's own at most): a
         task over it, less ``framing_bytes`` and ``MESSAGE_OVERHEAD``, can be sent to none."""
-        own = self.max_message_bytes
-        return max((min(own, w.max_message_bytes or own) for w in self.fleet.workers.values() if not w.quarantined),
-                   default=own)
+        return self.fleet.widest(self.max_message_bytes, now)
 
     def _fail_oversized(self, p: Pending, size: int, limit: int) -> None:
-        """``p``, of ``size`` bytes (``_TaskSizer``), fits the frame of no worker connected, whose largest limit is
-        ``limit``: it fails."""
+        """``p``, of ``size`` bytes (``_TaskSizer``), fits no frame a worker may soon receive, whose largest limit is
+        ``limit`` bytes: it fails, naming the bound a task must fit (``limit`` less the message's overhead and the
+        transport's framing)."""
+        less = f"less {MESSAGE_OVERHEAD} bytes of message" + (f" and {self.framing_bytes} of CURVE's framing" if self.framing_bytes else "")
+        bound = limit - MESSAGE_OVERHEAD - self.framing_bytes
         if limit >= self.max_message_bytes:  # the producer's own limit
-            where = f"the {limit}-byte message limit (max_message_bytes); keep max_payload_bytes and params well under it"
+            where = (f"the {limit}-byte message limit (max_message_bytes) {less}; keep max_payload_bytes and params well "
+                     "under it")
         else:
-            where = (f"the {limit}-byte message limit of every worker connected (their pools' --max-message-bytes; this "
-                     f"producer's is {self.max_message_bytes}); start the pools with the producer's limit, or keep payloads "
+            where = (f"the {limit}-byte message limit of every worker heard from in the last "
+                     f"{self.fleet.heartbeat_timeout_s:g} s (their pools' --max-message-bytes; this producer's is "
+                     f"{self.max_message_bytes}) {less}; start the pools with the producer's limit, or keep payloads "
                      "under theirs")
         self._fail(p, wire.Fault(ErrorKind.BAD_PAYLOAD,
-            f"the task is {size} bytes encoded (payload, reward name and params), over {where}"))
+            f"the task is {size} bytes encoded (payload, reward name and params), over the {bound} bytes a task may be: "
+            f"{where}"))
 
     # status ---------------------------------------------------------------------
+    def queued(self) -> int:
+        """Tasks waiting for credit: in the queue, or for a worker of a wider frame (``wide``)."""
+        return len(self.queue) + len(self.wide)
+
     def in_flight(self) -> int:
         return sum(len(w.leases) for w in self.fleet.workers.values())
 

@@ -1,0 +1,190 @@
+"""In a fleet of pools with different frame limits, a task too big for a narrow worker waits for a wide one: while a
+worker of a wider limit was heard from within the heartbeat timeout (or the fleet is starting: a heartbeat timeout
+from the first Ready), it is not failed; it holds up no narrow worker, and makes no worker give tasks back for a worker
+that could not take them.  On a stub transport, no sockets."""
+
+from __future__ import annotations
+
+from qworker._errors import ErrorKind
+from qworker.cache.results import ResultCache
+from qworker.engine.pending import PendingTable
+from qworker.engine.scheduler import MESSAGE_OVERHEAD, Scheduler
+from qworker.testing import StubTransport
+from qworker.transport import wire
+
+MiB = 1 << 20
+LOW = 65_536
+HB = 3.0  # the heartbeat timeout, s
+
+
+def make() -> tuple[Scheduler, StubTransport, PendingTable]:
+    stub = StubTransport()
+    table = PendingTable(cache=ResultCache(max_entries=1000, ttl_s=None, path=None), fallback_score=0.0)
+    s = Scheduler(send=stub, table=table, max_attempts=3, heartbeat_timeout_s=HB, max_message_bytes=MiB)
+    return s, stub, table
+
+
+def submit(s: Scheduler, table: PendingTable, sizes: list[int], lane: object = 0, base: int = 0) -> list:
+    entries = [(((base + i).to_bytes(16, "big")), b"p" * n) for i, n in enumerate(sizes)]
+    with table.registering(entries, reward="noop", params={}, timeout_s=None, policy=None, now=0.0, hand_on=s.add,
+                           lane=lane) as reg:
+        reg.hand_on(reg.new)
+    return reg.futures
+
+
+def ready(s: Scheduler, wid: str, limit: int, granted: int = 500, received: int = 0, now: float = 0.0) -> None:
+    s.handle(wid.encode(), wire.Ready(*wire.STAMP, wid, "pool-" + wid, 1, "h", granted, received, 0, [], [], {}, limit), now)
+
+
+def revokes_to(stub: StubTransport, wid: str) -> list[int]:
+    return [m.n for peer, m in stub.sent if peer == wid.encode() and isinstance(m, wire.Revoke)]
+
+
+def error(fut) -> str:
+    return fut.result(timeout=0).error if fut.done() else ""
+
+
+def test_a_task_handed_back_by_a_wide_worker_that_left_waits_for_a_wide_worker_within_the_heartbeat_timeout():
+    s, stub, table = make()
+    [fut] = submit(s, table, [200_000])
+    ready(s, "wide", MiB, granted=1)
+    ready(s, "narrow", LOW, granted=0)
+    s.dispatch(0.0)
+    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0]
+    s.handle(b"wide", wire.Bye("restarting"), HB + 1)  # past the start-up grace
+    ready(s, "narrow", LOW, granted=5, now=HB + 1.2)
+    s.dispatch(HB + 1.2)
+    s.housekeeping(HB + 1.2)
+    assert not fut.done(), error(fut)
+    ready(s, "wide2", MiB, granted=1, now=HB + 2)  # the wide pool is back
+    s.dispatch(HB + 2)
+    assert [t.key[-1] for t in stub.tasks_to("wide2")] == [0] and not stub.tasks_to("narrow")
+
+
+def test_a_task_waiting_for_a_wide_worker_fails_once_none_was_heard_from_for_the_heartbeat_timeout():
+    s, stub, table = make()
+    [fut] = submit(s, table, [200_000])
+    ready(s, "wide", MiB, granted=1)
+    ready(s, "narrow", LOW, granted=0)
+    s.dispatch(0.0)
+    s.handle(b"wide", wire.Bye("gone"), HB + 1)
+    for t in (HB + 1.5, 2 * HB + 0.9):
+        ready(s, "narrow", LOW, granted=5, now=t)
+        s.dispatch(t)
+        s.housekeeping(t)
+    assert not fut.done(), error(fut)
+    ready(s, "narrow", LOW, granted=5, now=2 * HB + 1.1)
+    s.dispatch(2 * HB + 1.1)
+    s.housekeeping(2 * HB + 1.1)
+    bad = fut.result(timeout=0)
+    assert bad.error_kind == "bad_payload" and not stub.tasks_to("narrow"), bad.error
+
+
+def test_at_start_up_a_task_over_the_first_pools_limit_waits_a_heartbeat_timeout_for_another_pool():
+    s, stub, table = make()
+    [fut] = submit(s, table, [200_000])
+    ready(s, "narrow", LOW, granted=5, now=0.0)  # the wide pool is still starting
+    s.dispatch(0.0)
+    s.housekeeping(HB - 0.1)
+    assert not fut.done(), error(fut)
+    ready(s, "wide", MiB, granted=1, now=HB - 0.1)
+    s.dispatch(HB - 0.1)
+    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0] and not fut.done()
+
+
+def test_a_task_over_every_limit_stated_fails_once_the_start_up_grace_is_over_stating_the_bound_a_task_must_fit():
+    s, stub, table = make()
+    [fut] = submit(s, table, [200_000])
+    ready(s, "narrow", LOW, granted=5, now=0.0)
+    s.dispatch(0.0)
+    assert not fut.done()
+    ready(s, "narrow", LOW, granted=5, now=HB + 0.1)
+    s.housekeeping(HB + 0.1)
+    bad = fut.result(timeout=0)
+    assert bad.error_kind == "bad_payload" and bad.attempts == 0, bad.error
+    assert f"over the {LOW - MESSAGE_OVERHEAD} bytes a task may be" in bad.error, bad.error
+
+
+def test_a_task_over_the_producers_own_limit_fails_at_once_even_at_start_up():
+    s, stub, table = make()
+    [fut] = submit(s, table, [2 * MiB])
+    ready(s, "narrow", LOW, granted=5)
+    s.dispatch(0.0)
+    bad = fut.result(timeout=0)
+    assert bad.error_kind == "bad_payload" and f"{MiB - MESSAGE_OVERHEAD} bytes a task may be" in bad.error, bad.error
+
+
+def test_a_narrow_worker_takes_the_small_tasks_queued_behind_tasks_only_a_wide_worker_can_take():
+    s, stub, table = make()
+    futs = submit(s, table, [200_000, 200_000] + [100] * 50)
+    ready(s, "wide", MiB, granted=0)
+    ready(s, "narrow", LOW, granted=2)  # a slow reward: credit for two at a time
+    for i in range(30):
+        s.dispatch(i / 10)
+        sent = len(stub.tasks_to("narrow"))
+        ready(s, "narrow", LOW, granted=sent + 2, received=sent, now=i / 10)  # it finished what it had
+    assert len(stub.tasks_to("narrow")) == 50 and not any(f.done() for f in futs)
+    assert len(s.queue) == 0  # the two big tasks wait apart: they count in no worker's share of the queue
+    ready(s, "wide", MiB, granted=2, now=3.0)
+    s.dispatch(3.0)
+    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0, 1]
+
+
+def test_an_idle_worker_too_narrow_for_a_loaded_workers_tasks_does_not_make_it_give_them_back():
+    s, stub, table = make()
+    submit(s, table, [200_000] * 6)
+    ready(s, "wide", MiB, granted=6)
+    s.dispatch(0.0)
+    ready(s, "narrow", LOW, granted=5)
+    for i in range(1, 20):
+        s.dispatch(i / 10)
+    assert revokes_to(stub, "wide") == [] and not stub.tasks_to("narrow")
+
+
+def test_an_idle_narrow_worker_still_makes_a_wide_worker_give_back_small_tasks():
+    s, stub, table = make()
+    submit(s, table, [100] * 6)
+    ready(s, "wide", MiB, granted=6)
+    s.dispatch(0.0)
+    ready(s, "narrow", LOW, granted=5)
+    s.dispatch(0.1)
+    assert revokes_to(stub, "wide") == [2]
+
+
+def test_a_lane_waiting_only_for_a_wide_worker_makes_no_narrow_worker_give_back():
+    s, stub, table = make()
+    ready(s, "wide", MiB, granted=0)
+    ready(s, "narrow", LOW, granted=30)
+    submit(s, table, [200_000], lane="X")
+    submit(s, table, [100] * 30, lane="Y", base=1000)
+    for i in range(40):
+        s.dispatch(i * 0.05)
+    assert revokes_to(stub, "narrow") == [] and len(stub.tasks_to("narrow")) == 30
+
+
+def test_a_limit_stated_under_the_least_a_process_accepts_counts_as_that_least():
+    s, stub, table = make()
+    submit(s, table, [40_000])
+    ready(s, "tiny", 1000, granted=5)
+    s.dispatch(0.0)
+    assert [t.key[-1] for t in stub.tasks_to("tiny")] == [0]
+    assert s.fleet.workers["tiny"].max_message_bytes == LOW
+
+
+def test_a_task_of_a_wide_worker_its_pool_reports_lost_waits_while_that_pool_reports_and_respawns_it():
+    s, stub, table = make()
+    [fut] = submit(s, table, [200_000])
+    ready(s, "wide", MiB, granted=1)
+    ready(s, "narrow", LOW, granted=0)
+    s.dispatch(0.0)
+    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0]
+    crashed = wire.Lost("wide", wire.Fault(ErrorKind.WORKER_LOST, "crashed: exit code -9"), None)
+    for i, t in enumerate((HB + 1, 2 * HB, 3 * HB)):  # the wide pool reports every heartbeat while its worker respawns
+        s.handle(b"pool-wide", wire.PoolReport(*wire.STAMP, "pool-wide", "h", 2, "running", [], [crashed] if i == 0 else []), t)
+        ready(s, "narrow", LOW, granted=5, now=t)
+        s.dispatch(t)
+        s.housekeeping(t)
+    assert not fut.done(), error(fut)
+    s.handle(b"wide-2", wire.Ready(*wire.STAMP, "wide-2", "pool-wide", 3, "h", 1, 0, 0, [], [], {}, MiB), 3 * HB + 0.5)
+    s.dispatch(3 * HB + 0.5)
+    assert [t.key[-1] for t in stub.tasks_to("wide-2")] == [0] and not stub.tasks_to("narrow")
