@@ -71,7 +71,6 @@ PROPORTION = 1.1  # the knee read off two pools at most this factor over the low
 ROUNDS = 1.3  # the same for a burst from idle: a queue serves it in rounds of its batch, its mean latency over the line
 STEP = 1.25  # past the batch at a level: the batch reported is this factor under it (the next level read)
 SURE_RISE = 2.5  # the rise between the two pools, at least this many standard errors
-ONE_TIME = 0.25  # answers sent at one level whose log latencies spread at most this (standard deviation): replies of one time
 
 
 class BurstOrder:
@@ -405,21 +404,6 @@ class BatchKnee:
             return None
         self.source = "fit"
         return self.fit()
-
-    def one_time(self, batch: float) -> bool:
-        """Whether the server's replies take one time, so the sequences of its batch admitted together end together and
-        free their slots at once (a batch's worth where every reply has one length): the answers kept that were sent at
-        ``batch`` or under (served at once, not queued: a queue's wait evens out the spread of what it holds), at one
-        level (a band), spread at most ``ONE_TIME`` in log latency (a standard deviation, pooled over the bands, on
-        ``SIDE`` answers at least).  Replies of many lengths (lognormal latency, a judge that writes its reasons) spread
-        several times that, and free their slots one by one."""
-        answers = 0.0
-        spread = 0.0
-        for n, lv, x, xx in self._bands.values():
-            if n >= 2 and lv / n <= batch:
-                answers += n - 1
-                spread += max(0.0, xx - x * x / n)
-        return answers >= SIDE and spread / answers <= ONE_TIME * ONE_TIME
 
     def points(self) -> list[tuple[float, float, float]]:
         """(mean level, mean log latency, answers) per band of the answers kept, by level."""

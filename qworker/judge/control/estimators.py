@@ -41,7 +41,7 @@ PROBES_KEPT = 1024  # send instants of probes kept (``Probes``)
 ADMISSIONS_KEPT = 4096  # send instants kept, and as many of refused requests (``Admissions``)
 ADMISSIONS_MIN = 8  # requests sent in a span, at least, for what was admitted in it to be read (``Admissions``)
 ON_WAY_READINGS = 4.0  # the moving mean of the requests on a server's way (``ServerLoad``) weighs each reading 1/this
-BATCH_READINGS = 4  # a server's batch is the most it ran in its last this many readings (``ServerLoad``)
+BATCH_READINGS = 4  # a server's batch is the most it ran in its last this many readings within LOAD_FRESH_S (``ServerLoad``)
 _LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
 
 
@@ -294,7 +294,7 @@ class ServerLoad:
     in one step, every slot of their batch with them.  So the queue allowed is a batch: what
     runs, the next batch waiting at the server whichever way its slots free (what that costs
     a request's wait and a shared server's other clients: ``docs/judges.md``).  The batch is what
-    runs at its high, the most of the last ``BATCH_READINGS`` readings: a server logs its counts
+    runs at its high, the most of the last ``BATCH_READINGS`` readings (those within ``LOAD_FRESH_S``): a server logs its counts
     after each step, when the sequences that step ended have left and the requests it admits
     in their place are still counted waiting, so one reading may show the batch less those
     that just ended and the next batch waiting beside it (no queue past a batch).  Requests
@@ -317,7 +317,7 @@ class ServerLoad:
         self.at = -math.inf
         self.queueing = False  # what the last reading said
         self.on_way: Optional[float] = None  # mean requests on their way over the last readings (None before any)
-        self._running: deque[float] = deque(maxlen=BATCH_READINGS)  # running, the last readings'
+        self._running: deque[tuple[float, float]] = deque(maxlen=BATCH_READINGS)  # (when, running) of the last readings
 
     def forget(self) -> None:
         """Start the mean of the requests on their way and the batch afresh (an endpoint that came back after being down)."""
@@ -332,11 +332,11 @@ class ServerLoad:
         """A queue over its allowance: queueing, the knee being what keeps it there (``in_flight``: at the server, and
         ``held``: in flight at the gates, default ``in_flight``; both of the producers that read these counts
         together).  The allowance: the larger of a batch (what runs at its high: the most of the last
-        ``BATCH_READINGS`` readings) and the requests on their way (``held - running - waiting``: a server others also
+        ``BATCH_READINGS`` readings within ``LOAD_FRESH_S`` seconds) and the requests on their way (``held - running - waiting``: a server others also
         load counts theirs in running and waiting, which makes that smaller, never larger, than ours on the way)."""
         self.at = now
-        self._running.append(running)
-        batch = max(self._running)
+        self._running.append((now, running))
+        batch = max(r for t, r in self._running if now - t <= LOAD_FRESH_S)  # (this reading's is one)
         # at most a batch: more than the server runs cannot be a refill of its batch, only requests its counts miss (a
         # metrics URL of another server, of one replica of several, a front end that holds requests uncounted)
         seen = min(batch, max(0.0, (in_flight if held is None else held) - running - waiting))

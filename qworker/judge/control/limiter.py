@@ -45,10 +45,9 @@ OUTAGE      an answer to one sent less than that after    HOLDING       (it was 
 not OUTAGE  queueing (latency or metrics), once per trip  STEADY        the knee: latency's x ``queue_target``;
                                                                         metrics', ``ServerLoad``'s allowance queued
 not OUTAGE  a burst from idle answered in the order of    STEADY        the batch x ``queue_target`` (one more at
-            its levels, or latency rising in proportion                 least); twice the batch where replies take
-            to the level, past a batch under the starting               one time (``BatchKnee.one_time``: the next
-            limit (``batch.BatchKnee``; no fresh metrics)               batch queued); the latency base is learnt
-                                                                        afresh
+            its levels, or latency rising in proportion                 least); the latency base is learnt afresh
+            to the level, past a batch under the starting
+            limit (``batch.BatchKnee``; no fresh metrics)
 any         ``reset`` (an endpoint back from down)        RECOVERING    from ``initial`` to the limit it had
 ==========  ============================================  ============  ==========================================
 
@@ -266,29 +265,16 @@ class AdaptiveLimit:
 
     def _on_batch(self, batch: Optional[float], now: float) -> None:
         """Latency rose in proportion to the level past ``batch`` (``BatchKnee``): a queue there.  The limit goes to
-        the batch plus its queue: the slots it frees at once, refilled from the server's queue, not after a round trip
-        through the client.  Replies that take one time (``BatchKnee.one_time``) free a batch's slots together, so the
-        queue is the next batch (a request waits at most one batch's service); else they free one by one, and the queue
-        is a tenth of the batch, one request at least.  The latency base, learnt in that queue, is learnt afresh at it
-        (meanwhile the fit, on the answers it keeps, holds the limit there).  A limit under the batch and the next one
-        (it was cut to a tenth queued before the replies were seen to take one time), a batch measured (not
-        ``Saturation``'s step under a level, a bound), goes up to them, and the base is learnt afresh there."""
+        the batch plus a tenth, one request at least (a slot the server frees is refilled from its queue, not after a
+        round trip through the client), and the latency base, learnt in that queue, is learnt afresh at it (meanwhile
+        the fit, on the answers it keeps, holds the limit there)."""
         if batch is None:
             return
-        together = self.batch.one_time(batch)
-        target = batch + (batch if together else max(1.0, (self.config.queue_target - 1.0) * batch))
-        if self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
+        target = batch + max(1.0, (self.config.queue_target - 1.0) * batch)
+        if target >= self.limit or self.mode is Mode.OUTAGE or now - self._last_cut < self._round_trip():
             return
-        if target < self.limit:
-            self._on_queue(QueueReading(True, target), now, f"batch:{self.batch.source} {batch:g}" + (" together" if together else ""))
-            self.latency.relearn()
-        elif together and self.mode is Mode.STEADY and self.batch.source != "saturation":
-            raised = min(self.config.ceiling, target, self.memory.refusal_level - 1.0)
-            if raised > self.limit:
-                self._why = f"batch:{self.batch.source} {batch:g} together"
-                self.memory.queued(raised)
-                self.limit = raised
-                self.latency.relearn()
+        self._on_queue(QueueReading(True, target), now, f"batch:{self.batch.source} {batch:g}")
+        self.latency.relearn()
 
     # signals -----------------------------------------------------------------
     def on_send(self, level: float, now: float) -> None:

@@ -32,14 +32,3 @@ def test_a_metrics_reading_between_a_batch_end_and_its_refill_does_not_cut_the_n
     assert busy >= 0.99, f"the batch was busy {busy:.3f} of the time"
     assert min(limits) >= BATCH, f"the limit went down to {min(limits):.1f}"
     assert queued <= 1.5 * STEPS * STEP, f"a request queued {queued * 1000:.0f} ms on average"
-
-
-def test_without_metrics_a_batch_whose_replies_take_one_time_keeps_the_next_batch_waiting():
-    """No metrics URL; the batch (16) is found from the first burst's answers (the limit starts at 32) and every reply
-    takes one time, so its slots free together: the queue held is the next batch, not a tenth of it (which refills the
-    rest only after 20-30 ms to the client and as long back).  The slots are busy 98% of the time (the start, before
-    the batch is known, included), and a request queues no more than two batch services."""
-    for transit in ((0.02, 0.02), (0.03, 0.03)):
-        busy, queued, limits = stepped(False, transit)
-        assert busy >= 0.98, f"the batch was busy {busy:.3f} of the time ({transit})"
-        assert queued <= 2 * STEPS * STEP, f"a request queued {queued * 1000:.0f} ms on average ({transit})"

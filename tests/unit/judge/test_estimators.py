@@ -5,7 +5,16 @@ from __future__ import annotations
 import math
 import random
 
-from qworker.judge.control.estimators import CapacityMemory, Latency, LimitConfig, RefusalKind, Refusals, ServerLoad, Throughput
+from qworker.judge.control.estimators import (
+    LOAD_FRESH_S,
+    CapacityMemory,
+    Latency,
+    LimitConfig,
+    RefusalKind,
+    Refusals,
+    ServerLoad,
+    Throughput,
+)
 from qworker.judge.control.limiter import AdaptiveLimit
 
 CFG = LimitConfig()
@@ -115,6 +124,15 @@ def test_a_reading_logged_as_a_batch_ends_measures_the_queue_against_the_batch_a
     assert not load.reading(running=1, waiting=16, in_flight=32, now=1.5).queueing  # 15 just ended, their answers on the way
     q = load.reading(running=4, waiting=24, in_flight=44, now=2.0)
     assert q.queueing and q.knee == 44 * (16 + 16) / 28  # back to a batch running and a batch waiting
+
+
+def test_a_batch_read_at_its_high_is_forgotten_once_its_readings_are_older_than_a_fresh_reading():
+    """The batch at its high spans readings within ``LOAD_FRESH_S`` only: a batch that shrank for good (a server given
+    less memory, a replica of fewer slots) is read at its new size, so its queue past the new batch is queueing."""
+    load = ServerLoad(CFG)
+    assert not load.reading(running=16, waiting=0, in_flight=16, now=0.0).queueing
+    assert not load.reading(running=8, waiting=12, in_flight=20, now=1.0).queueing  # within 2 s: the batch may be 16
+    assert load.reading(running=8, waiting=12, in_flight=20, now=1.0 + LOAD_FRESH_S + 0.5).queueing  # only 8 runs now
 
 
 def test_server_load_allows_a_queue_that_covers_the_requests_on_their_way():
