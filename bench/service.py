@@ -5,7 +5,14 @@ The same workloads, with the same number of local workers (``--workers``, 2), ru
   embedded Producer   one process: Producer(local_workers=W); submit_batch every task in requests of
                       ``--batch`` (256), then gather them all
   Client x N          one ``qworker serve --workers W`` process and N client processes (1, 4, 16); each
-                      client submits its share of the tasks the same way and gathers it
+                      client submits its share of the tasks the same way and gathers it.  Each client count
+                      has a fresh service, warmed up as the embedded producer is (200 no-op tasks, then 20 per
+                      client process)
+
+A producer's CPU per task grows with the number of results its cache holds, and every task's result is
+cached: so each row starts from the same cache state (the embedded producer's and each service's runs
+follow the same warm-up and the same earlier runs of that row), and the cache's entry count at the start
+of each run is printed beside it and in the throughput table.
 
 Workloads: ``--noop`` no-op tasks and ``--spin`` tasks of 1 ms of CPU (the ``spin`` reward with
 ``{"ms": 1}``).  Every run has fresh payloads, so nothing comes from the result cache.  A client run's
@@ -17,7 +24,8 @@ serve``'s), of its local pool (supervisor and workers, through psutil) and of th
 measured in the same runs; their sum gives the most those processes could do on this machine's CPUs
 (its CPU ceiling), against which the measured rate is shown.
 
-Then, on an idle producer and through a Client on an idle service: the single-task round trip
+Then, on the embedded producer and through a Client on the first client count's service, each idle after
+its throughput runs: the single-task round trip
 (``submit(...).result()``, one at a time, ``--rtt`` times), p50 and p99; and one caller submitting
 n no-op tasks in one request (``--one-batch``), to show how a request's size matters.
 
@@ -324,41 +332,54 @@ def main() -> None:
     rates: dict[str, dict[str, float]] = {}
     cpu: dict[str, dict[str, tuple[float, float, float]]] = {}  # us per task: (producer or service process, clients, pool)
 
-    def measure(system: str, fn: Any) -> None:
+    entries: dict[str, list[int]] = {}  # the result cache's entries at the start of each run, per system
+
+    def measure(system: str, fn: Any, cache_entries: Any) -> None:
         for name, (reward, n) in workloads.items():
-            runs = [fn(reward, n) for _ in range(a.repeats)]
+            runs = []
+            for _ in range(a.repeats):
+                entries.setdefault(system, []).append(cache_entries())
+                runs.append(fn(reward, n))
             rate = statistics.median(r[0] for r in runs)
             rates.setdefault(system, {})[name] = rate
             producer_us, clients_us, pool_us = (statistics.median(r[i] for r in runs) / n * 1e6 for i in (2, 3, 4))
             cpu.setdefault(system, {})[name] = (producer_us, clients_us, pool_us)
+            held = entries[system][-a.repeats:]
             print(f"  {system:<20} {name:<9} {rate:>9,.0f} tasks/s   runs: {', '.join(f'{r[0]:,.0f}' for r in runs)}"
-                  f"   median wall per caller: {', '.join(f'{r[1]:.2f} s' for r in runs)}", flush=True)
+                  f"   median wall per caller: {', '.join(f'{r[1]:.2f} s' for r in runs)}"
+                  f"   cache entries at start: {', '.join(f'{e:,}' for e in held)}", flush=True)
 
+    sizes = [int(x) for x in a.one_batch.split(",") if x]
     with Producer(local_workers=a.workers) as p:
         p.wait_for_workers(a.workers, timeout=60)
         p.map("noop", [{"warm": i} for i in range(200)])
-        measure("embedded Producer", lambda reward, n: embedded_run(p, reward, n, a.batch))
+        measure("embedded Producer", lambda reward, n: embedded_run(p, reward, n, a.batch),
+                lambda: p.status()["producer"]["cache_entries"])
         rtt_embedded = round_trips_ms(p.submit, a.rtt, "embedded")
-        sizes = [int(x) for x in a.one_batch.split(",") if x]
         one_embedded = {n: embedded_rate(p, "noop", n, 0) for n in sizes}
 
     echo_bare, echo_handed = echo_round_trips_ms(a.rtt)
-    port = free_port()
-    service = serve(port, a.workers)
-    endpoint = f"tcp://127.0.0.1:{port}"
-    try:
-        with Client(endpoint) as c:  # the service's workers are up once a task comes back
-            c.map("noop", [{"warm": i} for i in range(200)], timeout=120)
-            rtt_client = round_trips_ms(c.submit, a.rtt, "client")
-            one_client = {n: client_one_batch(c, n) for n in sizes}
-        for n in clients:
-            procs = Clients(endpoint, n, a.batch, service.pid)
-            try:
-                measure(f"Client x {n}", procs.run)
-            finally:
-                procs.close()
-    finally:
-        stop(service)
+    rtt_client: list[float] = []
+    one_client: dict[int, float] = {}
+    for row, n_clients in enumerate(clients):
+        # A fresh service per client count, warmed up as the embedded producer was: every row starts from the same
+        # cache state (a producer's cost per task grows with its result cache's size), whatever ran before it.
+        port = free_port()
+        service = serve(port, a.workers)
+        endpoint = f"tcp://127.0.0.1:{port}"
+        try:
+            with Client(endpoint) as c:  # the service's workers are up once a task comes back
+                c.map("noop", [{"warm": i} for i in range(200)], timeout=120)
+                procs = Clients(endpoint, n_clients, a.batch, service.pid)
+                try:
+                    measure(f"Client x {n_clients}", procs.run, lambda: c.status()["producer"]["cache_entries"])  # noqa: B023
+                finally:
+                    procs.close()
+                if row == 0:  # after the throughput runs, as on the embedded producer
+                    rtt_client = round_trips_ms(c.submit, a.rtt, "client")
+                    one_client = {n: client_one_batch(c, n) for n in sizes}
+        finally:
+            stop(service)
 
     base = rates["embedded Producer"]
     names = list(workloads)
@@ -367,9 +388,10 @@ def main() -> None:
     rows = []
     for system, by in rates.items():
         rows.append([system, *[f"{by[k]:,.0f}" for k in names], *[f"{by[k] / base[k]:.2f}x" for k in names],
-                     *[f"{(1 / by[k] - 1 / base[k]) * 1e6:+,.1f}" for k in names]])
+                     *[f"{(1 / by[k] - 1 / base[k]) * 1e6:+,.1f}" for k in names],
+                     f"{min(entries[system]):,}-{max(entries[system]):,}"])
     print(table(["system", *[f"{k} tasks/s" for k in names], *[f"client / embedded, {k}" for k in names],
-                 *[f"added per task us, {k}" for k in names]], rows))
+                 *[f"added per task us, {k}" for k in names], "cache entries at a run's start, min-max"], rows))
 
     ncpu = os.cpu_count() or 1
     print(f"\nCPU per task, us (median): the producer's process (embedded: the caller's; client runs: 'qworker serve'), "
