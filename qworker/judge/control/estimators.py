@@ -355,7 +355,8 @@ class CapacityMemory:
     slow probe); ``knee``: where queueing began; ``high``: the highest capacity
     seen (what a producer alone was answered at in steady state, Little's law, two lone refusals at one level,
     or producers together holding it).
-    ``refused_level``: in flight at the last fresh refusal (told to peers).  ``cap_seen``: a concurrency cap
+    ``refused_level``: in flight at the last fresh refusal, or what the server admitted in the refusals that ended
+    slow start where that is lower (``admits``; told to peers).  ``cap_seen``: a concurrency cap
     two lone refusals at one level showed, known within a refusal's margin (``under``).
 
     Expiry: a refusal level or knee says what the server allowed then.  The

@@ -198,7 +198,7 @@ class AdaptiveLimit:
         """In the episode of refusals that ended slow start, the concurrency the endpoint admits now, as the gate counts
         it (None: not in one, or too few sends yet): what it admitted per second since the episode began
         (``Admissions``, up to a refusal's way back before now) times the recent answers' mean round trip from the
-        gate, times ``answers_scale``.  It errs low, if anything: the answers back first are the short ones."""
+        gate, times ``answers_scale``."""
         admitted = self.admissions.rate(self._episode_at, now - self.probes.span())
         trip = self.throughput.trip()
         return None if admitted is None or not trip else self.answers_scale * admitted * trip
@@ -344,6 +344,7 @@ class AdaptiveLimit:
         used = self._in_use(in_flight)
         if self.mode is Mode.HOLDING and now - self.refusals_.last >= trip:
             self.mode = Mode.STEADY
+            self._episode_at = math.inf  # a round trip without a refusal: the episode is over
         if self.mode is Mode.STEADY and self.peers == 0 and now - self._last_cut >= max(1.0, 4 * trip):
             # What the server sustained (Little's law on the answers of the last round trips, no more than this
             # limit allowed), once those answers are all from after slow start and the last cut: a burst
@@ -438,6 +439,8 @@ class AdaptiveLimit:
                 # What it admits is a capacity seen, and where it refuses (growth above it is a probe).
                 accepts = 0.95 * self.sustained(now)
                 admitted = self._admitted(now)
+                if admitted is not None and admitted < cfg.backoff_again * self.sustained(now):
+                    admitted = None  # a storm (everything refused for a while), not the capacity: the answers say more
                 if admitted is not None:
                     accepts = min(accepts, admitted) if accepts else admitted
                 self._cut(max(cfg.backoff_again * level, min(level, accepts)), now, Mode.HOLDING)
@@ -486,6 +489,7 @@ class AdaptiveLimit:
         old = self.limit
         self.refusals_.reset()
         self._held = None
+        self._episode_at = math.inf
         self.limit = max(cfg.floor, min(cfg.ceiling, cfg.initial))
         self._last_cut = -math.inf
         self.memory.forget()

@@ -82,7 +82,7 @@ class Note:
     high: float = 0.0  # the highest capacity the producer's limiter saw (``AdaptiveLimit.high``)
     regain: float = 0.0  # the level its limiter is climbing back to, capacity having returned (0: none)
     refusals: int = 0  # refusals its limiter took as news so far (``AdaptiveLimit.refusals``)
-    refused_level: float = 0.0  # every producer's requests in flight at the last of them (0: none yet)
+    refused_level: float = 0.0  # every producer's requests in flight at the last of them, or less (``CapacityMemory.admits``; 0: none yet)
 
 
 class Board(Protocol):

@@ -21,3 +21,17 @@ def test_slow_start_past_a_token_buckets_reserve_is_cut_to_the_rate_the_bucket_a
     # so the burst of refusals ends within the second, at fewer than a round trip's excess (more than 25 before)
     assert sum(1 for t in c.refused_at if t < first + 1.0) <= 20
     assert not c.failed
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_short_storm_of_refusals_in_slow_start_is_not_read_as_the_capacity(seed):
+    """A server of 200 slots refuses everything for a quarter second while slow start climbs: what it admitted meanwhile
+    (nothing) says nothing of what it holds, so the cut stops where the answers' Little's law puts it (about half the
+    level, not halving again with each refusal), and the 10 s after it run at 150 tasks/s at least (95 when the storm
+    was read as the capacity)."""
+    server = Server(capacity=200, latency=LATENCY, sigma=0.6, seed=seed, retry_after="s", outage=(1.8, 2.05), outage_reply="429")
+    _, (c,), _ = judgesim.run(server, 12000)
+    after = [lim for t, lim in c.limits if 2.05 <= t <= 2.05 + 3 * LATENCY]
+    assert min(after) >= 40, f"the limit went down to {min(after):.1f} after the storm"
+    assert judgesim.throughput(c.done_at, 5, 15) >= 150
+    assert not c.failed
