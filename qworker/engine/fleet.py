@@ -17,8 +17,9 @@ Pools may state different frame limits (``Ready.max_message_bytes``).  ``widest`
 is the largest a worker may soon receive: a pool's limit is remembered for a
 heartbeat timeout after the pool or one of its workers was last heard from, so a
 task too big for a narrow worker is kept while a wide pool restarts or respawns a
-worker, and the producer's own limit counts for a heartbeat timeout after the
-first worker's ``Ready`` (other pools may still be starting).
+worker (not while every live worker it reports is quarantined: none will take
+it), and the producer's own limit counts for a heartbeat timeout after the fleet
+starts (``started``: other pools may still be starting).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class Fleet:
         of those of the workers connected and not quarantined, and of the limit each pool's workers last stated, for
         ``heartbeat_timeout_s`` after that pool or one of its workers was last heard from.  ``own`` (the producer's
         limit) is the most it returns, and it counts for a worker that states none; it is returned for
-        ``heartbeat_timeout_s`` after the first ``Ready`` (other pools may still be starting), and when no limit is
+        ``heartbeat_timeout_s`` after the fleet starts (``started``: other pools may still be starting), and when no limit is
         known (no worker heard from in that window: a task waits for the next).  A task over it, less the message's
         overhead and the transport's framing, fits no frame a worker may soon receive."""
         if self.started is not None and now - self.started <= self.heartbeat_timeout_s:
