@@ -291,3 +291,22 @@ def test_a_wide_worker_is_asked_back_only_for_its_newest_tasks_that_fit_the_idle
     ready(s, "narrow", LOW, granted=5)
     s.dispatch(0.1)
     assert revokes_to(stub, "wide") == [3]
+
+
+def test_admitted_tasks_waiting_for_a_wide_worker_hold_their_policys_budget():
+    from tests.admission_policy import Slots
+
+    s, stub, table = make()
+    policy = Slots(1000)
+    entries = [(i.to_bytes(16, "big"), b"p" * 200_000) for i in range(100)]
+    with table.registering(entries, reward="noop", params={}, timeout_s=None, policy=policy, now=0.0,
+                           hand_on=s.add) as reg:
+        reg.hand_on(reg.new)
+    ready(s, "wide", MiB, granted=0)
+    ready(s, "narrow", LOW, granted=5)
+    for i in range(20):
+        s.dispatch(i * 0.01)
+    assert len(s.wide) == 5 and len(policy.held) == 5 and not stub.tasks_to("narrow")
+    ready(s, "wide", MiB, granted=2, now=0.5)
+    s.dispatch(0.5)
+    assert len(stub.tasks_to("wide")) == 2 and len(policy.held) == 5 + 2
