@@ -8,8 +8,8 @@ from __future__ import annotations
 from qworker._errors import ErrorKind
 from qworker.cache.results import ResultCache
 from qworker.engine.pending import PendingTable
-from qworker.engine.scheduler import MESSAGE_OVERHEAD, Scheduler
-from qworker.engine.task import WorkerState
+from qworker.engine.scheduler import MESSAGE_OVERHEAD, Scheduler, _TaskSizer
+from qworker.engine.task import Pending, WorkerState
 from qworker.testing import StubTransport
 from qworker.transport import wire
 
@@ -310,3 +310,24 @@ def test_admitted_tasks_waiting_for_a_wide_worker_hold_their_policys_budget():
     ready(s, "wide", MiB, granted=2, now=0.5)
     s.dispatch(0.5)
     assert len(stub.tasks_to("wide")) == 2 and len(policy.held) == 5 + 2
+
+
+def test_what_a_wide_worker_could_give_back_is_weighed_at_most_once_a_revoke_interval():
+    s, stub, table = make()
+    submit(s, table, [200_000] * 6)
+    ready(s, "wide", MiB, granted=6)
+    s.dispatch(0.0)
+    ready(s, "narrow", LOW, granted=5)
+    s.dispatch(0.1)  # the tasks the wide worker has no credit for go to wait for it
+    assert s.wide and not s.queue
+    sized: list[bytes] = []
+
+    class Counted(_TaskSizer):
+        def task_bytes(self, p: Pending) -> int:
+            sized.append(p.key)
+            return super().task_bytes(p)
+
+    s._sizer = Counted()
+    for i in range(1, 11):  # ten dispatch turns within one REVOKE_EVERY_S (0.05 s)
+        s.dispatch(0.1 + i * 0.004)
+    assert len(sized) == 1 and revokes_to(stub, "wide") == []
