@@ -17,8 +17,9 @@ Pools may state different frame limits (``Ready.max_message_bytes``).  ``widest`
 is the largest a worker may soon receive: a pool's limit is remembered for a
 heartbeat timeout after the pool or one of its workers was last heard from, so a
 task too big for a narrow worker is kept while a wide pool restarts or respawns a
-worker, and the producer's own limit counts for a heartbeat timeout after the
-first worker's ``Ready`` (other pools may still be starting).
+worker (not while every live worker it reports is quarantined: none will take
+it), and the producer's own limit counts for a heartbeat timeout after the fleet
+starts (``started``: other pools may still be starting).
 """
 
 from __future__ import annotations
@@ -55,12 +56,16 @@ class Fleet:
         # pool -> (the frame limit its workers last stated, bytes, 0 for none said; when the pool or one of its workers
         # was last heard from, s): ``widest`` counts it for a heartbeat timeout after that
         self.limits: dict[str, tuple[int, float]] = {}
-        self.started: Optional[float] = None  # when the first worker said Ready
+        # when the fleet last started: a worker not quarantined said Ready while none was connected and no pool's limit
+        # had been heard from within the heartbeat timeout
+        self.started: Optional[float] = None
 
     def on_ready(self, msg: wire.Ready, now: float) -> tuple[WorkerState, bool]:
         """Record a READY; returns the worker and whether it is new."""
         w = self.workers.get(msg.worker)
         new = w is None
+        if msg.worker not in self.quarantined and not self._heard_from(now):
+            self.started = now  # the fleet starts (again): other pools may still be starting (``widest``)
         if w is None:
             if msg.worker in self.retired:
                 self.retired.discard(msg.worker)  # it came back (e.g. after a network partition)
@@ -72,16 +77,21 @@ class Fleet:
         w.last_seen = now
         if not w.quarantined:
             self.limits[w.pool] = (w.max_message_bytes, now)
-        if self.started is None:
-            self.started = now
         return w, new
+
+    def _heard_from(self, now: float) -> bool:
+        """Whether a worker not quarantined is connected, or a pool's limit was heard from within the heartbeat
+        timeout before ``now`` (s): if neither, the fleet is (re)starting."""
+        since = now - self.heartbeat_timeout_s
+        return (any(not w.quarantined for w in self.workers.values())
+                or any(heard >= since for _, heard in self.limits.values()))
 
     def widest(self, own: int, now: float) -> int:
         """The largest frame limit, bytes, of a worker that may receive a task soon, ``now`` (s, monotonic): the largest
         of those of the workers connected and not quarantined, and of the limit each pool's workers last stated, for
         ``heartbeat_timeout_s`` after that pool or one of its workers was last heard from.  ``own`` (the producer's
         limit) is the most it returns, and it counts for a worker that states none; it is returned for
-        ``heartbeat_timeout_s`` after the first ``Ready`` (other pools may still be starting), and when no limit is
+        ``heartbeat_timeout_s`` after the fleet starts (``started``: other pools may still be starting), and when no limit is
         known (no worker heard from in that window: a task waits for the next).  A task over it, less the message's
         overhead and the transport's framing, fits no frame a worker may soon receive."""
         if self.started is not None and now - self.started <= self.heartbeat_timeout_s:
@@ -108,7 +118,9 @@ class Fleet:
         p.state, p.last_seen = msg.state, now
         p.reports = {r.worker: r for r in msg.workers}
         limit = self.limits.get(msg.pool)
-        if limit is not None:
+        alive = [r.worker for r in msg.workers if r.alive]
+        if limit is not None and (not alive or any(wid not in self.quarantined for wid in alive)):
+            # (a pool whose every live worker is quarantined will send this producer none: its limit stops counting)
             self.limits[msg.pool] = (limit[0], now)
         for r in msg.workers:
             w = self.workers.get(r.worker)
@@ -138,8 +150,9 @@ class Fleet:
         is remembered as last heard from at its last message at the latest (``widest``)."""
         self.workers.pop(worker.id, None)
         limit = self.limits.get(worker.pool)
-        if limit is not None and limit[1] < worker.last_seen and not worker.quarantined:
-            self.limits[worker.pool] = (limit[0], worker.last_seen)
+        if not worker.quarantined and (limit is None or limit[1] < worker.last_seen):
+            # (an entry dropped while the worker was busy comes back: its Results are heard from, and refresh none)
+            self.limits[worker.pool] = (limit[0] if limit else worker.max_message_bytes, worker.last_seen)
         self.retired.add(worker.id)
         return self.held(worker)
 

@@ -150,6 +150,8 @@ class Scheduler:
         # QUEUED tasks too big for the frame of a worker that took them, with their sizes (``_TaskSizer``), in order:
         # offered first to each worker whose frame they fit (``dispatch``); empty in a fleet of one frame limit
         self.wide: list[tuple[Pending, int]] = []
+        self._wide_min = 0  # the smallest size in ``wide``, bytes (0 while empty): a worker whose frame it exceeds takes none
+        self._wide_admitted = 0  # the tasks in ``wide`` an admission policy admitted: they hold its budget (``_admit``)
         self._turns = Turns(every_s=REVOKE_EVERY_S)
         # Workers lost with no task blamed (given up for silent, or gone with nothing known running): the tasks
         # refunded, until their pool's report says which one the worker was running (the oldest forgotten first).
@@ -484,8 +486,9 @@ class Scheduler:
         Credit is granted ahead of time on a worker's past speed; when the work
         changes, a slow worker can hold tasks that idle workers could finish.  It
         gives back up to half of what it holds beyond the task it is running.  A
-        worker of a wider frame than every idle one's gives back only if each task
-        it holds fits an idle one's frame (else what it gave back would wait for it).
+        worker of a wider frame than every idle one's is asked for only as many of
+        its newest leases (those it gives back) as fit an idle one's frame, in a
+        row from the newest (else what it gave back would wait for it).
         """
         idle = [w for w in self.fleet.with_credit() if not w.leases]  # a quarantined worker's credit is no idle worker
         if not idle:
@@ -495,18 +498,25 @@ class Scheduler:
         for w in self.fleet.workers.values():
             spare = (len(w.leases) - 1) // 2
             if spare > 0 and now - w.last_revoke_at >= REVOKE_EVERY_S:
-                if min(own, w.max_message_bytes or own) > fits and not self._all_fit(w, fits):
-                    continue
-                w.last_revoke_at = now
-                self.send(w.id.encode(), wire.Revoke(spare))
+                w.last_revoke_at = now  # (asked or not, not weighed again before REVOKE_EVERY_S)
+                if min(own, w.max_message_bytes or own) > fits:
+                    spare = self._newest_fitting(w, fits, spare)
+                if spare > 0:
+                    self.send(w.id.encode(), wire.Revoke(spare))
 
-    def _all_fit(self, w: WorkerState, limit: int) -> bool:
-        """Whether every task ``w`` holds fits alone in a frame of ``limit`` bytes."""
+    def _newest_fitting(self, w: WorkerState, limit: int, n: int) -> int:
+        """How many of ``w``'s newest leases, at most ``n``, fit alone in a frame of ``limit`` bytes, counted from the
+        newest up to the first that does not (a worker gives back its newest unstarted tasks first)."""
         bound = limit - self.framing_bytes - MESSAGE_OVERHEAD
+        fit = 0
         try:
-            return all(self._sizer.task_bytes(p) <= bound for p in w.leases.values())
+            for p in reversed(w.leases.values()):
+                if fit >= n or self._sizer.task_bytes(p) > bound:
+                    break
+                fit += 1
         except Exception:  # (sent already, so encodable; if not, kept where it is)
-            return False
+            pass
+        return fit
 
     def _forget(self, p: Pending) -> None:
         """``p`` leaves without a result for its policy (if it has one).  A policy's ``forget`` that raises is logged
@@ -526,7 +536,8 @@ class Scheduler:
         """Move the tasks the policies admit to the front of the queue; fail those they fail."""
         for policy in self.policies:
             policy.tick(now)
-        budget = sum(w.credit for w in self.fleet.with_credit()) - len(self.queue)
+        # (admitted tasks waiting for a wider frame hold their budget: else a policy would admit without bound)
+        budget = sum(w.credit for w in self.fleet.with_credit()) - len(self.queue) - self._wide_admitted
         if budget <= 0:
             return
         for policy in self.policies:
@@ -573,7 +584,7 @@ class Scheduler:
             frame = min(max_bytes, w.max_message_bytes or max_bytes) - self.framing_bytes  # the largest it can receive
             room = frame // 2  # a batch stays well under the frame cap (a bigger task goes alone)
             alone = frame - MESSAGE_OVERHEAD  # the largest task it can receive alone
-            if wide:  # (only in a fleet of several frame limits)
+            if wide and alone >= self._wide_min:  # (only in a fleet of several frame limits)
                 room = self._take_wide(w, alone, room, leased)
             full = False
             while left and not full and len(leased) < limit:
@@ -605,6 +616,10 @@ class Scheduler:
                                 self._fail_oversized(p, size, widest)
                             else:
                                 wide.append((p, size))
+                                if size < self._wide_min or len(wide) == 1:
+                                    self._wide_min = size
+                                if p.policy is not None:
+                                    self._wide_admitted += 1
                             continue
                         if leased and size > room:  # it and those after it go in the next message: first in the queue again
                             rest = taken[i:]
@@ -680,16 +695,22 @@ class Scheduler:
         alone, ``room`` bytes for a message of several), in order, as many as its credit allows; drop those resolved
         meanwhile.  Returns the room left."""
         limit = min(w.credit, MAX_BATCH)
+        wide = self.wide
         keep: list[tuple[Pending, int]] = []
-        for p, size in self.wide:
+        i, n = 0, len(wide)
+        while i < n and len(leased) < limit:  # once its credit is used, the rest stay as they are, in order
+            p, size = wide[i]
+            i += 1
             if p.state is DONE:  # resolved while waiting (a late result of an earlier delivery)
                 self._forget(p)
-            elif size > alone or len(leased) >= limit or (leased and size > room):
+            elif size > alone or (leased and size > room):
                 keep.append((p, size))
             elif not (self._spent and self._fail_if_spent(p)):
                 room -= size
                 leased.append(p)
-        self.wide[:] = keep
+        if len(keep) < i:  # (none taken nor dropped: nothing to rewrite)
+            wide[:i] = keep
+            self._wide_changed()
         return room
 
     def _expire_wide(self, now: float) -> None:
@@ -706,8 +727,14 @@ class Scheduler:
             else:
                 keep.append((p, size))
         self.wide[:] = keep
+        self._wide_changed()
         for p, size in failed:
             self._fail_oversized(p, size, widest)
+
+    def _wide_changed(self) -> None:
+        """Recount what is kept of ``wide`` (``_wide_min``, ``_wide_admitted``) after tasks left it."""
+        self._wide_min = min((size for _, size in self.wide), default=0)
+        self._wide_admitted = sum(1 for p, _ in self.wide if p.policy is not None)
 
     def _widest(self, now: float) -> int:
         """The largest frame limit, bytes, a worker may soon receive (``Fleet.widest``: the producer's own at most): a

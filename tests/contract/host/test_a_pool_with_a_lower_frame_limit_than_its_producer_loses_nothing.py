@@ -1,7 +1,7 @@
 """A pool started with a lower ``--max-message-bytes`` than its producer's (or a higher one): libzmq drops a message
 over a socket's MAXMSGSIZE unread, with the link, so each side must fit what it sends to the other's stated limit.
-Tasks that together pass a pool's limit go in several messages, a task over it goes to a pool it fits or fails at
-once naming its size and the limit, and a result over the producer's limit fails as ``bad_result``; no worker is
+Tasks that together pass a pool's limit go in several messages, a task over it goes to a pool it fits or, once the
+start-up grace (a heartbeat timeout after the first worker's Ready) is over, fails naming its size and the limit, and a result over the producer's limit fails as ``bad_result``; no worker is
 quarantined and nothing waits for ever."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def quarantined(status: dict) -> list[str]:
     return [w["worker"] for pl in status["pools"] for w in pl["workers"] if w["quarantined"]]
 
 
-def test_a_pool_under_the_producers_frame_limit_gets_batches_in_parts_and_a_task_over_it_fails_at_once():
+def test_a_pool_under_the_producers_frame_limit_gets_batches_in_parts_and_a_task_over_it_fails_after_the_start_up_grace():
     with Producer(bind="tcp://127.0.0.1:0", local_workers=0) as p:
         pool = start_pool(p.endpoint, "--workers", "1", "--id", "narrow", "--max-message-bytes", str(LOW))
         try:

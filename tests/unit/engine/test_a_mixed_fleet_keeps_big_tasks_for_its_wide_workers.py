@@ -8,7 +8,8 @@ from __future__ import annotations
 from qworker._errors import ErrorKind
 from qworker.cache.results import ResultCache
 from qworker.engine.pending import PendingTable
-from qworker.engine.scheduler import MESSAGE_OVERHEAD, Scheduler
+from qworker.engine.scheduler import MESSAGE_OVERHEAD, Scheduler, _TaskSizer
+from qworker.engine.task import Pending, WorkerState
 from qworker.testing import StubTransport
 from qworker.transport import wire
 
@@ -47,18 +48,27 @@ def error(fut) -> str:
 def test_a_task_handed_back_by_a_wide_worker_that_left_waits_for_a_wide_worker_within_the_heartbeat_timeout():
     s, stub, table = make()
     [fut] = submit(s, table, [200_000])
-    ready(s, "wide", MiB, granted=1)
+    submit(s, table, [100] * 40, base=100)
+    ready(s, "wide", MiB, granted=41)
     ready(s, "narrow", LOW, granted=0)
     s.dispatch(0.0)
-    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0]
-    s.handle(b"wide", wire.Bye("restarting"), HB + 1)  # past the start-up grace
-    ready(s, "narrow", LOW, granted=5, now=HB + 1.2)
-    s.dispatch(HB + 1.2)
-    s.housekeeping(HB + 1.2)
+    assert [t.key[-1] for t in stub.tasks_to("wide")][0] == 0
+    held = [k for k in s.fleet.workers["wide"].leases if k[-1] != 0 or k[-2] != 0]
+    t = 0.25
+    while t <= HB + 1:  # past the start-up grace, housekeeping every 0.25 s as the dispatcher runs it; the wide worker
+        # busy, heard from by its Results alone (not Ready, no pool report)
+        done = wire.TaskResult(held.pop(), 1.0, None, None, 0.0, None, None)
+        s.handle(b"wide", wire.Results(41, len(stub.tasks_to("wide")), [done]), t)
+        s.housekeeping(t)
+        t += 0.25
+    s.handle(b"wide", wire.Bye("restarting"), t)
+    ready(s, "narrow", LOW, granted=5, now=t + 0.2)
+    s.dispatch(t + 0.2)
+    s.housekeeping(t + 0.2)
     assert not fut.done(), error(fut)
-    ready(s, "wide2", MiB, granted=1, now=HB + 2)  # the wide pool is back
-    s.dispatch(HB + 2)
-    assert [t.key[-1] for t in stub.tasks_to("wide2")] == [0] and not stub.tasks_to("narrow")
+    ready(s, "wide2", MiB, granted=1, now=t + 1)  # the wide pool is back
+    s.dispatch(t + 1)
+    assert [t.key[-1] for t in stub.tasks_to("wide2")] == [0] and not any(k.key[-1] == 0 for k in stub.tasks_to("narrow"))
 
 
 def test_a_task_waiting_for_a_wide_worker_fails_once_none_was_heard_from_for_the_heartbeat_timeout():
@@ -188,3 +198,136 @@ def test_a_task_of_a_wide_worker_its_pool_reports_lost_waits_while_that_pool_rep
     s.handle(b"wide-2", wire.Ready(*wire.STAMP, "wide-2", "pool-wide", 3, "h", 1, 0, 0, [], [], {}, MiB), 3 * HB + 0.5)
     s.dispatch(3 * HB + 0.5)
     assert [t.key[-1] for t in stub.tasks_to("wide-2")] == [0] and not stub.tasks_to("narrow")
+
+
+def report(s: Scheduler, pool: str, now: float, workers: tuple[str, ...] = ()) -> None:
+    s.handle(pool.encode(), wire.PoolReport(*wire.STAMP, pool, "h", 2, "running",
+                                            [wire.WorkerReport(w, 1, True, 0.0, 0, 1.0) for w in workers], []), now)
+
+
+def test_the_limit_of_a_pool_whose_live_workers_are_all_quarantined_stops_counting():
+    s, stub, table = make()
+    [fut] = submit(s, table, [200_000])
+    ready(s, "wide", MiB, granted=1)
+    ready(s, "narrow", LOW, granted=0)
+    s.dispatch(0.0)
+    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0]
+    # idle with its lease outstanding, long after the send, twice: the lease vanished twice, and the worker is quarantined
+    s.handle(b"wide", wire.Ready(*wire.STAMP, "wide", "pool-wide", 1, "h", 2, 1, 1, [], [], {}, MiB), HB + 1)
+    s.dispatch(HB + 1)
+    s.handle(b"wide", wire.Ready(*wire.STAMP, "wide", "pool-wide", 1, "h", 3, 2, 2, [], [], {}, MiB), 2 * HB + 2)
+    assert s.fleet.workers["wide"].quarantined
+    t = 2 * HB + 2
+    while t < 4 * HB + 3:  # its pool goes on reporting it alive
+        report(s, "pool-wide", t, ("wide",))
+        ready(s, "narrow", LOW, granted=5, now=t)
+        s.dispatch(t)
+        s.housekeeping(t)
+        t += 1.0
+    assert fut.done() and "65472 bytes a task may be" in error(fut), error(fut)
+    assert len(stub.tasks_to("wide")) == 2
+
+
+def test_a_fleet_that_starts_again_after_every_worker_left_gives_its_pools_the_start_up_grace_again():
+    s, stub, table = make()
+    ready(s, "wide", MiB, granted=0)
+    ready(s, "narrow", LOW, granted=0)
+    s.handle(b"wide", wire.Bye("restart"), 10.0)
+    s.handle(b"narrow", wire.Bye("restart"), 10.0)
+    s.housekeeping(20.0)
+    [fut] = submit(s, table, [200_000])
+    s.dispatch(50.0)
+    ready(s, "narrow2", LOW, granted=5, now=100.0)  # the narrow pool is back first
+    s.dispatch(100.0)
+    s.housekeeping(100.0)
+    assert not fut.done(), error(fut)
+    ready(s, "wide2", MiB, granted=5, now=100.5)
+    s.dispatch(100.5)
+    assert [t.key[-1] for t in stub.tasks_to("wide2")] == [0]
+
+
+def test_a_worker_whose_frame_fits_no_waiting_task_does_not_walk_them():
+    s, stub, table = make()
+    submit(s, table, [70_000] * 50)
+    ready(s, "wide", MiB, granted=0)
+    for i in range(5):
+        ready(s, f"n{i}", LOW, granted=1 if i == 0 else 0)
+    s.dispatch(0.0)
+    for i in range(5):
+        ready(s, f"n{i}", LOW, granted=100, now=0.1)
+    assert len(s.wide) == 50 and not s.queue
+    walks: list[str] = []
+    take = s._take_wide
+
+    def counted(w: WorkerState, alone: int, room: int, leased: list) -> int:
+        walks.append(w.id)
+        return take(w, alone, room, leased)
+
+    s._take_wide = counted  # type: ignore[method-assign]
+    for i in range(5):
+        s.dispatch(0.2 + i * 0.01)
+    assert walks == []
+    ready(s, "wide", MiB, granted=3, now=0.3)
+    s.dispatch(0.3)
+    assert walks == ["wide"] and [t.key[-1] for t in stub.tasks_to("wide")] == [0, 1, 2]
+    assert [p.key[-1] for p, _ in s.wide] == list(range(3, 50))
+
+
+def test_a_wide_worker_running_a_big_task_still_gives_back_the_small_tasks_queued_behind_it():
+    s, stub, table = make()
+    submit(s, table, [200_000] + [100] * 20)
+    ready(s, "wide", MiB, granted=21)
+    s.dispatch(0.0)
+    ready(s, "narrow", LOW, granted=5)
+    s.dispatch(0.1)
+    assert revokes_to(stub, "wide") == [10]
+
+
+def test_a_wide_worker_is_asked_back_only_for_its_newest_tasks_that_fit_the_idle_worker():
+    s, stub, table = make()
+    submit(s, table, [100] * 4 + [200_000] + [100] * 3)
+    ready(s, "wide", MiB, granted=8)
+    s.dispatch(0.0)
+    ready(s, "narrow", LOW, granted=5)
+    s.dispatch(0.1)
+    assert revokes_to(stub, "wide") == [3]
+
+
+def test_admitted_tasks_waiting_for_a_wide_worker_hold_their_policys_budget():
+    from tests.admission_policy import Slots
+
+    s, stub, table = make()
+    policy = Slots(1000)
+    entries = [(i.to_bytes(16, "big"), b"p" * 200_000) for i in range(100)]
+    with table.registering(entries, reward="noop", params={}, timeout_s=None, policy=policy, now=0.0,
+                           hand_on=s.add) as reg:
+        reg.hand_on(reg.new)
+    ready(s, "wide", MiB, granted=0)
+    ready(s, "narrow", LOW, granted=5)
+    for i in range(20):
+        s.dispatch(i * 0.01)
+    assert len(s.wide) == 5 and len(policy.held) == 5 and not stub.tasks_to("narrow")
+    ready(s, "wide", MiB, granted=2, now=0.5)
+    s.dispatch(0.5)
+    assert len(stub.tasks_to("wide")) == 2 and len(policy.held) == 5 + 2
+
+
+def test_what_a_wide_worker_could_give_back_is_weighed_at_most_once_a_revoke_interval():
+    s, stub, table = make()
+    submit(s, table, [200_000] * 6)
+    ready(s, "wide", MiB, granted=6)
+    s.dispatch(0.0)
+    ready(s, "narrow", LOW, granted=5)
+    s.dispatch(0.1)  # the tasks the wide worker has no credit for go to wait for it
+    assert s.wide and not s.queue
+    sized: list[bytes] = []
+
+    class Counted(_TaskSizer):
+        def task_bytes(self, p: Pending) -> int:
+            sized.append(p.key)
+            return super().task_bytes(p)
+
+    s._sizer = Counted()
+    for i in range(1, 11):  # ten dispatch turns within one REVOKE_EVERY_S (0.05 s)
+        s.dispatch(0.1 + i * 0.004)
+    assert len(sized) == 1 and revokes_to(stub, "wide") == []
