@@ -151,7 +151,6 @@ class Scheduler:
         # offered first to each worker whose frame they fit (``dispatch``); empty in a fleet of one frame limit
         self.wide: list[tuple[Pending, int]] = []
         self._wide_min = 0  # the smallest size in ``wide``, bytes (0 while empty): a worker whose frame it exceeds takes none
-        self._wide_admitted = 0  # the tasks in ``wide`` an admission policy admitted: they hold its budget (``_admit``)
         self._turns = Turns(every_s=REVOKE_EVERY_S)
         # Workers lost with no task blamed (given up for silent, or gone with nothing known running): the tasks
         # refunded, until their pool's report says which one the worker was running (the oldest forgotten first).
@@ -536,8 +535,7 @@ class Scheduler:
         """Move the tasks the policies admit to the front of the queue; fail those they fail."""
         for policy in self.policies:
             policy.tick(now)
-        # (admitted tasks waiting for a wider frame hold their budget: else a policy would admit without bound)
-        budget = sum(w.credit for w in self.fleet.with_credit()) - len(self.queue) - self._wide_admitted
+        budget = sum(w.credit for w in self.fleet.with_credit()) - len(self.queue)
         if budget <= 0:
             return
         for policy in self.policies:
@@ -618,8 +616,6 @@ class Scheduler:
                                 wide.append((p, size))
                                 if size < self._wide_min or len(wide) == 1:
                                     self._wide_min = size
-                                if p.policy is not None:
-                                    self._wide_admitted += 1
                             continue
                         if leased and size > room:  # it and those after it go in the next message: first in the queue again
                             rest = taken[i:]
@@ -710,7 +706,7 @@ class Scheduler:
                 leased.append(p)
         if len(keep) < i:  # (none taken nor dropped: nothing to rewrite)
             wide[:i] = keep
-            self._wide_changed()
+            self._wide_min = min((size for _, size in wide), default=0)
         return room
 
     def _expire_wide(self, now: float) -> None:
@@ -727,14 +723,9 @@ class Scheduler:
             else:
                 keep.append((p, size))
         self.wide[:] = keep
-        self._wide_changed()
+        self._wide_min = min((size for _, size in keep), default=0)
         for p, size in failed:
             self._fail_oversized(p, size, widest)
-
-    def _wide_changed(self) -> None:
-        """Recount what is kept of ``wide`` (``_wide_min``, ``_wide_admitted``) after tasks left it."""
-        self._wide_min = min((size for _, size in self.wide), default=0)
-        self._wide_admitted = sum(1 for p, _ in self.wide if p.policy is not None)
 
     def _widest(self, now: float) -> int:
         """The largest frame limit, bytes, a worker may soon receive (``Fleet.widest``: the producer's own at most): a

@@ -293,25 +293,6 @@ def test_a_wide_worker_is_asked_back_only_for_its_newest_tasks_that_fit_the_idle
     assert revokes_to(stub, "wide") == [3]
 
 
-def test_admitted_tasks_waiting_for_a_wide_worker_hold_their_policys_budget():
-    from tests.admission_policy import Slots
-
-    s, stub, table = make()
-    policy = Slots(1000)
-    entries = [(i.to_bytes(16, "big"), b"p" * 200_000) for i in range(100)]
-    with table.registering(entries, reward="noop", params={}, timeout_s=None, policy=policy, now=0.0,
-                           hand_on=s.add) as reg:
-        reg.hand_on(reg.new)
-    ready(s, "wide", MiB, granted=0)
-    ready(s, "narrow", LOW, granted=5)
-    for i in range(20):
-        s.dispatch(i * 0.01)
-    assert len(s.wide) == 5 and len(policy.held) == 5 and not stub.tasks_to("narrow")
-    ready(s, "wide", MiB, granted=2, now=0.5)
-    s.dispatch(0.5)
-    assert len(stub.tasks_to("wide")) == 2 and len(policy.held) == 5 + 2
-
-
 def test_what_a_wide_worker_could_give_back_is_weighed_at_most_once_a_revoke_interval():
     s, stub, table = make()
     submit(s, table, [200_000] * 6)
@@ -331,3 +312,19 @@ def test_what_a_wide_worker_could_give_back_is_weighed_at_most_once_a_revoke_int
     for i in range(1, 11):  # ten dispatch turns within one REVOKE_EVERY_S (0.05 s)
         s.dispatch(0.1 + i * 0.004)
     assert len(sized) == 1 and revokes_to(stub, "wide") == []
+
+
+def test_a_narrow_worker_keeps_getting_a_policys_small_tasks_while_its_big_ones_wait_for_a_wide_worker():
+    from tests.admission_policy import Slots
+
+    s, stub, table = make()
+    policy = Slots(1000)
+    entries = [(i.to_bytes(16, "big"), b"p" * (200_000 if i < 5 else 100)) for i in range(100)]
+    with table.registering(entries, reward="noop", params={}, timeout_s=None, policy=policy, now=0.0,
+                           hand_on=s.add) as reg:
+        reg.hand_on(reg.new)
+    ready(s, "wide", MiB, granted=0)  # busy: no credit
+    ready(s, "narrow", LOW, granted=5)
+    for i in range(20):
+        s.dispatch(i * 0.01)
+    assert len(s.wide) == 5 and stub.tasks_to("narrow"), "the narrow worker got none of the small tasks"
