@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 __all__ = ["Admissions", "BATCH_READINGS", "CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal",
-           "RefusalKind", "Refusals", "ServerLoad", "Throughput"]
+           "RefusalKind", "Refusals", "STORM_SHARE", "ServerLoad", "Throughput"]
 
 LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
 PROBES_KEPT = 1024  # send instants of probes kept (``Probes``)
 ADMISSIONS_KEPT = 4096  # send instants kept, and as many of refused requests (``Admissions``)
 ADMISSIONS_MIN = 8  # requests sent in a span, at least, for what was admitted in it to be read (``Admissions``)
+STORM_SHARE = 0.1  # a span in which the server admitted less than this share of what was sent: a storm (``Admissions``)
 ON_WAY_READINGS = 4.0  # the moving mean of the requests on a server's way (``ServerLoad``) weighs each reading 1/this
 BATCH_READINGS = 4  # a server's batch is the most it ran in its last this many readings within LOAD_FRESH_S (``ServerLoad``)
 _LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
@@ -567,7 +568,10 @@ class Admissions:
 
     def rate(self, since: float, until: float) -> Optional[float]:
         """Requests admitted per second among those sent in [``since``, ``until``]; None when the span is empty, holds
-        fewer than ``ADMISSIONS_MIN`` sends, or begins before the oldest send kept."""
+        fewer than ``ADMISSIONS_MIN`` sends, begins before the oldest send kept, or is a storm: less than
+        ``STORM_SHARE`` of the sends admitted (an outage, a tenant taking everything for a while) says nothing of the
+        capacity, where a token bucket past its reserve admits its refill, a share of what is sent however deep the
+        reserve that carried the sends past it."""
         if until <= since or not self._sent or self._sent[0] > since:
             return None
         sent = 0
@@ -577,8 +581,8 @@ class Admissions:
             sent += t <= until
         if sent < ADMISSIONS_MIN:
             return None
-        refused = sum(1 for t in self._refused if since <= t <= until)
-        return max(0, sent - refused) / (until - since)
+        admitted = max(0, sent - sum(1 for t in self._refused if since <= t <= until))
+        return None if admitted < STORM_SHARE * sent else admitted / (until - since)
 
 
 class Throughput:

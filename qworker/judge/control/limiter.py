@@ -438,9 +438,7 @@ class AdaptiveLimit:
                 # answers lag a round trip and, past a token bucket's reserve, count what the reserve let through.
                 # What it admits is a capacity seen, and where it refuses (growth above it is a probe).
                 accepts = 0.95 * self.sustained(now)
-                admitted = self._admitted(now)
-                if admitted is not None and admitted < cfg.backoff_again * self.sustained(now):
-                    admitted = None  # a storm (everything refused for a while), not the capacity: the answers say more
+                admitted = self._admitted(now)  # (None in a storm: ``Admissions.rate``)
                 if admitted is not None:
                     accepts = min(accepts, admitted) if accepts else admitted
                 self._cut(max(cfg.backoff_again * level, min(level, accepts)), now, Mode.HOLDING)

@@ -57,6 +57,7 @@ class Server:
     mode: str = "refuse"
     capacity: int = 10**9
     rate: Optional[float] = None
+    reserve_s: float = 1.0  # a token bucket's reserve, seconds of its rate (full at the start)
     latency: float = 0.3
     sigma: float = 0.0
     retry_after: Optional[str] = "ms"
@@ -86,7 +87,7 @@ class Server:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        self.bucket = self.rate or 0.0
+        self.bucket = (self.rate or 0.0) * self.reserve_s
 
     def service(self) -> tuple[float, Optional[int]]:
         if self.tokens_per_reply:
@@ -131,7 +132,7 @@ class Server:
                 return reply(self._refused_after(t), self._refusal((window + 1) * 60.0 - t))
             self.quota_used += 1
         if self.rate is not None:
-            self.bucket = min(self.rate, self.bucket + (t - self.refilled) * self.rate)
+            self.bucket = min(self.rate * self.reserve_s, self.bucket + (t - self.refilled) * self.rate)
             self.refilled = t
             if self.bucket < 1.0:
                 st["refused"] += 1

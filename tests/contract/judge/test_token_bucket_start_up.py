@@ -24,6 +24,19 @@ def test_slow_start_past_a_token_buckets_reserve_is_cut_to_the_rate_the_bucket_a
 
 
 @pytest.mark.parametrize("seed", [1, 2])
+def test_slow_start_past_a_deep_reserve_is_cut_to_the_rate_the_bucket_admits(seed):
+    """A bucket of 50/s with 5 s of reserve (a per-minute quota's kind): slow start runs far past the rate before the
+    reserve is spent, and the answers then count the reserve's many; what the bucket admits (its refill, a share of
+    what is sent) is the rate, not a storm."""
+    server = Server(rate=50.0, reserve_s=5.0, latency=LATENCY, sigma=0.6, seed=seed, retry_after="s")
+    _, (c,), _ = judgesim.run(server, 2000)
+    first = c.refused_at[0]
+    assert [lim for t, lim in c.limits if t <= first + 1.5 * LATENCY][-1] <= 1.5 * 50.0 * LATENCY
+    assert sum(1 for t in c.refused_at if t < first + 1.0) <= 25
+    assert not c.failed
+
+
+@pytest.mark.parametrize("seed", [1, 2])
 def test_a_short_storm_of_refusals_in_slow_start_is_not_read_as_the_capacity(seed):
     """A server of 200 slots refuses everything for a quarter second while slow start climbs: what it admitted meanwhile
     (nothing) says nothing of what it holds, so the cut stops where the answers' Little's law puts it (about half the
