@@ -5,6 +5,8 @@ that could not take them.  On a stub transport, no sockets."""
 
 from __future__ import annotations
 
+import pytest
+
 from qworker._errors import ErrorKind
 from qworker.cache.results import ResultCache
 from qworker.engine.pending import PendingTable
@@ -43,6 +45,27 @@ def revokes_to(stub: StubTransport, wid: str) -> list[int]:
 
 def error(fut) -> str:
     return fut.result(timeout=0).error if fut.done() else ""
+
+
+def a_loaded_wide_worker_beside_an_idle_narrow_one(sizes: list[int]) -> tuple[Scheduler, StubTransport]:
+    """Tasks of ``sizes`` bytes all sent to a wide worker, then a narrow worker ready with credit 5."""
+    s, stub, table = make()
+    submit(s, table, sizes)
+    ready(s, "wide", MiB, granted=len(sizes))
+    s.dispatch(0.0)
+    ready(s, "narrow", LOW, granted=5)
+    return s, stub
+
+
+def a_big_task_sent_to_the_wide_worker() -> tuple[Scheduler, StubTransport, object]:
+    """A wide and a narrow worker (no credit); one task too big for the narrow one, sent to the wide one."""
+    s, stub, table = make()
+    [fut] = submit(s, table, [200_000])
+    ready(s, "wide", MiB, granted=1)
+    ready(s, "narrow", LOW, granted=0)
+    s.dispatch(0.0)
+    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0]
+    return s, stub, fut
 
 
 def test_a_task_handed_back_by_a_wide_worker_that_left_waits_for_a_wide_worker_within_the_heartbeat_timeout():
@@ -141,24 +164,10 @@ def test_a_narrow_worker_takes_the_small_tasks_queued_behind_tasks_only_a_wide_w
 
 
 def test_an_idle_worker_too_narrow_for_a_loaded_workers_tasks_does_not_make_it_give_them_back():
-    s, stub, table = make()
-    submit(s, table, [200_000] * 6)
-    ready(s, "wide", MiB, granted=6)
-    s.dispatch(0.0)
-    ready(s, "narrow", LOW, granted=5)
+    s, stub = a_loaded_wide_worker_beside_an_idle_narrow_one([200_000] * 6)
     for i in range(1, 20):
         s.dispatch(i / 10)
     assert revokes_to(stub, "wide") == [] and not stub.tasks_to("narrow")
-
-
-def test_an_idle_narrow_worker_still_makes_a_wide_worker_give_back_small_tasks():
-    s, stub, table = make()
-    submit(s, table, [100] * 6)
-    ready(s, "wide", MiB, granted=6)
-    s.dispatch(0.0)
-    ready(s, "narrow", LOW, granted=5)
-    s.dispatch(0.1)
-    assert revokes_to(stub, "wide") == [2]
 
 
 def test_a_lane_waiting_only_for_a_wide_worker_makes_no_narrow_worker_give_back():
@@ -182,12 +191,7 @@ def test_a_limit_stated_under_the_least_a_process_accepts_counts_as_that_least()
 
 
 def test_a_task_of_a_wide_worker_its_pool_reports_lost_waits_while_that_pool_reports_and_respawns_it():
-    s, stub, table = make()
-    [fut] = submit(s, table, [200_000])
-    ready(s, "wide", MiB, granted=1)
-    ready(s, "narrow", LOW, granted=0)
-    s.dispatch(0.0)
-    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0]
+    s, stub, fut = a_big_task_sent_to_the_wide_worker()
     crashed = wire.Lost("wide", wire.Fault(ErrorKind.WORKER_LOST, "crashed: exit code -9"), None)
     for i, t in enumerate((HB + 1, 2 * HB, 3 * HB)):  # the wide pool reports every heartbeat while its worker respawns
         s.handle(b"pool-wide", wire.PoolReport(*wire.STAMP, "pool-wide", "h", 2, "running", [], [crashed] if i == 0 else []), t)
@@ -206,12 +210,7 @@ def report(s: Scheduler, pool: str, now: float, workers: tuple[str, ...] = ()) -
 
 
 def test_the_limit_of_a_pool_whose_live_workers_are_all_quarantined_stops_counting():
-    s, stub, table = make()
-    [fut] = submit(s, table, [200_000])
-    ready(s, "wide", MiB, granted=1)
-    ready(s, "narrow", LOW, granted=0)
-    s.dispatch(0.0)
-    assert [t.key[-1] for t in stub.tasks_to("wide")] == [0]
+    s, stub, fut = a_big_task_sent_to_the_wide_worker()
     # idle with its lease outstanding, long after the send, twice: the lease vanished twice, and the worker is quarantined
     s.handle(b"wide", wire.Ready(*wire.STAMP, "wide", "pool-wide", 1, "h", 2, 1, 1, [], [], {}, MiB), HB + 1)
     s.dispatch(HB + 1)
@@ -273,32 +272,19 @@ def test_a_worker_whose_frame_fits_no_waiting_task_does_not_walk_them():
     assert [p.key[-1] for p, _ in s.wide] == list(range(3, 50))
 
 
-def test_a_wide_worker_running_a_big_task_still_gives_back_the_small_tasks_queued_behind_it():
-    s, stub, table = make()
-    submit(s, table, [200_000] + [100] * 20)
-    ready(s, "wide", MiB, granted=21)
-    s.dispatch(0.0)
-    ready(s, "narrow", LOW, granted=5)
+@pytest.mark.parametrize("sizes, revoked", [
+    ([100] * 6, [2]),  # all small: half of what it holds beyond the task it runs
+    ([200_000] + [100] * 20, [10]),  # running a big one: the small ones queued behind it still come back
+    ([100] * 4 + [200_000] + [100] * 3, [3]),  # only its newest that fit (a worker gives back its newest first)
+], ids=["all-small", "running-a-big-one", "newest-that-fit"])
+def test_a_wide_worker_gives_an_idle_narrow_one_back_its_newest_tasks_that_fit_it(sizes, revoked):
+    s, stub = a_loaded_wide_worker_beside_an_idle_narrow_one(sizes)
     s.dispatch(0.1)
-    assert revokes_to(stub, "wide") == [10]
-
-
-def test_a_wide_worker_is_asked_back_only_for_its_newest_tasks_that_fit_the_idle_worker():
-    s, stub, table = make()
-    submit(s, table, [100] * 4 + [200_000] + [100] * 3)
-    ready(s, "wide", MiB, granted=8)
-    s.dispatch(0.0)
-    ready(s, "narrow", LOW, granted=5)
-    s.dispatch(0.1)
-    assert revokes_to(stub, "wide") == [3]
+    assert revokes_to(stub, "wide") == revoked
 
 
 def test_what_a_wide_worker_could_give_back_is_weighed_at_most_once_a_revoke_interval():
-    s, stub, table = make()
-    submit(s, table, [200_000] * 6)
-    ready(s, "wide", MiB, granted=6)
-    s.dispatch(0.0)
-    ready(s, "narrow", LOW, granted=5)
+    s, stub = a_loaded_wide_worker_beside_an_idle_narrow_one([200_000] * 6)
     s.dispatch(0.1)  # the tasks the wide worker has no credit for go to wait for it
     assert s.wide and not s.queue
     sized: list[bytes] = []
