@@ -34,7 +34,8 @@ class RecentKeys(Generic[K]):
             return True
 
     def __len__(self) -> int:
-        return len(self._keys)
+        with self._lock:
+            return len(self._keys)
 
     def add(self, key: K) -> bool:
         """Hold ``key`` as the most recently used; whether it was not held before."""

@@ -508,13 +508,10 @@ class Scheduler:
         newest up to the first that does not (a worker gives back its newest unstarted tasks first)."""
         bound = limit - self.framing_bytes - MESSAGE_OVERHEAD
         fit = 0
-        try:
-            for p in reversed(w.leases.values()):
-                if fit >= n or self._sizer.task_bytes(p) > bound:
-                    break
-                fit += 1
-        except Exception:  # (sent already, so encodable; if not, kept where it is)
-            pass
+        for p in reversed(w.leases.values()):  # (each was sized, so encodable, when it was sent)
+            if fit >= n or self._sizer.task_bytes(p) > bound:
+                break
+            fit += 1
         return fit
 
     def _forget(self, p: Pending) -> None:

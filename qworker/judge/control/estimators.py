@@ -33,8 +33,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["Admissions", "BATCH_READINGS", "CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal",
-           "RefusalKind", "Refusals", "STORM_SHARE", "ServerLoad", "Throughput"]
+__all__ = ["Admissions", "CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal", "RefusalKind", "Refusals",
+           "ServerLoad", "Throughput"]
 
 LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
 PROBES_KEPT = 1024  # send instants of probes kept (``Probes``)
@@ -42,7 +42,6 @@ ADMISSIONS_KEPT = 4096  # send instants kept, and as many of refused requests (`
 ADMISSIONS_MIN = 8  # requests sent in a span, at least, for what was admitted in it to be read (``Admissions``)
 STORM_SHARE = 0.1  # a span in which the server admitted less than this share of what was sent: a storm (``Admissions``)
 ON_WAY_READINGS = 4.0  # the moving mean of the requests on a server's way (``ServerLoad``) weighs each reading 1/this
-BATCH_READINGS = 4  # a server's batch is the most it ran in its last this many readings within LOAD_FRESH_S (``ServerLoad``)
 _LEVEL_BASE = math.log(1.1)  # latency is kept per 10%-wide band of concurrency
 
 
@@ -295,7 +294,7 @@ class ServerLoad:
     in one step, every slot of their batch with them.  So the queue allowed is a batch: what
     runs, the next batch waiting at the server whichever way its slots free (what that costs
     a request's wait and a shared server's other clients: ``docs/judges.md``).  The batch is what
-    runs at its high, the most of the last ``BATCH_READINGS`` readings (those within ``LOAD_FRESH_S``): a server logs its counts
+    runs at its high, the most of the readings of the last ``LOAD_FRESH_S`` seconds: a server logs its counts
     after each step, when the sequences that step ended have left and the requests it admits
     in their place are still counted waiting, so one reading may show the batch less those
     that just ended and the next batch waiting beside it (no queue past a batch).  Requests
@@ -318,7 +317,7 @@ class ServerLoad:
         self.at = -math.inf
         self.queueing = False  # what the last reading said
         self.on_way: Optional[float] = None  # mean requests on their way over the last readings (None before any)
-        self._running: deque[tuple[float, float]] = deque(maxlen=BATCH_READINGS)  # (when, running) of the last readings
+        self._running: deque[tuple[float, float]] = deque()  # (when, running) of the readings of the last LOAD_FRESH_S
 
     def forget(self) -> None:
         """Start the mean of the requests on their way and the batch afresh (an endpoint that came back after being down)."""
@@ -332,12 +331,15 @@ class ServerLoad:
     def reading(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> QueueReading:
         """A queue over its allowance: queueing, the knee being what keeps it there (``in_flight``: at the server, and
         ``held``: in flight at the gates, default ``in_flight``; both of the producers that read these counts
-        together).  The allowance: the larger of a batch (what runs at its high: the most of the last
-        ``BATCH_READINGS`` readings within ``LOAD_FRESH_S`` seconds) and the requests on their way (``held - running - waiting``: a server others also
+        together).  The allowance: the larger of a batch (what runs at its high: the most of the
+        readings of the last ``LOAD_FRESH_S`` seconds) and the requests on their way (``held - running - waiting``: a server others also
         load counts theirs in running and waiting, which makes that smaller, never larger, than ours on the way)."""
         self.at = now
-        self._running.append((now, running))
-        batch = max(r for t, r in self._running if now - t <= LOAD_FRESH_S)  # (this reading's is one)
+        readings = self._running
+        readings.append((now, running))
+        while now - readings[0][0] > LOAD_FRESH_S:  # (this reading stays)
+            readings.popleft()
+        batch = max(r for _, r in readings)
         # at most a batch: more than the server runs cannot be a refill of its batch, only requests its counts miss (a
         # metrics URL of another server, of one replica of several, a front end that holds requests uncounted)
         seen = min(batch, max(0.0, (in_flight if held is None else held) - running - waiting))
@@ -594,9 +596,9 @@ class Throughput:
         self._sum = 0.0
         self._trips = 0.0
 
-    def on_answer(self, now: float, rtt: float, mean_rtt: float, trip: Optional[float] = None) -> None:
-        """``trip``: from the gate's send to now (default ``rtt``)."""
-        self._answers.append((now, rtt, rtt if trip is None else trip))
+    def on_answer(self, now: float, rtt: float, mean_rtt: float, trip: float) -> None:
+        """``rtt``: the answer's latency, ``trip``: from the gate's send to now, seconds."""
+        self._answers.append((now, rtt, trip))
         self._sum += rtt
         self._trips += self._answers[-1][2]
         while self._answers[0][0] < now - max(1.0, 4 * mean_rtt):

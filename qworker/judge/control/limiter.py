@@ -125,7 +125,9 @@ class AdaptiveLimit:
         self.queue_cuts = 0
         self.regains = 0
         self._last_cut = -math.inf
-        self._episode_at = math.inf  # when the episode of refusals that ended slow start began (inf: none now)
+        # when the episode of refusals that ended slow start began (inf: none now; it ends after a round trip without a
+        # refusal, at a fresh lone refusal after slow start, and on ``reset``)
+        self._episode_at = math.inf
         self._target = 0.0  # RECOVERING: the level climbed to
         self._then = Mode.STEADY  # RECOVERING: the mode once there
         self._regaining = False  # RECOVERING: because the capacity came back (not after an outage or reset)

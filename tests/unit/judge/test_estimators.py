@@ -188,5 +188,5 @@ def test_throughput_is_littles_law_on_recent_answers():
     t = 0.0
     for _ in range(400):
         t += 0.3 / 32  # 32 in flight at 0.3 s
-        th.on_answer(t, 0.3, 0.3)
+        th.on_answer(t, 0.3, 0.3, 0.3)
     assert 30 <= th.sustained(t, 0.3) <= 34
