@@ -49,7 +49,7 @@ import msgspec
 
 from .._errors import ErrorKind
 from .._exceptions import WireError
-from .._version import __version__
+from .._version import WIRE_PROTOCOL, __version__
 
 __all__ = [
     "Fault", "Task", "TaskResult", "Message", "Ready", "Tasks", "Results", "Giveback", "Revoke", "Bye", "WorkerReport",
@@ -58,8 +58,8 @@ __all__ = [
     "refusal", "mismatch",
 ]
 
-PROTOCOL = 4  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``; see the docstring for
-# the trailing fields that need none), with qworker's version
+PROTOCOL = WIRE_PROTOCOL  # this wire protocol's number: raised with any change to a message (here or in ``client_wire``; see the
+# docstring for the trailing fields that need none), with qworker's version (both are set in ``qworker._version``)
 STAMP: tuple[int, str] = (PROTOCOL, __version__)  # the first fields of every ``Stamped`` message this process sends
 
 READY = b"R"  # worker -> producer: hello, and idle heartbeat carrying credit
