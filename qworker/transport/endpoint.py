@@ -7,6 +7,7 @@ out of range or an ``ipc://`` path too long for a Unix socket is one ``ConfigErr
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from .._exceptions import ConfigError
@@ -17,6 +18,8 @@ __all__ = ["check_endpoint", "reachable", "tcp_host_port", "oversize_ipc_path", 
 # or ``insecure`` where they are bound (``security.check_bind``), not here
 SCHEMES = tuple(f"{name}://" for name in ("tcp", "ipc", "inproc", "pgm", "epgm", "tipc", "vmci", "udp", "ws", "wss", "norm"))
 MAX_PORT = 65535
+# a scheme written wrong: a slash or the colon missing, or in capitals (``tcp:/H:P``, ``tcp:H:P``, ``tcp//H:P``, ``TCP://H:P``)
+_MISWRITTEN_SCHEME = re.compile(r"(?i)(tcp|ipc|inproc)(:/?/?|//?)(.*)", re.DOTALL)
 IPC_PATH_MAX = 107  # bytes of an ipc:// path: a Unix socket address holds 108 with its NUL (libzmq's IPC_PATH_MAX_LEN)
 
 
@@ -40,6 +43,23 @@ def tcp_host_port(endpoint: str) -> Optional[tuple[str, str]]:
     return host, port
 
 
+def _what_to_write(endpoint: object) -> str:
+    """The endpoint a user most likely meant by ``endpoint`` (which names no transport), or the form to write."""
+    if isinstance(endpoint, str):
+        miswritten = _MISWRITTEN_SCHEME.fullmatch(endpoint)
+        if miswritten is not None:
+            scheme, sep, rest = miswritten.groups()
+            scheme = scheme.lower()
+            if scheme != "ipc":
+                return f"{scheme}://{rest.lstrip('/')}"  # a tcp host or an inproc name has no leading slash
+            return f"ipc:///{rest}" if sep == ":/" else f"ipc://{rest}"  # ``ipc:/tmp/s`` meant the absolute path /tmp/s
+        if "://" not in endpoint and ":" in endpoint:
+            return f"tcp://{endpoint}"  # a host and port
+    if (type(endpoint) is int or (isinstance(endpoint, str) and endpoint.isdigit())) and 0 < int(endpoint) <= MAX_PORT:
+        return f"tcp://127.0.0.1:{int(endpoint)}"  # a port alone: this host's
+    return "tcp://HOST:PORT"
+
+
 def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str:
     """``endpoint`` when it names one of libzmq's transports (``tcp://HOST:PORT`` with PORT 0-65535 or ``*`` to
     bind any, ``ipc://PATH`` with PATH at most ``IPC_PATH_MAX`` bytes, ``inproc://NAME``, ...); else ``ConfigError``
@@ -47,17 +67,12 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
     ``*`` (any interface, or any port) nor port 0, which only a bind can take."""
     if not isinstance(endpoint, str) or not endpoint.startswith(SCHEMES):
         shown = endpoint if isinstance(endpoint, str) else type(endpoint).__name__
-        if isinstance(endpoint, str) and "://" not in endpoint and ":" in endpoint:
-            hint = f"tcp://{endpoint}"  # a host and port
-        elif (type(endpoint) is int or (isinstance(endpoint, str) and endpoint.isdigit())) and 0 < int(endpoint) <= MAX_PORT:
-            hint = f"tcp://127.0.0.1:{int(endpoint)}"  # a port alone: this host's
-        else:
-            hint = "tcp://HOST:PORT"
+        hint = _what_to_write(endpoint)
         raise ConfigError(f"{what} {shown!r} is not a ZeroMQ endpoint: write {hint} (or ipc://PATH)")
     tcp = tcp_host_port(endpoint)
     if tcp is not None:
         host, port = tcp
-        if not host or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):
+        if not host or host.startswith("/") or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):
             raise ConfigError(f"{what} {endpoint!r}: expected tcp://HOST:PORT with a port from 0 to {MAX_PORT} (or * to bind any)")
         if connect and (host in ANY_INTERFACE or port in ("*", "0")):
             raise ConfigError(f"{what} {endpoint!r} is an address to bind, not to connect to: write the producer's or "

@@ -20,10 +20,16 @@ def test_well_formed_endpoints_pass_unchanged(endpoint):
 @pytest.mark.parametrize("endpoint, says", [
     ("127.0.0.1:5557", "--connect '127.0.0.1:5557' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
     ("localhost", "write tcp://HOST:PORT"),
+    ("tcp:/127.0.0.1:5557", "write tcp://127.0.0.1:5557 "),  # a scheme written wrong: what was meant
+    ("tcp:127.0.0.1:5557", "write tcp://127.0.0.1:5557 "),
+    ("tcp//127.0.0.1:5557", "write tcp://127.0.0.1:5557 "),
+    ("TCP://127.0.0.1:5557", "write tcp://127.0.0.1:5557 "),
+    ("ipc:/tmp/q.sock", "write ipc:///tmp/q.sock "),
     ("http://127.0.0.1:5557", "write tcp://HOST:PORT"),
     ("tcp://127.0.0.1:65536", "a port from 0 to 65535"),
     ("tcp://127.0.0.1", "expected tcp://HOST:PORT"),
     ("tcp://:5557", "expected tcp://HOST:PORT"),
+    ("tcp:///127.0.0.1:5557", "expected tcp://HOST:PORT"),  # a host does not start with a slash
     (5557, "--connect 'int' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
     ("5557", "--connect '5557' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
     ("99999", "--connect '99999' is not a ZeroMQ endpoint: write tcp://HOST:PORT"),  # no port: not told to write one
