@@ -33,6 +33,7 @@ from . import composite as _composite
 from . import discovery as _discovery
 from . import metrics as _metrics
 from .admission import AdmissionPolicy, Sources
+from .arguments import check_payloads, check_timeout_s
 from .dispatcher import Dispatcher
 from .gc_pause import paused_gc
 from .pending import PendingTable
@@ -184,6 +185,8 @@ class Producer:
         """
         if self._closed:
             raise ProducerClosed("submit_batch() on a closed Producer")
+        check_payloads(payloads)
+        check_timeout_s(timeout_s)
         target = self.catalog.resolve(reward, params)
         if isinstance(target, Composite):
             submit = lambda batch: _composite.submit(  # noqa: E731

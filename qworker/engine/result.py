@@ -13,6 +13,7 @@ import msgspec
 
 from .._errors import ErrorKind
 from .._exceptions import GatherTimeout
+from .arguments import check_futures
 
 __all__ = ["Result", "ResultFuture", "gather", "resolve_many"]
 
@@ -297,8 +298,9 @@ def gather(futures: Sequence[concurrent.futures.Future], timeout: Optional[float
     """The ``Result`` of each future, in order; sleeps until all are done.
 
     Raises ``GatherTimeout`` after ``timeout`` seconds; unfinished futures stay
-    pending and may still resolve.
+    pending and may still resolve.  One future alone is refused (``TypeError``): write ``gather([future])``.
     """
+    check_futures(futures)
     deadline = None if timeout is None else time.monotonic() + timeout
     results: list[Result] = []
     # Waiting on the last future first means one wake-up, not one per result

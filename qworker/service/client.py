@@ -88,6 +88,7 @@ from .._errors import ErrorKind
 from .._exceptions import ConfigError, ProducerClosed, QworkerError, RewardError, ServiceUnavailable
 from .._recent import RecentKeys
 from ..cache.hashing import encode_payload, encode_payload_array, new_packer
+from ..engine.arguments import check_payloads, check_timeout_s
 from ..engine.futures import Batch, FutureTable
 from ..engine.gc_pause import paused_gc
 from ..engine.result import Result, ResultFuture, gather
@@ -287,6 +288,8 @@ class Client:
         taken a request of before (pipelined; see the module's docstring)."""
         if self._closed:
             raise ProducerClosed("submit_batch() on a closed Client")
+        check_payloads(payloads)
+        check_timeout_s(timeout_s)
         payloads = list(payloads)
         if not payloads:
             return []

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from qworker import GatherTimeout, Producer, ProducerClosed, Result
+from qworker import ConfigError, GatherTimeout, Producer, ProducerClosed, Result
 from tests.conftest import TEST_REWARDS, count_lines
 
 
@@ -17,6 +17,25 @@ def producer(tmp_path_factory):
     os.environ["QWORKER_RUNTIME_DIR"] = str(tmp_path_factory.mktemp("rt-module"))
     with Producer(local_workers=2, reward_modules=[TEST_REWARDS], task_timeout_s=20) as p:
         yield p
+
+
+@pytest.mark.parametrize("payloads", ["abc", b"abc", {"response": "#### 3"}, 7])
+def test_one_payload_given_as_payloads_is_refused_before_any_task_is_made(producer, payloads):
+    submitted = producer.status()["producer"]["submitted"]
+    with pytest.raises(TypeError, match="payloads must be an iterable of payloads"):
+        producer.submit_batch("gsm8k", payloads)
+    assert producer.status()["producer"]["submitted"] == submitted
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, float("nan"), float("inf"), "3", True])
+def test_a_timeout_that_is_not_seconds_above_zero_is_refused_at_submission(producer, timeout_s):
+    with pytest.raises(ConfigError, match="timeout_s must be a number of seconds above 0"):
+        producer.submit("noop", {"t": 1}, timeout_s=timeout_s)
+
+
+def test_gather_of_one_future_says_what_to_write(producer):
+    with pytest.raises(TypeError, match=r"gather\(\[future\]\)"):
+        producer.gather(producer.submit("noop", {"g": 1}), timeout=10)
 
 
 def test_results_come_back_in_input_order(producer):

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from qworker import Client, ProducerClosed, RewardError, ServiceUnavailable
+from qworker import Client, ConfigError, ProducerClosed, RewardError, ServiceUnavailable
 from qworker.testing import MockJudge
 from qworker.transport import client_wire as cw
 from tests.conftest import REPO, TEST_REWARDS
@@ -76,6 +76,18 @@ def test_client_errors_are_raised_at_submission(service):
     with Client(service) as c:
         [r] = c.map("boom", [{"i": 1}], timeout=30)  # a failing task is a result, not an exception
     assert r.error_kind == "reward_error"
+
+
+def test_the_client_refuses_a_call_the_producer_refuses_before_sending_it(service):
+    with Client(service) as c:
+        requests = c.status()["service"]["requests"]
+        with pytest.raises(TypeError, match="payloads must be an iterable of payloads"):
+            c.submit_batch("gsm8k", {"response": "#### 3", "ground_truth": "3"})
+        with pytest.raises(ConfigError, match="timeout_s must be a number of seconds above 0"):
+            c.submit("noop", {"t": 1}, timeout_s=-1)
+        with pytest.raises(TypeError, match=r"gather\(\[future\]\)"):
+            c.gather(c.submit("noop", {"g": 1}), timeout=10)
+        assert c.status()["service"]["requests"] == requests + 1  # only the gathered one was sent
 
 
 def test_a_payload_the_client_cannot_encode_fails_as_bad_payload_and_the_rest_of_its_request_is_scored(service):

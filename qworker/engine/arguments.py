@@ -1,0 +1,43 @@
+"""What a caller passes to ``submit_batch`` and ``gather`` (a ``Producer``'s and a ``Client``'s alike), checked where
+it enters, before any task is made: a mistake is one clear exception naming it, never tasks built from the wrong thing.
+
+* ``payloads`` is an iterable of payloads, one task each.  A ``str``, ``bytes`` or a mapping is refused
+  (``TypeError``): iterating one would make a task per character, byte or key.
+* ``timeout_s`` is None (the reward's own limit) or a number of seconds above 0 and finite (``ConfigError``).
+* ``gather`` takes a sequence of futures; one future alone is refused (``TypeError``) with what to write instead.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from .._exceptions import ConfigError
+
+__all__ = ["check_payloads", "check_timeout_s", "check_futures"]
+
+
+def check_payloads(payloads: Any) -> None:
+    """``TypeError`` if ``payloads`` is one payload rather than an iterable of them (see the module's contract)."""
+    if isinstance(payloads, (str, bytes, bytearray, memoryview, Mapping)):
+        raise TypeError(f"payloads must be an iterable of payloads (e.g. a list of dicts), got a {type(payloads).__name__}; "
+                        "for one payload use submit(reward, payload) or submit_batch(reward, [payload])")
+    if not hasattr(payloads, "__iter__"):
+        raise TypeError(f"payloads must be an iterable of payloads (e.g. a list of dicts), got a {type(payloads).__name__}")
+
+
+def check_timeout_s(timeout_s: Optional[float]) -> None:
+    """``ConfigError`` unless ``timeout_s`` is None or a finite number of seconds above 0."""
+    if timeout_s is None:
+        return
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
+        raise ConfigError(f"timeout_s must be a number of seconds above 0 (or None for the reward's own limit), got {timeout_s!r}")
+
+
+def check_futures(futures: Any) -> None:
+    """``TypeError`` if ``futures`` is a single future rather than a sequence of them."""
+    if isinstance(futures, concurrent.futures.Future):
+        raise TypeError("gather() takes a sequence of futures (as submit_batch returns); for one future write "
+                        "future.result(timeout) or gather([future])")
