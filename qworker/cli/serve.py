@@ -21,12 +21,14 @@ import threading
 from typing import Optional
 
 from .._exceptions import ConfigError, QworkerError
+from ..config.file import load as load_config
 from ..config.options import ProducerOptions
 from ..engine.producer import Producer
 from ..service.client import DEFAULT_SERVICE_ENDPOINT
 from ..service.http import ON_FAILURE, HttpFront, check_http_reward
 from ..service.server import RewardService
 from ..transport.endpoint import check_endpoint, tcp_host_port
+from ..transport.security import check_bind
 from ..transport.sockets import bind_refusal
 from .args import Parser, add_log_level, bool_flag, hidden_alias, setup_logging, tcp_port
 from .score import check_modules, resolve_reward
@@ -107,6 +109,12 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
         check_endpoint(args.listen, what="--listen")
         if given.get("bind"):
             check_endpoint(given["bind"], what="--bind")
+        # binding beyond loopback without CURVE or --insecure is refused here, not after the workers have started
+        loaded = load_config(args.config)
+        opts = ProducerOptions.from_mapping(loaded["producer"], given, where=loaded["where"] + ": producer")
+        for endpoint in (args.listen, opts.bind) if not opts.insecure else ():  # insecure: warned once, as it binds
+            if endpoint:
+                check_bind(endpoint, opts.curve(), insecure=False)
         for endpoint in (args.listen, given.get("bind") or ""):
             check_free(endpoint)
         if args.http:

@@ -71,6 +71,14 @@ def test_an_address_of_another_host_is_refused_before_any_worker_starts():
     assert rc == 2 and f"cannot bind {endpoint}: " in one_line(err) and "no interface of this host has that address" in err
 
 
+@pytest.mark.parametrize("where", ["--listen", "--bind"])
+def test_serving_every_interface_without_curve_is_refused_before_any_worker_starts(where):
+    endpoint = f"tcp://0.0.0.0:{free_port()}"
+    other = {"--listen": "--bind", "--bind": "--listen"}[where]
+    rc, _, err = run(["qworker", "serve", where, endpoint, other, f"tcp://127.0.0.1:{free_port()}", "--workers", "1"])
+    assert rc == 2 and f"refusing to bind {endpoint} without authentication" in one_line(err) and "started" not in err
+
+
 def test_score_binding_a_busy_port_for_pools_is_one_line(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"response": "#### 1", "ground_truth": "1"}\n')
