@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 import time
 
+import msgspec
 import zmq
 
 from qworker.cache.hashing import encode_payload
 from qworker.config.options import WorkerOptions
-from qworker.host.worker import Worker
+from qworker.host.worker import Worker, fit_frame
 from qworker.transport import wire
+from qworker.transport.sockets import CURVE_FRAME_BYTES
+
+RESULT = msgspec.msgpack.Decoder(wire.TaskResult)
 
 LOW = 65_536
 
@@ -71,3 +75,33 @@ def test_a_producer_of_a_higher_limit_leaves_the_workers_own():
     worker = Worker(WorkerOptions(connect="ipc:///nowhere", worker_id="t/w0.1", max_message_bytes=LOW))
     run(worker, wire.Tasks([], 64 << 20))
     assert worker.frame_bytes == LOW and worker.batch_bytes == LOW // 2
+
+
+def largest_blob_that_fits(limit: int) -> int:
+    """The largest ``blob`` reward's byte count whose result ``fit_frame`` passes at ``limit``."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        result = wire.TaskResult(b"k" * 16, 1.0, {"blob": b"x" * mid}, None, 0.1, None, None)
+        packed, _ = fit_frame(result, limit)
+        lo, hi = (mid, hi) if isinstance(packed, msgspec.Raw) and RESULT.decode(packed).error is None else (lo, mid - 1)
+    return lo
+
+
+def test_results_fitted_to_a_limit_leave_room_for_curves_framing():
+    # CURVE adds CURVE_FRAME_BYTES to each frame on the wire and MAXMSGSIZE counts them: a RESULTS body at the limit
+    # would drop the link.  The tightest cases: one result as large as fits, and batches of results at the batch bound.
+    edge = largest_blob_that_fits(LOW)  # for a result of another key and time: the worker's run near it, each side
+    sizes = [edge - k for k in range(-40, 200, 4)] + [LOW // 7] * 20 + [LOW // 2 - 200] * 4
+    worker = Worker(WorkerOptions(connect="ipc:///nowhere", worker_id="t/w0.1", max_message_bytes=LOW))
+    tasks = [wire.Task(n.to_bytes(2, "big") * 8, f"{__name__}:blob", {}, encode_payload({"n": n, "bytes": b}), None, 1, None)
+             for n, b in enumerate(sizes)]
+    worker.granted = worker.received = 2**63 - 1  # the widest credit counts msgpack writes
+    sent = run(worker, wire.Tasks(tasks, LOW))
+    bodies = [body for kind, body in worker.sock.sent if kind == wire.RESULTS]  # type: ignore[attr-defined]
+    results = [r for m in sent if isinstance(m, wire.Results) for r in m.results]
+    assert sorted(r.key for r in results) == sorted(t.key for t in tasks)  # those over the line fail as small bad_results
+    sent_sizes = {sizes[int.from_bytes(r.key[:2], "big")] for r in results if r.error is None}
+    failed = {sizes[int.from_bytes(r.key[:2], "big")] for r in results if r.error is not None}
+    assert failed and min(failed) - max(sent_sizes) == 4  # the line was probed: the largest sent is next to the smallest failed
+    assert max(len(body) for body in bodies) + CURVE_FRAME_BYTES <= LOW, sorted(map(len, bodies))[-3:]
