@@ -309,8 +309,8 @@ def pct(xs: list[float], q: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--noop", type=int, default=40_000, help="no-op tasks per run (all clients together)")
-    ap.add_argument("--spin", type=int, default=4_000, help="1 ms CPU tasks per run (all clients together)")
+    ap.add_argument("--noop", type=int, default=40_000, help="no-op tasks per run (all clients together; 0: none)")
+    ap.add_argument("--spin", type=int, default=4_000, help="1 ms CPU tasks per run (all clients together; 0: none)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--clients", default="1,4,16", help="client process counts, comma-separated")
     ap.add_argument("--repeats", type=int, default=3)
@@ -324,7 +324,7 @@ def main() -> None:
         a.noop, a.spin, a.repeats, a.rtt, a.one_batch = 4_000, 400, 1, 500, "1000,2000,4000"
     from qworker import Client, Producer
 
-    workloads = {"no-op": ("noop", a.noop), "1 ms CPU": ("spin", a.spin)}
+    workloads = {name: w for name, w in {"no-op": ("noop", a.noop), "1 ms CPU": ("spin", a.spin)}.items() if w[1] > 0}
     clients = [int(x) for x in a.clients.split(",")]
     print(f"service benchmark: {a.noop:,} no-op and {a.spin:,} spin(1 ms) tasks per run in requests of {a.batch or 'all'}, {a.workers} workers, "
           f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} at start", flush=True)
