@@ -26,7 +26,9 @@ Contract:
 * **Units.**  Seconds, as floats, on ``time.monotonic()``; handlers given
   ``now`` get the turn's ``time.monotonic()`` (read after the wait).
 * **Wakes coalesce.**  ``wake()`` writes at most one byte to the wake pipe per
-  turn, however often it is called: a caller appends its work, then wakes.
+  turn, however often it is called: a caller appends its work, then wakes.  A
+  wake from the reactor thread itself (a handler handing work to the same loop)
+  writes none: the next turn follows at once, without waiting.
 * **A handler that raises** an ``Exception`` does not stop the loop: the error
   is counted (``errors``), logged with the handler's name and the reactor's (the
   first of each kind of error per handler with its traceback; repeats as one
@@ -44,6 +46,7 @@ Contract:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -87,7 +90,9 @@ class Reactor:
         self._poller = zmq.Poller()
         self._pipe = WakePipe()
         self._poller.register(self._pipe.fd, zmq.POLLIN)
-        self._woken = False  # a byte is in the pipe (or about to be) for this turn
+        self._woken = False  # a byte is in the pipe (or about to be), or ``_again`` is set, for this turn
+        self._again = False  # a handler woke the reactor from its own thread: the next turn does not wait
+        self._thread: Optional[int] = None  # the reactor thread's ident, while ``run()`` runs
         self._stopping = False
 
     # registering (the reactor thread, or before run) ------------------------------
@@ -137,7 +142,10 @@ class Reactor:
         """Make the reactor thread take a turn soon (at once if it is waiting)."""
         if not self._woken:
             self._woken = True
-            self._pipe.wake()
+            if threading.get_ident() == self._thread:  # a handler: no byte needed, its loop is not waiting
+                self._again = True
+            else:
+                self._pipe.wake()
 
     def stop(self) -> None:
         """Make ``run()`` return after its current turn."""
@@ -156,9 +164,11 @@ class Reactor:
     # the reactor thread -----------------------------------------------------------------
     def run(self) -> None:
         """Take turns until ``stop()``, then run the ``at_exit`` functions; see the module's contract."""
+        self._thread = threading.get_ident()
         try:
             self._turns()
         finally:
+            self._thread = None
             for fn in self._at_exit:
                 try:
                     fn()
@@ -183,9 +193,12 @@ class Reactor:
                     continue
                 if d is not None and d < wait:
                     wait = d
+            if self._again:
+                wait = 0
             ready = dict(poll(max(0, int(wait * 1000 + 0.999))))  # ms, rounded up: never wakes just short of a due time
             if pipe_fd in ready:
                 self._pipe.drain()  # drain first, then clear: a wake in between writes a fresh byte
+            self._again = False
             self._woken = False
             now = time.monotonic()
             for step in steps:

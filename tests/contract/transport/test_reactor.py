@@ -142,6 +142,33 @@ def test_many_wakes_before_a_turn_write_one_byte():
     r.close()
 
 
+def test_a_wake_from_a_handler_writes_no_byte_and_the_next_turn_follows_at_once():
+    r = Reactor(name="test", max_wait_s=60.0)  # a long wait: only a wake can make the second turn come soon
+    turns: list[float] = []
+    pipe_bytes: list[int] = []
+    two = threading.Event()
+
+    def turn(now: float) -> None:
+        turns.append(now)
+        if len(turns) == 1:
+            r.wake()  # work handed to its own loop, as a reward service's submission wakes its dispatcher
+            try:
+                pipe_bytes.append(len(os.read(r._pipe.fd, 4096)))
+            except BlockingIOError:
+                pipe_bytes.append(0)
+        else:
+            two.set()
+
+    r.each_turn(turn, name="turning")
+    th = start(r)
+    r.wake()  # the first turn (from this thread: a byte, drained by the turn)
+    assert two.wait(10), "a wake from a handler did not bring the next turn"
+    r.stop()
+    th.join(10)
+    r.close()
+    assert pipe_bytes == [0] and turns[1] - turns[0] < 30  # no byte in the pipe; far sooner than the 60 s wait
+
+
 def test_a_cancelled_handler_runs_no_more_and_its_socket_is_no_longer_polled(pair):
     a, b = pair
     r = Reactor(name="test", max_wait_s=60.0)
