@@ -80,6 +80,7 @@ def _service(futures: deque) -> tuple[Any, list]:
     s.instance, s.started, s.no_workers_grace_s, s.requests, s.clients = "bench", time.monotonic(), 10.0, 0, set()
     s.ledger = Ledger(instance="bench")
     s._outbox, s._owners, s._waiting, s._oldest, s._in_flight, s._to_answer = deque(), {}, {}, None, {}, []
+    s._mark = 1
     s._dispatcher, s._reactor, s._dispatcher_ident = _Dispatcher(), _Reactor(), threading.get_ident()  # type: ignore[assignment]
     s._attached, s._stopped = True, False
     sent: list = []

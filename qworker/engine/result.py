@@ -94,6 +94,14 @@ class ResultFuture(concurrent.futures.Future):
         # never changed in place: a tuple that ``add_done_callbacks`` may share between futures, replaced to add one
         self._callbacks: Optional[tuple[Callable[[concurrent.futures.Future], object], ...]] = None
         self._waiter_list: Optional[list] = None  # concurrent.futures.wait's waiters, under the Condition
+        # The note of the one party that follows it besides its callbacks (a reward service: ``service.server``): who
+        # asked for it, and at what position.  Written and read by that party only, on one thread; the future never
+        # reads them.  A followed future carries its note itself: no table of the futures followed to look each up
+        # in (a table of every task in flight, whose lookups miss the CPU's caches).  Set here, with the future's
+        # other attributes: one added later would give the future a dict of its own.  GC-safe as long as what the
+        # note holds never refers back to the future.
+        self.asker: Any = None
+        self.asked_at = 0
 
     # the parts of Future's internals that concurrent.futures.wait and as_completed touch
     @property
@@ -228,13 +236,20 @@ def _resolve(pairs: Iterable[tuple[ResultFuture, Result]], later: Optional[Callb
             if fut._cond is not None or fut._callbacks is not None:
                 woken.append((fut, fut._cond, fut._callbacks))
                 fut._callbacks = None
-    for fut, cond, callbacks in woken:
-        if later is not None:
+    if later is not None:
+        for fut, cond, callbacks in woken:
             _wake(fut, cond, None)
             if callbacks:
                 later.append((fut, callbacks))
-        else:
-            _wake(fut, cond, callbacks)
+        return fresh, again
+    for fut, cond, callbacks in woken:  # ``_wake(fut, cond, callbacks)``, inline: once per followed future
+        if cond is not None:
+            _wake(fut, cond, None)
+        for fn in callbacks or ():
+            try:
+                fn(fut)
+            except Exception:
+                _log.exception("exception calling callback for %r", fut)
     return fresh, again
 
 

@@ -42,6 +42,7 @@ thread that closes the producer (it cancels what is pending).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 import threading
@@ -88,17 +89,21 @@ __all__ = ["RewardService"]
 class _Asked(msgspec.Struct, eq=False, gc=False):
     """One request of one client, while results of it are owed: those resolved and not yet sent, by position in it.
 
-    Not tracked by the cyclic GC (it refers to nothing that refers back to it), so the ``(asked, index)`` tuple that
-    says whose each future in flight is holds nothing the collector must follow, and the collector stops tracking
-    it, as it would a tuple of a client's id and two numbers."""
+    Each future in flight names the request that asked for it (``ResultFuture.asker``, its position in
+    ``asked_at``), so following a task makes no object and no table entry.  Not tracked by the cyclic GC (it refers
+    to nothing that refers back to it, nor to any future): a future's note adds nothing the collector must follow,
+    and an ``(asked, index)`` tuple (a future asked for more than once) is untracked at its first collection, as a
+    tuple of a client's id and two numbers would be."""
 
     peer: bytes
     request: int
+    by: int  # the service that took it (``RewardService._mark``): a future's note is another service's if it differs
     indexes: list[int] = msgspec.field(default_factory=list)  # positions (in the request) of the results waiting, in order
     results: list[Result] = msgspec.field(default_factory=list)  # those results
 
 
 _Owner = tuple[_Asked, int]  # (the request, the index in it): one asker of a future
+_marks = itertools.count(1)  # ``RewardService._mark``s
 
 HOUSEKEEPING_EVERY_S = 0.25  # resends and evictions, at most this often
 CLOSING_LINGER_MS = 2000  # how long a stopping service gives its last messages to leave
@@ -123,9 +128,12 @@ class RewardService:
         self.endpoint = bound_endpoint(self._sock)
         self.ledger = Ledger(instance=self.instance, max_bytes=ledger_max_bytes, max_age_s=ledger_max_age_s)
         self._outbox: deque[ResultFuture] = deque()  # futures resolved (appended by their callback, on any thread)
-        # who asked for each future not yet resolved: (its client's request, index in it), or a list of those when
-        # several did (the same task twice in a request, or in two clients' requests while in flight); the
-        # dispatcher thread's only
+        # Who asked for each future not yet resolved is noted on the future (``_follow``): the request that did
+        # (``asker``) and its index in it (``asked_at``), or in ``asker`` a list of such pairs when several did (the
+        # same task twice in a request, or in two clients' requests while in flight).  A future whose note is another
+        # service's (one that left this producer, or another one on it) is noted here instead.  The dispatcher
+        # thread's only.
+        self._mark = next(_marks)
         self._owners: dict[ResultFuture, Union[_Owner, list[_Owner]]] = {}
         self._waiting: dict[bytes, list[_Asked]] = {}  # per client: its requests with results resolved and not yet sent
         self._oldest: Optional[float] = None  # when the oldest result waiting (any client's) was resolved (monotonic s)
@@ -345,20 +353,36 @@ class RewardService:
         self._in_flight[peer] = self._in_flight.get(peer, 0) + len(futures)
         self._to_answer.append((peer, msg.request))
         # One callback for every future (``_on_done``, registered for a whole request under one hold of the futures'
-        # lock, one tuple shared by them all) and one table entry per task saying whose it is: no per-task closure
-        # (made while the collector waits: see ``_receive``).
-        owners, asked = self._owners, _Asked(peer, msg.request)
-        followed = []
+        # lock, one tuple shared by them all) and, on each future, a note of whose it is: no per-task closure, and
+        # nothing made per task (see ``_receive``).
+        add_done_callbacks(self._follow(_Asked(peer, msg.request, self._mark), futures), self._on_done)  # at once for
+        # those resolved already (cache hits)
+
+    def _follow(self, asked: _Asked, futures: list[ResultFuture]) -> list[ResultFuture]:
+        """Note that ``asked`` asked for ``futures`` (in its order); those this service did not follow yet, which
+        ``_on_done`` is to follow."""
+        mark, followed = self._mark, []
         for i, fut in enumerate(futures):
-            held = owners.get(fut)
-            if held is None:
-                owners[fut] = (asked, i)
+            held = fut.asker
+            if held is None:  # the usual case: followed by no service yet
+                fut.asker = asked
+                fut.asked_at = i
                 followed.append(fut)
-            elif isinstance(held, list):  # the same task twice in this request, or asked for by another one
+            elif type(held) is _Asked and held.by == mark:  # this service's, asked for again (in this request or another)
+                fut.asker = [(held, fut.asked_at), (asked, i)]
+            elif type(held) is list and held[0][0].by == mark:  # this service's, asked for several times already
                 held.append((asked, i))
-            else:
-                owners[fut] = [held, (asked, i)]
-        add_done_callbacks(followed, self._on_done)  # at once for those resolved already (cache hits)
+            else:  # another service's note: this one's table
+                owners = self._owners
+                mine = owners.get(fut)
+                if mine is None:
+                    owners[fut] = (asked, i)
+                    followed.append(fut)
+                elif isinstance(mine, list):
+                    mine.append((asked, i))
+                else:
+                    owners[fut] = [mine, (asked, i)]
+        return followed
 
     def _on_done(self, fut: Any) -> None:
         """A future resolved (on the dispatcher thread, or on a thread closing the producer): queue it."""
@@ -382,15 +406,30 @@ class RewardService:
         if outbox:
             if self._oldest is None:
                 self._oldest = now
-            take, owner_of = outbox.popleft, self._owners.pop
+            take, mark = outbox.popleft, self._mark
             for _ in range(len(outbox)):  # what a callback on another thread appends meanwhile waits for the next turn
                 fut: Any = take()
-                owner = owner_of(fut, None)
-                if owner is None:
-                    continue  # not followed by this service (left and cleared)
                 result = fut._result  # finished: ``result()`` would take its lock again
-                for asked, index in (owner,) if isinstance(owner, tuple) else owner:  # one asker, or several
-                    if not asked.indexes:  # its first result waiting: the request joins its client's
+                note = fut.asker
+                if type(note) is _Asked and note.by == mark:  # one asker, this service's (the usual case)
+                    if not note.indexes:  # its first result waiting: the request joins its client's
+                        held = waiting.get(note.peer)
+                        if held is None:
+                            waiting[note.peer] = [note]
+                        else:
+                            held.append(note)
+                    note.indexes.append(fut.asked_at)
+                    note.results.append(result)
+                    continue
+                if type(note) is list and note[0][0].by == mark:  # several askers
+                    owners: list[_Owner] = note
+                else:  # followed in this service's table, or not at all (it left, and cleared it)
+                    owner = self._owners.pop(fut, None)
+                    if owner is None:
+                        continue
+                    owners = [owner] if isinstance(owner, tuple) else owner
+                for asked, index in owners:
+                    if not asked.indexes:
                         held = waiting.get(asked.peer)
                         if held is None:
                             waiting[asked.peer] = [asked]

@@ -79,6 +79,7 @@ def test_a_service_sending_results_sets_off_no_collection():
     s.instance = "svc"
     s.ledger = Ledger(instance="svc")
     s._outbox, s._owners, s._waiting, s._oldest, s._in_flight, s._to_answer = deque(), {}, {}, None, {}, []
+    s._mark = 1
     s._dispatcher_ident, s._attached, s._stopped = threading.get_ident(), True, False
     sent: list[Any] = []
     s._send_frames = lambda peer, frames: sent.append(frames) or True  # type: ignore[method-assign]
@@ -109,6 +110,7 @@ def test_a_service_sending_results_sets_off_no_collection():
 
 def test_a_service_taking_a_turns_requests_sets_off_one_collection_at_most_after_them():
     requests = 40  # of 256 tasks, all read in one turn
+    made: list[ResultFuture] = []
 
     class _Dispatcher:
         workers_ready = 2
@@ -124,13 +126,16 @@ def test_a_service_taking_a_turns_requests_sets_off_one_collection_at_most_after
         options = _Options()
 
         def submit_batch(self, reward: str, payloads: list, **kw: Any) -> list:
-            return [ResultFuture() for _ in payloads]  # what a producer makes per task and keeps until it resolves
+            futures = [ResultFuture() for _ in payloads]  # what a producer makes per task and keeps until it resolves
+            made.extend(futures)
+            return futures
 
     s = RewardService.__new__(RewardService)
     s.producer = _Producer()  # type: ignore[assignment]
     s.instance, s.started, s.no_workers_grace_s, s.requests, s.clients = "svc", time.monotonic(), 10.0, 0, set()
     s.ledger = Ledger(instance="svc")
     s._outbox, s._owners, s._waiting, s._oldest, s._in_flight, s._to_answer = deque(), {}, {}, None, {}, []
+    s._mark = 1
     s._dispatcher, s._dispatcher_ident, s._attached, s._stopped = _Dispatcher(), threading.get_ident(), True, False  # type: ignore[assignment]
     payloads = [cw.encode(cw.Submit(*wire.STAMP, r, "noop", None, [msgspec.Raw(msgspec.msgpack.encode({"i": i})) for i in range(256)], None))
                 for r in range(1, requests + 1)]
@@ -138,5 +143,5 @@ def test_a_service_taking_a_turns_requests_sets_off_one_collection_at_most_after
     with _Collections() as collections:
         s._receive()
         during = list(collections.seen)
-    assert len(s._owners) == requests * 256 and len(s._to_answer) == requests
+    assert len(made) == requests * 256 and all(f.asker.by == s._mark for f in made) and len(s._to_answer) == requests
     assert len(during) <= 1, f"{len(during)} collections (generations {sorted(set(during))})"  # the one once it returns
