@@ -115,7 +115,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "qworker serve") -> int:
         for endpoint in (args.listen, opts.bind) if not opts.insecure else ():  # insecure: warned once, as it binds
             if endpoint:
                 check_bind(endpoint, opts.curve(), insecure=False)
-        for endpoint in (args.listen, given.get("bind") or ""):
+        for endpoint in (args.listen, opts.bind or ""):
             check_free(endpoint)
         if args.http:
             check_free(f"tcp://{args.http_host}:{args.http}", http=True)

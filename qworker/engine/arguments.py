@@ -3,7 +3,8 @@ it enters, before any task is made: a mistake is one clear exception naming it, 
 
 * ``payloads`` is an iterable of payloads, one task each.  A ``str``, ``bytes`` or a mapping is refused
   (``TypeError``): iterating one would make a task per character, byte or key.
-* ``timeout_s`` is None (the reward's own limit) or a number of seconds above 0 and finite (``ConfigError``).
+* ``timeout_s`` is None (the reward's own limit) or a real number (an ``int``, a ``float``, a numpy scalar) of
+  seconds, finite and above 0 (``ConfigError``); it goes on as a ``float``.
 * ``gather`` takes a sequence of futures; one future alone is refused (``TypeError``) with what to write instead.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import numbers
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -28,12 +30,14 @@ def check_payloads(payloads: Any) -> None:
         raise TypeError(f"payloads must be an iterable of payloads (e.g. a list of dicts), got a {type(payloads).__name__}")
 
 
-def check_timeout_s(timeout_s: Optional[float]) -> None:
-    """``ConfigError`` unless ``timeout_s`` is None or a finite number of seconds above 0."""
+def check_timeout_s(timeout_s: Optional[float]) -> Optional[float]:
+    """``timeout_s`` as a ``float`` (None as it is); ``ConfigError`` unless it is a finite real number above 0."""
     if timeout_s is None:
-        return
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
-        raise ConfigError(f"timeout_s must be a number of seconds above 0 (or None for the reward's own limit), got {timeout_s!r}")
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not 0 < float(timeout_s) < math.inf:
+        raise ConfigError(f"timeout_s must be a finite number of seconds above 0 (or None for the reward's own limit), "
+                          f"got {timeout_s!r}")
+    return float(timeout_s)
 
 
 def check_futures(futures: Any) -> None:

@@ -186,7 +186,7 @@ class Producer:
         if self._closed:
             raise ProducerClosed("submit_batch() on a closed Producer")
         check_payloads(payloads)
-        check_timeout_s(timeout_s)
+        timeout_s = check_timeout_s(timeout_s)
         target = self.catalog.resolve(reward, params)
         if isinstance(target, Composite):
             submit = lambda batch: _composite.submit(  # noqa: E731

@@ -94,12 +94,12 @@ class ResultFuture(concurrent.futures.Future):
         # never changed in place: a tuple that ``add_done_callbacks`` may share between futures, replaced to add one
         self._callbacks: Optional[tuple[Callable[[concurrent.futures.Future], object], ...]] = None
         self._waiter_list: Optional[list] = None  # concurrent.futures.wait's waiters, under the Condition
-        # The note of the one party that follows it besides its callbacks (a reward service: ``service.server``): who
-        # asked for it, and at what position.  Written and read by that party only, on one thread; the future never
-        # reads them.  A followed future carries its note itself: no table of the futures followed to look each up
-        # in (a table of every task in flight, whose lookups miss the CPU's caches).  Set here, with the future's
-        # other attributes: one added later would give the future a dict of its own.  GC-safe as long as what the
-        # note holds never refers back to the future.
+        # A note for a party that follows futures besides their callbacks, kept on the future so that it needs no
+        # table of the futures it follows (a table of every task in flight, whose lookups miss the CPU's caches): who
+        # asked for it (``asker``) and at what position (``asked_at``).  The future never reads them.  A follower may
+        # read a note another follower wrote, and writes one only where none is or where the note is its own (a
+        # reward service marks its notes: ``service.server``).  Set here, with the future's other attributes: one
+        # added later would give the future a dict of its own.  GC-safe as long as a note never refers back to a future.
         self.asker: Any = None
         self.asked_at = 0
 

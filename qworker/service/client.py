@@ -289,7 +289,7 @@ class Client:
         if self._closed:
             raise ProducerClosed("submit_batch() on a closed Client")
         check_payloads(payloads)
-        check_timeout_s(timeout_s)
+        timeout_s = check_timeout_s(timeout_s)
         payloads = list(payloads)
         if not payloads:
             return []

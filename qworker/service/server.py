@@ -248,7 +248,7 @@ class RewardService:
     def _receive(self) -> None:
         taken = len(self._to_answer)
         # Taking a request makes objects the cyclic GC counts and that live until their results leave (each task's
-        # future, and who asked for it): collections set off here would move every task in flight to older
+        # future): collections set off here would move every task in flight to older
         # generations, and full collections rescan them all; none of it is cyclic garbage, so the collector waits
         # for the end of the handler (as ``Producer.submit_batch`` does for one submission).
         with paused_gc():

@@ -50,8 +50,15 @@ def _what_to_write(endpoint: object) -> str:
         if miswritten is not None:
             scheme, sep, rest = miswritten.groups()
             scheme = scheme.lower()
-            if scheme != "ipc":
-                return f"{scheme}://{rest.lstrip('/')}"  # a tcp host or an inproc name has no leading slash
+            rest = rest if scheme == "ipc" else rest.lstrip("/")  # a tcp host or an inproc name has no leading slash
+            if scheme == "tcp":
+                if rest.isdigit() and 0 < int(rest) <= MAX_PORT:
+                    return f"tcp://127.0.0.1:{int(rest)}"  # a port alone: this host's
+                return f"tcp://{rest}" if ":" in rest else "tcp://HOST:PORT"
+            if scheme == "inproc":
+                return f"inproc://{rest or 'NAME'}"
+            if not rest:
+                return "tcp://HOST:PORT"
             return f"ipc:///{rest}" if sep == ":/" else f"ipc://{rest}"  # ``ipc:/tmp/s`` meant the absolute path /tmp/s
         if "://" not in endpoint and ":" in endpoint:
             return f"tcp://{endpoint}"  # a host and port
@@ -72,7 +79,9 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
     tcp = tcp_host_port(endpoint)
     if tcp is not None:
         host, port = tcp
-        if not host or host.startswith("/") or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):
+        if host.startswith("/"):
+            raise ConfigError(f"{what} {endpoint!r}: a tcp host has no leading slash: write tcp://{host.lstrip('/')}:{port}")
+        if not host or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):
             raise ConfigError(f"{what} {endpoint!r}: expected tcp://HOST:PORT with a port from 0 to {MAX_PORT} (or * to bind any)")
         if connect and (host in ANY_INTERFACE or port in ("*", "0")):
             raise ConfigError(f"{what} {endpoint!r} is an address to bind, not to connect to: write the producer's or "

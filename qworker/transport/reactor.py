@@ -150,7 +150,7 @@ class Reactor:
     def stop(self) -> None:
         """Make ``run()`` return after its current turn."""
         self._stopping = True
-        self._woken = False  # this wake must reach the pipe
+        self._woken = False  # this wake must not be coalesced away (from a handler, the loop sees ``_stopping`` next)
         self.wake()
 
     @property

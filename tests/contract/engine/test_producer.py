@@ -29,8 +29,14 @@ def test_one_payload_given_as_payloads_is_refused_before_any_task_is_made(produc
 
 @pytest.mark.parametrize("timeout_s", [0, -1, float("nan"), float("inf"), "3", True])
 def test_a_timeout_that_is_not_seconds_above_zero_is_refused_at_submission(producer, timeout_s):
-    with pytest.raises(ConfigError, match="timeout_s must be a number of seconds above 0"):
+    with pytest.raises(ConfigError, match="timeout_s must be a finite number of seconds above 0"):
         producer.submit("noop", {"t": 1}, timeout_s=timeout_s)
+
+
+def test_a_timeout_of_any_real_number_type_is_taken_as_seconds(producer):
+    np = pytest.importorskip("numpy")
+    results = [producer.submit("noop", {"t": str(t)}, timeout_s=t).result(30) for t in (np.int64(30), np.float32(5), 7)]
+    assert all(r.ok for r in results), results
 
 
 def test_gather_of_one_future_says_what_to_write(producer):

@@ -93,6 +93,7 @@ def test_tasks_that_another_service_on_the_producer_followed_still_reach_this_on
     _ask(second, producer, b"client-2", 1, futures[1:])  # two of them the first one followed, one followed by none
     _ask(second, producer, b"client-2", 2, [futures[2], futures[2]])
     _resolve(futures)
+    first._flush(time.monotonic(), everything=True)  # it left: nothing it followed is queued to it any more
     second._flush(time.monotonic(), everything=True)
     assert _answers(second_sent) == {(1, 0): 1.0, (1, 1): 2.0, (1, 2): 3.0, (2, 0): 2.0, (2, 1): 2.0}
     assert first_sent == [] and not second._owners
@@ -110,3 +111,14 @@ def test_two_services_on_one_producer_each_answer_their_own_clients():
     second._flush(time.monotonic(), everything=True)
     assert _answers(first_sent) == {(5, 0): 0.0, (5, 1): 1.0, (5, 2): 2.0}
     assert _answers(second_sent) == {(9, 0): 2.0, (9, 1): 1.0, (9, 2): 0.0}
+
+
+def test_a_task_resolved_before_it_is_followed_and_asked_for_twice_answers_both_positions():
+    producer = _Producer()
+    s, sent = _service(producer, mark=1)
+    done, fresh = ResultFuture(), ResultFuture()
+    resolve_many([(done, Result(score=5.0, key="5" * 32))])  # a cache hit: resolved within submit_batch
+    _ask(s, producer, b"client-1", 3, [done, fresh, done])
+    _resolve([ResultFuture(), fresh])
+    s._flush(time.monotonic(), everything=True)
+    assert _answers(sent) == {(3, 0): 5.0, (3, 1): 1.0, (3, 2): 5.0} and not s._in_flight.get(b"client-1")

@@ -29,7 +29,10 @@ def test_well_formed_endpoints_pass_unchanged(endpoint):
     ("tcp://127.0.0.1:65536", "a port from 0 to 65535"),
     ("tcp://127.0.0.1", "expected tcp://HOST:PORT"),
     ("tcp://:5557", "expected tcp://HOST:PORT"),
-    ("tcp:///127.0.0.1:5557", "expected tcp://HOST:PORT"),  # a host does not start with a slash
+    ("tcp:///127.0.0.1:5557", "a tcp host has no leading slash: write tcp://127.0.0.1:5557"),
+    ("tcp:5555", "write tcp://127.0.0.1:5555 "),  # a port alone after a miswritten scheme: this host's
+    ("tcp:", "write tcp://HOST:PORT "),
+    ("tcp:localhost", "write tcp://HOST:PORT "),
     (5557, "--connect 'int' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
     ("5557", "--connect '5557' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
     ("99999", "--connect '99999' is not a ZeroMQ endpoint: write tcp://HOST:PORT"),  # no port: not told to write one
