@@ -43,7 +43,10 @@ def test_off_policy_learns_the_toy_task(tiny_model, toy_data, tmp_path):
     print(f"off-policy mean reward: first 5 steps {first:.3f}, last 10 steps {last:.3f}")
     assert len(history) == 60
     assert first < 0.2
-    assert last > first + 0.3 and last > 0.4   # measured: 0.73 at seed 0 (on-policy: 0.55-1.0 over seeds 0-3)
+    # Not one number: the update takes groups in the order their rewards arrive, which changes the rounding of the
+    # summed gradients, and 60 steps of sampling amplify it.  Measured at seed 0: last 10 steps 0.52-0.76 over 18
+    # runs alone or beside 2 CPU burners, 0.39 once under a full parallel make test (first 5 steps 0.05-0.06).
+    assert last > first + 0.3
     assert [h["staleness"] for h in history] == [0.0] + [1.0] * 59
     assert all(h["rollout_wait_s"] >= 0.0 for h in history)
 
