@@ -492,13 +492,13 @@ class Scheduler:
         idle = [w for w in self.fleet.with_credit() if not w.leases]  # a quarantined worker's credit is no idle worker
         if not idle:
             return
-        own = self.max_message_bytes
-        fits = max(min(own, w.max_message_bytes or own) for w in idle)  # the widest frame limit of an idle worker
+        fits = 0  # the widest frame limit of an idle worker, once a worker is to be asked
         for w in self.fleet.workers.values():
             spare = (len(w.leases) - 1) // 2
             if spare > 0 and now - w.last_revoke_at >= REVOKE_EVERY_S:
                 w.last_revoke_at = now  # (asked or not, not weighed again before REVOKE_EVERY_S)
-                if min(own, w.max_message_bytes or own) > fits:
+                fits = fits or max(map(self._frame, idle))
+                if self._frame(w) > fits:
                     spare = self._newest_fitting(w, fits, spare)
                 if spare > 0:
                     self.send(w.id.encode(), wire.Revoke(spare))
@@ -506,7 +506,7 @@ class Scheduler:
     def _newest_fitting(self, w: WorkerState, limit: int, n: int) -> int:
         """How many of ``w``'s newest leases, at most ``n``, fit alone in a frame of ``limit`` bytes, counted from the
         newest up to the first that does not (a worker gives back its newest unstarted tasks first)."""
-        bound = limit - self.framing_bytes - MESSAGE_OVERHEAD
+        bound = self._task_bound(limit)
         fit = 0
         for p in reversed(w.leases.values()):  # (each was sized, so encodable, when it was sent)
             if fit >= n or self._sizer.task_bytes(p) > bound:
@@ -570,15 +570,14 @@ class Scheduler:
         sizer = self._sizer
         take = queue.take
         spent = self._spent
-        max_bytes = self.max_message_bytes
         widest = 0  # the largest frame limit a worker may soon receive (``_widest``), once a task needs it
         for w in ready:
             leased: list[Pending] = []  # what this message carries, in order
             limit = min(w.credit, share, MAX_BATCH)
             was_idle = not w.leases
-            frame = min(max_bytes, w.max_message_bytes or max_bytes) - self.framing_bytes  # the largest it can receive
-            room = frame // 2  # a batch stays well under the frame cap (a bigger task goes alone)
-            alone = frame - MESSAGE_OVERHEAD  # the largest task it can receive alone
+            frame = self._frame(w)
+            room = (frame - self.framing_bytes) // 2  # a batch stays well under the frame cap (a bigger task goes alone)
+            alone = self._task_bound(frame)  # the largest task it can receive alone
             if wide and alone >= self._wide_min:  # (only in a fleet of several frame limits)
                 room = self._take_wide(w, alone, room, leased)
             full = False
@@ -591,7 +590,7 @@ class Scheduler:
                 i = 0
                 try:
                     for i, p in enumerate(taken):
-                        if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here, the one place
+                        if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here (and in ``wide``, by ``_take_wide`` and ``_expire_wide``)
                             self._forget(p)
                             continue
                         if spent and self._fail_if_spent(p):  # a late report used up its attempts: never delivered again
@@ -607,7 +606,7 @@ class Scheduler:
                             params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
                         if size > alone:  # too big for this worker's frame
                             widest = widest or self._widest(now)
-                            if size + MESSAGE_OVERHEAD + self.framing_bytes > widest:  # and for every worker's
+                            if size > self._task_bound(widest):  # and for every worker's
                                 self._fail_oversized(p, size, widest)
                             else:
                                 wide.append((p, size))
@@ -632,7 +631,7 @@ class Scheduler:
                 # ``p.as_task(meta)``, inline: once per task
                 batch = [Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts, None if p.policy is None else p.policy.meta(p))
                          for p in leased]
-                sent = self.send(w.id.encode(), wire.Tasks(batch, max_bytes))
+                sent = self.send(w.id.encode(), wire.Tasks(batch, self.max_message_bytes))
             except Exception as exc:  # nothing was sent (a policy's meta, or encoding the message, raised)
                 for p in leased:
                     p.undeliver()
@@ -696,8 +695,11 @@ class Scheduler:
             i += 1
             if p.state is DONE:  # resolved while waiting (a late result of an earlier delivery)
                 self._forget(p)
-            elif size > alone or (leased and size > room):
+            elif size > alone:  # too big for this worker: it stays for a wider one, and the scan goes on
                 keep.append((p, size))
+            elif leased and size > room:  # it goes in this worker's next message: it and those after it stay as they are
+                i -= 1
+                break
             elif not (self._spent and self._fail_if_spent(p)):
                 room -= size
                 leased.append(p)
@@ -709,13 +711,13 @@ class Scheduler:
     def _expire_wide(self, now: float) -> None:
         """Fail the tasks waiting for a wider frame that fit no frame a worker may soon receive (``_widest``)."""
         widest = self._widest(now)
-        over = MESSAGE_OVERHEAD + self.framing_bytes
+        bound = self._task_bound(widest)
         keep: list[tuple[Pending, int]] = []
         failed: list[tuple[Pending, int]] = []
         for p, size in self.wide:
             if p.state is DONE:
                 self._forget(p)
-            elif size + over > widest:
+            elif size > bound:
                 failed.append((p, size))
             else:
                 keep.append((p, size))
@@ -723,6 +725,16 @@ class Scheduler:
         self._wide_min = min((size for _, size in keep), default=0)
         for p, size in failed:
             self._fail_oversized(p, size, widest)
+
+    def _frame(self, w: WorkerState) -> int:
+        """The largest message ``w`` receives, bytes: the lower of its stated limit and the producer's own."""
+        own = self.max_message_bytes
+        return min(own, w.max_message_bytes or own)
+
+    def _task_bound(self, frame: int) -> int:
+        """The largest task, bytes, a message of at most ``frame`` bytes carries alone (less the transport's framing
+        and ``MESSAGE_OVERHEAD``)."""
+        return frame - self.framing_bytes - MESSAGE_OVERHEAD
 
     def _widest(self, now: float) -> int:
         """The largest frame limit, bytes, a worker may soon receive (``Fleet.widest``: the producer's own at most): a
@@ -734,7 +746,7 @@ class Scheduler:
         ``limit`` bytes: it fails, naming the bound a task must fit (``limit`` less the message's overhead and the
         transport's framing)."""
         less = f"less {MESSAGE_OVERHEAD} bytes of message" + (f" and {self.framing_bytes} of CURVE's framing" if self.framing_bytes else "")
-        bound = limit - MESSAGE_OVERHEAD - self.framing_bytes
+        bound = self._task_bound(limit)
         if limit >= self.max_message_bytes:  # the producer's own limit
             where = (f"the {limit}-byte message limit (max_message_bytes) {less}; keep max_payload_bytes and params well "
                      "under it")
