@@ -315,7 +315,6 @@ class ServerLoad:
     def __init__(self, config: LimitConfig) -> None:
         self.config = config
         self.at = -math.inf
-        self.queueing = False  # what the last reading said
         self.on_way: Optional[float] = None  # mean requests on their way over the last readings (None before any)
         self._running: deque[tuple[float, float]] = deque()  # (when, running) of the readings of the last LOAD_FRESH_S
 
@@ -345,8 +344,7 @@ class ServerLoad:
         seen = min(batch, max(0.0, (in_flight if held is None else held) - running - waiting))
         on_way = self.on_way = seen if self.on_way is None else self.on_way + (seen - self.on_way) / ON_WAY_READINGS
         allowed = max(batch, on_way + 2.0 * math.sqrt(on_way))
-        self.queueing = waiting > allowed and running > 0
-        if self.queueing:  # the knee: what keeps the server at a batch running and the allowance waiting
+        if waiting > allowed and running > 0:  # the knee: what keeps the server at a batch running and the allowance waiting
             return QueueReading(True, in_flight * (batch + allowed) / (running + waiting))
         return QueueReading(False, room=allowed - waiting)
 

@@ -7,7 +7,7 @@ gate's queue, as the dispatcher puts it.  Servers:
 
 * ``refuse``: at most ``capacity`` in service; more get 429 (after 1-20 ms);
 * ``queue``: ``capacity`` served at once, the rest wait in FIFO order, never refused;
-* a token bucket of ``rate`` per second holding one second's worth (429 when empty);
+* a token bucket of ``rate`` per second holding ``reserve_s`` seconds' worth (1 by default; 429 when empty);
 * ``retry_after``: ``"ms"`` (exact), ``"s"`` (whole seconds, at least 1) or None;
 * ``headers``: announce the bucket as OpenAI's ``x-ratelimit-*`` do;
 * ``p_error``: a 503 (no Retry-After) with that probability, independent of load;
@@ -105,7 +105,7 @@ class Server:
     def ratelimit(self) -> Optional[dict]:
         if not (self.headers and self.rate):
             return None
-        return {"requests": {"limit": int(self.rate * 60), "remaining": int(self.bucket), "reset_s": (self.rate - self.bucket) / self.rate}}
+        return {"requests": {"limit": int(self.rate * 60), "remaining": int(self.bucket), "reset_s": (self.rate * self.reserve_s - self.bucket) / self.rate}}
 
     def capacity_at(self, t: float) -> int:
         cap = self.capacity

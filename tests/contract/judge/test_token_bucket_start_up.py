@@ -25,7 +25,7 @@ def test_slow_start_past_a_token_buckets_reserve_is_cut_to_the_rate_the_bucket_a
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_slow_start_past_a_deep_reserve_is_cut_to_the_rate_the_bucket_admits(seed):
-    """A bucket of 50/s with 5 s of reserve (a per-minute quota's kind): slow start runs far past the rate before the
+    """A bucket of 50/s with 5 s of reserve (a per-minute quota holds up to 60): slow start runs far past the rate before the
     reserve is spent, and the answers then count the reserve's many; what the bucket admits (its refill, a share of
     what is sent) is the rate, not a storm."""
     server = Server(rate=50.0, reserve_s=5.0, latency=LATENCY, sigma=0.6, seed=seed, retry_after="s")
