@@ -70,11 +70,13 @@ def sample(procs: dict[str, int]) -> Sample:
     out: Sample = {}
     for label, pid in procs.items():
         py = 0
+        zmq_seen: dict[str, int] = {}  # a process of two ZeroMQ contexts (``qworker serve``) has two of each
         for tid, (name, stats) in thread_stats(pid).items():
             if tid == pid:
                 tname = "main"
             elif name.startswith("ZMQbg"):
-                tname = name
+                k = zmq_seen[name] = zmq_seen.get(name, 0) + 1
+                tname = name if k == 1 else f"{name}#{k}"
             else:
                 py += 1
                 tname = f"{name}-{py}"
@@ -87,7 +89,9 @@ def diff(before: Sample, after: Sample) -> dict[tuple[str, str], Stats]:
     out: dict[tuple[str, str], Stats] = {}
     for key, (tname, now) in after.items():
         was = before.get(key, (tname, (0.0, 0, 0, 0.0)))[1]
-        out[(key[0], tname)] = (now[0] - was[0], now[1] - was[1], now[2] - was[2], now[3] - was[3])
+        prev = out.get((key[0], tname), (0.0, 0, 0, 0.0))  # (two threads of one label add up, never replace)
+        out[(key[0], tname)] = (prev[0] + now[0] - was[0], prev[1] + now[1] - was[1], prev[2] + now[2] - was[2],
+                                prev[3] + now[3] - was[3])
     return out
 
 
@@ -154,25 +158,25 @@ def main() -> None:
             for _ in range(a.repeats):
                 batch = svc.payloads("noop", n, f"cpu-embedded-{next(svc.RUN_IDS)}")
                 s0, t0 = sample(procs), time.monotonic()
-                svc.submit_all(p, "noop", batch, a.batch)
+                results = svc.submit_all(p, "noop", batch, a.batch)
+                assert all(r.ok and not r.cached for r in results)
                 walls.append(time.monotonic() - t0)
                 rates.append(n / walls[-1])
                 runs.append(diff(s0, sample(procs)))
             totals["embedded"] = report("embedded Producer", n, runs, rates, walls)
-    port = free_port()
-    service = svc.serve(port, a.workers)
-    endpoint = f"tcp://127.0.0.1:{port}"
-    try:
-        with Client(endpoint) as c:
-            c.map("noop", [{"warm": i} for i in range(200)], timeout=120)
-        for k in [int(x) for x in a.clients.split(",")]:
+    for k in [int(x) for x in a.clients.split(",")]:  # a fresh service for each client count: the same cache states
+        port = free_port()
+        service = svc.serve(port, a.workers)
+        endpoint = f"tcp://127.0.0.1:{port}"
+        try:
+            with Client(endpoint) as c:
+                c.map("noop", [{"warm": i} for i in range(200)], timeout=120)
             clients = svc.Clients(endpoint, k, a.batch, service.pid)
             try:
                 procs = processes("service", service.pid, [int(p.pid or 0) for p in clients.procs])
                 runs, rates, walls = [], [], []
                 for _ in range(a.repeats):
                     box: list[Sample] = []
-                    t0 = time.monotonic()
                     rate = _SampleAtGo(clients, procs, box).run(n)
                     after = sample(procs)
                     walls.append(n / rate)
@@ -181,8 +185,8 @@ def main() -> None:
                 totals[f"x{k}"] = report(f"Client x {k}", n, runs, rates, walls)
             finally:
                 clients.close()
-    finally:
-        svc.stop(service)
+        finally:
+            svc.stop(service)
     if "embedded" in totals:
         for name, total in totals.items():
             if name != "embedded":

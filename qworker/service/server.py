@@ -360,7 +360,9 @@ class RewardService:
 
     def _follow(self, asked: _Asked, futures: list[ResultFuture]) -> list[ResultFuture]:
         """Note that ``asked`` asked for ``futures`` (in its order); those this service did not follow yet, which
-        ``_on_done`` is to follow."""
+        ``_on_done`` is to follow.  Relies on the producer never handing out again a future whose result this service
+        has sent (``PendingTable``: a task leaves the table before its future is set, and a cache hit gets a fresh
+        future): a note added to one would never be answered."""
         mark, followed = self._mark, []
         for i, fut in enumerate(futures):
             held = fut.asker

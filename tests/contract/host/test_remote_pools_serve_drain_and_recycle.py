@@ -123,6 +123,7 @@ def test_a_worker_stopped_from_outside_its_pool_is_not_called_a_crash():
             line = pool.stderr.readline()
             while " ended after " not in line:
                 line = pool.stderr.readline()
+                assert line, "the pool's stderr ended before it said the worker ended"
         finally:
             pool.send_signal(signal.SIGTERM)
             pool.communicate(timeout=30)
