@@ -234,7 +234,6 @@ class Scheduler:
         elif isinstance(msg, wire.Bye):
             w = fleet.workers.get(peer.decode(errors="replace"))
             if w is not None:
-                log.info("qworker: worker %s left (%s)", w.id, msg.reason)
                 w.last_seen = now  # heard from: its pool's frame limit is remembered from now (``Fleet.widest``)
                 self._lose(w, f"left ({msg.reason})", presume=False)
         else:
@@ -402,9 +401,12 @@ class Scheduler:
         with ``presume`` (it did not leave on its own), a task that took a worker down before is charged again."""
         culprit = w.leases.get(guilty) if guilty is not None else None  # (``remove`` empties the leases)
         held = self.fleet.remove(w)
+        if not presume:  # it left on its own (a pool draining): news, not a fault
+            log.info("qworker: worker %s %s%s", w.id, reason, f"; the {len(held)} tasks it held go back to the queue" if held else "")
         if not held:
             return
-        log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
+        if presume:
+            log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
         suspects = self._suspects
         if guilty is not None:
             if culprit is not None:

@@ -178,6 +178,21 @@ def test_bye_redelivers_what_the_worker_held():
     assert len(s.queue) == 2 and "a" not in s.fleet.workers
 
 
+def test_a_worker_that_leaves_on_its_own_is_news_in_one_line_not_a_loss(caplog):
+    s, stub, table = make()
+    submit(s, table, 2)
+    ready(s, "a", granted=2)
+    ready(s, "b", granted=0)
+    s.dispatch(0.0)
+    with caplog.at_level("INFO", logger="qworker"):
+        caplog.clear()
+        s.handle(b"a", wire.Bye("draining"), 0.1)
+        s.handle(b"b", wire.Bye("draining"), 0.1)
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines == [("INFO", "qworker: worker a left (draining); the 2 tasks it held go back to the queue"),
+                     ("INFO", "qworker: worker b left (draining)")]
+
+
 def test_a_rogue_peer_that_swallows_tasks_is_quarantined_and_costs_no_attempts():
     # A peer says READY with 512 credits, then only heartbeats: it never runs what it is sent.
     s, stub, table = make(max_attempts=3)
