@@ -144,6 +144,7 @@ class Scheduler:
         self.policies: list[AdmissionPolicy] = []  # every policy a task was added to, in order of first use
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0, "policy_errors": 0}
         self._import_errors_logged: set[str] = set()
+        self._narrow_pools_warned: set[tuple[str, int]] = set()  # (pool, frame limit) warned of once: its workers under ours
         self._bad_frames = LogRation()  # frames dropped as not valid messages (``drop``): what its log lines are rationed by
         self._stray_results = LogRation()  # results from workers not held (``_drop_results``), rationed apart from those
         self._sizer = _TaskSizer()
@@ -248,12 +249,15 @@ class Scheduler:
         if msg.versions:
             self.versions.learn_many(msg.versions)
         if new:
-            if 0 < w.max_message_bytes < self.max_message_bytes:
+            narrow = 0 < w.max_message_bytes < self.max_message_bytes
+            if narrow and (w.pool, w.max_message_bytes) not in self._narrow_pools_warned:  # once per pool and limit
+                self._narrow_pools_warned.add((w.pool, w.max_message_bytes))
                 log.warning("qworker: worker %s ready (pool %s, pid %d, host %s), its frame limit %d bytes under this producer's "
                             "%d: it is sent no larger message, and a task over it goes to another worker or fails",
                             w.id, w.pool, w.pid, w.host, w.max_message_bytes, self.max_message_bytes)
             else:
-                log.info("qworker: worker %s ready (pool %s, pid %d, host %s)", w.id, w.pool, w.pid, w.host)
+                log.info("qworker: worker %s ready (pool %s, pid %d, host %s%s)", w.id, w.pool, w.pid, w.host,
+                         f", frame limit {w.max_message_bytes} bytes" if narrow else "")
         for e in msg.errors:
             if e not in self._import_errors_logged:
                 self._import_errors_logged.add(e)

@@ -422,3 +422,15 @@ def test_a_hook_that_raises_while_a_message_is_assembled_leaves_the_taken_tasks_
     monkeypatch.undo()
     s.dispatch(0.1)
     assert len(stub.tasks_to("a")) == 9 and sum(not f.done() for f in futs) == 9
+
+
+def test_a_pool_of_workers_under_the_producers_frame_limit_is_warned_of_once(caplog):
+    s, stub, table = make()  # the producer's frame limit: 1 MiB
+    with caplog.at_level("INFO", logger="qworker"):
+        caplog.clear()
+        for k in range(4):  # four workers of one narrow pool, then one of another
+            s.handle(f"n{k}".encode(), wire.Ready(*wire.STAMP, f"n{k}", "narrow", k, "h", 1, 0, 0, [], [], {}, 1 << 16), 0.0)
+        s.handle(b"m", wire.Ready(*wire.STAMP, "m", "other", 9, "h", 1, 0, 0, [], [], {}, 1 << 16), 0.0)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2 and "worker n0 ready (pool narrow" in warned[0] and "worker m ready (pool other" in warned[1]
+    assert sum("frame limit 65536 bytes" in r.getMessage() for r in caplog.records if r.levelname == "INFO") == 3
