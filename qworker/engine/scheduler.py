@@ -555,8 +555,8 @@ class Scheduler:
         return max(0.0, min(wakes) - now) if wakes else None
 
     def dispatch(self, now: float) -> None:
-        """Send queued tasks to workers with credit, the least loaded first; the tasks waiting for a wider frame
-        (``wide``) go first to each worker whose frame they fit."""
+        """Send queued tasks to workers with credit, the least loaded first, each its share of the queue in one
+        message; the tasks waiting for a wider frame (``wide``) go first to each worker whose frame they fit."""
         if self.policies:
             self._admit(now)
         queue = self.queue
@@ -566,102 +566,104 @@ class Scheduler:
             if not wide:
                 return
         ready = self.fleet.with_credit()
-        if not ready:
-            if queue.mixed:
-                self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
-            return
-        ready.sort(key=lambda w: len(w.leases))
-        left = len(queue)  # tasks in the queue: counted here rather than asking it for each task
-        share = math.ceil(left / len(ready))
-        sizer = self._sizer
-        take = queue.take
-        spent = self._spent
-        widest = 0  # the largest frame limit a worker may soon receive (``_widest``), once a task needs it
-        for w in ready:
-            leased: list[Pending] = []  # what this message carries, in order
-            limit = min(w.credit, share, MAX_BATCH)
-            was_idle = not w.leases
-            frame = self._frame(w)
-            room = (frame - self.framing_bytes) // 2  # a batch stays well under the frame cap (a bigger task goes alone)
-            alone = self._task_bound(frame)  # the largest task it can receive alone
-            if wide and alone >= self._wide_min:  # (only in a fleet of several frame limits)
-                room = self._take_wide(w, alone, room, leased)
-            full = False
-            while left and not full and len(leased) < limit:
-                taken = take(limit - len(leased))  # (one call, not one per task; what is not sent goes back first)
-                if not taken:
-                    break
-                left -= len(taken)
-                params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
-                i = 0
-                try:
-                    for i, p in enumerate(taken):
-                        if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here (and in ``wide``, by ``_take_wide`` and ``_expire_wide``)
-                            self._forget(p)
-                            continue
-                        if spent and self._fail_if_spent(p):  # a late report used up its attempts: never delivered again
-                            continue
-                        if p.params is params and p.reward is reward:  # (``task_bytes``, inline: once per task)
-                            size = len(p.payload) + fixed
-                        else:
-                            try:
-                                size = sizer.task_bytes(p)
-                            except Exception as exc:  # taken from the queue: it fails here, or it would be in no queue at all
-                                self._fail_unsendable(p, exc)
-                                continue
-                            params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
-                        if size > alone:  # too big for this worker's frame
-                            widest = widest or self._widest(now)
-                            if size > self._task_bound(widest):  # and for every worker's
-                                self._fail_oversized(p, size, widest)
-                            else:
-                                wide.append((p, size))
-                                if size < self._wide_min or len(wide) == 1:
-                                    self._wide_min = size
-                            continue
-                        if leased and size > room:  # it and those after it go in the next message: first in the queue again
-                            rest = taken[i:]
-                            queue.untake(rest)
-                            left += len(rest)
-                            full = True
-                            break
-                        room -= size
-                        leased.append(p)
-                except BaseException:  # (a policy's hook): what was taken and not yet leased is queued again, not lost
-                    queue.untake([q for q in (*leased, *taken[i:]) if q.state is not DONE])
-                    raise
-            if not leased:
-                continue
-            lease_all(leased, w)
-            try:
-                # ``p.as_task(meta)``, inline: once per task
-                batch = [Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts, None if p.policy is None else p.policy.meta(p))
-                         for p in leased]
-                sent = self.send(w.id.encode(), wire.Tasks(batch, self.max_message_bytes))
-            except Exception as exc:  # nothing was sent (a policy's meta, or encoding the message, raised)
-                for p in leased:
-                    p.undeliver()
-                self._sort_unsendable(leased, exc)
-                left = len(queue)  # with the tasks put back
-                if not left and not wide:
+        if ready:
+            ready.sort(key=lambda w: len(w.leases))
+            share = math.ceil(len(queue) / len(ready))
+            widest = 0  # the largest frame limit a worker may soon receive (``_widest``), once a task needs it
+            for w in ready:
+                leased, widest = self._fill(w, min(w.credit, share, MAX_BATCH), now, widest)
+                if leased:
+                    self._send(w, leased, now)
+                if not queue and not wide:
                     return
-                continue
-            if was_idle:  # its clock of progress starts now
-                w.last_progress = now
-            if sent:
-                w.sent += len(batch)
-                w.last_sent_at = now
-            else:
-                for p in leased:
-                    p.undeliver()  # never sent: neither charged nor counted
-                self.stats["redelivered"] += len(leased)
-                self._back_to_queue(leased)
-                self._lose(w, "unreachable")
-                left = len(queue)  # with the tasks put back
-            if not left and not wide:
-                return
         if queue.mixed:  # lanes wait while workers hold other lanes' tasks beyond their share: ask for those back
-            self._turns.check(self.queue, self.fleet.workers.values(), now, self.send)
+            self._turns.check(queue, self.fleet.workers.values(), now, self.send)
+
+    def _fill(self, w: WorkerState, limit: int, now: float, widest: int) -> tuple[list[Pending], int]:
+        """The tasks of one message to ``w``, at most ``limit``, in order: first those in ``wide`` that fit its frame,
+        then from the queue as long as they fit the message's room.  On the way, a task resolved while queued is
+        forgotten, one whose attempts a late report used up fails, one that cannot be encoded fails, one too big for
+        ``w``'s frame goes to ``wide`` (or fails, if too big for every worker's: ``widest``, found once a task needs
+        it, 0 until then).  The first task that does not fit the room left, and those after it, go back to the front
+        of the queue.  Returns the tasks (not yet leased) and ``widest``."""
+        queue = self.queue
+        wide = self.wide
+        leased: list[Pending] = []
+        frame = self._frame(w)
+        room = (frame - self.framing_bytes) // 2  # a batch stays well under the frame cap (a bigger task goes alone)
+        alone = self._task_bound(frame)  # the largest task it can receive alone
+        if wide and alone >= self._wide_min:  # (only in a fleet of several frame limits)
+            room = self._take_wide(w, alone, room, leased)
+        sizer = self._sizer
+        spent = self._spent
+        while queue and len(leased) < limit:
+            taken = queue.take(limit - len(leased))  # (one call, not one per task; what is not sent goes back first)
+            if not taken:
+                break
+            params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
+            i = 0
+            try:
+                for i, p in enumerate(taken):
+                    if p.state is DONE:  # resolved while queued (a late result of an earlier delivery): dropped here (and in ``wide``, by ``_take_wide`` and ``_expire_wide``)
+                        self._forget(p)
+                        continue
+                    if spent and self._fail_if_spent(p):  # a late report used up its attempts: never delivered again
+                        continue
+                    if p.params is params and p.reward is reward:  # (``task_bytes``, inline: once per task)
+                        size = len(p.payload) + fixed
+                    else:
+                        try:
+                            size = sizer.task_bytes(p)
+                        except Exception as exc:  # taken from the queue: it fails here, or it would be in no queue at all
+                            self._fail_unsendable(p, exc)
+                            continue
+                        params, reward, fixed = sizer.params, sizer.reward, sizer.fixed
+                    if size > alone:  # too big for this worker's frame
+                        widest = widest or self._widest(now)
+                        if size > self._task_bound(widest):  # and for every worker's
+                            self._fail_oversized(p, size, widest)
+                        else:
+                            wide.append((p, size))
+                            if size < self._wide_min or len(wide) == 1:
+                                self._wide_min = size
+                        continue
+                    if leased and size > room:  # it and those after it go in the next message: first in the queue again
+                        queue.untake(taken[i:])
+                        return leased, widest
+                    room -= size
+                    leased.append(p)
+            except BaseException:  # (a policy's hook): what was taken and not yet leased is queued again, not lost
+                queue.untake([q for q in (*leased, *taken[i:]) if q.state is not DONE])
+                raise
+        return leased, widest
+
+    def _send(self, w: WorkerState, leased: list[Pending], now: float) -> None:
+        """Lease ``leased`` to ``w`` and send them in one TASKS message.  A message that cannot be built or encoded is
+        sorted out (``_sort_unsendable``); one the transport could not send (``w`` unreachable) puts its tasks back,
+        neither charged nor counted, and loses ``w``."""
+        was_idle = not w.leases
+        lease_all(leased, w)
+        try:
+            # ``p.as_task(meta)``, inline: once per task
+            batch = [Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts, None if p.policy is None else p.policy.meta(p))
+                     for p in leased]
+            sent = self.send(w.id.encode(), wire.Tasks(batch, self.max_message_bytes))
+        except Exception as exc:  # nothing was sent (a policy's meta, or encoding the message, raised)
+            for p in leased:
+                p.undeliver()
+            self._sort_unsendable(leased, exc)
+            return
+        if was_idle:  # its clock of progress starts now
+            w.last_progress = now
+        if sent:
+            w.sent += len(batch)
+            w.last_sent_at = now
+        else:
+            for p in leased:
+                p.undeliver()  # never sent: neither charged nor counted
+            self.stats["redelivered"] += len(leased)
+            self._back_to_queue(leased)
+            self._lose(w, "unreachable")
 
     def _fail_unsendable(self, p: Pending, exc: Exception) -> None:
         """``p`` cannot be put on the wire (its params, or what its policy attaches, cannot be encoded): it fails."""
