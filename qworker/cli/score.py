@@ -44,6 +44,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Optional, TextIO, Union
 
 from .._exceptions import ConfigError, PoolStartError, QworkerError, RewardError
@@ -224,8 +225,20 @@ def score_main(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
-def _score(args: argparse.Namespace) -> int:
-    t0 = time.monotonic()
+@dataclass(frozen=True)
+class _Job:
+    """What ``_start`` settled: the input rows by line, the params, the rows of ``--out`` already scored (by line),
+    and the producer, with its workers or a first pool there."""
+
+    inputs: dict[int, Any]
+    params: Optional[dict]
+    done: dict[int, dict]
+    producer: Producer
+
+
+def _start(args: argparse.Namespace) -> Union[int, _Job]:
+    """Every check of the module's contract that can be made before scoring, then the producer and, with ``--bind``
+    and no local worker, the wait for a first pool; an exit code (one line said) when there is nothing to score."""
     try:
         inputs = read_inputs(args.input, args.skip_bad_lines)
         params = json.loads(args.params) if args.params else None
@@ -276,6 +289,15 @@ def _score(args: argparse.Namespace) -> int:
         if not arrived:
             producer.close(timeout=5.0)
             return 1
+    return _Job(inputs, params, done, producer)
+
+
+def _score(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    job = _start(args)
+    if isinstance(job, int):
+        return job
+    inputs, params, done, producer = job.inputs, job.params, job.done, job.producer
     todo = [n for n in inputs if n not in done]
     if done:
         print(f"qworker score: resuming {args.out}: {len(done)} of {len(inputs)} rows already scored", file=sys.stderr)
