@@ -60,6 +60,20 @@ def _plain(obj: Any) -> bool:
     return t in _SCALARS
 
 
+def _plain_each(payloads: list[Any]) -> bool:
+    """``_plain(payloads)``, without a Python call per payload for the usual one (a dict of str keys and scalar
+    values, checked here as ``_plain`` checks a dict)."""
+    scalars = _SCALARS
+    for payload in payloads:
+        if type(payload) is dict:
+            for k, v in payload.items():
+                if type(k) is not str or (type(v) not in scalars and not _plain(v)):
+                    return False
+        elif type(payload) not in scalars and not _plain(payload):
+            return False
+    return True
+
+
 # Sorts every map's keys as it encodes (str keys compare by code point here as in ``sorted``), ten times
 # faster than rebuilding the payload with ``canonical``; used only where ``_plain`` says the bytes are the same.
 _sorted_encoder = msgspec.msgpack.Encoder(order="sorted")
@@ -115,7 +129,7 @@ def encode_payload_array(payloads: list[Any]) -> Optional[list[msgspec.Raw]]:
     """``encode_payload`` of each payload (as ``msgspec.Raw`` slices of one buffer), made in one pass, or None
     when one of them needs the per-payload path (call ``encode_payload`` on each, to learn which fails)."""
     try:
-        if not _plain(payloads):
+        if not _plain_each(payloads):
             return None
         return _split(_sorted_encoder.encode(payloads))  # an array's encoding is its elements' encodings, in a row
     except Exception:  # a cycle, an int past 64 bits, a lone surrogate...

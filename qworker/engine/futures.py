@@ -85,7 +85,7 @@ class FutureTable:
         for start in range(0, n, CHECK_EVERY):
             if self._closed is not None:
                 raise ProducerClosed(f"cannot submit: {self._closed}")
-            futures.extend(ResultFuture() for _ in range(min(CHECK_EVERY, n - start)))
+            futures += [ResultFuture() for _ in range(min(CHECK_EVERY, n - start))]
         batch = Batch(futures)
         with self._lock:
             if self._closed is not None:

@@ -23,6 +23,9 @@ def test_each_payload_is_encoded_as_encode_payload_encodes_it_alone(payloads):
     [collections.OrderedDict(b=1, a=2)],
     [{"a": 2**70}],  # past 64 bits
     [{"a": 1}, object()],  # cannot be encoded at all
+    [{"a": [1, {2: "b"}]}],  # a non-str key nested in a payload
+    [{"a": 1}, [{1: 2}]],  # ... in a payload that is not a dict
+    [{"a": collections.OrderedDict(b=1)}],  # a dict subclass as a value
 ])
 def test_a_batch_with_a_payload_the_one_pass_cannot_encode_exactly_is_left_to_the_per_payload_path(payloads):
     assert encode_payload_array(payloads) is None
