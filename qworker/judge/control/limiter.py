@@ -237,7 +237,17 @@ class AdaptiveLimit:
         mem = self.memory
         if mem.outgrew(level, arrived):
             return True
-        return self.peers == 0 and mem.outgrew(level, arrived, alone=True) and self.probes.alone(sent_at)
+        if self.peers == 0 and mem.outgrew(level, arrived, alone=True) and self.probes.alone(sent_at):
+            self.probes.wait(sent_at, level, arrived)  # (read once settled: ``_settled_outgrew``)
+        return False
+
+    def _settled_outgrew(self, now: float) -> bool:
+        """Whether a probe out alone, answered earlier, still shows the server holding as many as where it last refused
+        once its level is read less the refusals counted in it (``Probes.settled``)."""
+        found = False
+        for level, arrived in self.probes.settled(now):
+            found = found or self.memory.outgrew(level, arrived, alone=True)
+        return found
 
     def _in_use(self, in_flight: float) -> bool:
         """Growth is earned only by a limit that is in use."""
@@ -283,6 +293,7 @@ class AdaptiveLimit:
         """A request sent at ``now`` with ``level`` at the server (every producer's, itself included)."""
         self.batch.on_send(level, now)
         self.admissions.sent(now)
+        self.probes.out(now)
         if level > self.memory.refusal_level:
             self.probes.sent(now)
 
@@ -291,6 +302,7 @@ class AdaptiveLimit:
         after any ``on_success`` or ``on_drop`` for it.  The caller calls it once for every ``on_send`` (the gate does,
         in ``settle`` and ``_release``): a call never ended keeps a burst from being read."""
         self.batch.ended(sent_at, now)
+        self.probes.ended(sent_at)
 
     def on_server_load(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> None:
         """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients);
@@ -353,7 +365,8 @@ class AdaptiveLimit:
             # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
             # peers, the endpoint's capacity is what they note together (``adopt``)
             self.memory.held(min(self.sustained(now), self.limit))
-        if self.mode is Mode.STEADY and self._outgrew(sent_level if surely is None else float(surely), now - rtt, sent):
+        if self.mode is Mode.STEADY and (self._outgrew(sent_level if surely is None else float(surely), now - rtt, sent)
+                                         or self._settled_outgrew(now)):
             # The server held more than where it last refused (this request was sent with that many at it), or,
             # sent with no other out above the refusal level, as many: the capacity that refused is no longer
             # there; what was seen above it is evidence enough to climb to
@@ -408,7 +421,7 @@ class AdaptiveLimit:
         r = self.refusals_.on_refusal(in_flight, now, sent_at, trip, timeout=timeout)
         self.batch.refused()
         if not timeout:
-            self.probes.refused(now - sent_at)
+            self.probes.refused(sent_at, now)
             self.admissions.refused(sent_at)
         if r.kind is RefusalKind.STALE:
             return

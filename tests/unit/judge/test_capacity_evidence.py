@@ -109,13 +109,50 @@ def test_a_probe_sent_while_another_may_still_be_refused_is_no_evidence_at_the_l
     assert lim.regains == 1
 
 
+def test_a_probe_sent_together_with_a_request_the_server_refused_is_no_evidence_that_the_capacity_came_back():
+    # One admission sends two requests at one instant, counted 16 and 17 (the probe, out alone above the refusal
+    # level).  They reach the server in the other order (two workers): the probe takes the 16th slot and the other
+    # one is refused.  The probe's answer comes back first (0.2 s), the 429 later (0.29 s): the 17 counted was 16
+    # at the server, and the capacity (16) has not moved: no climb back to 64.
+    lim = steady_below_a_capacity_seen(16, high=64)
+    t = refused_probe_then_held(lim)
+    lim.on_send(16, t)
+    lim.on_send(17, t)
+    lim.on_success(0.2, 17, t + 0.2, level=17, sent_at=t)
+    lim.on_ended(t, t + 0.2)
+    lim.on_drop(16, t + 0.29, sent_at=t)
+    lim.on_ended(t, t + 0.29)
+    for k in range(1, 33):  # answers at 16 go on
+        now = t + 0.29 + k * RTT / 16
+        lim.on_send(16, now - RTT)
+        lim.on_success(RTT, 16, now, level=16, sent_at=now - RTT)
+        lim.on_ended(now - RTT, now)
+    assert lim.regains == 0 and lim.mode is not Mode.RECOVERING
+
+
+def test_a_probe_out_alone_is_read_once_the_requests_sent_with_it_have_ended():
+    # The same two requests, the other one answered (not refused) after the probe: the server held 17 at once where
+    # it refused 17 before; the evidence is read at that answer
+    lim = steady_below_a_capacity_seen(16, high=64)
+    t = refused_probe_then_held(lim)
+    lim.on_send(16, t)
+    lim.on_send(17, t)
+    lim.on_success(0.2, 17, t + 0.2, level=17, sent_at=t)
+    lim.on_ended(t, t + 0.2)
+    assert lim.regains == 0
+    lim.on_success(0.25, 17, t + 0.25, level=16, sent_at=t)
+    lim.on_ended(t, t + 0.25)
+    lim.on_success(RTT, 16, t + 0.26, level=16, sent_at=t + 0.26 - RTT)
+    assert lim.regains == 1 and lim.mode is Mode.RECOVERING
+
+
 def test_a_probe_is_judged_alone_by_its_neighbours_at_its_send_however_late_its_answer_is_read() -> None:
     """A probe whose neighbour went out within a refusal's way back before it is not alone, even when its answer is
     read seconds later, after more probes went out (the neighbour is not forgotten); and the record is bounded."""
     from qworker.judge.control.estimators import PROBES_KEPT, Probes
 
     probes = Probes()
-    probes.refused(0.3)
+    probes.refused(0.0, 0.3)
     probes.sent(9.8)  # the neighbour
     probes.sent(10.0)  # the probe
     assert not probes.alone(10.0)
