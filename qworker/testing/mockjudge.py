@@ -20,7 +20,8 @@ It serves ``POST /v1/chat/completions`` on 127.0.0.1 as real judges behave:
   ``"per-token"`` (``ttft_s`` + ``per_token_s`` x the reply's output tokens,
   lognormal around ``tokens_mean``; ``usage.completion_tokens`` says how many);
 * **faults**: ``p_error`` (status ``error_status``, 500 by default, after the
-  latency), ``p_reset`` (the connection is reset), ``p_hang`` (never answers),
+  latency), ``p_reset`` (the connection is reset), ``p_hang`` (never answers: its slot is held until the client
+  closes the connection),
   and ``fault`` set at run time (``"hang"``, ``"500"``, ``"401"``);
 * an **API key** check when ``api_key`` is set (401, and like some providers
   the error message echoes the key it was given);
@@ -58,6 +59,7 @@ import contextlib
 import json
 import math
 import random
+import select
 import socket
 import struct
 import sys
@@ -125,7 +127,7 @@ class MockJudge(ThreadingHTTPServer):
         self.ends: list[float] = []  # finish times of requests in service
         self.waiters: deque[list] = deque()  # queue mode: [event, service s, prompt] waiting for a slot, in order
         self.prefix = PrefixCache(blocks=prefix_blocks, prefill_s_per_token=prefill_per_token_s) if prefix_blocks else None
-        self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "resets": 0, "max_in_flight": 0, "connections": 0,
+        self.stats = {"requests": 0, "served": 0, "status_429": 0, "errors": 0, "resets": 0, "hangs": 0, "max_in_flight": 0, "connections": 0,
                       "metrics_reads": 0, "outage_replies": 0}
         self.held_s = self.queued_s = self.service_s = 0.0
         self._thread: Optional[threading.Thread] = None
@@ -356,6 +358,21 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
+    def _hang(self) -> None:
+        """Never answer: hold the request's slot until the client gives up (closes the connection; a server that
+        serves in batches frees the slot of a request whose client left, as vLLM does), or for an hour."""
+        until = time.monotonic() + 3600
+        conn = self.connection
+        while time.monotonic() < until:
+            readable, _, _ = select.select([conn], [], [], 0.05)
+            if readable:
+                try:
+                    if conn.recv(1, socket.MSG_PEEK) == b"":
+                        return  # closed by the client
+                except OSError:
+                    return
+                time.sleep(0.05)  # (bytes of a request it should not have sent yet: keep hanging)
+
     def _reset(self) -> None:
         """Drop the connection with a TCP reset, as a crashing proxy does."""
         with contextlib.suppress(OSError):
@@ -440,18 +457,25 @@ class Handler(BaseHTTPRequestHandler):
         ok, outcome = False, "error"
         try:
             if s.fault == "hang" or roll < s.p_hang:
-                time.sleep(3600)
-            time.sleep(service)
-            if roll < s.p_hang + s.p_reset:
-                outcome = "reset"
-            elif s.fault == "500" or roll < s.p_hang + s.p_reset + s.p_error:
-                outcome = "error"
+                outcome = "hung"
+                with s.lock:
+                    s.stats["hangs"] += 1
+                self._hang()
             else:
-                ok, outcome = True, "ok"
+                time.sleep(service)
+                if roll < s.p_hang + s.p_reset:
+                    outcome = "reset"
+                elif s.fault == "500" or roll < s.p_hang + s.p_reset + s.p_error:
+                    outcome = "error"
+                else:
+                    ok, outcome = True, "ok"
         finally:
             # The answer is ready: its slot is free before it is written, so a client that
             # sends its next request on reading this one never finds the slot still taken.
             s.finish(ok, started)
+        if outcome == "hung":
+            self.close_connection = True  # (the client is gone: nothing to write to)
+            return
         if outcome == "reset":
             with s.lock:
                 s.stats["resets"] += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import urllib3
@@ -140,4 +141,28 @@ def test_admin_routes_set_hostile_headers_and_giant_bodies():
         assert len(post(http, m).data) > 3_000_000 and len(post(http, m).data) < 1000
         assert http.request("POST", admin + "down", body=json.dumps({"seconds": 0.3, "how": "nope"})).status == 400
     finally:
+        m.stop()
+
+
+def test_a_hung_request_holds_its_slot_until_its_client_gives_up():
+    m = MockJudge(capacity=1, latency_s=0.002).start()
+    http = urllib3.PoolManager(maxsize=1)
+    try:
+        m.fault = "hang"
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "q0"}]}).encode()
+        host, port = m.url.split("//")[1].split("/")[0].split(":")
+        client = socket.create_connection((host, int(port)), timeout=5.0)
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.monotonic() + 5.0
+        while stats(http, m)["hangs"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        m.fault = None
+        assert post(http, m, 1).status == 429  # its slot is held while its client waits
+        client.close()  # the client gives up
+        while (status := post(http, m, 2).status) == 429 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status == 200 and stats(http, m)["hangs"] == 1
+    finally:
+        http.clear()
         m.stop()
