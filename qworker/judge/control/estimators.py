@@ -55,6 +55,7 @@ class LimitConfig:
     floor: float = 1.0
     ceiling: float = 512.0
     backoff: float = 0.9  # a timeout: the limit goes to this share of what was in flight
+    hang: float = 4.0  # a timeout this many mean round trips after its send, a request sent after it answered meanwhile: hung
     backoff_again: float = 0.5  # a refusal after a reaction that did not suffice: at most halve
     burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
     probe: float = 0.15  # requests per round trip above the refusal level, at first (``probe_max``)

@@ -28,6 +28,9 @@ STEADY      a burst (a reaction that did not suffice)     HOLDING       what rec
                                                                         than what the server admits (``_admitted``:
                                                                         then a capacity seen and the refusal level)
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
+any         a hung request: a timeout ``hang`` x the      (the same)    (the same): the server answered a request
+            round trip or more after its send                           sent after it, and fast: that one request
+                                                                        was lost, the load did not refuse it
 STEADY      the server answered more at once than where   RECOVERING    climbs +2 per answer (x3 per round trip)
             it last refused (``outgrew``; as many for a                 to the highest capacity seen
             request out alone above it), then in use
@@ -124,6 +127,8 @@ class AdaptiveLimit:
         self.peers = 0  # other producers sharing the endpoint, as the last notes said (``peers``): 0, alone
         self.queue_cuts = 0
         self.regains = 0
+        self.hangs = 0  # timeouts read as hung requests (the mode table): they moved nothing
+        self._answered_sent = -math.inf  # when the latest-sent request answered so far was sent
         self._last_cut = -math.inf
         # when the episode of refusals that ended slow start began (inf: none now; it ends after a round trip without a
         # refusal, at a fresh lone refusal after slow start, and on ``reset``)
@@ -333,6 +338,7 @@ class AdaptiveLimit:
         cfg = self.config
         sent_level = float(level if level is not None else in_flight)
         sent = now - rtt if sent_at is None else sent_at  # when the gate sent it
+        self._answered_sent = max(self._answered_sent, sent)
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
         self.throughput.on_answer(now, rtt, self.rtt, now - sent)
         trip = self._round_trip()
@@ -414,6 +420,9 @@ class AdaptiveLimit:
         ``in_flight`` counts the requests outstanding, this one included.
         """
         cfg = self.config
+        if timeout and self.rtt and self._answered_sent > sent_at and now - sent_at > cfg.hang * self.rtt:
+            self.hangs += 1  # hung, not refused: others sent after it were answered, in a fraction of its wait
+            return
         recovering = self.mode is Mode.RECOVERING
         held = (max(self.limit, self._target) if recovering else self.limit, self.memory.refusal_level, self.memory.knee,
                 self._then if recovering else self.mode)

@@ -1,0 +1,82 @@
+"""Timeouts of requests that hung while the server answered the others fast are not its load: the limit holds
+(``AdaptiveLimit.on_drop``, the mode table's hung-request row); simulated time, no clock."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+from qworker.judge.control.estimators import LimitConfig
+from qworker.judge.control.limiter import AdaptiveLimit, Mode
+
+RTT = 0.02  # the answers' latency, seconds
+TIMEOUT = 1.0  # a hung request's wait, seconds
+
+
+CAPACITY = 64  # the server's concurrency cap, hung requests included: one over it is refused at once
+
+
+def run(lim: AdaptiveLimit, seconds: float, p_hang: float, *, answers: bool = True, seed: int = 1) -> list[float]:
+    """Requests at the limit for ``seconds`` on a server holding CAPACITY at once: each answered after RTT, or
+    (with probability ``p_hang``) timing out TIMEOUT after its send, holding its place at the server until then,
+    or refused at once when the server is full; with ``answers`` False, every request hangs.  Returns the limit
+    each 0.5 s."""
+    rng = random.Random(seed)
+    hung: list[float] = []  # send times of requests hanging now
+    t, seen, next_look = 0.0, [], 0.0
+    while t < seconds:
+        while hung and hung[0] + TIMEOUT <= t:
+            sent = hung.pop(0)
+            lim.on_drop(len(hung) + 1, t, sent_at=sent, timeout=True)
+        if t >= next_look:
+            seen.append(lim.limit)
+            next_look += 0.5
+        sent_now = max(1, int(lim.limit) - len(hung))
+        served = 0
+        for _ in range(sent_now):
+            at_server = len(hung) + served + 1
+            if at_server > CAPACITY:
+                lim.on_drop(at_server, t + 0.001, sent_at=t)
+            elif not answers or rng.random() < p_hang:
+                hung.append(t)
+            else:
+                served += 1
+        for _ in range(served):
+            lim.on_success(RTT, served + len(hung), t + RTT, level=served + len(hung), sent_at=t)
+        t += RTT
+    return seen
+
+
+def settled(limit: float, hang: float = LimitConfig().hang) -> AdaptiveLimit:
+    lim = AdaptiveLimit(initial=limit, config=dataclasses.replace(LimitConfig(), hang=hang))
+    lim.mode, lim.rtt = Mode.STEADY, RTT
+    return lim
+
+
+def test_random_hangs_among_fast_answers_leave_the_limit_where_it_was():
+    lim = settled(48)
+    seen = run(lim, 30.0, p_hang=0.02)  # 2% hang: about 50 timeouts a second at 48 in flight
+    assert lim.hangs > 500
+    assert min(seen[4:]) >= 40, seen  # near the cap, less what hangs there (about 1 in 50 of the 64 for 1 s)
+    every_timeout_load = settled(48, hang=math.inf)  # each timeout read as the load (over the error budget)
+    assert min(run(every_timeout_load, 30.0, p_hang=0.02)[4:]) < 8
+
+
+def test_a_server_that_stops_answering_still_cuts_the_limit_at_its_timeouts():
+    limits = []
+    for hang in (LimitConfig().hang, math.inf):
+        lim = settled(48, hang=hang)
+        lim.on_success(RTT, 48, 0.0, level=48, sent_at=-RTT)  # answers so far: requests sent before it stopped
+        run(lim, 3.0, p_hang=0.0, answers=False)  # from now on every request hangs: nothing sent after them answered
+        assert lim.hangs == 0
+        limits.append(lim.limit)
+    assert limits[0] == limits[1] < 48  # cut (then an outage: only capped), as if no timeout were ever read as hung
+
+
+def test_a_timeout_no_slower_than_a_few_round_trips_is_the_load_even_among_answers():
+    lim = settled(48)
+    lim.on_success(RTT, 48, 1.0, level=48, sent_at=1.0 - RTT)
+    lim.rtt = 0.5  # answers as slow as a quarter of the wait: a server that queues, not one request lost
+    lim.on_drop(49, 1.5, sent_at=0.5, timeout=True)  # sent before the answer above was, waited 1 s = 2 round trips
+    assert lim.hangs == 0 and lim.limit < 48
