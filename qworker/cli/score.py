@@ -238,7 +238,8 @@ class _Job:
 
 def _start(args: argparse.Namespace) -> Union[int, _Job]:
     """Every check of the module's contract that can be made before scoring, then the producer and, with ``--bind``
-    and no local worker, the wait for a first pool; an exit code (one line said) when there is nothing to score."""
+    and no local worker, the wait for a first pool; an exit code (0, 1 or 2 per the module's contract, one line said)
+    when it does not score."""
     try:
         inputs = read_inputs(args.input, args.skip_bad_lines)
         params = json.loads(args.params) if args.params else None
@@ -311,6 +312,9 @@ def _score(args: argparse.Namespace) -> int:
         producer.close()
         print(f"qworker score: --out {args.out}: {exc.strerror}", file=sys.stderr)
         return 2
+    except BaseException:  # Ctrl-C before scoring: the producer closes as on every other way out
+        producer.close(timeout=5.0)
+        raise
     started = time.monotonic()
     try:
         progress = Progress(len(todo), enabled=not args.quiet)

@@ -67,6 +67,7 @@ from collections import OrderedDict
 from typing import Callable, Collection, Iterable, Optional
 
 from .._errors import ErrorKind
+from .._recent import RecentKeys
 from ..cache.identity import RunVersions
 from ..transport import wire
 from ..transport.ration import LogRation
@@ -87,6 +88,7 @@ MAX_BATCH = 512  # tasks per TASKS message
 REVOKE_EVERY_S = 0.05  # at most one REVOKE per worker per this interval
 MAX_DELIVERIES_FACTOR = 3  # deliveries of a task, charged or not, at most this times max_attempts
 QUARANTINE_AFTER = 2  # a worker is quarantined the second time its leases vanish
+NARROW_POOLS_KEPT = 256  # pools (or lone workers) under the producer's frame limit remembered as warned of
 REMEMBER_SILENT_LOSSES = 1024  # workers given up for silent whose pool's late report may still blame one of their tasks
 TASK_OVERHEAD = 64  # msgpack bytes of a task besides its payload, reward name and params (an upper bound)
 MESSAGE_OVERHEAD = 64  # bytes of a TASKS message besides its tasks
@@ -144,7 +146,8 @@ class Scheduler:
         self.policies: list[AdmissionPolicy] = []  # every policy a task was added to, in order of first use
         self.stats = {"dropped_frames": 0, "dropped_results": 0, "duplicate_results": 0, "redelivered": 0, "policy_errors": 0}
         self._import_errors_logged: set[str] = set()
-        self._narrow_pools_warned: set[tuple[str, int]] = set()  # (pool, frame limit) warned of once: its workers under ours
+        # (pool, or a worker with none; its frame limit) under ours, warned of once: the most recent ones only
+        self._narrow_warned: RecentKeys[tuple[str, int]] = RecentKeys(NARROW_POOLS_KEPT)
         self._bad_frames = LogRation()  # frames dropped as not valid messages (``drop``): what its log lines are rationed by
         self._stray_results = LogRation()  # results from workers not held (``_drop_results``), rationed apart from those
         self._sizer = _TaskSizer()
@@ -250,8 +253,7 @@ class Scheduler:
             self.versions.learn_many(msg.versions)
         if new:
             narrow = 0 < w.max_message_bytes < self.max_message_bytes
-            if narrow and (w.pool, w.max_message_bytes) not in self._narrow_pools_warned:  # once per pool and limit
-                self._narrow_pools_warned.add((w.pool, w.max_message_bytes))
+            if narrow and self._narrow_warned.add((w.pool or w.id, w.max_message_bytes)):  # once per pool and limit
                 log.warning("qworker: worker %s ready (pool %s, pid %d, host %s), its frame limit %d bytes under this producer's "
                             "%d: it is sent no larger message, and a task over it goes to another worker or fails",
                             w.id, w.pool, w.pid, w.host, w.max_message_bytes, self.max_message_bytes)
@@ -406,7 +408,7 @@ class Scheduler:
         culprit = w.leases.get(guilty) if guilty is not None else None  # (``remove`` empties the leases)
         held = self.fleet.remove(w)
         if not presume:  # it left on its own (a pool draining): news, not a fault
-            log.info("qworker: worker %s %s%s", w.id, reason, f"; the {len(held)} tasks it held go back to the queue" if held else "")
+            log.info("qworker: worker %s %s%s", w.id, reason, f"; redelivering the {len(held)} task(s) it held" if held else "")
         if not held:
             return
         if presume:
@@ -574,14 +576,14 @@ class Scheduler:
                 leased, widest = self._fill(w, min(w.credit, share, MAX_BATCH), now, widest)
                 if leased:
                     self._send(w, leased, now)
-                if not queue and not wide:
-                    return
+                    if not queue and not wide:
+                        return
         if queue.mixed:  # lanes wait while workers hold other lanes' tasks beyond their share: ask for those back
             self._turns.check(queue, self.fleet.workers.values(), now, self.send)
 
     def _fill(self, w: WorkerState, limit: int, now: float, widest: int) -> tuple[list[Pending], int]:
-        """The tasks of one message to ``w``, at most ``limit``, in order: first those in ``wide`` that fit its frame,
-        then from the queue as long as they fit the message's room.  On the way, a task resolved while queued is
+        """The tasks of one message to ``w``, in order: first those in ``wide`` that fit its frame (up to its credit),
+        then at most ``limit`` from the queue as long as they fit the message's room.  On the way, a task resolved while queued is
         forgotten, one whose attempts a late report used up fails, one that cannot be encoded fails, one too big for
         ``w``'s frame goes to ``wide`` (or fails, if too big for every worker's: ``widest``, found once a task needs
         it, 0 until then).  The first task that does not fit the room left, and those after it, go back to the front
@@ -653,6 +655,11 @@ class Scheduler:
                 p.undeliver()
             self._sort_unsendable(leased, exc)
             return
+        except BaseException:  # (a policy's hook): nothing was sent; the tasks are queued again, not lost
+            for p in leased:
+                p.undeliver()
+            self._back_to_queue(leased)
+            raise
         if was_idle:  # its clock of progress starts now
             w.last_progress = now
         if sent:

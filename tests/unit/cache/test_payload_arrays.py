@@ -35,3 +35,27 @@ def test_a_cyclic_payload_sends_the_array_to_the_per_payload_path():
     cyclic: dict = {}
     cyclic["self"] = [cyclic]
     assert encode_payload_array([{"ok": 1}, cyclic]) is None
+
+
+def test_the_one_pass_plain_check_accepts_exactly_what_the_general_one_accepts():
+    import random
+
+    from qworker.cache.hashing import _plain, _plain_each
+
+    rng = random.Random(7)
+    leaves = [1, -2, 2**70, 1.5, "s", b"b", None, True, object(), collections.OrderedDict(a=1)]
+
+    def value(depth: int):
+        kind = rng.randrange(5 if depth < 3 else 1)
+        if kind == 0:
+            return rng.choice(leaves)
+        if kind == 1:
+            return [value(depth + 1) for _ in range(rng.randrange(3))]
+        if kind == 2:
+            return tuple(value(depth + 1) for _ in range(rng.randrange(3)))
+        keys = ["a", "b", 1, ("t",)] if kind == 3 else ["a", "b", "c"]
+        return {rng.choice(keys): value(depth + 1) for _ in range(rng.randrange(3))}
+
+    for _ in range(20_000):
+        payloads = [value(0) for _ in range(rng.randrange(4))]
+        assert _plain_each(payloads) == _plain(payloads), payloads

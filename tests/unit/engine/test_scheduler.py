@@ -189,7 +189,7 @@ def test_a_worker_that_leaves_on_its_own_is_news_in_one_line_not_a_loss(caplog):
         s.handle(b"a", wire.Bye("draining"), 0.1)
         s.handle(b"b", wire.Bye("draining"), 0.1)
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
-    assert lines == [("INFO", "qworker: worker a left (draining); the 2 tasks it held go back to the queue"),
+    assert lines == [("INFO", "qworker: worker a left (draining); redelivering the 2 task(s) it held"),
                      ("INFO", "qworker: worker b left (draining)")]
 
 
@@ -431,6 +431,8 @@ def test_a_pool_of_workers_under_the_producers_frame_limit_is_warned_of_once(cap
         for k in range(4):  # four workers of one narrow pool, then one of another
             s.handle(f"n{k}".encode(), wire.Ready(*wire.STAMP, f"n{k}", "narrow", k, "h", 1, 0, 0, [], [], {}, 1 << 16), 0.0)
         s.handle(b"m", wire.Ready(*wire.STAMP, "m", "other", 9, "h", 1, 0, 0, [], [], {}, 1 << 16), 0.0)
+        for lone in ("x", "y"):  # workers of no pool: each its own
+            s.handle(lone.encode(), wire.Ready(*wire.STAMP, lone, "", 7, "h", 1, 0, 0, [], [], {}, 1 << 16), 0.0)
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warned) == 2 and "worker n0 ready (pool narrow" in warned[0] and "worker m ready (pool other" in warned[1]
+    assert len(warned) == 4 and "worker n0 ready (pool narrow" in warned[0] and "worker m ready (pool other" in warned[1]
     assert sum("frame limit 65536 bytes" in r.getMessage() for r in caplog.records if r.levelname == "INFO") == 3
