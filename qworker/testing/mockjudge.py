@@ -275,12 +275,14 @@ class MockJudge(ThreadingHTTPServer):
             self.stats["max_in_flight"] = max(self.stats["max_in_flight"], len(self.ends))
             return 200, None, self.headers(now), None, service, n_tokens, roll
 
-    def finish(self, ok: bool, started: float) -> None:
+    def finish(self, ok: bool, started: float, *, hung: bool = False) -> None:
+        """A request leaves its slot: served (``ok``), failed, or ``hung`` (counted in ``stats["hangs"]`` alone)."""
         with self.lock:
             self.ends.remove(min(self.ends))
             if ok:
                 self.held_s += time.monotonic() - started
-            self.stats["served" if ok else "errors"] += 1
+            if not hung:
+                self.stats["served" if ok else "errors"] += 1
             if self.waiters and len(self.ends) < self.capacity:  # the slot passes to the first in the queue
                 slot = self.waiters.popleft()
                 if self.prefix is not None:
@@ -472,7 +474,7 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             # The answer is ready: its slot is free before it is written, so a client that
             # sends its next request on reading this one never finds the slot still taken.
-            s.finish(ok, started)
+            s.finish(ok, started, hung=outcome == "hung")
         if outcome == "hung":
             self.close_connection = True  # (the client is gone: nothing to write to)
             return

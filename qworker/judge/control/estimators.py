@@ -33,13 +33,15 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["Admissions", "CapacityMemory", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal", "RefusalKind", "Refusals",
+__all__ = ["Admissions", "CapacityMemory", "Hangs", "LOAD_FRESH_S", "Latency", "LimitConfig", "Probes", "Refusal", "RefusalKind", "Refusals",
            "ServerLoad", "Throughput"]
 
 LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
 PROBES_KEPT = 1024  # send instants of probes kept (``Probes``)
 REFUSALS_KEPT = 256  # refusals' send and return instants kept (``Probes.settled``)
 PROBES_WAITING = 64  # probes out alone, answered, waiting to be read (``Probes.settled``)
+HANG_ANSWERS = 128  # the answers whose longest latency a timeout is weighed against (``Hangs``)
+OUT_KEPT = 4096  # send instants of requests not yet ended kept (``Probes.out``): one never ended is forgotten past it
 ADMISSIONS_KEPT = 4096  # send instants kept, and as many of refused requests (``Admissions``)
 ADMISSIONS_MIN = 8  # requests sent in a span, at least, for what was admitted in it to be read (``Admissions``)
 STORM_SHARE = 0.1  # a span in which the server admitted less than this share of what was sent: a storm (``Admissions``)
@@ -55,7 +57,7 @@ class LimitConfig:
     floor: float = 1.0
     ceiling: float = 512.0
     backoff: float = 0.9  # a timeout: the limit goes to this share of what was in flight
-    hang: float = 4.0  # a timeout this many mean round trips after its send, a request sent after it answered meanwhile: hung
+    hang: float = 4.0  # a timeout this many times the longest recent answer after its send (``Hangs``): a hung request
     backoff_again: float = 0.5  # a refusal after a reaction that did not suffice: at most halve
     burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
     probe: float = 0.15  # requests per round trip above the refusal level, at first (``probe_max``)
@@ -505,8 +507,9 @@ class CapacityMemory:
 
 
 class Probes:
-    """Fed by the send times of requests sent above the refusal level (probes) and by how long refusals took to come
-    back; says whether a probe was out alone.
+    """Fed by the send times of requests sent above the refusal level (probes), of every request and its end, and by
+    refusals' send and return times; says whether a probe was out alone, and when an answered probe's level can be
+    read (``wait``, ``settled``).
 
     A refused request is counted in flight until its refusal comes back (50-300 ms where a gateway queues before
     refusing), but holds no slot at the server meanwhile: a request sent beside it is counted one level higher than
@@ -523,7 +526,8 @@ class Probes:
         self._refusal_s: deque[float] = deque(maxlen=16)  # how long the last refusals took to come back
         self._trips: deque[tuple[float, float]] = deque(maxlen=REFUSALS_KEPT)  # (sent, came back) of the last refusals
         self._waiting: deque[tuple[float, float, float]] = deque(maxlen=PROBES_WAITING)  # (sent, level, reached the server)
-        self._out: dict[float, int] = {}  # send instant -> requests sent then (probes or not) not yet ended
+        self._out: dict[float, int] = {}  # send instant -> requests sent then (probes or not) not yet ended, in send order
+        self._read: dict[float, int] = {}  # send instant -> probes waiting (``wait``), already off ``_out``, not yet ended
 
     def sent(self, now: float) -> None:
         """A request went out above the refusal level at ``now``."""
@@ -543,40 +547,63 @@ class Probes:
 
     def wait(self, sent_at: float, level: float, arrived: float) -> None:
         """A probe out alone (``alone``), sent at ``sent_at`` with ``level`` at the server and reaching it at
-        ``arrived``, was answered: its level is read once it is settled (``settled``)."""
+        ``arrived``, was answered: its level is read once it is settled (``settled``).  The probe itself counts as
+        ended from now (its own ``ended``, later, is taken as said)."""
         self._waiting.append((sent_at, level, arrived))
+        if self._drop_out(sent_at):
+            self._read[sent_at] = self._read.get(sent_at, 0) + 1
+            if len(self._read) > PROBES_WAITING:
+                del self._read[next(iter(self._read))]
 
     def out(self, now: float) -> None:
         """A request (a probe or not) went out at ``now``."""
         self._out[now] = self._out.get(now, 0) + 1
+        if len(self._out) > OUT_KEPT:
+            del self._out[next(iter(self._out))]
 
     def ended(self, sent_at: float) -> None:
         """The request sent at ``sent_at`` (``out``) ended, whatever its outcome."""
-        n = self._out.get(sent_at)
-        if n is not None:
+        n = self._read.get(sent_at)
+        if n is not None:  # a probe already counted as ended at ``wait``
             if n > 1:
-                self._out[sent_at] = n - 1
+                self._read[sent_at] = n - 1
             else:
-                del self._out[sent_at]
+                del self._read[sent_at]
+            return
+        self._drop_out(sent_at)
 
-    def _unsettled(self, sent_at: float, now: float, span: float) -> bool:
-        """Whether a request sent with the probe sent at ``sent_at`` (itself, answered, not yet ended: one) or in the
-        ``span`` before it may still come back refused."""
-        if now - sent_at > span:
+    def _drop_out(self, sent_at: float) -> bool:
+        n = self._out.get(sent_at)
+        if n is None:
             return False
-        return any(n > (1 if t == sent_at else 0) for t, n in self._out.items() if sent_at - span <= t <= sent_at)
+        if n > 1:
+            self._out[sent_at] = n - 1
+        else:
+            del self._out[sent_at]
+        return True
+
+    def _unsettled(self, sent_at: float, span: float) -> bool:
+        """Whether a request sent with the probe sent at ``sent_at``, or in the ``span`` before it, has not ended: it
+        may still come back refused (a refusal can take longer than the longest of the last ones)."""
+        for t in reversed(self._out):  # newest first: those sent after the probe, then back to ``span`` before it
+            if t <= sent_at:
+                if t < sent_at - span:
+                    return False
+                return True
+        return False
 
     def settled(self, now: float) -> list[tuple[float, float]]:
         """The probes waiting (``wait``) whose levels can be read now, taken out: (level at the server, less the requests
         counted in it that the server refused; when it reached the server).  A request out when the probe was sent, or
         sent with it, and refused, held no slot where the probe was admitted: sent with it (one admission, requests
         that reach the server in either order), it may be the one that was over the capacity.  ``alone`` sees only
-        the probes; this counts every refusal.  A probe waits until every request sent with it or in the ``span``
-        before it has ended (each such refusal is back ``span`` after the probe's send at the latest)."""
+        the probes; this counts every refusal of a request sent at or before the probe's instant and not back by then
+        (one sent at the same instant after it is counted too: the level read is never too high).  A probe waits
+        until every request sent with it or in the ``span`` before it has ended, however long that takes."""
         out, keep = [], []
         span = self.span()
         for sent_at, level, arrived in self._waiting:
-            if self._unsettled(sent_at, now, span):
+            if self._unsettled(sent_at, span):
                 keep.append((sent_at, level, arrived))
                 continue
             counted = sum(1 for s, back in self._trips if s <= sent_at < back)
@@ -595,6 +622,35 @@ class Probes:
         nor with it (False for a request whose send this was not told of: nothing is known of its neighbours)."""
         got = self._sent.get(sent_at)
         return got is not None and got[0] == 1 and sent_at - got[1] > self.span() + 1e-9
+
+
+class Hangs:
+    """Fed by answers (when each request was sent, its latency); says whether a timeout was a hung request.
+
+    A timeout is hung when it waited ``hang`` times longer than the longest of the last ``HANG_ANSWERS`` answers
+    and a request sent after it was answered: the server was serving, and fast, while that one request was lost
+    (a dropped connection, a stuck generation), which says nothing of its load.  A server that queues answers
+    slowly too (its longest answers near the timeout), and one that stops answering answers nothing sent later:
+    their timeouts are not hung.  With no answer yet, none is.  Seconds, as the gate's clock.
+    """
+
+    def __init__(self, config: LimitConfig) -> None:
+        self.config = config
+        self.count = 0  # timeouts found hung
+        self._latencies: deque[float] = deque(maxlen=HANG_ANSWERS)
+        self._answered_sent = -math.inf  # when the latest-sent request answered so far was sent
+
+    def on_answer(self, sent_at: float, latency: float) -> None:
+        self._latencies.append(latency)
+        self._answered_sent = max(self._answered_sent, sent_at)
+
+    def hung(self, sent_at: float, now: float) -> bool:
+        """Whether the request sent at ``sent_at`` that timed out at ``now`` hung (counted when it did)."""
+        longest = max(self._latencies, default=0.0)
+        if longest > 0.0 and self._answered_sent > sent_at and now - sent_at > self.config.hang * longest:
+            self.count += 1
+            return True
+        return False
 
 
 class Admissions:

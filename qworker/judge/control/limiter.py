@@ -29,11 +29,13 @@ STEADY      a burst (a reaction that did not suffice)     HOLDING       what rec
                                                                         then a capacity seen and the refusal level)
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
 any         a hung request: a timeout ``hang`` x the      (the same)    (the same): the server answered a request
-            round trip or more after its send                           sent after it, and fast: that one request
-                                                                        was lost, the load did not refuse it
+            longest recent answer after its send                        sent after it, and fast: that one request
+            (``Hangs``)                                                 was lost, the load did not refuse it
 STEADY      the server answered more at once than where   RECOVERING    climbs +2 per answer (x3 per round trip)
             it last refused (``outgrew``; as many for a                 to the highest capacity seen
-            request out alone above it), then in use
+            request out alone above it, read once those
+            sent with it have ended, less the refused),
+            then in use
             for ``wait`` round trips with no refusal;
             below ``regain`` x the highest capacity seen
 HOLDING     a round trip with no refusal                  STEADY        (no growth meanwhile; echoes only cap)
@@ -80,6 +82,7 @@ from .estimators import (
     LOAD_FRESH_S,
     Admissions,
     CapacityMemory,
+    Hangs,
     Latency,
     LimitConfig,
     Probes,
@@ -127,8 +130,7 @@ class AdaptiveLimit:
         self.peers = 0  # other producers sharing the endpoint, as the last notes said (``peers``): 0, alone
         self.queue_cuts = 0
         self.regains = 0
-        self.hangs = 0  # timeouts read as hung requests (the mode table): they moved nothing
-        self._answered_sent = -math.inf  # when the latest-sent request answered so far was sent
+        self.hangs = Hangs(cfg)
         self._last_cut = -math.inf
         # when the episode of refusals that ended slow start began (inf: none now; it ends after a round trip without a
         # refusal, at a fresh lone refusal after slow start, and on ``reset``)
@@ -234,24 +236,18 @@ class AdaptiveLimit:
             return cfg.probe
         return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
 
-    def _outgrew(self, level: float, arrived: float, sent_at: float) -> bool:
-        """Whether an answer to a request sent at ``sent_at`` (the gate's clock; ``arrived``: when it reached the server)
-        with ``level`` at the server shows it holding more than where it last refused (``CapacityMemory.outgrew``),
-        or as many, for a request that was out alone above the refusal level (``Probes.alone``; a producer alone:
-        the requests its peers send are not seen here)."""
+    def _probe_read(self, level: float, arrived: float, sent_at: float, now: float) -> bool:
+        """Whether a probe out alone above the refusal level (``Probes.alone``; a producer alone: the requests its
+        peers send are not seen here), read once the requests sent with it have ended (``Probes.settled``) at its
+        level less the refusals counted in it, shows the server holding as many as where it last refused
+        (``CapacityMemory.outgrew``).  The answer to a request sent at ``sent_at`` with ``level`` at the server
+        (``arrived``: when it reached it), if such a probe, waits to be read."""
         mem = self.memory
-        if mem.outgrew(level, arrived):
-            return True
         if self.peers == 0 and mem.outgrew(level, arrived, alone=True) and self.probes.alone(sent_at):
-            self.probes.wait(sent_at, level, arrived)  # (read once settled: ``_settled_outgrew``)
-        return False
-
-    def _settled_outgrew(self, now: float) -> bool:
-        """Whether a probe out alone, answered earlier, still shows the server holding as many as where it last refused
-        once its level is read less the refusals counted in it (``Probes.settled``)."""
+            self.probes.wait(sent_at, level, arrived)
         found = False
-        for level, arrived in self.probes.settled(now):
-            found = found or self.memory.outgrew(level, arrived, alone=True)
+        for read, reached in self.probes.settled(now):
+            found = found or mem.outgrew(read, reached, alone=True)
         return found
 
     def _in_use(self, in_flight: float) -> bool:
@@ -338,7 +334,7 @@ class AdaptiveLimit:
         cfg = self.config
         sent_level = float(level if level is not None else in_flight)
         sent = now - rtt if sent_at is None else sent_at  # when the gate sent it
-        self._answered_sent = max(self._answered_sent, sent)
+        self.hangs.on_answer(sent, rtt)
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
         self.throughput.on_answer(now, rtt, self.rtt, now - sent)
         trip = self._round_trip()
@@ -371,8 +367,8 @@ class AdaptiveLimit:
             # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
             # peers, the endpoint's capacity is what they note together (``adopt``)
             self.memory.held(min(self.sustained(now), self.limit))
-        if self.mode is Mode.STEADY and (self._outgrew(sent_level if surely is None else float(surely), now - rtt, sent)
-                                         or self._settled_outgrew(now)):
+        at_server = sent_level if surely is None else float(surely)
+        if self.mode is Mode.STEADY and (self.memory.outgrew(at_server, now - rtt) or self._probe_read(at_server, now - rtt, sent, now)):
             # The server held more than where it last refused (this request was sent with that many at it), or,
             # sent with no other out above the refusal level, as many: the capacity that refused is no longer
             # there; what was seen above it is evidence enough to climb to
@@ -417,11 +413,11 @@ class AdaptiveLimit:
     def on_drop(self, in_flight: float, now: float, sent_at: float, *, timeout: bool = False) -> None:
         """The endpoint refused a request sent at ``sent_at`` (429/503), or it timed out.
 
-        ``in_flight`` counts the requests outstanding, this one included.
+        ``in_flight`` counts the requests outstanding, this one included.  A timeout that hung (``Hangs``) changes
+        nothing here.
         """
         cfg = self.config
-        if timeout and self.rtt and self._answered_sent > sent_at and now - sent_at > cfg.hang * self.rtt:
-            self.hangs += 1  # hung, not refused: others sent after it were answered, in a fraction of its wait
+        if timeout and self.hangs.hung(sent_at, now):  # (the mode table): not the load; nothing moves
             return
         recovering = self.mode is Mode.RECOVERING
         held = (max(self.limit, self._target) if recovering else self.limit, self.memory.refusal_level, self.memory.knee,
