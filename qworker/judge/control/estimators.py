@@ -38,10 +38,7 @@ __all__ = ["Admissions", "CapacityMemory", "Hangs", "LOAD_FRESH_S", "Latency", "
 
 LOAD_FRESH_S = 2.0  # a metrics URL's reading steers the limit for this long
 PROBES_KEPT = 1024  # send instants of probes kept (``Probes``)
-REFUSALS_KEPT = 256  # refusals' send and return instants kept (``Probes.settled``)
-PROBES_WAITING = 64  # probes out alone, answered, waiting to be read (``Probes.settled``)
 HANG_ANSWERS = 128  # the answers whose longest latency a timeout is weighed against (``Hangs``)
-OUT_KEPT = 4096  # send instants of requests not yet ended kept (``Probes.out``): one never ended is forgotten past it
 ADMISSIONS_KEPT = 4096  # send instants kept, and as many of refused requests (``Admissions``)
 ADMISSIONS_MIN = 8  # requests sent in a span, at least, for what was admitted in it to be read (``Admissions``)
 STORM_SHARE = 0.1  # a span in which the server admitted less than this share of what was sent: a storm (``Admissions``)
@@ -507,9 +504,8 @@ class CapacityMemory:
 
 
 class Probes:
-    """Fed by the send times of requests sent above the refusal level (probes), of every request and its end, and by
-    refusals' send and return times; says whether a probe was out alone, and when an answered probe's level can be
-    read (``wait``, ``settled``).
+    """Fed by the send times of requests sent above the refusal level (probes) and by how long refusals took to come
+    back; says whether a probe was out alone.
 
     A refused request is counted in flight until its refusal comes back (50-300 ms where a gateway queues before
     refusing), but holds no slot at the server meanwhile: a request sent beside it is counted one level higher than
@@ -524,10 +520,6 @@ class Probes:
         self._sent: dict[float, list[float]] = {}  # send instant -> [probes sent at it, the instant before], oldest first
         self._last = -math.inf  # the latest send instant
         self._refusal_s: deque[float] = deque(maxlen=16)  # how long the last refusals took to come back
-        self._trips: deque[tuple[float, float]] = deque(maxlen=REFUSALS_KEPT)  # (sent, came back) of the last refusals
-        self._waiting: deque[tuple[float, float, float]] = deque(maxlen=PROBES_WAITING)  # (sent, level, reached the server)
-        self._out: dict[float, int] = {}  # send instant -> requests sent then (probes or not) not yet ended, in send order
-        self._read: dict[float, int] = {}  # send instant -> probes waiting (``wait``), already off ``_out``, not yet ended
 
     def sent(self, now: float) -> None:
         """A request went out above the refusal level at ``now``."""
@@ -540,78 +532,9 @@ class Probes:
         if len(self._sent) > PROBES_KEPT:
             del self._sent[next(iter(self._sent))]
 
-    def refused(self, sent_at: float, now: float) -> None:
-        """A refusal of a request sent at ``sent_at`` came back at ``now`` (not a timeout: that is not a refusal's way back)."""
-        self._refusal_s.append(max(0.0, now - sent_at))
-        self._trips.append((sent_at, now))
-
-    def wait(self, sent_at: float, level: float, arrived: float) -> None:
-        """A probe out alone (``alone``), sent at ``sent_at`` with ``level`` at the server and reaching it at
-        ``arrived``, was answered: its level is read once it is settled (``settled``).  The probe itself counts as
-        ended from now (its own ``ended``, later, is taken as said)."""
-        self._waiting.append((sent_at, level, arrived))
-        if self._drop_out(sent_at):
-            self._read[sent_at] = self._read.get(sent_at, 0) + 1
-            if len(self._read) > PROBES_WAITING:
-                del self._read[next(iter(self._read))]
-
-    def out(self, now: float) -> None:
-        """A request (a probe or not) went out at ``now``."""
-        self._out[now] = self._out.get(now, 0) + 1
-        if len(self._out) > OUT_KEPT:
-            del self._out[next(iter(self._out))]
-
-    def ended(self, sent_at: float) -> None:
-        """The request sent at ``sent_at`` (``out``) ended, whatever its outcome."""
-        n = self._read.get(sent_at)
-        if n is not None:  # a probe already counted as ended at ``wait``
-            if n > 1:
-                self._read[sent_at] = n - 1
-            else:
-                del self._read[sent_at]
-            return
-        self._drop_out(sent_at)
-
-    def _drop_out(self, sent_at: float) -> bool:
-        n = self._out.get(sent_at)
-        if n is None:
-            return False
-        if n > 1:
-            self._out[sent_at] = n - 1
-        else:
-            del self._out[sent_at]
-        return True
-
-    def _unsettled(self, sent_at: float, span: float) -> bool:
-        """Whether a request sent with the probe sent at ``sent_at``, or in the ``span`` before it, has not ended: it
-        may still come back refused (a refusal can take longer than the longest of the last ones)."""
-        for t in reversed(self._out):  # newest first: those sent after the probe, then back to ``span`` before it
-            if t <= sent_at:
-                if t < sent_at - span:
-                    return False
-                return True
-        return False
-
-    def settled(self, now: float) -> list[tuple[float, float]]:
-        """The probes waiting (``wait``) whose levels can be read now, taken out: (level at the server, less the requests
-        counted in it that the server refused; when it reached the server).  A request out when the probe was sent, or
-        sent with it, and refused, held no slot where the probe was admitted: sent with it (one admission, requests
-        that reach the server in either order), it may be the one that was over the capacity.  ``alone`` sees only
-        the probes; this counts every refusal of a request sent at or before the probe's instant and not back by then
-        (one sent at the same instant after it is counted too: the level read is never too high).  A probe waits
-        until every request sent with it or in the ``span`` before it has ended, however long that takes."""
-        out, keep = [], []
-        span = self.span()
-        for sent_at, level, arrived in self._waiting:
-            if self._unsettled(sent_at, span):
-                keep.append((sent_at, level, arrived))
-                continue
-            counted = sum(1 for s, back in self._trips if s <= sent_at < back)
-            out.append((level - counted, arrived))
-        if out:
-            self._waiting.clear()
-            self._waiting.extend(keep)
-        return out
+    def refused(self, seconds: float) -> None:
+        """A refusal came back ``seconds`` after its request was sent (not a timeout: that is not a refusal's way back)."""
+        self._refusal_s.append(max(0.0, seconds))
 
     def span(self) -> float:
         """The longest a recent refusal took to come back (0 before any)."""

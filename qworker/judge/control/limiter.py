@@ -33,9 +33,7 @@ any         a hung request: a timeout ``hang`` x the      (the same)    (the sam
             (``Hangs``)                                                 was lost, the load did not refuse it
 STEADY      the server answered more at once than where   RECOVERING    climbs +2 per answer (x3 per round trip)
             it last refused (``outgrew``; as many for a                 to the highest capacity seen
-            request out alone above it, read once those
-            sent with it have ended, less the refused),
-            then in use
+            request out alone above it), then in use
             for ``wait`` round trips with no refusal;
             below ``regain`` x the highest capacity seen
 HOLDING     a round trip with no refusal                  STEADY        (no growth meanwhile; echoes only cap)
@@ -236,19 +234,15 @@ class AdaptiveLimit:
             return cfg.probe
         return min(cfg.probe_max, cfg.probe * 2.0 ** min(quiet, 16.0))
 
-    def _probe_read(self, level: float, arrived: float, sent_at: float, now: float) -> bool:
-        """Whether a probe out alone above the refusal level (``Probes.alone``; a producer alone: the requests its
-        peers send are not seen here), read once the requests sent with it have ended (``Probes.settled``) at its
-        level less the refusals counted in it, shows the server holding as many as where it last refused
-        (``CapacityMemory.outgrew``).  The answer to a request sent at ``sent_at`` with ``level`` at the server
-        (``arrived``: when it reached it), if such a probe, waits to be read."""
+    def _outgrew(self, level: float, arrived: float, sent_at: float) -> bool:
+        """Whether an answer to a request sent at ``sent_at`` (the gate's clock; ``arrived``: when it reached the server)
+        with ``level`` at the server shows it holding more than where it last refused (``CapacityMemory.outgrew``),
+        or as many, for a request that was out alone above the refusal level (``Probes.alone``; a producer alone:
+        the requests its peers send are not seen here)."""
         mem = self.memory
-        if self.peers == 0 and mem.outgrew(level, arrived, alone=True) and self.probes.alone(sent_at):
-            self.probes.wait(sent_at, level, arrived)
-        found = False
-        for read, reached in self.probes.settled(now):
-            found = found or mem.outgrew(read, reached, alone=True)
-        return found
+        if mem.outgrew(level, arrived):
+            return True
+        return self.peers == 0 and mem.outgrew(level, arrived, alone=True) and self.probes.alone(sent_at)
 
     def _in_use(self, in_flight: float) -> bool:
         """Growth is earned only by a limit that is in use."""
@@ -294,7 +288,6 @@ class AdaptiveLimit:
         """A request sent at ``now`` with ``level`` at the server (every producer's, itself included)."""
         self.batch.on_send(level, now)
         self.admissions.sent(now)
-        self.probes.out(now)
         if level > self.memory.refusal_level:
             self.probes.sent(now)
 
@@ -303,7 +296,6 @@ class AdaptiveLimit:
         after any ``on_success`` or ``on_drop`` for it.  The caller calls it once for every ``on_send`` (the gate does,
         in ``settle`` and ``_release``): a call never ended keeps a burst from being read."""
         self.batch.ended(sent_at, now)
-        self.probes.ended(sent_at)
 
     def on_server_load(self, running: float, waiting: float, in_flight: float, now: float, held: Optional[float] = None) -> None:
         """A metrics URL says ``running`` requests are being served and ``waiting`` are queued (all clients);
@@ -367,8 +359,7 @@ class AdaptiveLimit:
             # (slow start's overshoot, a token bucket's first second) is not a capacity.  Alone only: with
             # peers, the endpoint's capacity is what they note together (``adopt``)
             self.memory.held(min(self.sustained(now), self.limit))
-        at_server = sent_level if surely is None else float(surely)
-        if self.mode is Mode.STEADY and (self.memory.outgrew(at_server, now - rtt) or self._probe_read(at_server, now - rtt, sent, now)):
+        if self.mode is Mode.STEADY and self._outgrew(sent_level if surely is None else float(surely), now - rtt, sent):
             # The server held more than where it last refused (this request was sent with that many at it), or,
             # sent with no other out above the refusal level, as many: the capacity that refused is no longer
             # there; what was seen above it is evidence enough to climb to
@@ -416,9 +407,9 @@ class AdaptiveLimit:
         ``in_flight`` counts the requests outstanding, this one included.  A timeout that hung (``Hangs``) changes
         nothing here.
         """
-        cfg = self.config
         if timeout and self.hangs.hung(sent_at, now):  # (the mode table): not the load; nothing moves
             return
+        cfg = self.config
         recovering = self.mode is Mode.RECOVERING
         held = (max(self.limit, self._target) if recovering else self.limit, self.memory.refusal_level, self.memory.knee,
                 self._then if recovering else self.mode)
@@ -426,7 +417,7 @@ class AdaptiveLimit:
         r = self.refusals_.on_refusal(in_flight, now, sent_at, trip, timeout=timeout)
         self.batch.refused()
         if not timeout:
-            self.probes.refused(sent_at, now)
+            self.probes.refused(now - sent_at)
             self.admissions.refused(sent_at)
         if r.kind is RefusalKind.STALE:
             return

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from qworker.judge.control.limiter import AdaptiveLimit, Mode
 from qworker.judge.control.peers import MemoryBoard, Note, Peers, endpoint_key
 
@@ -76,13 +74,11 @@ def refused_probe_then_held(lim: AdaptiveLimit) -> float:
     held there.  Returns the time after them."""
     lim.on_send(17, 0.8)
     lim.on_drop(17, 1.0, sent_at=0.8)
-    lim.on_ended(0.8, 1.0)
     t = 1.0
     while t < 1.0 + 1.5 * RTT:
         t += RTT / 16
         lim.on_send(16, t - RTT)
         lim.on_success(RTT, 16, t, level=16, sent_at=t - RTT)
-        lim.on_ended(t - RTT, t)
     assert lim.mode is Mode.STEADY and lim.regains == 0 and lim.memory.refused_level == 17
     return t
 
@@ -113,83 +109,13 @@ def test_a_probe_sent_while_another_may_still_be_refused_is_no_evidence_at_the_l
     assert lim.regains == 1
 
 
-def test_a_probe_sent_together_with_a_request_the_server_refused_is_no_evidence_that_the_capacity_came_back():
-    # One admission sends two requests at one instant, counted 16 and 17 (the probe, out alone above the refusal
-    # level).  They reach the server in the other order (two workers): the probe takes the 16th slot and the other
-    # one is refused.  The probe's answer comes back first (0.2 s), the 429 later (0.29 s): the 17 counted was 16
-    # at the server, and the capacity (16) has not moved: no climb back to 64.
-    lim = steady_below_a_capacity_seen(16, high=64)
-    t = refused_probe_then_held(lim)
-    lim.on_send(16, t)
-    lim.on_send(17, t)
-    lim.on_success(0.2, 17, t + 0.2, level=17, sent_at=t)
-    lim.on_ended(t, t + 0.2)
-    lim.on_drop(16, t + 0.29, sent_at=t)
-    lim.on_ended(t, t + 0.29)
-    for k in range(1, 33):  # answers at 16 go on
-        now = t + 0.29 + k * RTT / 16
-        lim.on_send(16, now - RTT)
-        lim.on_success(RTT, 16, now, level=16, sent_at=now - RTT)
-        lim.on_ended(now - RTT, now)
-    assert lim.regains == 0 and lim.mode is not Mode.RECOVERING
-
-
-def _probe_with_a_refused_neighbour(answered_after: float, refused_after: float, other_answer_between: bool) -> AdaptiveLimit:
-    """The probe (17) and a request sent with it (16) at one instant; the probe answered ``answered_after`` s later,
-    the other refused ``refused_after`` s later (the capacity still 16); then answers at 16 go on."""
-    lim = steady_below_a_capacity_seen(16, high=64)
-    t = refused_probe_then_held(lim)
-    lim.on_send(15, t - 0.25)  # an earlier request, sent before the window a refusal's way back spans
-    lim.on_send(16, t)
-    lim.on_send(17, t)
-    lim.on_success(answered_after, 17, t + answered_after, level=17, sent_at=t)
-    lim.on_ended(t, t + answered_after)
-    if other_answer_between:
-        between = (answered_after + refused_after) / 2
-        lim.on_success(0.25 + between, 16, t + between, level=15, sent_at=t - 0.25)
-        lim.on_ended(t - 0.25, t + between)
-    lim.on_drop(16, t + refused_after, sent_at=t)
-    lim.on_ended(t, t + refused_after)
-    for k in range(1, 33):
-        now = t + refused_after + k * RTT / 16
-        lim.on_send(16, now - RTT)
-        lim.on_success(RTT, 16, now, level=16, sent_at=now - RTT)
-        lim.on_ended(now - RTT, now)
-    return lim
-
-
-@pytest.mark.parametrize("answered_after, refused_after, other_answer_between", [
-    (0.1, 0.19, True),  # another answer comes between the probe's own end and its neighbour's refusal
-    (0.21, 0.30, False),  # the neighbour's refusal takes longer than the longest of the last ones (0.2 s)
-])
-def test_a_probe_is_not_read_while_a_request_sent_with_it_may_still_be_refused(answered_after, refused_after, other_answer_between):
-    lim = _probe_with_a_refused_neighbour(answered_after, refused_after, other_answer_between)
-    assert lim.regains == 0 and lim.mode is not Mode.RECOVERING
-
-
-def test_a_probe_out_alone_is_read_once_the_requests_sent_with_it_have_ended():
-    # The same two requests, the other one answered (not refused) after the probe: the server held 17 at once where
-    # it refused 17 before; the evidence is read at that answer
-    lim = steady_below_a_capacity_seen(16, high=64)
-    t = refused_probe_then_held(lim)
-    lim.on_send(16, t)
-    lim.on_send(17, t)
-    lim.on_success(0.2, 17, t + 0.2, level=17, sent_at=t)
-    lim.on_ended(t, t + 0.2)
-    assert lim.regains == 0
-    lim.on_success(0.25, 17, t + 0.25, level=16, sent_at=t)
-    lim.on_ended(t, t + 0.25)
-    lim.on_success(RTT, 16, t + 0.26, level=16, sent_at=t + 0.26 - RTT)
-    assert lim.regains == 1 and lim.mode is Mode.RECOVERING
-
-
 def test_a_probe_is_judged_alone_by_its_neighbours_at_its_send_however_late_its_answer_is_read() -> None:
     """A probe whose neighbour went out within a refusal's way back before it is not alone, even when its answer is
     read seconds later, after more probes went out (the neighbour is not forgotten); and the record is bounded."""
     from qworker.judge.control.estimators import PROBES_KEPT, Probes
 
     probes = Probes()
-    probes.refused(0.0, 0.3)
+    probes.refused(0.3)
     probes.sent(9.8)  # the neighbour
     probes.sent(10.0)  # the probe
     assert not probes.alone(10.0)
