@@ -46,6 +46,7 @@ import argparse
 import contextlib
 import multiprocessing as mp
 import os
+import queue
 import signal
 import statistics
 import subprocess
@@ -62,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import free_port, table  # noqa: E402
 
 RUN_IDS = count()
+SERVE_START_S = 120.0  # the longest a 'qworker serve' may take to say it listens
 
 
 def payloads(reward: str, n: int, tag: str) -> list[dict]:
@@ -196,18 +198,29 @@ class Clients:
             proc.join(30)
 
 
+def _pump(stream: Any, lines: queue.Queue[str]) -> None:
+    for line in iter(stream.readline, ""):
+        lines.put(line)
+
+
 def serve(port: int, workers: int) -> subprocess.Popen:
+    """A ``qworker serve`` on ``port``, once it says it listens (at most ``SERVE_START_S``; it is killed past that)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "qworker", "serve", "--listen", f"tcp://127.0.0.1:{port}", "--workers", str(workers), "--log-level", "WARNING"],
         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stderr is not None
-    line = proc.stderr.readline()
-    while "clients on" not in line:
-        if proc.poll() is not None or not line:
-            raise RuntimeError(f"qworker serve did not start: {line}{proc.stderr.read()}")
-        line = proc.stderr.readline()
-    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stderr, lines), daemon=True).start()  # (and drains it afterwards)
+    said, deadline = [], time.monotonic() + SERVE_START_S
+    while not any("clients on" in x for x in said):
+        try:
+            said.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+        except queue.Empty:
+            proc.kill()
+            raise RuntimeError(f"qworker serve did not say it listens within {SERVE_START_S:.0f} s: {''.join(said)}") from None
+        if proc.poll() is not None:
+            raise RuntimeError(f"qworker serve did not start: {''.join(said)}")
     return proc
 
 
@@ -322,6 +335,12 @@ def main() -> None:
     a = ap.parse_args()
     if a.quick:
         a.noop, a.spin, a.repeats, a.rtt, a.one_batch = 4_000, 400, 1, 500, "1000,2000,4000"
+    if a.noop < 0 or a.spin < 0 or a.noop + a.spin == 0:
+        ap.error("--noop and --spin: 0 or more each, and one of them above 0")
+    if not all(x.strip().isdigit() and int(x) >= 1 for x in a.clients.split(",")):
+        ap.error(f"--clients {a.clients!r}: client counts of 1 or more, comma-separated (e.g. 1,4,16)")
+    if a.workers < 1 or a.repeats < 1:
+        ap.error("--workers and --repeats: 1 or more")
     from qworker import Client, Producer
 
     workloads = {name: w for name, w in {"no-op": ("noop", a.noop), "1 ms CPU": ("spin", a.spin)}.items() if w[1] > 0}

@@ -143,6 +143,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256, help="tasks per submit_batch request")
     ap.add_argument("--no-embedded", action="store_true", help="skip the embedded producer")
     a = ap.parse_args()
+    if a.tasks < 1 or a.workers < 1 or a.repeats < 1:
+        ap.error("--tasks, --workers and --repeats: 1 or more")
+    if not all(x.strip().isdigit() and int(x) >= 1 for x in a.clients.split(",")):
+        ap.error(f"--clients {a.clients!r}: client counts of 1 or more, comma-separated (e.g. 1,4)")
     from qworker import Client, Producer
 
     n = a.tasks
