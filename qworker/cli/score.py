@@ -299,20 +299,20 @@ def _score(args: argparse.Namespace) -> int:
     if isinstance(job, int):
         return job
     inputs, params, done, producer = job.inputs, job.params, job.done, job.producer
-    todo = [n for n in inputs if n not in done]
-    if done:
-        print(f"qworker score: resuming {args.out}: {len(done)} of {len(inputs)} rows already scored", file=sys.stderr)
     records: dict[int, dict] = dict(done)
     stopped: Optional[_Stop] = None
     futures: list = []
     lines_of: dict[int, list[int]] = {}  # id(future) -> input lines (duplicate payloads share a future)
-    try:
+    try:  # until scoring starts, every way out closes the producer here
+        todo = [n for n in inputs if n not in done]
+        if done:
+            print(f"qworker score: resuming {args.out}: {len(done)} of {len(inputs)} rows already scored", file=sys.stderr)
         out = sys.stdout if args.out == "-" else open(args.out, "a" if done else "w", encoding="utf-8")
     except OSError as exc:
-        producer.close()
+        producer.close(timeout=5.0)
         print(f"qworker score: --out {args.out}: {exc.strerror}", file=sys.stderr)
         return 2
-    except BaseException:  # Ctrl-C before scoring: the producer closes as on every other way out
+    except BaseException:  # Ctrl-C before scoring
         producer.close(timeout=5.0)
         raise
     started = time.monotonic()

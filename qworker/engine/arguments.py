@@ -1,8 +1,8 @@
 """What a caller passes to ``submit_batch`` and ``gather`` (a ``Producer``'s and a ``Client``'s alike), checked where
 it enters, before any task is made: a mistake is one clear exception naming it, never tasks built from the wrong thing.
 
-* ``payloads`` is an iterable of payloads, one task each.  A ``str``, ``bytes`` or a mapping is refused
-  (``TypeError``): iterating one would make a task per character, byte or key.
+* ``payloads`` is an iterable of payloads, one task each.  A ``str``, ``bytes``, a mapping or a data frame is refused
+  (``TypeError``): iterating one would make a task per character, byte, key or column.
 * ``timeout_s`` is None (the reward's own limit) or a real number (an ``int``, a ``float``, a numpy scalar) of
   seconds, finite and above 0 (``ConfigError``); it goes on as a ``float``.
 * ``gather`` takes a sequence of futures; one future alone is refused (``TypeError``) with what to write instead.
@@ -23,6 +23,9 @@ __all__ = ["check_payloads", "check_timeout_s", "check_futures"]
 
 def check_payloads(payloads: Any) -> None:
     """``TypeError`` if ``payloads`` is one payload rather than an iterable of them (see the module's contract)."""
+    if hasattr(payloads, "columns") and hasattr(payloads, "to_dict"):  # a data frame: iterating one gives its column names
+        raise TypeError(f"payloads is a {type(payloads).__name__}, whose rows are not what iterating it gives (its "
+                        "column names): pass frame.to_dict('records')")
     if isinstance(payloads, (str, bytes, bytearray, memoryview, Mapping)):
         raise TypeError(f"payloads must be an iterable of payloads (e.g. a list of dicts), got a {type(payloads).__name__}; "
                         "for one payload use submit(reward, payload) or submit_batch(reward, [payload])")
@@ -34,10 +37,14 @@ def check_timeout_s(timeout_s: Optional[float]) -> Optional[float]:
     """``timeout_s`` as a ``float`` (None as it is); ``ConfigError`` unless it is a finite real number above 0."""
     if timeout_s is None:
         return None
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not 0 < float(timeout_s) < math.inf:
+    try:
+        seconds = None if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) else float(timeout_s)
+    except OverflowError:  # an int past a float's range
+        seconds = math.inf
+    if seconds is None or not 0 < seconds < math.inf:
         raise ConfigError(f"timeout_s must be a finite number of seconds above 0 (or None for the reward's own limit), "
                           f"got {timeout_s!r}")
-    return float(timeout_s)
+    return seconds
 
 
 def check_futures(futures: Any) -> None:

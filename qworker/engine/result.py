@@ -316,6 +316,8 @@ def gather(futures: Sequence[concurrent.futures.Future], timeout: Optional[float
     pending and may still resolve.  One future alone is refused (``TypeError``): write ``gather([future])``.
     """
     check_futures(futures)
+    if not isinstance(futures, Sequence):  # (a generator, a set: waited on from the last)
+        futures = list(futures)
     deadline = None if timeout is None else time.monotonic() + timeout
     results: list[Result] = []
     # Waiting on the last future first means one wake-up, not one per result

@@ -239,7 +239,7 @@ class Scheduler:
             w = fleet.workers.get(peer.decode(errors="replace"))
             if w is not None:
                 w.last_seen = now  # heard from: its pool's frame limit is remembered from now (``Fleet.widest``)
-                self._lose(w, f"left ({msg.reason})", presume=False)
+                self._lose(w, f"left ({msg.reason})", left=True)
         else:
             self.drop(peer, f"{type(msg).__name__} is not a message a producer accepts")
 
@@ -402,17 +402,19 @@ class Scheduler:
         self.table.resolve([(p, None, None, fault, worker, 0.0)])
 
     # losing workers -----------------------------------------------------------
-    def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None, presume: bool = True) -> None:
-        """Forget a worker and redeliver what it held; ``guilty`` is the task it was running, if known.  Unknown, and
-        with ``presume`` (it did not leave on its own), a task that took a worker down before is charged again."""
+    def _lose(self, w: WorkerState, reason: str, guilty: Optional[bytes] = None, left: bool = False) -> None:
+        """Forget a worker and redeliver what it held; ``guilty`` is the task it was running, if known.  ``left``: it
+        left on its own (Bye: news, logged as INFO, not a fault); otherwise, unknown ``guilty``, a task that took a
+        worker down before is charged again."""
         culprit = w.leases.get(guilty) if guilty is not None else None  # (``remove`` empties the leases)
         held = self.fleet.remove(w)
-        if not presume:  # it left on its own (a pool draining): news, not a fault
+        if left:
             log.info("qworker: worker %s %s%s", w.id, reason, f"; redelivering the {len(held)} task(s) it held" if held else "")
+        elif held:
+            log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
         if not held:
             return
-        if presume:
-            log.warning("qworker: worker %s lost (%s); redelivering %d tasks", w.id, reason, len(held))
+        presume = not left
         suspects = self._suspects
         if guilty is not None:
             if culprit is not None:
@@ -650,16 +652,14 @@ class Scheduler:
             batch = [Task(p.key, p.reward, p.params, p.payload, p.timeout_s, p.attempts, None if p.policy is None else p.policy.meta(p))
                      for p in leased]
             sent = self.send(w.id.encode(), wire.Tasks(batch, self.max_message_bytes))
-        except Exception as exc:  # nothing was sent (a policy's meta, or encoding the message, raised)
+        except BaseException as exc:  # nothing was sent (a policy's meta, or encoding the message, raised)
             for p in leased:
                 p.undeliver()
+            if not isinstance(exc, Exception):  # (a KeyboardInterrupt in a policy's hook): queued again, not lost
+                self._back_to_queue(leased)
+                raise
             self._sort_unsendable(leased, exc)
             return
-        except BaseException:  # (a policy's hook): nothing was sent; the tasks are queued again, not lost
-            for p in leased:
-                p.undeliver()
-            self._back_to_queue(leased)
-            raise
         if was_idle:  # its clock of progress starts now
             w.last_progress = now
         if sent:

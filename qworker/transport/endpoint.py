@@ -52,17 +52,17 @@ def _what_to_write(endpoint: object) -> str:
             scheme = scheme.lower()
             rest = rest if scheme == "ipc" else rest.lstrip("/")  # a tcp host or an inproc name has no leading slash
             if scheme == "tcp":
-                if rest.isdigit() and 0 < int(rest) <= MAX_PORT:
-                    return f"tcp://127.0.0.1:{int(rest)}"  # a port alone: this host's
-                return f"tcp://{rest}" if ":" in rest else "tcp://HOST:PORT"
+                return _what_to_write(rest)  # what follows the scheme: a host and port, or a port alone
             if scheme == "inproc":
                 return f"inproc://{rest or 'NAME'}"
             if not rest:
                 return "tcp://HOST:PORT"
             return f"ipc:///{rest}" if sep == ":/" else f"ipc://{rest}"  # ``ipc:/tmp/s`` meant the absolute path /tmp/s
-        if "://" not in endpoint and ":" in endpoint:
+        host, colon, port = endpoint.rpartition(":")
+        if colon and host and "/" not in host and (port == "*" or (port.isascii() and port.isdigit())):
             return f"tcp://{endpoint}"  # a host and port
-    if (type(endpoint) is int or (isinstance(endpoint, str) and endpoint.isdigit())) and 0 < int(endpoint) <= MAX_PORT:
+    if (type(endpoint) is int or (isinstance(endpoint, str) and endpoint.isascii() and endpoint.isdigit())) \
+            and 0 < int(endpoint) <= MAX_PORT:
         return f"tcp://127.0.0.1:{int(endpoint)}"  # a port alone: this host's
     return "tcp://HOST:PORT"
 

@@ -37,6 +37,9 @@ def test_well_formed_endpoints_pass_unchanged(endpoint):
     ("5557", "--connect '5557' is not a ZeroMQ endpoint: write tcp://127.0.0.1:5557"),
     ("99999", "--connect '99999' is not a ZeroMQ endpoint: write tcp://HOST:PORT"),  # no port: not told to write one
     (0, "--connect 'int' is not a ZeroMQ endpoint: write tcp://HOST:PORT"),
+    ("udp:/x", "write tcp://HOST:PORT "),  # another scheme, not a host and port: no tcp://udp:/x
+    ("http:/h:80", "write tcp://HOST:PORT "),
+    ("tcp:\u0665", "write tcp://HOST:PORT "),  # a digit, but not an ASCII port
 ])
 def test_a_malformed_endpoint_is_a_config_error_naming_the_option(endpoint, says):
     with pytest.raises(ConfigError) as err:
