@@ -362,18 +362,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def _hang(self) -> None:
         """Never answer: hold the request's slot until the client gives up (closes the connection; a server that
-        serves in batches frees the slot of a request whose client left, as vLLM does), or for an hour."""
+        serves in batches frees the slot of a request whose client left, as vLLM does), the server stops, or an
+        hour passes.  Bytes the client sends meanwhile are read and dropped."""
+        s = self.server
         until = time.monotonic() + 3600
         conn = self.connection
-        while time.monotonic() < until:
-            readable, _, _ = select.select([conn], [], [], 0.05)
-            if readable:
-                try:
-                    if conn.recv(1, socket.MSG_PEEK) == b"":
-                        return  # closed by the client
-                except OSError:
-                    return
-                time.sleep(0.05)  # (bytes of a request it should not have sent yet: keep hanging)
+        while time.monotonic() < until and not s._stopped:
+            try:
+                readable, _, _ = select.select([conn], [], [], 0.05)
+                if readable and conn.recv(4096) == b"":
+                    return  # closed by the client
+            except (OSError, ValueError):  # reset, or closed here
+                return
 
     def _reset(self) -> None:
         """Drop the connection with a TCP reset, as a crashing proxy does."""

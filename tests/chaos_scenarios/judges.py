@@ -32,7 +32,7 @@ def judge_faults(tmp: Path, n: int) -> Outcome:
     return Outcome("judge: random 503s, resets, hangs", "a judge answering 5% 503, 3% resets, 0.5% hangs (timeout_s 1)",
                    n, sum(r is None for r in results), twice, 0, len(failed), tl.stall(), 1.0 + 6 * HB,
                    f"limit at the end {ep['limit']} (floor 1); judge saw {stats['requests']} requests, {stats['errors']} errors, "
-                   f"{stats['resets']} resets",
+                   f"{stats['resets']} resets, {stats['hangs']} hangs",
                    {"results": results, "endpoint": ep, "judge_stats": stats, "failed": failed})
 
 

@@ -54,7 +54,7 @@ class LimitConfig:
     floor: float = 1.0
     ceiling: float = 512.0
     backoff: float = 0.9  # a timeout: the limit goes to this share of what was in flight
-    hang: float = 4.0  # a timeout this many times the longest recent answer after its send (``Hangs``): a hung request
+    hang: float = 4.0  # overdue by this many times the longest recent answer when a later request was answered: hung
     backoff_again: float = 0.5  # a refusal after a reaction that did not suffice: at most halve
     burst_drops: int = 8  # refusals within a round trip of a reaction that make a fresh one an overload
     probe: float = 0.15  # requests per round trip above the refusal level, at first (``probe_max``)
@@ -548,13 +548,15 @@ class Probes:
 
 
 class Hangs:
-    """Fed by answers (when each request was sent, its latency); says whether a timeout was a hung request.
+    """Fed by answers (when each request was sent, and how long after it was answered); says whether a timeout was
+    a hung request.
 
-    A timeout is hung when it waited ``hang`` times longer than the longest of the last ``HANG_ANSWERS`` answers
-    and a request sent after it was answered: the server was serving, and fast, while that one request was lost
-    (a dropped connection, a stuck generation), which says nothing of its load.  A server that queues answers
-    slowly too (its longest answers near the timeout), and one that stops answering answers nothing sent later:
-    their timeouts are not hung.  With no answer yet, none is.  Seconds, as the gate's clock.
+    A timeout hung when the server answered a request sent after this one had already waited ``hang`` times the
+    longest of the last ``HANG_ANSWERS`` answers: the server was serving, and fast, while this request was overdue
+    by far (a dropped connection, a stuck generation), which says nothing of its load.  A server that queues
+    answers slowly too (its longest answers grow with the wait), and one that stops answering answers nothing sent
+    after a request became overdue: their timeouts are not hung.  With no answer yet, none is.  Seconds, as the
+    gate's clock (send to answer, as the gate sees it).
     """
 
     def __init__(self, config: LimitConfig) -> None:
@@ -563,14 +565,15 @@ class Hangs:
         self._latencies: deque[float] = deque(maxlen=HANG_ANSWERS)
         self._answered_sent = -math.inf  # when the latest-sent request answered so far was sent
 
-    def on_answer(self, sent_at: float, latency: float) -> None:
-        self._latencies.append(latency)
+    def on_answer(self, sent_at: float, now: float) -> None:
+        """The request sent at ``sent_at`` was answered at ``now``."""
+        self._latencies.append(now - sent_at)
         self._answered_sent = max(self._answered_sent, sent_at)
 
-    def hung(self, sent_at: float, now: float) -> bool:
-        """Whether the request sent at ``sent_at`` that timed out at ``now`` hung (counted when it did)."""
+    def hung(self, sent_at: float) -> bool:
+        """Whether the request sent at ``sent_at`` that timed out hung (counted when it did)."""
         longest = max(self._latencies, default=0.0)
-        if longest > 0.0 and self._answered_sent > sent_at and now - sent_at > self.config.hang * longest:
+        if longest > 0.0 and self._answered_sent > sent_at + self.config.hang * longest:
             self.count += 1
             return True
         return False

@@ -28,9 +28,9 @@ STEADY      a burst (a reaction that did not suffice)     HOLDING       what rec
                                                                         than what the server admits (``_admitted``:
                                                                         then a capacity seen and the refusal level)
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
-any         a hung request: a timeout ``hang`` x the      (the same)    (the same): the server answered a request
-            longest recent answer after its send                        sent after it, and fast: that one request
-            (``Hangs``)                                                 was lost, the load did not refuse it
+any         a hung request: a timeout, a request sent     (the same)    (the same): the server answered, and
+            once it was overdue by ``hang`` x the                       fast, while that one request was lost:
+            longest recent answer answered (``Hangs``)                  the load did not refuse it
 STEADY      the server answered more at once than where   RECOVERING    climbs +2 per answer (x3 per round trip)
             it last refused (``outgrew``; as many for a                 to the highest capacity seen
             request out alone above it), then in use
@@ -326,7 +326,7 @@ class AdaptiveLimit:
         cfg = self.config
         sent_level = float(level if level is not None else in_flight)
         sent = now - rtt if sent_at is None else sent_at  # when the gate sent it
-        self.hangs.on_answer(sent, rtt)
+        self.hangs.on_answer(sent, now)
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
         self.throughput.on_answer(now, rtt, self.rtt, now - sent)
         trip = self._round_trip()
@@ -407,7 +407,7 @@ class AdaptiveLimit:
         ``in_flight`` counts the requests outstanding, this one included.  A timeout that hung (``Hangs``) changes
         nothing here.
         """
-        if timeout and self.hangs.hung(sent_at, now):  # (the mode table): not the load; nothing moves
+        if timeout and self.hangs.hung(sent_at):  # (the mode table): not the load; nothing moves
             return
         cfg = self.config
         recovering = self.mode is Mode.RECOVERING

@@ -85,3 +85,20 @@ def test_a_timeout_among_answers_as_slow_as_a_quarter_of_it_is_the_load():
     before = lim.limit
     lim.on_drop(49, 110.0, sent_at=50.0, timeout=True)
     assert lim.hangs.count == 0 and lim.limit < before
+
+
+def test_timeouts_of_requests_out_when_a_server_stopped_are_not_hung():
+    # Answers of 1-10 s until the server stops answering at 100 s: every request still out then times out 60 s after
+    # its send.  Requests sent before them were answered, but none sent once they were long overdue: not hung.
+    lim = settled(48)
+    rng = random.Random(3)
+    answered, out = [], []
+    for k in range(2000):
+        sent, latency = k * 0.05, rng.uniform(1.0, 10.0)
+        (answered if sent + latency < 100.0 else out).append((sent + latency, sent))
+    for at, sent in sorted(answered):
+        lim.on_success(at - sent, 48, at, level=48, sent_at=sent)
+    before = lim.limit
+    for _, sent in sorted(out, key=lambda x: x[1]):
+        lim.on_drop(48, sent + TIMEOUT * 60, sent_at=sent, timeout=True)
+    assert out and lim.hangs.count == 0 and lim.limit < before
