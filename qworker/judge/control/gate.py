@@ -29,6 +29,7 @@ retries act on):
 503, 529                               a refusal when it carries Retry-After or the error
                                        budget is spent; else noise: the limit is capped; retried
 timeout                                retried; cuts the limit only when errors are over the error budget
+a hung timeout (``estimators.Hangs``)  retried; neither an error in the budget nor a cut
 connection refused / unreachable       endpoint down (probed after 0.5 s, doubling to 5 s); retried elsewhere
 connection reset, 408, 409, other 5xx  retried (at once after a task's first error, then after 0.25 s,
                                        doubling); within the error budget they leave the limit alone;
@@ -434,6 +435,8 @@ class Gate:
         in_flight = e.total_at_server() + 1  # the server's load when this answer left it, every producer's, this one included
         self._read_load(e, now)
         kind = classify(answer, e.health)
+        if kind is Kind.TIMEOUT and e.limit.hangs.hung(call.routed_at):  # before health: a hang is not in the error budget
+            kind = Kind.HUNG
         if kind is Kind.REFUSED:  # before health reads the limit: a refusal streak is judged against the limit it cut
             e.limit.on_drop(in_flight, now, sent_at=call.routed_at)
         verdict = e.health.observe(answer, kind)

@@ -185,6 +185,13 @@ class Health:
                 return Verdict(Kind.REFUSED, again=True, park_until=now + 2 * min(MAX_RETRY_AFTER_S, wait))
         return Verdict(Kind.REFUSED, again=True)
 
+    def _hung(self, a: Answer) -> Verdict:
+        """A timeout of one request the server lost while it answered the others: retried, counted as a timeout, but
+        neither an error in the budget nor a cut (it says nothing of the load)."""
+        self.counts["timeouts"] += 1
+        self.probing = False
+        return Verdict(Kind.HUNG, again=True)
+
     def _timeout(self, a: Answer) -> Verdict:
         # A request that hangs now and then says nothing about load (the latency statistics see a
         # server that queues); timeouts cut the limit only when errors are over the budget.
@@ -233,6 +240,6 @@ class Health:
             self.cool_until, self.cool_reason = until, reason
 
 
-_OBSERVE = {Kind.SERVED: Health._served, Kind.REFUSED: Health._refused, Kind.TIMEOUT: Health._timeout,
+_OBSERVE = {Kind.SERVED: Health._served, Kind.REFUSED: Health._refused, Kind.TIMEOUT: Health._timeout, Kind.HUNG: Health._hung,
             Kind.UNREACHABLE: Health._unreachable, Kind.AUTH: Health._auth, Kind.ERROR: Health._error,
             Kind.REJECTED: Health._rejected}

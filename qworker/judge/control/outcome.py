@@ -29,6 +29,7 @@ class Kind(enum.Enum):
     SERVED = "served"  # 200
     REFUSED = "refused"  # 429, or 503/529 with Retry-After or past the error budget: the server is at capacity
     TIMEOUT = "timeout"
+    HUNG = "hung"  # a timeout while the server answered requests sent well after it (``estimators.Hangs``): not its load
     UNREACHABLE = "unreachable"  # connection refused / host unreachable
     AUTH = "auth"  # 401, 403: our credentials
     ERROR = "error"  # reset, 408, 409, other 5xx: noise within the error budget

@@ -289,3 +289,27 @@ def test_routing_params_are_not_hashed():
 def test_bad_judge_params_are_refused(params, match):
     with pytest.raises(ValueError, match=match):
         Gate(params)
+
+
+def test_hung_timeouts_stay_out_of_the_error_budget_so_a_later_503_is_noise_not_a_refusal():
+    g = gate()
+    e = g.endpoints[0]
+    g.queue.extend(task(i) for i in range(30))
+    hanging, _ = g.admit(0.0, 30)  # sent at 0 and never answered: each times out at 60 s
+    t = 0.0
+    for i in range(100):  # meanwhile the server answers everything else in 20 ms
+        g.queue.append(task(100 + i % 100))
+        sent, _ = g.admit(t, 1)
+        assert len(sent) == 1
+        g.settle(sent[0], outcome(200, latency=0.02), None, t + 0.02)
+        t += 0.03
+    limit = e.limit.limit
+    for p in hanging:
+        assert g.settle(p, outcome(0, "timeout", latency=0.0), None, 60.0) is True  # retried
+    assert e.health.counts["timeouts"] == 30 and e.limit.hangs.count == 30
+    assert e.error_share() == 0.0  # 30 of 130 answers: timeouts would be 23%, over the 15% budget
+    assert e.limit.limit == limit and e.limit.drops == 0
+    g.queue.append(task(250))
+    sent, _ = g.admit(60.1, 1)
+    g.settle(sent[0], outcome(503), None, 60.2)  # noise within the budget: no cut
+    assert e.limit.drops == 0
