@@ -638,6 +638,9 @@ class Scheduler:
                     leased.append(p)
             except BaseException:  # (a policy's hook): what was taken and not yet leased is queued again, not lost
                 queue.untake([q for q in (*leased, *taken[i:]) if q.state is not DONE])
+                for q in taken[i + 1:]:  # resolved while queued and not reached: forgotten, as the loop would have
+                    if q.state is DONE:
+                        self._forget(q)
                 raise
         return leased, widest
 

@@ -436,3 +436,27 @@ def test_a_pool_of_workers_under_the_producers_frame_limit_is_warned_of_once(cap
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warned) == 4 and "worker n0 ready (pool narrow" in warned[0] and "worker m ready (pool other" in warned[1]
     assert sum("frame limit 65536 bytes" in r.getMessage() for r in caplog.records if r.levelname == "INFO") == 3
+
+
+def test_a_hook_that_raises_while_a_message_is_assembled_still_forgets_the_resolved_tasks_it_had_not_reached(monkeypatch):
+    s, stub, table = make()
+    submit(s, table, 10)
+    late = list(s.queue)[5]
+    table.resolve([(late, 1.0, {}, None, "late", 0.0)])  # resolved while queued, behind the task whose hook raises
+    forgotten = []
+    real_forget = s._forget
+    monkeypatch.setattr(s, "_forget", lambda p: (forgotten.append(p), real_forget(p)))
+    calls = []
+
+    def spent_hook_that_raises(p):  # as a policy's on_result hook might, while a spent task fails
+        calls.append(p)
+        if len(calls) == 2:
+            raise RuntimeError("the hook broke")
+        return False
+
+    monkeypatch.setattr(s, "_spent", {b"x"})  # a late report is on record: every task is checked
+    monkeypatch.setattr(s, "_fail_if_spent", spent_hook_that_raises)
+    ready(s, "a", granted=10)
+    with pytest.raises(RuntimeError):
+        s.dispatch(0.0)
+    assert forgotten == [late] and len(s.queue) == 9  # the resolved one left every index; the others wait
