@@ -81,6 +81,11 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
         host, port = tcp
         if host.startswith("/"):
             raise ConfigError(f"{what} {endpoint!r}: a tcp host has no leading slash: write tcp://{host.lstrip('/')}:{port}")
+        if any(c.isspace() or not c.isprintable() for c in host):  # (libzmq: a traceback, "Invalid argument")
+            joined = "".join(c for c in host if c.isprintable() and not c.isspace())
+            example = f", e.g. tcp://{joined}:{port}" if joined else ""
+            raise ConfigError(f"{what} {endpoint!r}: a tcp host has no spaces or control characters: write tcp://HOST:PORT "
+                              f"with HOST a name or an address{example}")
         if not host or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):
             raise ConfigError(f"{what} {endpoint!r}: expected tcp://HOST:PORT with a port from 0 to {MAX_PORT} (or * to bind any)")
         if connect and (host in ANY_INTERFACE or port in ("*", "0")):

@@ -30,6 +30,9 @@ def test_well_formed_endpoints_pass_unchanged(endpoint):
     ("tcp://127.0.0.1", "expected tcp://HOST:PORT"),
     ("tcp://:5557", "expected tcp://HOST:PORT"),
     ("tcp:///127.0.0.1:5557", "a tcp host has no leading slash: write tcp://127.0.0.1:5557"),
+    ("tcp://my host:5557", "a tcp host has no spaces or control characters: write tcp://HOST:PORT with HOST a name or an address, e.g. tcp://myhost:5557"),
+    ("tcp://127.0.0.1 :5557", "e.g. tcp://127.0.0.1:5557"),
+    ("tcp://host\n:5557", "a tcp host has no spaces or control characters"),
     ("tcp:5555", "write tcp://127.0.0.1:5555 "),  # a port alone after a miswritten scheme: this host's
     ("tcp:", "write tcp://HOST:PORT "),
     ("tcp:localhost", "write tcp://HOST:PORT "),
