@@ -32,7 +32,8 @@ the last fifth; the start and the tail: the seconds the first and the last fifth
 took beyond that rate, ``phases``), the
 server's mean running and waiting counts (``/metrics`` read every 0.25 s by the
 benchmark), qworker's limit and in-flight count, CPU ms per task of the client
-(its process tree) and of the server (its process tree), the context switches
+(its process tree) and of the server (its process tree; in brackets its front end alone: the HTTP process,
+without the engine core it starts), the context switches
 per task of the server's front end (its HTTP process, every thread: each
 arrival that finds it asleep wakes it, on the core its model computes on), the engine's steps per
 task and tokens per step (its ``iteration_tokens_total`` histogram: how full its
@@ -165,15 +166,18 @@ class CpuMeter:
         self._t0 = time.monotonic()
 
     def stop(self) -> dict:
-        """``client_cpu_s``, ``server_cpu_s``, ``server_switches`` (the server's front end's context switches: each wakes it), ``idle`` (per
+        """``client_cpu_s``, ``server_cpu_s``, ``front_cpu_s`` (the server's front end alone: its HTTP process, not the
+        engine core it starts), ``server_switches`` (the server's front end's context switches: each wakes it), ``idle`` (per
         core, by CPU id) and ``span_s`` (wall seconds measured)."""
         import psutil
 
         cores, span = psutil.cpu_times(percpu=True), max(1e-6, time.monotonic() - self._t0)
+        server = cpu_seconds(self.server_pid)
         idle = [min(1.0, ((c1.idle + getattr(c1, "iowait", 0.0)) - (c0.idle + getattr(c0, "iowait", 0.0))) / span)
                 for c0, c1 in zip(self._cores, cores, strict=True)]
         return {"client_cpu_s": cpu_spent(self._client, cpu_seconds(os.getpid(), besides=self.server_pid)),
-                "server_cpu_s": cpu_spent(self._server, cpu_seconds(self.server_pid)),
+                "server_cpu_s": cpu_spent(self._server, server),
+                "front_cpu_s": server.get(self.server_pid, 0.0) - self._server.get(self.server_pid, 0.0),
                 "server_switches": ctx_switches(self.server_pid) - self._switches, "idle": idle, "span_s": span}
 
 
@@ -518,7 +522,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                             if TRACE:  # every sample of the run, for a look at the limit over time
                                 with open(Path(TRACE) / f"vllm{seqs}-r{r + 1}-{re.sub(r'[^a-z0-9+]+', '_', system)}.json", "w") as f:
                                     json.dump(out["load"], f)
-                            cpu = {k: 1000 * out[k] / max(1, out["done"]) for k in ("client_cpu_s", "server_cpu_s")}
+                            cpu = {k: 1000 * out[k] / max(1, out["done"]) for k in ("client_cpu_s", "server_cpu_s", "front_cpu_s") if k in out}
                             switches = out.get("server_switches", float("nan")) / max(1, out["done"])
                             idle = idle_text(out["idle"], server_cpus, client_cpus)
                             others = taken_by_others(out, server_cpus)
@@ -526,14 +530,14 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                             per_step = out["step_tokens"] / out["steps"] if out["steps"] > 0 else float("nan")
                             rows[system].append({"rate": rate, "steady": steady, "start": start, "tail": tail, "running": running, "waiting": waiting, "failed": n - out["done"],
                                                  "limit": statistics.fmean(x[2] for x in mine) if mine else None,
-                                                 "client_ms": cpu["client_cpu_s"], "server_ms": cpu["server_cpu_s"], "switches": switches, "idle": out["idle"],
+                                                 "client_ms": cpu["client_cpu_s"], "server_ms": cpu["server_cpu_s"], "front_ms": cpu.get("front_cpu_s", float("nan")), "switches": switches, "idle": out["idle"],
                                                  "others": others, "steps": steps})
                             limit = (f"  its limit {statistics.fmean(x[2] for x in mine):5.1f} in flight {statistics.fmean(x[3] for x in mine):5.1f}"
                                      if mine else "")
                             print(f"    round {r + 1} {system:<24} {rate:6.1f} tasks/s in {out['elapsed_s']:4.1f} s (steady {steady:6.1f}/s, start "
                                   f"+{start:4.2f} s, tail +{tail:4.2f} s)  server running {running:5.1f} "
                                   f"(full {full:4.0%}) waiting {waiting:5.1f}{limit}  CPU ms/task client {cpu['client_cpu_s']:5.2f} "
-                                  f"server {cpu['server_cpu_s']:5.2f}  front end's context switches/task {switches:4.1f}  engine steps/task {steps:5.3f} ({per_step:3.0f} tokens/step)  idle {idle}"
+                                  f"server {cpu['server_cpu_s']:5.2f} (front end {cpu.get('front_cpu_s', float('nan')):4.2f})  front end's context switches/task {switches:4.1f}  engine steps/task {steps:5.3f} ({per_step:3.0f} tokens/step)  idle {idle}"
                                   f"  others took {others:4.0%} of the server's cores  failed {n - out['done']}"
                                   + (f"  first error: {out['first_error']}" if out["first_error"] else ""), flush=True)
                 finally:
@@ -543,7 +547,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                 print(f"\nVLLM --max-num-seqs {seqs}: medians of {runs} interleaved rounds (tasks/s); the best semaphore is {best or 'not run'}")
                 limits = {s: [x["limit"] for x in rows[s] if x["limit"] is not None] for s in systems}
                 print(table(["system", "tasks/s", "x best semaphore", "steady tasks/s", "start s", "tail s", "server running", "server waiting", "qworker's limit",
-                             "client CPU ms/task", "server CPU ms/task", "front end switches/task", "engine steps/task", "idle", "others on server's cores", "failed"],
+                             "client CPU ms/task", "server CPU ms/task", "its front end's CPU ms/task", "front end switches/task", "engine steps/task", "idle", "others on server's cores", "failed"],
                             [[f"VLLM{seqs}: {s}", f"{med[s]:.1f}", f"{med[s] / med[best]:.2f}x" if best else "",
                               *(f"{statistics.median(x[k] for x in rows[s]):{f}}" for k, f in (("steady", ".1f"), ("start", ".2f"), ("tail", ".2f"))),
                               f"{statistics.median(x['running'] for x in rows[s]):.1f}",
@@ -551,6 +555,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                               f"{statistics.median(limits[s]):.1f}" if limits[s] else "",
                               f"{statistics.median(x['client_ms'] for x in rows[s]):.2f}",
                               f"{statistics.median(x['server_ms'] for x in rows[s]):.2f}",
+                              f"{statistics.median(x['front_ms'] for x in rows[s]):.2f}",
                               f"{statistics.median(x['switches'] for x in rows[s]):.1f}",
                               f"{statistics.median(x['steps'] for x in rows[s]):.3f}",
                               idle_text([statistics.median(x["idle"][i] for x in rows[s]) for i in range(len(rows[s][0]["idle"]))], server_cpus, client_cpus),
