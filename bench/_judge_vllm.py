@@ -151,8 +151,9 @@ def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
 
 class CpuMeter:
     """CPU seconds spent between ``start`` and ``stop``: by the client (this process and its descendants: a producer's
-    pool and workers; not the server), by the server (its process tree: the HTTP front end and the engine core), and
-    the share of time each core was idle (every tenant of the machine counts)."""
+    pool and workers; not the server), by the server (its process tree: the HTTP front end and the engine core), by
+    the server's front end alone (nan when it could not be read), and the share of time each core was idle (every
+    tenant of the machine counts)."""
 
     def __init__(self, server_pid: int) -> None:
         self.server_pid = server_pid
@@ -177,7 +178,8 @@ class CpuMeter:
                 for c0, c1 in zip(self._cores, cores, strict=True)]
         return {"client_cpu_s": cpu_spent(self._client, cpu_seconds(os.getpid(), besides=self.server_pid)),
                 "server_cpu_s": cpu_spent(self._server, server),
-                "front_cpu_s": server.get(self.server_pid, 0.0) - self._server.get(self.server_pid, 0.0),
+                "front_cpu_s": (server[self.server_pid] - self._server[self.server_pid]
+                                if self.server_pid in server and self.server_pid in self._server else float("nan")),
                 "server_switches": ctx_switches(self.server_pid) - self._switches, "idle": idle, "span_s": span}
 
 

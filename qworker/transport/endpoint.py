@@ -83,7 +83,8 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
             raise ConfigError(f"{what} {endpoint!r}: a tcp host has no leading slash: write tcp://{host.lstrip('/')}:{port}")
         if any(c.isspace() or not c.isprintable() for c in host):  # (libzmq: a traceback, "Invalid argument")
             joined = "".join(c for c in host if c.isprintable() and not c.isspace())
-            example = f", e.g. tcp://{joined}:{port}" if joined else ""
+            refused = connect and (joined in ANY_INTERFACE or port in ("*", "0"))  # (the check below would refuse it)
+            example = f", e.g. tcp://{joined}:{port}" if joined and not refused else ""
             raise ConfigError(f"{what} {endpoint!r}: a tcp host has no spaces or control characters: write tcp://HOST:PORT "
                               f"with HOST a name or an address{example}")
         if not host or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):

@@ -187,10 +187,13 @@ class Health:
 
     def _hung(self, a: Answer) -> Verdict:
         """A timeout of one request the server lost while it answered the others: retried, counted as a timeout, but
-        neither an error in the budget nor a cut (it says nothing of the load)."""
+        neither an error in the budget nor a cut (it says nothing of the load).  Charged to its task as a timeout is
+        (not while the endpoint is down).  Never the probe: a hung request is one the server answered others after,
+        so one seen while down was sent before it went down, and the probe stays in flight."""
         self.counts["timeouts"] += 1
-        self.probing = False
-        return Verdict(Kind.HUNG, again=True)
+        if not self._straggler(a):
+            self.probing = False
+        return Verdict(Kind.HUNG, again=True, charged=not self.down_reason)
 
     def _timeout(self, a: Answer) -> Verdict:
         # A request that hangs now and then says nothing about load (the latency statistics see a

@@ -407,7 +407,8 @@ class AdaptiveLimit:
         ``in_flight`` counts the requests outstanding, this one included.  A timeout that hung (``Hangs``) changes
         nothing here.
         """
-        if timeout and self.hangs.hung(sent_at):  # (the mode table): not the load; nothing moves
+        if timeout and self.hangs.hung(sent_at):  # (the mode table): not the load; nothing moves (the gate decides it
+            # first, as Kind.HUNG, and then does not call here: this keeps the limiter whole on its own)
             return
         cfg = self.config
         recovering = self.mode is Mode.RECOVERING

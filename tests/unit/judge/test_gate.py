@@ -313,3 +313,41 @@ def test_hung_timeouts_stay_out_of_the_error_budget_so_a_later_503_is_noise_not_
     sent, _ = g.admit(60.1, 1)
     g.settle(sent[0], outcome(503), None, 60.2)  # noise within the budget: no cut
     assert e.limit.drops == 0
+
+
+def test_a_task_whose_calls_hang_fails_after_max_attempts_like_one_that_times_out():
+    g = gate(max_attempts=2)
+    p = send_one(g)  # sent at 0; it hangs
+    for k in range(3):  # meanwhile others are answered in 20 ms
+        g.queue.append(task(10 + k))
+        sent, _ = g.admit(0.1 * (k + 1), 1)
+        g.settle(sent[0], outcome(200, latency=0.02), None, 0.1 * (k + 1) + 0.02)
+    assert g.settle(p, outcome(0, "timeout", latency=0.0), None, 60.0) is True  # the first hang: tried again
+    g.queue.append(p)
+    sent, _ = g.admit(60.0, 1)
+    assert sent == [p]
+    for k in range(3):
+        g.queue.append(task(20 + k))
+        more, _ = g.admit(60.1 + 0.1 * k, 1)
+        g.settle(more[0], outcome(200, latency=0.02), None, 60.12 + 0.1 * k)
+    assert g.settle(p, outcome(0, "timeout", latency=0.0), None, 120.0) is False  # the second: its attempts are spent
+    assert g.endpoints[0].limit.hangs.count == 2
+
+
+def test_a_hung_request_sent_before_the_endpoint_went_down_neither_frees_its_probe_nor_is_charged():
+    g = gate(max_attempts=2)
+    e = g.endpoints[0]
+    hung = send_one(g)  # sent at 0; it hangs
+    for k in range(3):  # others are answered in 20 ms
+        g.queue.append(task(10 + k))
+        sent, _ = g.admit(0.1 * (k + 1), 1)
+        g.settle(sent[0], outcome(200, latency=0.02), None, 0.1 * (k + 1) + 0.02)
+    g.queue.append(task(20))
+    sent, _ = g.admit(0.5, 1)
+    g.settle(sent[0], outcome(0, "connect"), None, 0.6)  # down
+    g.queue.append(task(21))
+    probe, _ = g.admit(5.0, 10)  # past the first wait: one probe goes
+    assert len(probe) == 1 and e.health.probing
+    assert g.settle(hung, outcome(0, "timeout", latency=0.0), None, 5.1) is True
+    assert e.health.probing  # the probe is still out: nothing else may go
+    assert g.calls[hung].tries == 0  # the endpoint's fault, not the task's

@@ -121,3 +121,11 @@ def test_a_bound_endpoint_on_every_interface_is_named_by_its_port_when_a_peer_is
     assert reachable("tcp://[::]:5557") == "port 5557 of this host (tcp://[::]:5557)"
     assert reachable("tcp://127.0.0.1:5557") == "tcp://127.0.0.1:5557"
     assert reachable("ipc:///tmp/q.sock") == "ipc:///tmp/q.sock"
+
+
+def test_a_tcp_host_with_a_space_is_not_told_to_write_an_address_that_connect_refuses():
+    with pytest.raises(ConfigError) as err:
+        check_endpoint("tcp://* :5555", what="--connect", connect=True)
+    assert "a tcp host has no spaces" in str(err.value) and "e.g." not in str(err.value)
+    with pytest.raises(ConfigError, match=r"e\.g\. tcp://\*:5555"):  # a bind takes it
+        check_endpoint("tcp://* :5555", what="--bind")
