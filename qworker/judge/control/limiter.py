@@ -504,6 +504,7 @@ class AdaptiveLimit:
         self._last_cut = -math.inf
         self.memory.forget()
         self.latency.relearn()
+        self.hangs = Hangs(cfg)  # answers from before it went down say nothing of how fast it answers now
         self.load.forget()
         self.batch.clear()
         self.mode = Mode.PROBING

@@ -102,3 +102,13 @@ def test_timeouts_of_requests_out_when_a_server_stopped_are_not_hung():
     for _, sent in sorted(out, key=lambda x: x[1]):
         lim.on_drop(48, sent + TIMEOUT * 60, sent_at=sent, timeout=True)
     assert out and lim.hangs.count == 0 and lim.limit < before
+
+
+
+def test_an_endpoint_back_from_down_weighs_its_timeouts_only_against_answers_since():
+    lim = settled(48)
+    for k in range(100):  # fast answers before it went down
+        lim.on_success(RTT, 48, 1.0 + k * 0.01, level=48, sent_at=1.0 + k * 0.01 - RTT)
+    lim.reset()  # back from down (a restart, perhaps slower): no answer since yet
+    lim.on_drop(9, 62.0, sent_at=1.5, timeout=True)  # overdue by far against the answers before: they do not count
+    assert lim.hangs.count == 0
