@@ -5,7 +5,8 @@ it enters, before any task is made: a mistake is one clear exception naming it, 
   (``TypeError``): iterating one would make a task per character, byte, key or column.
 * ``timeout_s`` is None (the reward's own limit) or a real number (an ``int``, a ``float``, a numpy scalar) of
   seconds, finite and above 0 (``ConfigError``); it goes on as a ``float``.
-* ``gather`` takes a sequence of futures; one future alone is refused (``TypeError``) with what to write instead.
+* ``gather`` takes futures in order (a list, a tuple, any iterator); one future alone, a set or a mapping is refused
+  (``TypeError``) with what to write instead.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import concurrent.futures
 import math
 import numbers
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any, Optional
 
 from .._exceptions import ConfigError
@@ -24,8 +26,9 @@ __all__ = ["check_payloads", "check_timeout_s", "check_futures"]
 def check_payloads(payloads: Any) -> None:
     """``TypeError`` if ``payloads`` is one payload rather than an iterable of them (see the module's contract)."""
     if hasattr(payloads, "columns") and hasattr(payloads, "to_dict"):  # a data frame: iterating one gives its column names
+        rows = "frame.to_dicts()" if hasattr(payloads, "to_dicts") else "frame.to_dict('records')"  # polars / pandas
         raise TypeError(f"payloads is a {type(payloads).__name__}, whose rows are not what iterating it gives (its "
-                        "column names): pass frame.to_dict('records')")
+                        f"column names): pass {rows}")
     if isinstance(payloads, (str, bytes, bytearray, memoryview, Mapping)):
         raise TypeError(f"payloads must be an iterable of payloads (e.g. a list of dicts), got a {type(payloads).__name__}; "
                         "for one payload use submit(reward, payload) or submit_batch(reward, [payload])")
@@ -52,3 +55,6 @@ def check_futures(futures: Any) -> None:
     if isinstance(futures, concurrent.futures.Future):
         raise TypeError("gather() takes a sequence of futures (as submit_batch returns); for one future write "
                         "future.result(timeout) or gather([future])")
+    if isinstance(futures, (AbstractSet, Mapping)):  # no order: its results could not be paired with the futures
+        raise TypeError(f"gather() returns results in the order of its futures; a {type(futures).__name__} has none: "
+                        "pass a list (as submit_batch returns)")

@@ -43,6 +43,11 @@ def tcp_host_port(endpoint: str) -> Optional[tuple[str, str]]:
     return host, port
 
 
+def _port(text: str) -> Optional[int]:
+    """A port written in ASCII digits, as libzmq reads one (None for anything else: ``*``, other digits, a name)."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def _what_to_write(endpoint: object) -> str:
     """The endpoint a user most likely meant by ``endpoint`` (which names no transport), or the form to write."""
     if isinstance(endpoint, str):
@@ -59,11 +64,11 @@ def _what_to_write(endpoint: object) -> str:
                 return "tcp://HOST:PORT"
             return f"ipc:///{rest}" if sep == ":/" else f"ipc://{rest}"  # ``ipc:/tmp/s`` meant the absolute path /tmp/s
         host, colon, port = endpoint.rpartition(":")
-        if colon and host and "/" not in host and (port == "*" or (port.isascii() and port.isdigit())):
+        if colon and host and "/" not in host and (port == "*" or _port(port) is not None):
             return f"tcp://{endpoint}"  # a host and port
-    if (type(endpoint) is int or (isinstance(endpoint, str) and endpoint.isascii() and endpoint.isdigit())) \
-            and 0 < int(endpoint) <= MAX_PORT:
-        return f"tcp://127.0.0.1:{int(endpoint)}"  # a port alone: this host's
+    alone = endpoint if type(endpoint) is int else _port(endpoint) if isinstance(endpoint, str) else None
+    if alone is not None and 0 < alone <= MAX_PORT:
+        return f"tcp://127.0.0.1:{alone}"  # a port alone: this host's
     return "tcp://HOST:PORT"
 
 
@@ -82,14 +87,18 @@ def check_endpoint(endpoint: object, *, what: str, connect: bool = False) -> str
         if host.startswith("/"):
             raise ConfigError(f"{what} {endpoint!r}: a tcp host has no leading slash: write tcp://{host.lstrip('/')}:{port}")
         if any(c.isspace() or not c.isprintable() for c in host):  # (libzmq: a traceback, "Invalid argument")
-            joined = "".join(c for c in host if c.isprintable() and not c.isspace())
-            refused = connect and (joined in ANY_INTERFACE or port in ("*", "0"))  # (the check below would refuse it)
-            example = f", e.g. tcp://{joined}:{port}" if joined and not refused else ""
+            example = f"tcp://{''.join(c for c in host if c.isprintable() and not c.isspace())}:{port}"
+            try:  # shown only if it passes every check itself
+                check_endpoint(example, what=what, connect=connect)
+                example = f", e.g. {example}"
+            except ConfigError:
+                example = ""
             raise ConfigError(f"{what} {endpoint!r}: a tcp host has no spaces or control characters: write tcp://HOST:PORT "
                               f"with HOST a name or an address{example}")
-        if not host or not (port == "*" or (port.isdigit() and int(port) <= MAX_PORT)):
+        number = _port(port)
+        if not host or not (port == "*" or (number is not None and number <= MAX_PORT)):
             raise ConfigError(f"{what} {endpoint!r}: expected tcp://HOST:PORT with a port from 0 to {MAX_PORT} (or * to bind any)")
-        if connect and (host in ANY_INTERFACE or port in ("*", "0")):
+        if connect and (host in ANY_INTERFACE or port == "*" or number == 0):
             raise ConfigError(f"{what} {endpoint!r} is an address to bind, not to connect to: write the producer's or "
                               "service's host and port, e.g. tcp://127.0.0.1:5555")
     if endpoint.startswith("ipc://"):

@@ -37,3 +37,24 @@ def test_gather_takes_futures_from_any_iterable():
     for k, f in enumerate(futures):
         f.set_result(Result(score=float(k)))
     assert [r.score for r in gather(f for f in futures)] == [0.0, 1.0, 2.0]
+
+
+class _PolarsFrame(_Frame):
+    """Shaped as a polars frame is: its rows come from to_dicts()."""
+
+    def to_dicts(self) -> list:
+        return []
+
+
+def test_a_polars_shaped_frame_is_told_to_dicts():
+    with pytest.raises(TypeError, match=r"to_dicts\(\)"):
+        check_payloads(_PolarsFrame())
+
+
+def test_gather_refuses_futures_in_no_order():
+    futures = [ResultFuture() for _ in range(2)]
+    for f in futures:
+        f.set_result(Result(score=1.0))
+    for unordered in (set(futures), dict.fromkeys(futures)):
+        with pytest.raises(TypeError, match="in the order of its futures"):
+            gather(unordered)

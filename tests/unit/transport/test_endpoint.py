@@ -129,3 +129,14 @@ def test_a_tcp_host_with_a_space_is_not_told_to_write_an_address_that_connect_re
     assert "a tcp host has no spaces" in str(err.value) and "e.g." not in str(err.value)
     with pytest.raises(ConfigError, match=r"e\.g\. tcp://\*:5555"):  # a bind takes it
         check_endpoint("tcp://* :5555", what="--bind")
+
+
+@pytest.mark.parametrize("endpoint, says", [
+    ("tcp://host:\uff15\uff15\uff15\uff15", "a port from 0 to 65535"),  # full-width digits: libzmq reads ASCII only
+    ("tcp://127.0.0.1:00", "an address to bind, not to connect to"),  # port 0 however written
+    ("tcp://my host:99999", "with HOST a name or an address"),
+])
+def test_a_port_is_read_as_libzmq_reads_it_and_no_example_is_one_the_check_refuses(endpoint, says):
+    with pytest.raises(ConfigError) as err:
+        check_endpoint(endpoint, what="--connect", connect=True)
+    assert says in str(err.value) and "e.g. tcp://myhost" not in str(err.value)  # tcp://myhost:99999 is refused too
