@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 DOCS_BENCH = Path(__file__).resolve().parent.parent / "docs" / "bench"
 
@@ -40,6 +40,14 @@ def _children_import_the_qworker_measured() -> None:
 
 
 _children_import_the_qworker_measured()
+
+
+def counts(text: str) -> Optional[list[int]]:
+    """Comma-separated whole numbers of 1 or more, in ASCII digits (``"1,4,16"``); None if ``text`` is not that."""
+    parts = [x.strip() for x in text.split(",")]
+    if not all(x.isascii() and x.isdigit() and int(x) >= 1 for x in parts):
+        return None
+    return [int(x) for x in parts]
 
 
 def timed(fn: Callable[[], object]) -> float:

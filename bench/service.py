@@ -54,13 +54,13 @@ import sys
 import threading
 import time
 from itertools import count
-from typing import Any
+from typing import Any, Optional
 
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import free_port, table  # noqa: E402
+from _common import counts, free_port, table  # noqa: E402
 
 RUN_IDS = count()
 SERVE_START_S = 120.0  # the longest a 'qworker serve' may take to say it listens
@@ -198,9 +198,11 @@ class Clients:
             proc.join(30)
 
 
-def _pump(stream: Any, lines: queue.Queue[str]) -> None:
+def _pump(stream: Any, lines: queue.Queue[Optional[str]]) -> None:
+    """Each line of ``stream``, then None at its end."""
     for line in iter(stream.readline, ""):
         lines.put(line)
+    lines.put(None)
 
 
 def serve(port: int, workers: int) -> subprocess.Popen:
@@ -210,17 +212,20 @@ def serve(port: int, workers: int) -> subprocess.Popen:
         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stderr is not None
-    lines: queue.Queue[str] = queue.Queue()
+    lines: queue.Queue[Optional[str]] = queue.Queue()
     threading.Thread(target=_pump, args=(proc.stderr, lines), daemon=True).start()  # (and drains it afterwards)
-    said, deadline = [], time.monotonic() + SERVE_START_S
+    said: list[str] = []
+    deadline = time.monotonic() + SERVE_START_S
     while not any("clients on" in x for x in said):
         try:
-            said.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             proc.kill()
             raise RuntimeError(f"qworker serve did not say it listens within {SERVE_START_S:.0f} s: {''.join(said)}") from None
-        if proc.poll() is not None:
+        if line is None or proc.poll() is not None:  # its stderr closed: it ended
+            proc.kill()
             raise RuntimeError(f"qworker serve did not start: {''.join(said)}")
+        said.append(line)
     return proc
 
 
@@ -337,14 +342,21 @@ def main() -> None:
         a.noop, a.spin, a.repeats, a.rtt, a.one_batch = 4_000, 400, 1, 500, "1000,2000,4000"
     if a.noop < 0 or a.spin < 0 or a.noop + a.spin == 0:
         ap.error("--noop and --spin: 0 or more each, and one of them above 0")
-    if not all(x.strip().isdigit() and int(x) >= 1 for x in a.clients.split(",")):
+    clients = counts(a.clients)
+    if clients is None:
         ap.error(f"--clients {a.clients!r}: client counts of 1 or more, comma-separated (e.g. 1,4,16)")
+    sizes = counts(a.one_batch) if a.one_batch else []
+    if sizes is None:
+        ap.error(f"--one-batch {a.one_batch!r}: task counts of 1 or more, comma-separated (e.g. 1000,2000), or empty to skip")
     if a.workers < 1 or a.repeats < 1:
         ap.error("--workers and --repeats: 1 or more")
+    if a.batch < 0:
+        ap.error("--batch: 0 (all at once) or more")
+    if a.rtt < 2:
+        ap.error("--rtt: 2 or more round trips (a p50 and a p99 need them)")
     from qworker import Client, Producer
 
     workloads = {name: w for name, w in {"no-op": ("noop", a.noop), "1 ms CPU": ("spin", a.spin)}.items() if w[1] > 0}
-    clients = [int(x) for x in a.clients.split(",")]
     print(f"service benchmark: {a.noop:,} no-op and {a.spin:,} spin(1 ms) tasks per run in requests of {a.batch or 'all'}, {a.workers} workers, "
           f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f} at start", flush=True)
 
@@ -368,7 +380,6 @@ def main() -> None:
                   f"   median wall per caller: {', '.join(f'{r[1]:.2f} s' for r in runs)}"
                   f"   cache entries at start: {', '.join(f'{e:,}' for e in held)}", flush=True)
 
-    sizes = [int(x) for x in a.one_batch.split(",") if x]
     with Producer(local_workers=a.workers) as p:
         p.wait_for_workers(a.workers, timeout=60)
         p.map("noop", [{"warm": i} for i in range(200)])

@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import service as svc  # noqa: E402
-from _common import free_port, table  # noqa: E402
+from _common import counts, free_port, table  # noqa: E402
 
 Stats = tuple[float, int, int, float]  # CPU s, voluntary and involuntary context switches, s runnable but waiting for a CPU
 Sample = dict[tuple[str, int], tuple[str, Stats]]  # (process label, tid) -> (thread label, its stats so far)
@@ -145,8 +145,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.tasks < 1 or a.workers < 1 or a.repeats < 1:
         ap.error("--tasks, --workers and --repeats: 1 or more")
-    if not all(x.strip().isdigit() and int(x) >= 1 for x in a.clients.split(",")):
+    if counts(a.clients) is None:
         ap.error(f"--clients {a.clients!r}: client counts of 1 or more, comma-separated (e.g. 1,4)")
+    if a.batch < 0:
+        ap.error("--batch: 0 (all at once) or more")
     from qworker import Client, Producer
 
     n = a.tasks
