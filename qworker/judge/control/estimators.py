@@ -71,6 +71,7 @@ class LimitConfig:
     regain_sustained: float = 0.75  # the same for a capacity known only from Little's law on answers (about 15% noise)
     regain_rtts: float = 2.0  # the evidence: in use for this many round trips without a refusal
     regain_rtts_max: float = 8.0  # a climb back that was refused doubles the evidence the next one wants, up to this
+    reply_tokens: int = 0  # the longest reply a request may get (its ``max_tokens``; 0: not set): ``Hangs``
 
 
 class RefusalKind(enum.Enum):
@@ -548,32 +549,64 @@ class Probes:
 
 
 class Hangs:
-    """Fed by answers (when each request was sent, and how long after it was answered); says whether a timeout was
-    a hung request.
+    """Fed by answers (when each request was sent, how long after it was answered, and the reply's length when it
+    says); says whether a timeout was a hung request.
 
-    A timeout hung when the server answered a request sent after this one had already waited ``hang`` times the
-    longest of the last ``HANG_ANSWERS`` answers: the server was serving, and fast, while this request was overdue
-    by far (a dropped connection, a stuck generation), which says nothing of its load.  A server that queues
-    answers slowly too (its longest answers grow with the wait), and one that stops answering answers nothing sent
-    after a request became overdue: their timeouts are not hung.  With no answer yet, none is.  Seconds, as the
-    gate's clock (send to answer, as the gate sees it).
+    A timeout hung when the server answered a request sent after this one had already waited longer than the
+    server could have kept it for its load: ``hang`` times the longest of the last ``HANG_ANSWERS`` answers, and
+    the time those answers say the longest reply it may send takes now (``longest_reply_s``).  The server was
+    then serving, and fast, while this request was overdue by far (a dropped connection, a stuck generation),
+    which says nothing of its load.  A server that queues answers slowly too (its longest answers grow with the
+    wait), and one that stops answering answers nothing sent after a request became overdue: their timeouts are
+    not hung.  Nor is the timeout of a reply that may be long on a server that decodes: the answers are only
+    the replies that came back within the timeout, so on a loaded server whose long replies all pass it they
+    are the short ones, fast however slow the long ones are; the replies' lengths say its pace (seconds per
+    token), and at that pace the longest reply may take longer than the timeout: then timeouts are its load.
+    With no answer yet, none is.  Seconds, as the gate's clock (send to answer, as the gate sees it); tokens.
     """
 
     def __init__(self, config: LimitConfig) -> None:
         self.config = config
         self.count = 0  # timeouts found hung
         self._latencies: deque[float] = deque(maxlen=HANG_ANSWERS)
+        self._told: deque[tuple[float, int]] = deque(maxlen=HANG_ANSWERS)  # (latency, tokens) of answers saying their length
+        self._longest_tokens = 0  # the longest reply seen, tokens
         self._answered_sent = -math.inf  # when the latest-sent request answered so far was sent
 
-    def on_answer(self, sent_at: float, now: float) -> None:
-        """The request sent at ``sent_at`` was answered at ``now``."""
+    def on_answer(self, sent_at: float, now: float, tokens: Optional[int] = None) -> None:
+        """The request sent at ``sent_at`` was answered at ``now``, with a reply of ``tokens`` (None: not said)."""
         self._latencies.append(now - sent_at)
         self._answered_sent = max(self._answered_sent, sent_at)
+        if tokens:
+            self._told.append((now - sent_at, tokens))
+            self._longest_tokens = max(self._longest_tokens, tokens)
+
+    def longest_reply_s(self) -> float:
+        """Seconds the longest reply a request may get (``reply_tokens``, or the longest seen where longer) takes
+        at the pace of the last answers that said their length: the least-squares line of their latencies on
+        their lengths (a fixed part, clipped at 0, plus seconds per token) where it rises, read at that length;
+        0 when the lengths do not explain the times (the line does not rise, or fewer than 16 answers said
+        their length) or are all one length (then their time per token, at that length)."""
+        told = self._told
+        n = len(told)
+        if n < 16:
+            return 0.0
+        most = max(self.config.reply_tokens, self._longest_tokens)
+        mean_x = sum(x for _, x in told) / n
+        mean_y = sum(y for y, _ in told) / n
+        sxx = sum((x - mean_x) ** 2 for _, x in told)
+        if sxx <= 1e-9 * n * mean_x * mean_x:  # one length: no line, its time per token
+            return most * mean_y / mean_x
+        slope = sum((x - mean_x) * (y - mean_y) for y, x in told) / sxx
+        if slope <= 0.0:
+            return 0.0
+        return max(0.0, mean_y - slope * mean_x) + slope * most
 
     def hung(self, sent_at: float) -> bool:
         """Whether the request sent at ``sent_at`` that timed out hung (counted when it did)."""
         longest = max(self._latencies, default=0.0)
-        if longest > 0.0 and self._answered_sent > sent_at + self.config.hang * longest:
+        overdue = max(self.config.hang * longest, self.longest_reply_s())
+        if longest > 0.0 and self._answered_sent > sent_at + overdue:
             self.count += 1
             return True
         return False

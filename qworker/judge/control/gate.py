@@ -147,12 +147,13 @@ class Gate:
         self.initial_concurrency = initial = own.initial_concurrency
         ceiling = own.ceiling
         req = params.get("request") or {}
-        self.completion_tokens = int(req.get("max_tokens") or req.get("max_completion_tokens") or 256)
+        told = req.get("max_tokens") or req.get("max_completion_tokens")
+        self.completion_tokens = int(told or 256)
         self.endpoints: list[Endpoint] = []
         self._pollers: list[LoadPoller] = []
         for i, e in enumerate(params["endpoints"]):
             cap = float(e.get("max_concurrency") or ceiling)
-            limit = AdaptiveLimit(initial=min(initial, cap), ceiling=cap)
+            limit = AdaptiveLimit(initial=min(initial, cap), ceiling=cap, reply_tokens=int(told or 0))
             health = Health(url=e["url"], limiter=limit, error_budget=self.error_budget, dead_after_s=self.dead_after_s,
                             down_max_s=max(0.5, min(DOWN_MAX_S, self.dead_after_s / 2)))  # a waiting task sees a probe before it fails
             ep = Endpoint(i, e["url"], float(e.get("weight", 1.0)), limit, health,

@@ -30,7 +30,9 @@ STEADY      a burst (a reaction that did not suffice)     HOLDING       what rec
 STEADY      a timeout                                     HOLDING       ``backoff`` x what was in flight
 any         a hung request: a timeout, a request sent     (the same)    (the same): the server answered, and
             once it was overdue by ``hang`` x the                       fast, while that one request was lost:
-            longest recent answer answered (``Hangs``)                  the load did not refuse it
+            longest recent answer, and by the longest                   the load did not refuse it
+            reply at the answers' pace, answered
+            (``Hangs``)
 STEADY      the server answered more at once than where   RECOVERING    climbs +2 per answer (x3 per round trip)
             it last refused (``outgrew``; as many for a                 to the highest capacity seen
             request out alone above it), then in use
@@ -106,12 +108,16 @@ class Mode(enum.Enum):
 class AdaptiveLimit:
     """The limit (``limit``, requests) and its mode, moved by what the estimators say of each answer."""
 
-    def __init__(self, *, initial: Optional[float] = None, ceiling: Optional[float] = None, config: Optional[LimitConfig] = None) -> None:
+    def __init__(self, *, initial: Optional[float] = None, ceiling: Optional[float] = None, config: Optional[LimitConfig] = None,
+                 reply_tokens: Optional[int] = None) -> None:
+        """``reply_tokens``: the longest reply a request may get (the request's ``max_tokens``; ``LimitConfig.reply_tokens``)."""
         cfg = config or LimitConfig()
         if initial is not None:
             cfg = dataclasses.replace(cfg, initial=initial)
         if ceiling is not None:
             cfg = dataclasses.replace(cfg, ceiling=ceiling)
+        if reply_tokens is not None:
+            cfg = dataclasses.replace(cfg, reply_tokens=reply_tokens)
         self.config = cfg
         self.limit = max(cfg.floor, min(cfg.ceiling, cfg.initial))
         self.mode = Mode.PROBING
@@ -326,7 +332,7 @@ class AdaptiveLimit:
         cfg = self.config
         sent_level = float(level if level is not None else in_flight)
         sent = now - rtt if sent_at is None else sent_at  # when the gate sent it
-        self.hangs.on_answer(sent, now)
+        self.hangs.on_answer(sent, now, tokens)
         self.rtt = rtt if self.rtt == 0.0 else 0.9 * self.rtt + 0.1 * rtt
         self.throughput.on_answer(now, rtt, self.rtt, now - sent)
         trip = self._round_trip()

@@ -242,6 +242,106 @@ class BatchServer:
             self.ticking = False
 
 
+@dataclass
+class DecodeServer:
+    """A server that decodes as vLLM's continuous batching does: at most ``capacity`` sequences running, the rest
+    waiting in FIFO order, never refused.  Each decode step gives every running sequence one token and lasts
+    ``step + step_slope x running`` seconds (each step slows as the batch grows: the attention over every running
+    sequence's context); a request leaves when its reply has the ``lengths(rng)`` tokens its task draws (the
+    rng seeded by ``seed`` and the task's key: a task's reply is as long on every try), the reply saying them
+    (``completion_tokens``).  So its time at the server is its length times the step time
+    over its life, and a batch that grows makes long replies slow in proportion.  ``cancel`` aborts a request
+    (vLLM aborts one whose client went away: its slot frees at the next step).  Same ``stats``, ``waits`` and
+    ``services`` as ``Server``; ``counts`` is what a metrics URL says.  Seconds, tokens."""
+
+    lengths: Callable[[random.Random], int] = lambda rng: 64
+    capacity: int = 256
+    step: float = 0.01
+    step_slope: float = 0.0
+    p_lost: float = 0.0  # a request lost with this probability (a dropped connection): never answered, holding no slot
+    seed: int = 1
+    steps_done: int = 0  # decode steps so far
+    running: dict = field(default_factory=dict)  # id -> (the step count it ends at, reply, arrived, tokens)
+    finishing: list = field(default_factory=list)  # heap of (the step count it ends at, id)
+    waiting: dict = field(default_factory=dict)  # id -> (arrived, reply, tokens), in arrival order
+    ticking: bool = False
+    stats: dict = field(default_factory=lambda: {"requests": 0, "served": 0, "refused": 0, "errors": 0, "cancelled": 0,
+                                                  "queued_s": 0.0, "service_s": 0.0, "tokens": 0, "wasted_tokens": 0})
+    waits: list = field(default_factory=list)
+    services: list = field(default_factory=list)
+    batch: list = field(default_factory=list)  # (time, running) at each step
+    _ids: itertools.count = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        self._lose = random.Random(self.seed)
+
+    def step_s(self, running: int) -> float:
+        """One decode step's seconds with ``running`` sequences in the batch."""
+        return self.step + self.step_slope * running
+
+    def counts(self) -> tuple[float, float]:
+        return float(len(self.running)), float(len(self.waiting))
+
+    def length(self, key: bytes) -> int:
+        """The reply length of the task ``key`` (tokens), the same on every try."""
+        return max(1, int(self.lengths(random.Random(f"{self.seed}/{key!r}"))))
+
+    def arrive(self, sim: Sim, t: float, reply: Callable[[float, dict], None], p: Optional[Pending] = None,
+               key: Optional[bytes] = None) -> int:
+        """Take a request of the task ``p`` (or whose key is ``key``) arriving at ``t``; returns its id (for ``cancel``)."""
+        self.stats["requests"] += 1
+        rid = next(self._ids)
+        if self.p_lost and self._lose.random() < self.p_lost:
+            self.stats["lost"] = self.stats.get("lost", 0) + 1
+            return rid
+        self.waiting[rid] = (t, reply, self.length(p.key if p is not None else key or b""))
+        if not self.ticking:
+            self.ticking = True
+            self._admit(t)
+            sim.at(t + self.step_s(len(self.running)), lambda tt: self._tick(sim, tt))
+        return rid
+
+    def cancel(self, rid: int) -> None:
+        """The client went away: the request leaves (its tokens so far are wasted work)."""
+        if self.waiting.pop(rid, None) is not None:
+            self.stats["cancelled"] += 1
+            return
+        got = self.running.pop(rid, None)
+        if got is not None:
+            self.stats["cancelled"] += 1
+            self.stats["wasted_tokens"] += got[3] - (got[0] - self.steps_done)
+
+    def _admit(self, t: float) -> None:
+        while len(self.running) < self.capacity and self.waiting:
+            rid = next(iter(self.waiting))
+            arrived, reply, n = self.waiting.pop(rid)
+            self.running[rid] = (self.steps_done + n, reply, arrived, n)
+            heapq.heappush(self.finishing, (self.steps_done + n, rid))
+            self.stats["queued_s"] += t - arrived
+            self.waits.append((t, t - arrived))
+
+    def _tick(self, sim: Sim, t: float) -> None:
+        self.steps_done += 1
+        self.batch.append((t, len(self.running)))
+        while self.finishing and self.finishing[0][0] <= self.steps_done:
+            _, rid = heapq.heappop(self.finishing)
+            got = self.running.pop(rid, None)
+            if got is None:
+                continue  # cancelled
+            _, reply, arrived, n = got
+            self.stats["served"] += 1
+            self.stats["tokens"] += n
+            self.stats["service_s"] += t - arrived
+            self.services.append((t, t - arrived))
+            reply(t, {"status": 200, "failure": "", "latency_s": t - arrived + TRANSIT_S, "retry_after_s": None,
+                      "completion_tokens": n, "ratelimit": None})
+        self._admit(t)
+        if self.running or self.waiting:
+            sim.at(t + self.step_s(len(self.running)), lambda tt: self._tick(sim, tt))
+        else:
+            self.ticking = False
+
+
 def prompt_of(p: Pending) -> str:
     """The judge prompt ``llm_judge`` would send for ``p`` (the default template)."""
     return render(DEFAULT_TEMPLATE, msgpack.unpackb(p.payload), "")
@@ -251,7 +351,8 @@ class Client:
     def __init__(self, sim: Sim, server: Server | BatchServer | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
                  metrics: bool = False, endpoints: Optional[list[dict]] = None, arrival_rate: Optional[float] = None,
                  payload: Optional[Callable[[int], dict]] = None, board: Optional[MemoryBoard] = None,
-                 transit: tuple[float, float] = (0.0, 0.0), transit_jitter: float = 0.0, **params) -> None:
+                 transit: tuple[float, float] = (0.0, 0.0), transit_jitter: float = 0.0, timeout_s: Optional[float] = None,
+                 **params) -> None:
         """``semaphore``: hold exactly that many in flight (the best a hand-tuned client does), no adaptation.
 
         ``metrics``: read the server's running and waiting counts every 0.5 s, as
@@ -265,7 +366,14 @@ class Client:
         back, outside the worker's measured ``latency_s`` (which holds the server's time and the network's
         ``TRANSIT_S``); each drawn U(1 - ``transit_jitter``, 1 + ``transit_jitter``) x its mean.  With none
         (the default) the server takes a request as it is admitted, stamped ``TRANSIT_S / 2`` later.
+        ``timeout_s``: the worker's deadline per request (``llm_judge``'s ``timeout_s``, without transit): a request
+        not answered by then comes back as a timeout at that instant, and the server is told to drop it (``cancel``,
+        where it has one: a client that went away); its late answer is discarded.
         """
+        if timeout_s is not None:
+            assert not any(transit), "timeout_s is simulated without transit"
+        self.timeout_s = timeout_s
+        self.timeouts: list[float] = []  # when each timeout came back
         self.sim, self.n = sim, n
         self.transit, self.transit_jitter = transit, transit_jitter
         self._transit_rng = random.Random(7)
@@ -315,6 +423,9 @@ class Client:
         for p in sent:
             route = self.gate.route(p)
             self.sends.append((t, route))
+            if self.timeout_s is not None:
+                self._send_with_deadline(p, route, t)
+                continue
             if not any(self.transit):
                 # (``latency_s``: as the worker measures it, a refusal's included: request sent -> response read)
                 self.servers[route].arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, p=p, route=route, t0=t: self.sim.at(
@@ -328,6 +439,30 @@ class Client:
         if wake is not None and (wake < self._wake_at or self._wake_at <= t):
             self._wake_at = wake
             self.sim.at(wake, self.pump)
+
+    def _send_with_deadline(self, p: Pending, route: int, t: float) -> None:
+        """Send ``p`` at ``t``; whichever comes first, its answer or its deadline (``timeout_s``), settles it."""
+        server = self.servers[route]
+        open_ = [True]
+
+        def back(tt: float, out: dict) -> None:
+            if open_[0]:
+                open_[0] = False
+                self.answer(p, {**out, "endpoint": route, "latency_s": tt - t}, tt)
+
+        rid = server.arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out: self.sim.at(t_end + TRANSIT_S / 2, lambda tt: back(tt, out)), p)
+
+        def expire(tt: float) -> None:
+            if not open_[0]:
+                return
+            cancel = getattr(server, "cancel", None)
+            if cancel is not None and rid is not None:
+                cancel(rid)
+            self.timeouts.append(tt)
+            back(tt, {"status": 0, "failure": "timeout", "retry_after_s": None, "completion_tokens": None, "ratelimit": None})
+
+        assert self.timeout_s is not None
+        self.sim.at(t + self.timeout_s, expire)
 
     def _transit(self, way: int) -> float:
         mean = self.transit[way]
@@ -417,11 +552,17 @@ class SemaphoreClient:
     """A hand-set semaphore: ``concurrency`` in flight; a refused request is retried after its Retry-After
     (else 0.1 s doubling to 2 s) without holding a slot meanwhile, as the bench's aiohttp client does.
 
-    It sends nothing new after ``stop`` (simulated seconds).  Same counters as ``Client``.
+    It sends nothing new after ``stop`` (simulated seconds).  Same counters as ``Client``.  ``timeout_s``: a request
+    not answered by then is a timeout (the server told to drop it, as ``Client`` does), retried at once, and a task
+    fails after ``max_attempts`` timeouts.
     """
 
-    def __init__(self, sim: Sim, server: Server, n: int, concurrency: int, stop: float = math.inf) -> None:
+    def __init__(self, sim: Sim, server, n: int, concurrency: int, stop: float = math.inf,
+                 timeout_s: Optional[float] = None, max_attempts: int = 4) -> None:
         self.sim, self.server, self.n, self.concurrency, self.stop = sim, server, n, concurrency, stop
+        self.timeout_s, self.max_attempts = timeout_s, max_attempts
+        self.timeouts: list[float] = []
+        self._timed_out: dict[int, int] = {}  # task -> its timeouts so far
         self.done_at: list[float] = []
         self.refused_at: list[float] = []
         self.failed: list[str] = []
@@ -435,11 +576,44 @@ class SemaphoreClient:
         while self.in_flight < self.concurrency and self.ready and self.ready[0][0] <= t and t < self.stop:
             _, i, tries = heapq.heappop(self.ready)
             self.in_flight += 1
+            if self.timeout_s is not None:
+                self._send_with_deadline(i, tries, t)
+                continue
             self.server.arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out, i=i, tries=tries: self.sim.at(
                 t_end + TRANSIT_S / 2, lambda tt: self.answer(i, tries, out, tt)))
         if self.ready and self.ready[0][0] > t and (self.ready[0][0] < self._wake_at or self._wake_at <= t):
             self._wake_at = self.ready[0][0]
             self.sim.at(self._wake_at, self.pump)
+
+    def _send_with_deadline(self, i: int, tries: int, t: float) -> None:
+        open_ = [True]
+
+        def back(tt: float, out: dict) -> None:
+            if open_[0]:
+                open_[0] = False
+                self.answer(i, tries, out, tt)
+
+        rid = self.server.arrive(self.sim, t + TRANSIT_S / 2, lambda t_end, out: self.sim.at(t_end + TRANSIT_S / 2, lambda tt: back(tt, out)),
+                                 key=f"c{i}".encode())
+
+        def expire(tt: float) -> None:
+            if not open_[0]:
+                return
+            cancel = getattr(self.server, "cancel", None)
+            if cancel is not None and rid is not None:
+                cancel(rid)
+            self.timeouts.append(tt)
+            open_[0] = False
+            self.in_flight -= 1
+            k = self._timed_out[i] = self._timed_out.get(i, 0) + 1
+            if k >= self.max_attempts:
+                self.failed.append("0 timeout")
+            else:
+                heapq.heappush(self.ready, (-1.0, i, tries))  # (retried first, as the gate puts a retry at the front)
+            self.pump(tt)
+
+        assert self.timeout_s is not None
+        self.sim.at(t + self.timeout_s, expire)
 
     def answer(self, i: int, tries: int, out: dict, t: float) -> None:
         self.in_flight -= 1
@@ -453,4 +627,4 @@ class SemaphoreClient:
 
     @property
     def finished(self) -> bool:
-        return len(self.done_at) >= self.n or (self.sim.t >= self.stop and not self.in_flight)
+        return len(self.done_at) + len(self.failed) >= self.n or (self.sim.t >= self.stop and not self.in_flight)

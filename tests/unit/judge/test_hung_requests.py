@@ -105,6 +105,34 @@ def test_timeouts_of_requests_out_when_a_server_stopped_are_not_hung():
 
 
 
+def test_a_timeout_that_the_longest_reply_at_the_present_pace_explains_is_not_hung():
+    # Answers of 20-80 tokens at 0.05 s + 20 ms per token (1.7 s at most) keep coming; a request sent 30 s before
+    # times out.  It is overdue by 17 times the longest answer, but a reply of max_tokens (2,048) takes 41 s at
+    # that pace: the load explains it.  Without max_tokens the longest reply seen (80 tokens, 1.7 s) does not.
+    rng = random.Random(5)
+    answers = [(k * 0.1, rng.randint(20, 80)) for k in range(200)]
+    found = []
+    for reply_tokens in (2048, None):
+        lim = AdaptiveLimit(initial=48, reply_tokens=reply_tokens)
+        lim.mode, lim.rtt = Mode.STEADY, 1.0
+        for sent, tokens in answers:
+            latency = 0.05 + 0.02 * tokens
+            lim.on_success(latency, 48, 100.0 + sent + latency, level=48, tokens=tokens, sent_at=100.0 + sent)
+        assert abs(lim.hangs.longest_reply_s() - (0.05 + 0.02 * (reply_tokens or 80))) < 1e-6
+        lim.on_drop(49, 120.0, sent_at=90.0, timeout=True)
+        found.append(lim.hangs.count)
+    assert found == [0, 1]
+
+
+def test_reply_lengths_that_do_not_explain_the_times_say_no_pace():
+    lim = AdaptiveLimit(initial=48, reply_tokens=4096)
+    rng = random.Random(6)
+    for k in range(128):  # latencies falling as the lengths grow: not a decoding pace
+        tokens = 10 + k
+        lim.on_success(2.0 - 0.01 * k + rng.uniform(0.0, 0.01), 48, 10.0 + k * 0.1, level=48, tokens=tokens, sent_at=8.0 + k * 0.1)
+    assert lim.hangs.longest_reply_s() == 0.0
+
+
 def test_an_endpoint_back_from_down_weighs_its_timeouts_only_against_answers_since():
     lim = settled(48)
     for k in range(100):  # fast answers before it went down
