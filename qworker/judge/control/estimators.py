@@ -374,6 +374,13 @@ class CapacityMemory:
     evidence is ``wait`` round trips old with the limit in use and no refusal,
     ``stale`` says so, and the limiter climbs back to ``high``; a climb that is
     refused as it begins doubles ``wait`` (up to ``regain_rtts_max``).
+
+    A climb back refused at a level (``climb_refused``) bounds the capacity known
+    only from answers (``high_sustained``) at that level: a capacity that is gone
+    is neither climbed to nor probed for faster.  The bound says what the server
+    allowed when that climb was refused, so it lapses on the same evidence as a
+    refusal level (``outgrown``: the server held more than where it refused
+    since), or when the answers show the server sustaining more than the bound.
     """
 
     def __init__(self, config: LimitConfig) -> None:
@@ -382,6 +389,7 @@ class CapacityMemory:
         self.knee = math.inf
         self.high = 0.0
         self.high_sustained = 0.0  # the highest concurrency the answers showed the server sustaining (``held``)
+        self.climb_bound = math.inf  # where a climb back to ``high_sustained`` was refused, until evidence lifts it
         self.cap_seen = 0.0  # the highest concurrency cap two lone refusals at one level showed (``capped``)
         self.echoed_down = False  # echoes lowered ``refusal_level`` since the last fresh refusal (``under``)
         self.refused_level = math.inf
@@ -426,17 +434,25 @@ class CapacityMemory:
         self.refused_level = min(self.refused_level, max(limit, level))
 
     def held(self, level: float) -> None:
-        """The server sustained ``level`` requests at once over the last round trips (Little's law on its answers)."""
+        """The server sustained ``level`` requests at once over the last round trips (Little's law on its answers);
+        more than where a climb back was refused lifts that bound."""
         self.high_sustained = max(self.high_sustained, min(self.config.ceiling, level))
+        if level > self.climb_bound:
+            self.climb_bound = math.inf
 
     def climb_refused(self, level: float) -> None:
         """A climb back to a capacity seen before was refused at ``level``: a capacity known only from answers
-        (``high_sustained``) is no longer believed above it, so a capacity that is gone is not climbed to again."""
-        self.high_sustained = min(self.high_sustained, level)
+        (``high_sustained``) is not believed above it until evidence says the server holds more (``outgrown``,
+        ``held``), so a capacity that is gone is not climbed to again."""
+        self.climb_bound = min(self.climb_bound, level)
+
+    def sustained(self) -> float:
+        """The capacity known from answers, as far as it is believed now: ``high_sustained`` under ``climb_bound``."""
+        return min(self.high_sustained, self.climb_bound)
 
     def below(self, limit: float) -> bool:
         """``limit`` is under a capacity seen, by more than the noise of how it was seen."""
-        return limit < self.config.regain * self.high or limit < self.config.regain_sustained * self.high_sustained
+        return limit < self.config.regain * self.high or limit < self.config.regain_sustained * self.sustained()
 
     def under(self, limit: float) -> bool:
         """``limit`` is under a capacity seen by more than the margin of how it was seen: while echoes have put the
@@ -448,7 +464,7 @@ class CapacityMemory:
 
     def target(self) -> float:
         """The level a climb back goes to: the highest capacity seen, however it was seen."""
-        return max(self.high, self.high_sustained)
+        return max(self.high, self.sustained())
 
     def raise_knee(self, level: float) -> None:
         """Growth above a known knee that brought no queue moves it up."""
@@ -475,8 +491,10 @@ class CapacityMemory:
 
     def outgrown(self, now: float, rtt: float) -> None:
         """The server held more than where it last refused (``outgrew``): evidence worth ``regain_rtts`` round trips
-        in use without a refusal (``stale`` then says so at once, unless a refused climb back asked for more)."""
+        in use without a refusal (``stale`` then says so at once, unless a refused climb back asked for more).  The
+        capacity that refused is gone: so is the bound a refused climb back set (``climb_refused``)."""
         self.quiet_since = min(self.quiet_since, now - self.config.regain_rtts * rtt)
+        self.climb_bound = math.inf
 
     def stale(self, now: float, rtt: float, limit: float) -> bool:
         """Evidence (``outgrown``) ``wait`` round trips old, in use with no refusal since, below the highest capacity
@@ -488,6 +506,7 @@ class CapacityMemory:
         (growth above ``level`` is a probe, as above a refusal)."""
         self.wait = self.config.regain_rtts
         self.quiet_since = math.inf
+        self.climb_bound = math.inf
         self.refusal_level = level + 1.0
         self.knee = math.inf
         self.overshot = False
@@ -496,7 +515,7 @@ class CapacityMemory:
         self.wait = min(self.config.regain_rtts_max, 2 * self.wait)
 
     def forget(self) -> None:
-        """Back to knowing nothing but the capacities seen (``high``, ``high_sustained``, ``cap_seen``: an endpoint
+        """Back to knowing nothing but the capacities seen (``high``, ``high_sustained`` and its ``climb_bound``, ``cap_seen``: an endpoint
         back from down)."""
         self.refusal_level = self.knee = self.refused_level = math.inf
         self.echoed_down = False

@@ -60,3 +60,23 @@ def test_a_capacity_known_from_answers_is_not_climbed_to_again_once_a_climb_to_i
     assert memory.below(30.0)  # so a limit of 30 climbs back
     memory.climb_refused(22.0)  # the climb was refused at 22: the capacity is gone, not returned
     assert not memory.below(30.0) and not memory.below(20.0) and memory.target() <= 22.0
+
+
+def test_a_refused_climb_back_stops_bounding_the_capacity_once_the_server_holds_more_than_where_it_refused_since():
+    # A climb back refused at 45 (a tenant still there) bounds the capacity known from answers (60) at 45.  Later
+    # refusals put the level refused at 34; the server then answers more than that at once (the tenant left): the
+    # bound lapses with the refusal it was (a limit of 35 climbs back to 60 again, as before the refused climb)
+    from qworker.judge.control.estimators import CapacityMemory, LimitConfig
+
+    memory = CapacityMemory(LimitConfig())
+    memory.held(60.0)
+    memory.climb_refused(45.0)
+    memory.refused(34.0, probing=False, now=10.0)
+    assert not memory.below(35.0) and memory.target() <= 45.0
+    assert memory.outgrew(36.0, 11.0)  # sent after that refusal with 36 at the server, and answered
+    memory.outgrown(11.0, RTT)
+    assert memory.below(35.0) and memory.target() == 60.0
+    # Little's law showing the server sustaining more than the bound lifts it too
+    memory.climb_refused(40.0)
+    memory.held(41.0)
+    assert memory.target() == 60.0
