@@ -71,7 +71,6 @@ class LimitConfig:
     regain_sustained: float = 0.75  # the same for a capacity known only from Little's law on answers (about 15% noise)
     regain_rtts: float = 2.0  # the evidence: in use for this many round trips without a refusal
     regain_rtts_max: float = 8.0  # a climb back that was refused doubles the evidence the next one wants, up to this
-    reply_tokens: int = 0  # the longest reply a request may get (its ``max_tokens``; 0: not set): ``Hangs``
 
 
 class RefusalKind(enum.Enum):
@@ -380,7 +379,8 @@ class CapacityMemory:
     is neither climbed to nor probed for faster.  The bound says what the server
     allowed when that climb was refused, so it lapses on the same evidence as a
     refusal level (``outgrown``: the server held more than where it refused
-    since), or when the answers show the server sustaining more than the bound.
+    since), when the answers show the server sustaining more than the bound, or
+    when a climb back reaches its target (``regained``).
     """
 
     def __init__(self, config: LimitConfig) -> None:
@@ -446,13 +446,13 @@ class CapacityMemory:
         ``held``), so a capacity that is gone is not climbed to again."""
         self.climb_bound = min(self.climb_bound, level)
 
-    def sustained(self) -> float:
+    def believed_sustained(self) -> float:
         """The capacity known from answers, as far as it is believed now: ``high_sustained`` under ``climb_bound``."""
         return min(self.high_sustained, self.climb_bound)
 
     def below(self, limit: float) -> bool:
         """``limit`` is under a capacity seen, by more than the noise of how it was seen."""
-        return limit < self.config.regain * self.high or limit < self.config.regain_sustained * self.sustained()
+        return limit < self.config.regain * self.high or limit < self.config.regain_sustained * self.believed_sustained()
 
     def under(self, limit: float) -> bool:
         """``limit`` is under a capacity seen by more than the margin of how it was seen: while echoes have put the
@@ -464,7 +464,7 @@ class CapacityMemory:
 
     def target(self) -> float:
         """The level a climb back goes to: the highest capacity seen, however it was seen."""
-        return max(self.high, self.sustained())
+        return max(self.high, self.believed_sustained())
 
     def raise_knee(self, level: float) -> None:
         """Growth above a known knee that brought no queue moves it up."""
@@ -584,42 +584,51 @@ class Hangs:
     With no answer yet, none is.  Seconds, as the gate's clock (send to answer, as the gate sees it); tokens.
     """
 
-    def __init__(self, config: LimitConfig) -> None:
+    def __init__(self, config: LimitConfig, reply_tokens: Optional[int] = None) -> None:
+        """``reply_tokens``: the longest reply a request may get (its ``max_tokens``; None: not known)."""
         self.config = config
+        self.reply_tokens = reply_tokens
         self.count = 0  # timeouts found hung
         self._latencies: deque[float] = deque(maxlen=HANG_ANSWERS)
         self._told: deque[tuple[float, int]] = deque(maxlen=HANG_ANSWERS)  # (latency, tokens) of answers saying their length
-        self._longest_tokens = 0  # the longest reply seen, tokens
         self._answered_sent = -math.inf  # when the latest-sent request answered so far was sent
 
+    def allow(self, reply_tokens: Optional[int]) -> None:
+        """Requests may also get replies of ``reply_tokens`` (another config of the same judge; None: not known, and
+        from then on the longest reply is not known)."""
+        if self.reply_tokens is not None:
+            self.reply_tokens = None if reply_tokens is None else max(self.reply_tokens, reply_tokens)
+
     def on_answer(self, sent_at: float, now: float, tokens: Optional[int] = None) -> None:
-        """The request sent at ``sent_at`` was answered at ``now``, with a reply of ``tokens`` (None: not said)."""
+        """The request sent at ``sent_at`` was answered at ``now``, with a reply of ``tokens`` (None: not said; a
+        count over ``reply_tokens`` is read as that many: a reply is no longer than the request allowed)."""
         self._latencies.append(now - sent_at)
         self._answered_sent = max(self._answered_sent, sent_at)
-        if tokens:
-            self._told.append((now - sent_at, tokens))
-            self._longest_tokens = max(self._longest_tokens, tokens)
+        if tokens is not None and tokens > 0:
+            self._told.append((now - sent_at, tokens if self.reply_tokens is None else min(tokens, self.reply_tokens)))
 
     def longest_reply_s(self) -> float:
-        """Seconds the longest reply a request may get (``reply_tokens``, or the longest seen where longer) takes
-        at the pace of the last answers that said their length: the least-squares line of their latencies on
-        their lengths (a fixed part, clipped at 0, plus seconds per token) where it rises, read at that length;
-        0 when the lengths do not explain the times (the line does not rise, or fewer than 16 answers said
-        their length) or are all one length (then their time per token, at that length)."""
+        """Seconds the longest reply a request may get (``reply_tokens``; not known: the longest of the answers read)
+        takes at the pace of the last ``HANG_ANSWERS`` answers that said their length: their least-squares line of
+        latency on length, its slope taken two standard errors low (lengths that barely explain the times give no
+        pace), read at that length.  0 when no pace is known: fewer than 16 such answers, all of one length (their
+        time is not told apart from what every request costs), or a slope not surely above 0."""
         told = self._told
         n = len(told)
         if n < 16:
             return 0.0
-        most = max(self.config.reply_tokens, self._longest_tokens)
         mean_x = sum(x for _, x in told) / n
         mean_y = sum(y for y, _ in told) / n
         sxx = sum((x - mean_x) ** 2 for _, x in told)
-        if sxx <= 1e-9 * n * mean_x * mean_x:  # one length: no line, its time per token
-            return most * mean_y / mean_x
-        slope = sum((x - mean_x) * (y - mean_y) for y, x in told) / sxx
-        if slope <= 0.0:
+        if sxx <= 1e-9 * n * mean_x * mean_x:
             return 0.0
-        return max(0.0, mean_y - slope * mean_x) + slope * most
+        slope = sum((x - mean_x) * (y - mean_y) for y, x in told) / sxx
+        sse = sum((y - mean_y - slope * (x - mean_x)) ** 2 for y, x in told)
+        low = slope - 2.0 * math.sqrt(max(0.0, sse) / (n - 2) / sxx)
+        if low <= 0.0:
+            return 0.0
+        most = self.reply_tokens if self.reply_tokens is not None else max(x for _, x in told)
+        return max(0.0, mean_y + low * (most - mean_x))
 
     def hung(self, sent_at: float) -> bool:
         """Whether the request sent at ``sent_at`` that timed out hung (counted when it did)."""

@@ -133,6 +133,14 @@ def task_params(params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in PRODUCER_KEYS}
 
 
+def reply_tokens(params: dict) -> Optional[int]:
+    """The longest reply a call with these params may get: its request's ``max_completion_tokens``, else
+    ``max_tokens``, as the server reads them (None: not set; checked as whole numbers by ``checks.check``)."""
+    req = params.get("request") or {}
+    told = req.get("max_completion_tokens") or req.get("max_tokens")
+    return int(told) if told else None
+
+
 def identity(params: dict) -> str:
     return json.dumps([params.get("model"), params.get("endpoints"), params.get("ceiling")], sort_keys=True, default=str)
 
@@ -146,14 +154,13 @@ class Gate:
         self.max_attempts, self.dead_after_s, self.error_budget = own.max_attempts, own.dead_after_s, own.error_budget
         self.initial_concurrency = initial = own.initial_concurrency
         ceiling = own.ceiling
-        req = params.get("request") or {}
-        told = req.get("max_tokens") or req.get("max_completion_tokens")
-        self.completion_tokens = int(told or 256)
+        told = reply_tokens(params)
+        self.completion_tokens = told or 256
         self.endpoints: list[Endpoint] = []
         self._pollers: list[LoadPoller] = []
         for i, e in enumerate(params["endpoints"]):
             cap = float(e.get("max_concurrency") or ceiling)
-            limit = AdaptiveLimit(initial=min(initial, cap), ceiling=cap, reply_tokens=int(told or 0))
+            limit = AdaptiveLimit(initial=min(initial, cap), ceiling=cap, reply_tokens=told)
             health = Health(url=e["url"], limiter=limit, error_budget=self.error_budget, dead_after_s=self.dead_after_s,
                             down_max_s=max(0.5, min(DOWN_MAX_S, self.dead_after_s / 2)))  # a waiting task sees a probe before it fails
             ep = Endpoint(i, e["url"], float(e.get("weight", 1.0)), limit, health,
@@ -194,6 +201,13 @@ class Gate:
         return len(p.payload) / 4 + self.completion_tokens  # a rough estimate of the request's tokens
 
     # admission --------------------------------------------------------------
+    def allow_replies(self, params: dict) -> None:
+        """Another config calls this judge (``Registry.for_params``): its calls' replies may be as long as its
+        ``reply_tokens`` too, and a timeout is weighed against the longest (``Hangs``)."""
+        told = reply_tokens(params)
+        for e in self.endpoints:
+            e.limit.hangs.allow(told)
+
     def _release_due(self, now: float) -> None:
         due = []
         while self._delayed and self._delayed[0][0] <= now:

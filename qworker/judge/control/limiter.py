@@ -110,14 +110,12 @@ class AdaptiveLimit:
 
     def __init__(self, *, initial: Optional[float] = None, ceiling: Optional[float] = None, config: Optional[LimitConfig] = None,
                  reply_tokens: Optional[int] = None) -> None:
-        """``reply_tokens``: the longest reply a request may get (the request's ``max_tokens``; ``LimitConfig.reply_tokens``)."""
+        """``reply_tokens``: the longest reply a request may get (the request's ``max_tokens``; None: not known; ``Hangs``)."""
         cfg = config or LimitConfig()
         if initial is not None:
             cfg = dataclasses.replace(cfg, initial=initial)
         if ceiling is not None:
             cfg = dataclasses.replace(cfg, ceiling=ceiling)
-        if reply_tokens is not None:
-            cfg = dataclasses.replace(cfg, reply_tokens=reply_tokens)
         self.config = cfg
         self.limit = max(cfg.floor, min(cfg.ceiling, cfg.initial))
         self.mode = Mode.PROBING
@@ -134,7 +132,7 @@ class AdaptiveLimit:
         self.peers = 0  # other producers sharing the endpoint, as the last notes said (``peers``): 0, alone
         self.queue_cuts = 0
         self.regains = 0
-        self.hangs = Hangs(cfg)
+        self.hangs = Hangs(cfg, reply_tokens)
         self._last_cut = -math.inf
         # when the episode of refusals that ended slow start began (inf: none now; it ends after a round trip without a
         # refusal, at a fresh lone refusal after slow start, and on ``reset``)
@@ -510,7 +508,7 @@ class AdaptiveLimit:
         self._last_cut = -math.inf
         self.memory.forget()
         self.latency.relearn()
-        self.hangs = Hangs(cfg)  # answers from before it went down say nothing of how fast it answers now
+        self.hangs = Hangs(cfg, self.hangs.reply_tokens)  # answers from before it went down say nothing of how fast it answers now
         self.load.forget()
         self.batch.clear()
         self.mode = Mode.PROBING

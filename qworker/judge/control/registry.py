@@ -76,4 +76,5 @@ class JudgeGates:
                 f"already has a gate, made by an earlier config with other settings: {'; '.join(differ)}. "
                 "One judge has one gate (one limit per endpoint): give every config that calls it the same "
                 f"{', '.join(JudgeSettings.names(GATE))}")
+        gate.allow_replies(params)  # (one attribute per endpoint, set whole: read by the dispatcher thread as it is)
         return gate

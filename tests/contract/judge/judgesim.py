@@ -348,7 +348,7 @@ def prompt_of(p: Pending) -> str:
 
 
 class Client:
-    def __init__(self, sim: Sim, server: Server | BatchServer | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
+    def __init__(self, sim: Sim, server: Server | BatchServer | DecodeServer | list[Server], n: int, name: str = "c", semaphore: Optional[int] = None,
                  metrics: bool = False, endpoints: Optional[list[dict]] = None, arrival_rate: Optional[float] = None,
                  payload: Optional[Callable[[int], dict]] = None, board: Optional[MemoryBoard] = None,
                  transit: tuple[float, float] = (0.0, 0.0), transit_jitter: float = 0.0, timeout_s: Optional[float] = None,
@@ -557,7 +557,7 @@ class SemaphoreClient:
     fails after ``max_attempts`` timeouts.
     """
 
-    def __init__(self, sim: Sim, server, n: int, concurrency: int, stop: float = math.inf,
+    def __init__(self, sim: Sim, server: Server | DecodeServer, n: int, concurrency: int, stop: float = math.inf,
                  timeout_s: Optional[float] = None, max_attempts: int = 4) -> None:
         self.sim, self.server, self.n, self.concurrency, self.stop = sim, server, n, concurrency, stop
         self.timeout_s, self.max_attempts = timeout_s, max_attempts

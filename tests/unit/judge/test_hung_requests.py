@@ -107,7 +107,7 @@ def test_timeouts_of_requests_out_when_a_server_stopped_are_not_hung():
 
 def test_a_timeout_that_the_longest_reply_at_the_present_pace_explains_is_not_hung():
     # Answers of 20-80 tokens at 0.05 s + 20 ms per token (1.7 s at most) keep coming; a request sent 30 s before
-    # times out.  It is overdue by 17 times the longest answer, but a reply of max_tokens (2,048) takes 41 s at
+    # times out.  It is overdue by 18 times the longest answer, but a reply of max_tokens (2,048) takes 41 s at
     # that pace: the load explains it.  Without max_tokens the longest reply seen (80 tokens, 1.7 s) does not.
     rng = random.Random(5)
     answers = [(k * 0.1, rng.randint(20, 80)) for k in range(200)]
@@ -140,3 +140,55 @@ def test_an_endpoint_back_from_down_weighs_its_timeouts_only_against_answers_sin
     lim.reset()  # back from down (a restart, perhaps slower): no answer since yet
     lim.on_drop(9, 62.0, sent_at=1.5, timeout=True)  # overdue by far against the answers before: they do not count
     assert lim.hangs.count == 0
+
+
+def test_a_reply_longer_than_the_request_allowed_does_not_stretch_the_longest_reply():
+    # One answer claims 10^9 tokens (a broken or hostile server): with max_tokens set it counts as that many, so
+    # the pace still puts the longest reply at about 0.05 + 0.002 x 256 s, and a request overdue by 60 s among
+    # answers of a fraction of a second hung; without max_tokens it stretches it only while it is among the answers read
+    rng = random.Random(7)
+    for reply_tokens in (256, None):
+        lim = AdaptiveLimit(initial=48, reply_tokens=reply_tokens)
+        lim.mode, lim.rtt = Mode.STEADY, 0.2
+        for k in range(300):
+            tokens = 10**9 if k == 10 else rng.randint(20, 80)
+            latency = 0.05 + 0.002 * min(tokens, 80)
+            lim.on_success(latency, 48, 100.0 + k * 0.1 + latency, level=48, tokens=tokens, sent_at=100.0 + k * 0.1)
+        assert lim.hangs.longest_reply_s() < 1.0
+        lim.on_drop(49, 130.0, sent_at=70.0, timeout=True)
+        assert lim.hangs.count == 1
+
+
+def test_reply_lengths_that_do_not_surely_explain_the_times_say_no_pace():
+    # Latency drawn apart from length (1 to 3 tokens, 1.0 +- 0.2 s) with max_tokens 1,024: a slope from noise
+    # read at 1,024 tokens would say a lost request may take minutes.  Taken two standard errors low, the slope
+    # says no pace in nearly every draw; all of one length says none either (its time is not told from a request's)
+    zero = 0
+    for seed in range(100):
+        rng = random.Random(seed)
+        lim = AdaptiveLimit(initial=48, reply_tokens=1024)
+        for k in range(128):
+            lim.on_success(rng.uniform(0.8, 1.2), 48, 10.0 + k * 0.1, level=48, tokens=rng.randint(1, 3), sent_at=8.0 + k * 0.1)
+        zero += lim.hangs.longest_reply_s() == 0.0
+    assert zero >= 95
+    lim = AdaptiveLimit(initial=48, reply_tokens=512)
+    for k in range(128):
+        lim.on_success(2.0, 48, 10.0 + k * 0.1, level=48, tokens=10, sent_at=8.0 + k * 0.1)
+    assert lim.hangs.longest_reply_s() == 0.0
+
+
+def test_configs_of_one_judge_weigh_timeouts_against_the_longest_reply_any_of_them_allows():
+    from qworker.judge.control.gate import Gate
+
+    base = {"model": "m", "endpoints": [{"url": "http://127.0.0.1:9"}]}
+    gate = Gate({**base, "request": {"max_tokens": 64}})
+    hangs = gate.endpoints[0].limit.hangs
+    assert hangs.reply_tokens == 64
+    gate.allow_replies({**base, "request": {"max_completion_tokens": 4096, "max_tokens": 16}})  # the server reads the first
+    assert hangs.reply_tokens == 4096
+    gate.allow_replies({**base, "request": {"max_tokens": 128}})
+    assert hangs.reply_tokens == 4096
+    gate.allow_replies(base)  # a config that sets none: replies as long as the server's own default
+    assert hangs.reply_tokens is None
+    gate.allow_replies({**base, "request": {"max_tokens": 128}})
+    assert hangs.reply_tokens is None
