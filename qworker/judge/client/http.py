@@ -1,8 +1,9 @@
 """One pooled HTTP client per worker process, with wall-clock deadlines.
 
-``urllib3.PoolManager(maxsize=N, block=True)``: keep-alive connections, at
-most N per host (a thread that would need an N+1th waits for one to be
-returned, rather than opening and throwing away extra connections).  urllib3
+A ``urllib3`` connection pool per URL (``maxsize=N, block=True``): keep-alive
+connections, at most N (a thread that would need an N+1th waits for one to be
+returned, rather than opening and throwing away extra connections); the URL is
+parsed once, not on every request as a ``PoolManager`` does.  urllib3
 retries only connection set-up (``connect=1``); every HTTP status comes back
 to the caller, so every 429 and every latency sample reaches the limiter.
 
@@ -19,12 +20,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import urllib3
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
 
-__all__ = ["Reply", "Deadline", "ConnectFailed", "TooLarge", "MAX_BODY_BYTES", "client", "post"]
+__all__ = ["Reply", "Deadline", "ConnectFailed", "TooLarge", "MAX_BODY_BYTES", "pool", "post"]
 
 CHUNK = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -73,21 +73,23 @@ def _no_retry_warnings(record: logging.LogRecord) -> bool:
     return not (record.levelno == logging.WARNING and record.getMessage().startswith("Retrying ("))
 
 
-_client: Optional[urllib3.PoolManager] = None
-_client_lock = threading.Lock()
+_RETRIES = urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0)
+_pools: dict[str, tuple[urllib3.HTTPConnectionPool, str]] = {}  # url -> (its pool, its path)
+_pools_lock = threading.Lock()
 
 
-def client(connections_per_host: int = 128) -> urllib3.PoolManager:
-    """This process's pool manager (created on first use, with at most ``connections_per_host`` connections to each host)."""
-    global _client
-    with _client_lock:
-        if _client is None:
-            logging.getLogger("urllib3.connectionpool").addFilter(_no_retry_warnings)
-            _client = urllib3.PoolManager(
-                num_pools=64, maxsize=connections_per_host, block=True,
-                retries=urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0),
-            )
-        return _client
+def pool(url: str, connections_per_host: int = 128) -> tuple[urllib3.HTTPConnectionPool, str]:
+    """This process's connection pool for ``url`` (made on first use, with at most ``connections_per_host`` connections;
+    one per url a config names, kept for the process's life), and the path to request on it."""
+    known = _pools.get(url)
+    if known is None:
+        with _pools_lock:
+            known = _pools.get(url)
+            if known is None:
+                logging.getLogger("urllib3.connectionpool").addFilter(_no_retry_warnings)  # (once: filters are a set)
+                made = urllib3.connection_from_url(url, maxsize=connections_per_host, block=True, retries=_RETRIES)
+                known = _pools[url] = (made, urllib3.util.parse_url(url).request_uri)
+    return known
 
 
 def _shrink_timeout(resp: urllib3.BaseHTTPResponse, left: float) -> None:
@@ -102,6 +104,19 @@ def _discard(resp: urllib3.BaseHTTPResponse) -> None:
     resp.release_conn()
 
 
+def _urlopen(url: str, body: bytes, headers: dict, timeout: urllib3.Timeout, connections_per_host: int) -> urllib3.BaseHTTPResponse:
+    """POST on ``url``'s pool; a pool closed meanwhile is replaced by a new one."""
+    for _ in range(2):
+        conns, path = pool(url, connections_per_host)
+        try:
+            return conns.urlopen("POST", path, body=body, headers=headers, timeout=timeout, preload_content=False, redirect=False)
+        except urllib3.exceptions.ClosedPoolError:
+            with _pools_lock:
+                if _pools.get(url, (None,))[0] is conns:
+                    del _pools[url]
+    raise ConnectFailed("the connection pool was closed twice in a row", "reset")
+
+
 def post(url: str, body: bytes, headers: dict, *, deadline: float, connections_per_host: int = 128) -> Reply:
     """POST ``body``; raises ``Deadline`` past ``deadline`` (monotonic seconds) and ``ConnectFailed``."""
     t0 = time.monotonic()
@@ -110,9 +125,7 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, connections_p
         raise Deadline("no time left to send the request")
     timeout = urllib3.Timeout(connect=min(10.0, left), read=left)
     try:
-        resp = client(connections_per_host).request(
-            "POST", url, body=body, headers=headers, timeout=timeout, preload_content=False, redirect=False,
-        )
+        resp = _urlopen(url, body, headers, timeout, connections_per_host)
     except (urllib3.exceptions.MaxRetryError, NewConnectionError) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, ReadTimeoutError):

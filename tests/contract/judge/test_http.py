@@ -39,3 +39,21 @@ def test_a_body_over_the_cap_is_too_large_not_a_reset():
         assert reply.status == 200  # the pool is intact: the next call works
     finally:
         m.stop()
+
+
+def test_a_pool_the_manager_closed_is_replaced_and_the_call_goes_through():
+    # The url's pool is kept between calls; one closed meanwhile (by whatever holds the manager) is replaced by a
+    # new one on the next call to that url instead of failing it
+    import json
+
+    from qworker.testing import MockJudge
+
+    m = MockJudge(capacity=8, latency_s=0.001).start()
+    try:
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "q"}]}).encode()
+        assert http.post(m.url, body, {"Content-Type": "application/json"}, deadline=time.monotonic() + 30).status == 200
+        http.pool(m.url)[0].close()
+        assert http.post(m.url, body, {"Content-Type": "application/json"}, deadline=time.monotonic() + 30).status == 200
+        assert m.stats["served"] == 2
+    finally:
+        m.stop()
