@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 import urllib3
-from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
+from urllib3.exceptions import ConnectTimeoutError, EmptyPoolError, HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
 
 __all__ = ["Reply", "Deadline", "ConnectFailed", "TooLarge", "MAX_BODY_BYTES", "pool", "post"]
 
@@ -74,22 +74,46 @@ def _no_retry_warnings(record: logging.LogRecord) -> bool:
 
 
 _RETRIES = urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0)
-_pools: dict[str, tuple[urllib3.HTTPConnectionPool, str]] = {}  # url -> (its pool, its path)
+POOLS_MAX = 64  # hosts whose pools are kept; past it the oldest is closed (a call on it takes a new one)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_hosts: dict[tuple[str, str, int], urllib3.HTTPConnectionPool] = {}  # (scheme, host, port) -> its pool, oldest first
+_pools: dict[str, tuple[urllib3.HTTPConnectionPool, str]] = {}  # url -> (its host's pool, its path): one parse per url
 _pools_lock = threading.Lock()
 
 
 def pool(url: str, connections_per_host: int = 128) -> tuple[urllib3.HTTPConnectionPool, str]:
-    """This process's connection pool for ``url`` (made on first use, with at most ``connections_per_host`` connections;
-    one per url a config names, kept for the process's life), and the path to request on it."""
+    """This process's connection pool for ``url``'s host (made on first use, with at most ``connections_per_host``
+    connections; the ``POOLS_MAX`` hosts used last are kept) and the path to request on it.  A scheme other than
+    http or https is ``URLSchemeUnknown`` (nothing is sent)."""
     known = _pools.get(url)
-    if known is None:
-        with _pools_lock:
-            known = _pools.get(url)
-            if known is None:
-                logging.getLogger("urllib3.connectionpool").addFilter(_no_retry_warnings)  # (once: filters are a set)
-                made = urllib3.connection_from_url(url, maxsize=connections_per_host, block=True, retries=_RETRIES)
-                known = _pools[url] = (made, urllib3.util.parse_url(url).request_uri)
+    if known is not None:
+        return known
+    parsed = urllib3.util.parse_url(url)
+    scheme = (parsed.scheme or "").lower()
+    if scheme not in _DEFAULT_PORTS:
+        raise urllib3.exceptions.URLSchemeUnknown(scheme or "(none)")
+    key = (scheme, (parsed.host or "").lower(), parsed.port or _DEFAULT_PORTS[scheme])
+    with _pools_lock:
+        made = _hosts.get(key)
+        if made is None:
+            logging.getLogger("urllib3.connectionpool").addFilter(_no_retry_warnings)  # (added once: a filter already there is not)
+            made = _hosts[key] = urllib3.connection_from_url(url, maxsize=connections_per_host, block=True, retries=_RETRIES)
+            while len(_hosts) > POOLS_MAX:
+                oldest = _hosts.pop(next(iter(_hosts)))
+                for u in [u for u, (p, _) in _pools.items() if p is oldest]:
+                    del _pools[u]
+                oldest.close()
+        known = _pools[url] = (made, parsed.request_uri)
     return known
+
+
+def _forget(conns: urllib3.HTTPConnectionPool) -> None:
+    """``conns`` was closed: the next call to its host makes a new pool."""
+    with _pools_lock:
+        for key in [k for k, p in _hosts.items() if p is conns]:
+            del _hosts[key]
+        for u in [u for u, (p, _) in _pools.items() if p is conns]:
+            del _pools[u]
 
 
 def _shrink_timeout(resp: urllib3.BaseHTTPResponse, left: float) -> None:
@@ -104,16 +128,16 @@ def _discard(resp: urllib3.BaseHTTPResponse) -> None:
     resp.release_conn()
 
 
-def _urlopen(url: str, body: bytes, headers: dict, timeout: urllib3.Timeout, connections_per_host: int) -> urllib3.BaseHTTPResponse:
-    """POST on ``url``'s pool; a pool closed meanwhile is replaced by a new one."""
+def _urlopen(url: str, body: bytes, headers: dict, timeout: urllib3.Timeout, left: float, connections_per_host: int) -> urllib3.BaseHTTPResponse:
+    """POST on ``url``'s pool, waiting at most ``left`` seconds for a free connection; a pool closed meanwhile is
+    replaced by a new one."""
     for _ in range(2):
         conns, path = pool(url, connections_per_host)
         try:
-            return conns.urlopen("POST", path, body=body, headers=headers, timeout=timeout, preload_content=False, redirect=False)
+            return conns.urlopen("POST", path, body=body, headers=headers, timeout=timeout, pool_timeout=max(0.001, left),  # type: ignore[arg-type]  # (seconds: a queue's get)
+                                 preload_content=False, redirect=False)
         except urllib3.exceptions.ClosedPoolError:
-            with _pools_lock:
-                if _pools.get(url, (None,))[0] is conns:
-                    del _pools[url]
+            _forget(conns)
     raise ConnectFailed("the connection pool was closed twice in a row", "reset")
 
 
@@ -125,7 +149,9 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, connections_p
         raise Deadline("no time left to send the request")
     timeout = urllib3.Timeout(connect=min(10.0, left), read=left)
     try:
-        resp = _urlopen(url, body, headers, timeout, connections_per_host)
+        resp = _urlopen(url, body, headers, timeout, left, connections_per_host)
+    except EmptyPoolError:
+        raise Deadline(f"no connection to the judge came free within {left:.3g} s (connections_per_host)") from None
     except (urllib3.exceptions.MaxRetryError, NewConnectionError) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, ReadTimeoutError):

@@ -44,6 +44,10 @@ def check(params: dict) -> None:
     for i, e in enumerate(eps):
         if set(e) - ENDPOINT_KEYS:
             raise ValueError(f"endpoints[{i}]: unknown key(s) {sorted(set(e) - ENDPOINT_KEYS)}; known: {', '.join(sorted(ENDPOINT_KEYS))}")
+        for key in ("url", "metrics_url"):
+            scheme = str(e.get(key) or "http://").partition("://")[0].lower()
+            if scheme not in ("http", "https"):  # (anything else would be sent as plain http, its key with it)
+                raise ValueError(f"endpoints[{i}].{key} = {e[key]!r}: must start with http:// or https://")
         for key, bounds in ENDPOINT_BOUNDS.items():
             _check_number(e, key, *bounds, where=f"endpoints[{i}].")
     for key, bounds in PARAM_BOUNDS.items():

@@ -57,3 +57,33 @@ def test_a_pool_the_manager_closed_is_replaced_and_the_call_goes_through():
         assert m.stats["served"] == 2
     finally:
         m.stop()
+
+
+def test_a_url_of_another_scheme_is_refused_before_anything_is_sent():
+    # urllib3 makes a plain-http pool for any scheme but https: a mistyped 'htps://' would carry the request (and its
+    # Authorization header) in clear to port 80
+    with pytest.raises(http.ConnectFailed) as exc:
+        http.post("htps://127.0.0.1:9/v1/chat/completions", b"{}", {"Authorization": "Bearer x"}, deadline=time.monotonic() + 5)
+    assert "htps" in str(exc.value)
+
+
+def test_a_call_waiting_for_a_free_connection_ends_at_its_deadline():
+    import json
+    import threading
+
+    from qworker.testing import MockJudge
+
+    m = MockJudge(capacity=8, latency_s=1.0).start()
+    try:
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "q"}]}).encode()
+        url = m.url  # (a port of its own: its pool, of one connection, is this test's)
+        first = threading.Thread(target=http.post, args=(url, body, {}), kwargs={"deadline": time.monotonic() + 30, "connections_per_host": 1})
+        first.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        with pytest.raises(http.Deadline):
+            http.post(url, body, {}, deadline=t0 + 0.3, connections_per_host=1)
+        assert time.monotonic() - t0 < 0.8
+        first.join()
+    finally:
+        m.stop()
