@@ -222,7 +222,7 @@ def serve(port: int, workers: int) -> subprocess.Popen:
         except queue.Empty:
             proc.kill()
             raise RuntimeError(f"qworker serve did not say it listens within {SERVE_START_S:.0f} s: {''.join(said)}") from None
-        if line is None or proc.poll() is not None:  # its stderr closed: it ended
+        if line is None:  # its stderr closed (it ended): what it said before is all read
             proc.kill()
             raise RuntimeError(f"qworker serve did not start: {''.join(said)}")
         said.append(line)

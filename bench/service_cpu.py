@@ -145,7 +145,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.tasks < 1 or a.workers < 1 or a.repeats < 1:
         ap.error("--tasks, --workers and --repeats: 1 or more")
-    if counts(a.clients) is None:
+    clients = counts(a.clients)
+    if clients is None:
         ap.error(f"--clients {a.clients!r}: client counts of 1 or more, comma-separated (e.g. 1,4)")
     if a.batch < 0:
         ap.error("--batch: 0 (all at once) or more")
@@ -170,7 +171,7 @@ def main() -> None:
                 rates.append(n / walls[-1])
                 runs.append(diff(s0, sample(procs)))
             totals["embedded"] = report("embedded Producer", n, runs, rates, walls)
-    for k in [int(x) for x in a.clients.split(",")]:  # a fresh service for each client count: the same cache states
+    for k in clients:  # a fresh service for each client count: the same cache states
         port = free_port()
         service = svc.serve(port, a.workers)
         endpoint = f"tcp://127.0.0.1:{port}"

@@ -53,8 +53,11 @@ def check_timeout_s(timeout_s: Optional[float]) -> Optional[float]:
 def check_futures(futures: Any) -> None:
     """``TypeError`` if ``futures`` is a single future rather than a sequence of them."""
     if isinstance(futures, concurrent.futures.Future):
-        raise TypeError("gather() takes a sequence of futures (as submit_batch returns); for one future write "
+        raise TypeError("gather() takes a list of futures (as submit_batch returns); for one future write "
                         "future.result(timeout) or gather([future])")
-    if isinstance(futures, (AbstractSet, Mapping)):  # no order: its results could not be paired with the futures
+    if isinstance(futures, Mapping):  # which of keys or values holds the futures is the caller's to say
+        raise TypeError(f"gather() returns results in the order of its futures; pass a list, not a {type(futures).__name__}: "
+                        "list(d) for futures that are its keys, list(d.values()) for its values")
+    if isinstance(futures, AbstractSet):  # no order: its results could not be paired with the futures
         raise TypeError(f"gather() returns results in the order of its futures; a {type(futures).__name__} has none: "
                         "pass a list (as submit_batch returns)")
