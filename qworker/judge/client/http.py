@@ -74,7 +74,7 @@ def _no_retry_warnings(record: logging.LogRecord) -> bool:
 
 
 _RETRIES = urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0)
-POOLS_MAX = 64  # hosts whose pools are kept; past it the oldest is closed (a call on it takes a new one)
+POOLS_MAX = 64  # hosts whose pools are kept (the 64 made last); past it the oldest is dropped (its idle connections close as it is collected)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _hosts: dict[tuple[str, str, int], urllib3.HTTPConnectionPool] = {}  # (scheme, host, port) -> its pool, oldest first
 _pools: dict[str, tuple[urllib3.HTTPConnectionPool, str]] = {}  # url -> (its host's pool, its path): one parse per url
@@ -83,7 +83,7 @@ _pools_lock = threading.Lock()
 
 def pool(url: str, connections_per_host: int = 128) -> tuple[urllib3.HTTPConnectionPool, str]:
     """This process's connection pool for ``url``'s host (made on first use, with at most ``connections_per_host``
-    connections; the ``POOLS_MAX`` hosts used last are kept) and the path to request on it.  A scheme other than
+    connections; the ``POOLS_MAX`` hosts made last are kept) and the path to request on it.  A scheme other than
     http or https is ``URLSchemeUnknown`` (nothing is sent)."""
     known = _pools.get(url)
     if known is not None:
@@ -98,11 +98,10 @@ def pool(url: str, connections_per_host: int = 128) -> tuple[urllib3.HTTPConnect
         if made is None:
             logging.getLogger("urllib3.connectionpool").addFilter(_no_retry_warnings)  # (added once: a filter already there is not)
             made = _hosts[key] = urllib3.connection_from_url(url, maxsize=connections_per_host, block=True, retries=_RETRIES)
-            while len(_hosts) > POOLS_MAX:
+            while len(_hosts) > POOLS_MAX:  # dropped, not closed: a call waiting on it still gets its connection back
                 oldest = _hosts.pop(next(iter(_hosts)))
                 for u in [u for u, (p, _) in _pools.items() if p is oldest]:
                     del _pools[u]
-                oldest.close()
         known = _pools[url] = (made, parsed.request_uri)
     return known
 

@@ -18,6 +18,8 @@ import logging
 import math
 from typing import Optional
 
+import urllib3
+
 from ..._exceptions import ConfigError
 from ..client.ratelimit import MAX_DELAY_S, MAX_PER_MINUTE
 from ..settings import JudgeAsk, JudgeSettings, param_names
@@ -48,6 +50,8 @@ def check(params: dict) -> None:
             scheme = str(e.get(key) or "http://").partition("://")[0].lower()
             if scheme not in ("http", "https"):  # (anything else would be sent as plain http, its key with it)
                 raise ValueError(f"endpoints[{i}].{key} = {e[key]!r}: must start with http:// or https://")
+            if e.get(key) and not _has_host(e[key]):
+                raise ValueError(f"endpoints[{i}].{key} = {e[key]!r}: not a URL with a host and a port of 1-65535")
         for key, bounds in ENDPOINT_BOUNDS.items():
             _check_number(e, key, *bounds, where=f"endpoints[{i}].")
     for key, bounds in PARAM_BOUNDS.items():
@@ -152,3 +156,12 @@ def screen(e: Endpoint, outcome: dict) -> tuple[Optional[float], Optional[dict]]
             log.warning("qworker: judge endpoint %s sent %s: %r, not a believable value; ignored "
                         "(this warning is given once per endpoint and header)", e.url, name, value)
     return after, ratelimit
+
+
+def _has_host(url: str) -> bool:
+    """Whether ``url`` parses (as the judge's HTTP client will) with a host and a valid port."""
+    try:
+        parsed = urllib3.util.parse_url(url)
+    except ValueError:  # (urllib3's LocationParseError: a port out of range, a bracket left open)
+        return False
+    return bool(parsed.host)

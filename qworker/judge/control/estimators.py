@@ -633,8 +633,9 @@ class Hangs:
     def hung(self, sent_at: float) -> bool:
         """Whether the request sent at ``sent_at`` that timed out hung (counted when it did)."""
         longest = max(self._latencies, default=0.0)
-        overdue = max(self.config.hang * longest, self.longest_reply_s())
-        if longest > 0.0 and self._answered_sent > sent_at + overdue:
+        if longest <= 0.0 or self._answered_sent <= sent_at + self.config.hang * longest:
+            return False
+        if self._answered_sent > sent_at + self.longest_reply_s():
             self.count += 1
             return True
         return False

@@ -205,6 +205,7 @@ class Gate:
         """Another config calls this judge (``Registry.for_params``): its calls' replies may be as long as its
         ``reply_tokens`` too, and a timeout is weighed against the longest (``Hangs``)."""
         told = reply_tokens(params)
+        self.completion_tokens = max(self.completion_tokens, told or 256)  # (the tokens a call is budgeted at: its longest)
         for e in self.endpoints:
             e.limit.hangs.allow(told)
 

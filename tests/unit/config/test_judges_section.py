@@ -57,6 +57,7 @@ def test_aliases_composites_and_submissions_name_judges_too():
     ({**JUDGE, "routing": "fastest"}, r"judges\.j: routing = 'fastest': must be one of capacity, round_robin, prefix"),
     ({**JUDGE, "endpoints": [{"url": "http://a", "rmp": 60}]}, r"judges\.j: endpoints\[0\]: unknown key\(s\) \['rmp'\]"),
     ({**JUDGE, "endpoints": [{"url": "htps://a/v1"}]}, r"judges\.j: endpoints\[0\]\.url = 'htps://a/v1': must start with http:// or https://"),
+    ({**JUDGE, "endpoints": [{"url": "http://a:99999/v1"}]}, r"judges\.j: endpoints\[0\]\.url = 'http://a:99999/v1': not a URL with a host"),
     ({**JUDGE, "rubric": "r"}, r"judges\.j: unknown key 'rubric'"),  # what a reward asks is the reward's, not the judge's
     ("http://a", r"judges\.j: expected a mapping of the judge's settings, got str"),
 ])
