@@ -6,6 +6,7 @@ returned, rather than opening and throwing away extra connections); the URL is
 parsed once, not on every request as a ``PoolManager`` does.  urllib3
 retries only connection set-up (``connect=1``); every HTTP status comes back
 to the caller, so every 429 and every latency sample reaches the limiter.
+A request's head and body leave in one write (``_HeadWithBody``), not two.
 
 urllib3's read timeout bounds each socket read, not the request: a server that
 drips a byte a second never trips it.  ``post`` enforces a deadline on the
@@ -20,6 +21,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import urllib3
 from urllib3.exceptions import ConnectTimeoutError, EmptyPoolError, HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
@@ -73,6 +75,47 @@ def _no_retry_warnings(record: logging.LogRecord) -> bool:
     return not (record.levelno == logging.WARNING and record.getMessage().startswith("Retrying ("))
 
 
+class _HeadWithBody:
+    """Connection mixin: a request's head goes out in the same write as its body.
+
+    urllib3 writes the head (request line and headers) and then the body, two
+    writes; with ``TCP_NODELAY`` (urllib3's default) two segments.  A server
+    asleep when the first arrives wakes, parses the head, sleeps and wakes again
+    for the body: on a judge whose front end shares its cores with the model
+    (vLLM on CPU), time taken from the model on every request.  Here the head
+    is held and sent with the body's first chunk (``http.client`` does the same
+    for a body given as bytes).  A request without a body sends its head as
+    before.
+    """
+
+    _hold_head = False
+    _held: bytes | None = None
+
+    def request(self, method: str, url: str, body: object = None, headers: object = None, **kwargs: object) -> None:
+        self._hold_head = isinstance(body, (bytes, bytearray)) and len(body) > 0
+        try:
+            super().request(method, url, body=body, headers=headers, **kwargs)  # type: ignore[misc]
+        finally:
+            self._hold_head = False
+            self._held = None  # (a head still held: the request failed before its body; the connection is not reused)
+
+    def send(self, data: Any) -> None:  # (http.client's: bytes, a file or an iterable; a head is bytes)
+        if self._hold_head:
+            self._hold_head, self._held = False, bytes(data)
+            return
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        super().send(data)  # type: ignore[misc]
+
+
+class _HTTPConnection(_HeadWithBody, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_HeadWithBody, urllib3.connection.HTTPSConnection):
+    pass
+
+
 _RETRIES = urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0)
 POOLS_MAX = 64  # hosts whose pools are kept (the 64 made last); past it the oldest is dropped (its idle connections close as it is collected)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -98,6 +141,7 @@ def pool(url: str, connections_per_host: int = 128) -> tuple[urllib3.HTTPConnect
         if made is None:
             logging.getLogger("urllib3.connectionpool").addFilter(_no_retry_warnings)  # (added once: a filter already there is not)
             made = _hosts[key] = urllib3.connection_from_url(url, maxsize=connections_per_host, block=True, retries=_RETRIES)
+            made.ConnectionCls = _HTTPSConnection if scheme == "https" else _HTTPConnection
             while len(_hosts) > POOLS_MAX:  # dropped, not closed: a call waiting on it still gets its connection back
                 oldest = _hosts.pop(next(iter(_hosts)))
                 for u in [u for u, (p, _) in _pools.items() if p is oldest]:

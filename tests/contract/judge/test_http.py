@@ -87,3 +87,47 @@ def test_a_call_waiting_for_a_free_connection_ends_at_its_deadline():
         first.join()
     finally:
         m.stop()
+
+
+def test_a_request_head_and_body_leave_in_one_write(monkeypatch):
+    # urllib3 writes a request's head and its body in two calls: two TCP segments (TCP_NODELAY), so a judge asleep
+    # when the first arrives wakes twice per request.  The pool's connections send both in one write, and a kept-alive
+    # connection does so on every request
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"q" * 300 + b'"}]}'
+    received: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            for _ in range(2):
+                got = b""
+                while not got.endswith(body):
+                    got += conn.recv(65536)
+                received.append(got)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    threading.Thread(target=serve, daemon=True).start()
+    writes: list[int] = []
+    sendall = socket.socket.sendall
+
+    def recording(sock: socket.socket, data: bytes, *args: object) -> None:
+        if sock.getpeername()[1] == port:  # the client's side
+            writes.append(len(data))
+        sendall(sock, data, *args)
+
+    monkeypatch.setattr(socket.socket, "sendall", recording)
+    try:
+        for _ in range(2):
+            reply = http.post(f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"},
+                              deadline=time.monotonic() + 10)
+            assert (reply.status, reply.body) == (200, b"ok")
+    finally:
+        server.close()
+    assert [r.split(b"\r\n", 1)[0] for r in received] == [b"POST /v1/chat/completions HTTP/1.1"] * 2
+    assert writes == [len(received[0]), len(received[1])]  # one write per request: head and body together
