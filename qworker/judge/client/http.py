@@ -95,9 +95,12 @@ class _HeadWithBody:
         self._hold_head = isinstance(body, (bytes, bytearray)) and len(body) > 0
         try:
             super().request(method, url, body=body, headers=headers, **kwargs)  # type: ignore[misc]
+            if self._held is not None:  # no write of the body followed: the head goes alone
+                held, self._held = self._held, None
+                super().send(held)  # type: ignore[misc]
         finally:
             self._hold_head = False
-            self._held = None  # (a head still held: the request failed before its body; the connection is not reused)
+            self._held = None  # (a head still held: the request raised before its body; urllib3 closes the connection)
 
     def send(self, data: Any) -> None:  # (http.client's: bytes, a file or an iterable; a head is bytes)
         if self._hold_head:
