@@ -522,6 +522,7 @@ def vllm(n: int, runs: int, settings: list[int], before: str = "", shared_cpus: 
                             mine = [x for x in out["load"] if len(x) == 6]
                             steady, start, tail = phases(out["answered"], out["elapsed_s"])
                             if TRACE:  # every sample of the run, for a look at the limit over time
+                                Path(TRACE).mkdir(parents=True, exist_ok=True)
                                 with open(Path(TRACE) / f"vllm{seqs}-r{r + 1}-{re.sub(r'[^a-z0-9+]+', '_', system)}.json", "w") as f:
                                     json.dump(out["load"], f)
                             cpu = {k: 1000 * out[k] / max(1, out["done"]) for k in ("client_cpu_s", "server_cpu_s", "front_cpu_s") if k in out}
