@@ -131,3 +131,45 @@ def test_a_request_head_and_body_leave_in_one_write(monkeypatch):
         server.close()
     assert [r.split(b"\r\n", 1)[0] for r in received] == [b"POST /v1/chat/completions HTTP/1.1"] * 2
     assert writes == [len(received[0]), len(received[1])]  # one write per request: head and body together
+
+
+def test_a_held_head_is_sent_when_no_body_write_follows():
+    # The head waits for the body's write; a connection class that writes none (as urllib3 might for another kind of
+    # body) still sends the head when the request returns, rather than leaving the request unsent
+    import threading
+
+    import urllib3
+
+    class HeadOnly(urllib3.connection.HTTPConnection):
+        def request(self, method, url, body=None, headers=None, **kwargs):  # type: ignore[no-untyped-def]
+            self.putrequest(method, url)
+            self.putheader("Content-Length", "0")
+            self.endheaders()
+
+    class Held(http._HeadWithBody, HeadOnly):
+        pass
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    got: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(5)
+            data = b""
+            while not data.endswith(b"\r\n\r\n"):
+                data += conn.recv(65536)
+            got.append(data)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    conn = Held("127.0.0.1", server.getsockname()[1])
+    try:
+        conn.request("POST", "/x", body=b"not written by this class")
+        t.join(5)
+    finally:
+        conn.close()
+        server.close()
+    assert got and got[0].startswith(b"POST /x HTTP/1.1\r\n")
