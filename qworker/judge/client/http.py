@@ -83,9 +83,9 @@ class _HeadWithBody:
     asleep when the first arrives wakes, parses the head, sleeps and wakes again
     for the body: on a judge whose front end shares its cores with the model
     (vLLM on CPU), time taken from the model on every request.  Here the head
-    is held and sent with the body's first chunk (``http.client`` does the same
-    for a body given as bytes).  A request without a body sends its head as
-    before.
+    is held and sent with the body's first chunk when the body is non-empty
+    ``bytes`` or ``bytearray`` (``post`` sends bytes); any other request writes
+    its head on its own, as urllib3 does.
     """
 
     _hold_head = False
@@ -106,8 +106,11 @@ class _HeadWithBody:
         if self._hold_head:
             self._hold_head, self._held = False, bytes(data)
             return
-        if self._held is not None:
-            data, self._held = self._held + data, None
+        held, self._held = self._held, None
+        if held is not None and isinstance(data, (bytes, bytearray, memoryview)):
+            data = held + data
+        elif held is not None:  # (a file or an iterable: its own writes, after the head)
+            super().send(held)  # type: ignore[misc]
         super().send(data)  # type: ignore[misc]
 
 

@@ -105,10 +105,14 @@ def test_a_request_head_and_body_leave_in_one_write(monkeypatch):
     def serve() -> None:
         conn, _ = server.accept()
         with conn:
+            conn.settimeout(10)
             for _ in range(2):
                 got = b""
                 while not got.endswith(body):
-                    got += conn.recv(65536)
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    got += chunk
                 received.append(got)
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
@@ -130,6 +134,9 @@ def test_a_request_head_and_body_leave_in_one_write(monkeypatch):
     finally:
         server.close()
     assert [r.split(b"\r\n", 1)[0] for r in received] == [b"POST /v1/chat/completions HTTP/1.1"] * 2
+    for r in received:  # each the head once, then the body it announces
+        head, rest = r.split(b"\r\n\r\n", 1)
+        assert r.count(b"POST ") == 1 and rest == body and f"content-length: {len(body)}".encode() in head.lower()
     assert writes == [len(received[0]), len(received[1])]  # one write per request: head and body together
 
 
