@@ -207,7 +207,7 @@ def post(url: str, body: bytes, headers: dict, *, deadline: float, connections_p
             raise Deadline(f"no answer within {left:.3g} s") from None
         kind = "connect" if isinstance(reason, (NewConnectionError, ConnectTimeoutError, ConnectionRefusedError)) else "reset"
         # urllib3 starts with "HTTPConnection(host=..., port=...): ", which the caller's message names already
-        raise ConnectFailed(f"{type(reason).__name__}: {re.sub(r'^HTTPS?Connection[(][^)]*[)]: ', '', str(reason))}", kind) from None
+        raise ConnectFailed(f"{type(reason).__name__}: {re.sub(r'^_?HTTPS?Connection[(][^)]*[)]: ', '', str(reason))}", kind) from None
     except ReadTimeoutError:
         raise Deadline(f"no answer within {left:.3g} s") from None
     except (ProtocolError, HTTPError, OSError) as exc:
