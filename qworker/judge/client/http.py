@@ -21,12 +21,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import urllib3
 from urllib3.exceptions import ConnectTimeoutError, EmptyPoolError, HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
 
-__all__ = ["Reply", "Deadline", "ConnectFailed", "TooLarge", "MAX_BODY_BYTES", "pool", "post"]
+__all__ = ["Reply", "Deadline", "ConnectFailed", "TooLarge", "MAX_BODY_BYTES", "pool", "post", "url_problem"]
 
 CHUNK = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -130,6 +130,18 @@ _pools: dict[str, tuple[urllib3.HTTPConnectionPool, str]] = {}  # url -> (its ho
 _pools_lock = threading.Lock()
 
 
+def url_problem(url: str) -> Optional[str]:
+    """Why ``url`` cannot be a judge's URL, or None: a scheme other than http or https (urllib3 would send it as plain
+    http, its Authorization header with it), or no host, or a port out of 1-65535 (every call would fail as a reset)."""
+    if url.partition("://")[0].lower() not in _DEFAULT_PORTS:
+        return "must start with http:// or https://"
+    try:
+        host = urllib3.util.parse_url(url).host
+    except ValueError:  # (urllib3's LocationParseError: a port out of range, a bracket left open)
+        host = None
+    return None if host else "not a URL with a host and a port of 1-65535"
+
+
 def pool(url: str, connections_per_host: int = 128) -> tuple[urllib3.HTTPConnectionPool, str]:
     """This process's connection pool for ``url``'s host (made on first use, with at most ``connections_per_host``
     connections; the ``POOLS_MAX`` hosts made last are kept) and the path to request on it.  A scheme other than
@@ -149,20 +161,23 @@ def pool(url: str, connections_per_host: int = 128) -> tuple[urllib3.HTTPConnect
             made = _hosts[key] = urllib3.connection_from_url(url, maxsize=connections_per_host, block=True, retries=_RETRIES)
             made.ConnectionCls = _HTTPSConnection if scheme == "https" else _HTTPConnection
             while len(_hosts) > POOLS_MAX:  # dropped, not closed: a call waiting on it still gets its connection back
-                oldest = _hosts.pop(next(iter(_hosts)))
-                for u in [u for u, (p, _) in _pools.items() if p is oldest]:
-                    del _pools[u]
+                _drop(_hosts[next(iter(_hosts))])
         known = _pools[url] = (made, parsed.request_uri)
     return known
+
+
+def _drop(conns: urllib3.HTTPConnectionPool) -> None:
+    """Forget ``conns`` (under ``_pools_lock``): its host and every URL on it; the next call there makes a new pool."""
+    for key in [k for k, p in _hosts.items() if p is conns]:
+        del _hosts[key]
+    for u in [u for u, (p, _) in _pools.items() if p is conns]:
+        del _pools[u]
 
 
 def _forget(conns: urllib3.HTTPConnectionPool) -> None:
     """``conns`` was closed: the next call to its host makes a new pool."""
     with _pools_lock:
-        for key in [k for k, p in _hosts.items() if p is conns]:
-            del _hosts[key]
-        for u in [u for u, (p, _) in _pools.items() if p is conns]:
-            del _pools[u]
+        _drop(conns)
 
 
 def _shrink_timeout(resp: urllib3.BaseHTTPResponse, left: float) -> None:

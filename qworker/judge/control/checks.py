@@ -18,9 +18,8 @@ import logging
 import math
 from typing import Optional
 
-import urllib3
-
 from ..._exceptions import ConfigError
+from ..client.http import url_problem
 from ..client.ratelimit import MAX_DELAY_S, MAX_PER_MINUTE
 from ..settings import JudgeAsk, JudgeSettings, param_names
 from .endpoint import Endpoint
@@ -47,11 +46,9 @@ def check(params: dict) -> None:
         if set(e) - ENDPOINT_KEYS:
             raise ValueError(f"endpoints[{i}]: unknown key(s) {sorted(set(e) - ENDPOINT_KEYS)}; known: {', '.join(sorted(ENDPOINT_KEYS))}")
         for key in ("url", "metrics_url"):
-            scheme = str(e.get(key) or "http://").partition("://")[0].lower()
-            if scheme not in ("http", "https"):  # (anything else would be sent as plain http, its key with it)
-                raise ValueError(f"endpoints[{i}].{key} = {e[key]!r}: must start with http:// or https://")
-            if e.get(key) and not _has_host(e[key]):
-                raise ValueError(f"endpoints[{i}].{key} = {e[key]!r}: not a URL with a host and a port of 1-65535")
+            problem = url_problem(str(e[key])) if e.get(key) else None
+            if problem:
+                raise ValueError(f"endpoints[{i}].{key} = {e[key]!r}: {problem}")
         for key, bounds in ENDPOINT_BOUNDS.items():
             _check_number(e, key, *bounds, where=f"endpoints[{i}].")
     for key, bounds in PARAM_BOUNDS.items():
@@ -157,11 +154,3 @@ def screen(e: Endpoint, outcome: dict) -> tuple[Optional[float], Optional[dict]]
                         "(this warning is given once per endpoint and header)", e.url, name, value)
     return after, ratelimit
 
-
-def _has_host(url: str) -> bool:
-    """Whether ``url`` parses (as the judge's HTTP client will) with a host and a valid port."""
-    try:
-        parsed = urllib3.util.parse_url(url)
-    except ValueError:  # (urllib3's LocationParseError: a port out of range, a bracket left open)
-        return False
-    return bool(parsed.host)

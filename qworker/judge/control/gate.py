@@ -104,6 +104,7 @@ ROUTING_KEYS = frozenset(JudgeOptions.names(scored=False))
 PRODUCER_KEYS = frozenset(JudgeSettings.names(JUDGE, GATE))  # read by the gate only: not sent to the workers
 REFUSAL_BACKOFF_S, REFUSAL_BACKOFF_MAX_S = 0.05, 2.0  # a task's second refusal and on: its retry waits this, doubling
 ERROR_BACKOFF_S = 0.25  # a task's second error: its retry waits 0.25 s, then 0.5, 1, ... (a refusal's wait is the limiter's)
+REPLY_TOKENS_UNTOLD = 256  # the reply tokens a call is budgeted at (tpm) when no config of the judge sets max_tokens
 THROTTLED_ATTEMPTS_FACTOR = 5  # a task may be refused up to 5 x max_attempts times
 AUTH_FAILED_ERROR = Fault(ErrorKind.JUDGE_ERROR,
                           f"every endpoint of this judge refused our credentials (401/403) within the last {AUTH_DOWN_S:.0f} s; not sent")
@@ -155,7 +156,7 @@ class Gate:
         self.initial_concurrency = initial = own.initial_concurrency
         ceiling = own.ceiling
         told = reply_tokens(params)
-        self.completion_tokens = told or 256
+        self.completion_tokens = told or REPLY_TOKENS_UNTOLD
         self.endpoints: list[Endpoint] = []
         self._pollers: list[LoadPoller] = []
         for i, e in enumerate(params["endpoints"]):
@@ -205,7 +206,7 @@ class Gate:
         """Another config calls this judge (``Registry.for_params``): its calls' replies may be as long as its
         ``reply_tokens`` too, and a timeout is weighed against the longest (``Hangs``)."""
         told = reply_tokens(params)
-        self.completion_tokens = max(self.completion_tokens, told or 256)  # (the tokens a call is budgeted at: its longest)
+        self.completion_tokens = max(self.completion_tokens, told or REPLY_TOKENS_UNTOLD)  # (the tokens a call is budgeted at: its longest)
         for e in self.endpoints:
             e.limit.hangs.allow(told)
 

@@ -180,3 +180,13 @@ def test_a_held_head_is_sent_when_no_body_write_follows():
         conn.close()
         server.close()
     assert got and got[0].startswith(b"POST /x HTTP/1.1\r\n")
+
+
+def test_urls_on_one_host_share_its_pool_and_the_hosts_made_last_are_kept():
+    # One pool per (scheme, host, port), whatever the path; past POOLS_MAX hosts the oldest is dropped, and a URL on it
+    # gets a new pool (nothing is connected here: a pool connects on its first request)
+    urls = [f"http://127.0.0.1:{41000 + i}/v1/chat/completions" for i in range(http.POOLS_MAX + 1)]
+    made = [http.pool(u)[0] for u in urls]
+    assert http.pool(urls[-1].replace("/v1/chat/completions", "/metrics")) == (made[-1], "/metrics")
+    assert all(http.pool(u)[0] is p for u, p in zip(urls[1:], made[1:], strict=True))
+    assert http.pool(urls[0])[0] is not made[0]
