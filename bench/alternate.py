@@ -9,7 +9,7 @@ directory and on ``PYTHONPATH``, so the processes it starts import that tree's q
 The order alternates (before, after; then after, before; ...), so a machine that grows
 busier or quieter during the runs weighs on both sides alike.  Every run's output is
 printed, and kept verbatim, round by round, in ``docs/bench/<script>_alternated.md``
-(``write_table``); the trees' own docs/bench files are not written
+(``write_table``; not with ``QWORKER_BENCH_NO_RECORD`` set); the trees' own docs/bench files are not written
 (``QWORKER_BENCH_NO_RECORD``).  A run that fails stops the rounds with its exit status
 and the last lines of its stderr.  ``--after`` defaults to this checkout; ``--before-python`` runs the before tree
 under another interpreter (a venv whose console scripts are that tree's).
@@ -77,8 +77,9 @@ def main() -> None:
                 sys.exit(f"{tail}\nalternate.py: round {r + 1}, {side}: bench/{a.script} exited with {run.returncode} (its stderr's "
                          "last lines above)")
             kept += [head, run.stdout.rstrip()]
-    path = write_table(f"{Path(a.script).stem}_alternated", "\n".join(kept))
-    print(f"(table written to {path})", file=sys.stderr)
+    if not os.environ.get("QWORKER_BENCH_NO_RECORD"):
+        path = write_table(f"{Path(a.script).stem}_alternated", "\n".join(kept))
+        print(f"(table written to {path})", file=sys.stderr)
 
 
 if __name__ == "__main__":
