@@ -49,7 +49,8 @@ gradual start, as a limiter's, spreads their ends and the arrivals that
 follow over the steps for the whole run: ``bench/judge_arrivals.py``).
 ``QWORKER_VLLM_HINT=N`` gives qworker's endpoint ``max_concurrency`` N (a
 diagnosis: the same depth in every round, without the limiter's run-to-run
-spread; the recorded tables use no hint).
+spread; the recorded tables use no hint).  A run with either variable set is printed but not
+recorded: ``docs/bench/judge_vllm-*.md`` keep the full comparison.
 
 Reading them: the server's core is busy throughout every run (idle 0%), so its
 CPU ms per task is its wall time per task, not a cost of its own; two systems
@@ -86,6 +87,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACE = os.environ.get("QWORKER_VLLM_TRACE", "")  # a folder: each run's samples go there as JSON
 ONLY = [x for x in os.environ.get("QWORKER_VLLM_SYSTEMS", "").split(",") if x]  # run only these systems (names as printed)
 HINT = int(os.environ.get("QWORKER_VLLM_HINT", "0"))  # a diagnosis: qworker's endpoint gets this max_concurrency (0: none, as recorded)
+DIAGNOSIS = bool(ONLY or HINT)  # a run of some systems, or with a hint: printed, never recorded over the yardstick's tables
 VLLM_PYTHON = Path(os.environ.get("QWORKER_VLLM_PYTHON", ROOT / ".venv" / "vllm" / "bin" / "python"))  # make test-vllm builds it
 SEMAPHORES = (8, 16, 32, 64)
 _RAMPED = re.compile(r"sem\((\d+)\) ramp (\d+(?:\.\d+)?) ms")  # a diagnosis system, by name (QWORKER_VLLM_SYSTEMS)
