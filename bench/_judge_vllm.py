@@ -49,8 +49,8 @@ gradual start, as a limiter's, spreads their ends and the arrivals that
 follow over the steps for the whole run: ``bench/judge_arrivals.py``).
 ``QWORKER_VLLM_HINT=N`` gives qworker's endpoint ``max_concurrency`` N (a
 diagnosis: the same depth in every round, without the limiter's run-to-run
-spread; the recorded tables use no hint).  A run with either variable set is printed but not
-recorded: ``docs/bench/judge_vllm-*.md`` keep the full comparison.
+spread; the recorded tables use no hint).  A VLLM run with either variable set is printed but
+not recorded: ``docs/bench/judge_vllm-*.md`` keep the full comparison.
 
 Reading them: the server's core is busy throughout every run (idle 0%), so its
 CPU ms per task is its wall time per task, not a cost of its own; two systems

@@ -407,7 +407,7 @@ def record_name(argv: list[str]) -> str:
 if __name__ == "__main__":
     from _common import recorded
 
-    if _judge_vllm.DIAGNOSIS:
+    if _judge_vllm.DIAGNOSIS and record_name(sys.argv).startswith("judge_vllm"):  # (the variables change only VLLM)
         os.environ["QWORKER_BENCH_NO_RECORD"] = "1"
         print("judge.py: QWORKER_VLLM_SYSTEMS or QWORKER_VLLM_HINT is set: a diagnosis run, printed, not recorded", file=sys.stderr)
     with recorded(record_name(sys.argv)):  # the printed tables also go to docs/bench/<record_name>.md
