@@ -194,6 +194,14 @@ async def post_with_backoff(session, sem, url: str, body: dict, *, attempts: int
     return False
 
 
+def run_in_tree(tree: str | os.PathLike[str], argv: list[str], *, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    """Run ``python ARGV`` with ``tree``'s qworker and wait for it: ``tree`` is its working directory and its
+    ``PYTHONPATH``, so it and the processes it starts (``python -m qworker ...``) import that tree's code; it records
+    nothing (``QWORKER_BENCH_NO_RECORD``).  Its stdout and stderr are captured, as text."""
+    return subprocess.run([python, *argv], cwd=tree, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(tree), QWORKER_BENCH_NO_RECORD="1"))
+
+
 def stages_alternated(script: str, argv: list[str], against: str | None) -> dict[str, list[dict[str, float]]]:
     """Run ``script --json ARGV`` (one tree's figures as a JSON object) with this checkout's qworker, and with
     ``against``'s alternately in 3 rounds when given; the figures per tree name ("this tree", "other"), a dict per
@@ -203,9 +211,9 @@ def stages_alternated(script: str, argv: list[str], against: str | None) -> dict
     got: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for _ in range(3 if against else 1):
         for name, tree in trees.items():
-            out = subprocess.run([sys.executable, os.path.abspath(script), "--json", *argv], env=dict(os.environ, PYTHONPATH=tree),
-                                 check=True, capture_output=True, text=True, cwd=tree).stdout  # its children import ``tree``'s
-            got[name].append(json.loads(out))
+            run = run_in_tree(tree, [os.path.abspath(script), "--json", *argv])
+            run.check_returncode()
+            got[name].append(json.loads(run.stdout))
     return got
 
 

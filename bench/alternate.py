@@ -9,8 +9,8 @@ directory and on ``PYTHONPATH``, so the processes it starts import that tree's q
 The order alternates (before, after; then after, before; ...), so a machine that grows
 busier or quieter during the runs weighs on both sides alike.  Every run's output is
 printed, and kept verbatim, round by round, in ``docs/bench/<script>_alternated.md``
-(``write_table``; not with ``QWORKER_BENCH_NO_RECORD`` set); the trees' own docs/bench files are not written
-(``QWORKER_BENCH_NO_RECORD``).  A run that fails stops the rounds: its stdout and the
+(``write_table``; not with ``QWORKER_BENCH_NO_RECORD`` set); the runs write no docs/bench
+file of their trees (``run_in_tree``).  A run that fails stops the rounds: its stdout and the
 last lines of its stderr are printed, nothing is recorded, and this exits with its
 exit status (1 for a run killed by a signal).  A run's stderr is otherwise not
 shown.  ``--after`` defaults to this checkout; ``--before-python`` runs the before
@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import write_table
+from _common import run_in_tree, write_table
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -95,8 +95,7 @@ def main() -> None:
             head = f"--- round {r + 1}, {names[side]}"
             print(head, flush=True)
             python = before_python if side == "before" else sys.executable
-            run = subprocess.run([python, str(tree / "bench" / a.script), *a.args], cwd=tree, text=True,
-                                 capture_output=True, env=dict(os.environ, PYTHONPATH=str(tree), QWORKER_BENCH_NO_RECORD="1"))
+            run = run_in_tree(tree, [str(tree / "bench" / a.script), *a.args], python=python)
             print(run.stdout, end="", flush=True)
             if run.returncode != 0:
                 tail = "\n".join(run.stderr.strip().splitlines()[-12:]) or "(nothing on stderr)"
